@@ -1,0 +1,308 @@
+"""The HTTP client: one keep-alive connection pool, the service's headers, its errors mapped."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+
+from . import encoding
+from ._version import __version__
+from .config import Settings, resolve_settings
+from .errors import (
+    ApiError,
+    AuthenticationError,
+    ConfigurationError,
+    NotFoundError,
+    RateLimitError,
+    TransportError,
+    body_detail,
+    service_message,
+)
+from .views import Views
+
+__all__ = ["Client", "Response", "parse_retry_after"]
+
+USER_AGENT = f"loghandler/{__version__}"
+# Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: Any
+    retry_after: float | None
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, seconds)
+
+
+def dataset_path(dataset: str) -> str:
+    if not isinstance(dataset, str) or not dataset:
+        raise ConfigurationError("the dataset name must be a non-empty string")
+    return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
+
+
+class Client:
+    """A connection to the service.
+
+    Arguments fall back to the ``LOGHANDLER_*`` environment variables (see README
+    "Configuration"). One urllib3 PoolManager is shared by every request and by every shipper
+    using this client; TLS certificates are always verified.
+    """
+
+    def __init__(
+        self,
+        token: str | None = None,
+        *,
+        org_id: str | None = None,
+        url: str | None = None,
+        region: str | None = None,
+        timeout: float = 10.0,
+        allow_http: bool = False,
+    ) -> None:
+        self._settings = resolve_settings(
+            token, org_id=org_id, url=url, region=region, timeout=timeout, allow_http=allow_http
+        )
+        self._headers = {"Authorization": f"Bearer {self._settings.token}",
+                         "User-Agent": USER_AGENT}
+        if self._settings.org_id:
+            self._headers["x-service-org-id"] = self._settings.org_id
+        self._pool: urllib3.PoolManager | None = None
+        self._pool_lock = threading.Lock()
+        self._pid = os.getpid()
+        self.views = Views(self)
+        _live_clients.add(self)
+
+    @property
+    def url(self) -> str:
+        return self._settings.url
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def __repr__(self) -> str:
+        org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
+        return f"Client(url={self._settings.url!r}{org}, token=***)"
+
+    # ------------------------------------------------------------------ connection pool
+
+    def _get_pool(self) -> urllib3.PoolManager:
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._pool_lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pool = urllib3.PoolManager(
+                    num_pools=4,
+                    maxsize=8,
+                    retries=False,
+                    cert_reqs="CERT_REQUIRED",
+                    timeout=urllib3.Timeout(
+                        connect=min(self._settings.timeout, 10.0), read=self._settings.timeout
+                    ),
+                )
+            return self._pool
+
+    def _reset_after_fork(self) -> None:
+        # The parent's sockets are shared with the child after fork: never touch them here,
+        # just forget them and let the child open its own.
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Close pooled connections. The client can still be used afterwards (it reconnects)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ requests
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        """One HTTP request; returns any answer (2xx or not); raises only ``TransportError``."""
+        all_headers = dict(self._headers)
+        if body is not None:
+            all_headers["Content-Type"] = "application/json"
+        if headers:
+            all_headers.update(headers)
+        url = self._settings.url + path
+        kwargs: dict[str, Any] = {}
+        if timeout is not None:
+            t = max(0.001, timeout)
+            kwargs["timeout"] = urllib3.Timeout(
+                connect=min(t, self._settings.timeout), read=min(t, self._settings.timeout)
+            )
+        try:
+            resp = self._get_pool().urlopen(
+                method, url, body=body, headers=all_headers, redirect=False,
+                retries=False, preload_content=False, **kwargs,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransportError(_transport_message(self._settings.url, exc)) from None
+        except OSError as exc:
+            raise TransportError(f"cannot reach {self._settings.url}: {exc}") from None
+        try:
+            raw = resp.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
+            complete = len(raw) <= MAX_RESPONSE_BYTES
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            resp.close()
+            raise TransportError(
+                f"the connection to {self._settings.url} broke while reading the answer: "
+                f"{_short(exc)}"
+            ) from None
+        if complete:
+            resp.release_conn()
+        else:
+            resp.close()  # too big to drain politely; drop the connection instead
+            raw = raw[:MAX_RESPONSE_BYTES]
+        return Response(resp.status, _parse_body(raw, resp.headers.get("Content-Type")),
+                        parse_retry_after(resp.headers.get("Retry-After")))
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                timeout: float | None = None) -> Any:
+        """One JSON request; returns the parsed answer or raises the matching ``Error``."""
+        data = None if body is None else encoding.encode(body)
+        resp = self.send(method, path, data, timeout=timeout)
+        raise_for_status(resp, what=f"{method} {path}")
+        return resp.body
+
+    def ingest(self, dataset: str, events: Iterable[dict[str, Any]]) -> Any:
+        """POST one JSON array of events to the dataset, synchronously; the service's answer."""
+        path = dataset_path(dataset)
+        if isinstance(events, dict):
+            raise ConfigurationError("events must be a list of event dicts, not one dict")
+        body = b"[" + b",".join(encoding.encode(e) for e in events) + b"]"
+        resp = self.send("POST", path, body)
+        raise_for_status(resp, what=f"ingest into dataset {dataset!r}", dataset=dataset)
+        return resp.body
+
+
+def _parse_body(raw: bytes, content_type: str | None) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def _transport_message(url: str, exc: Exception) -> str:
+    reason = getattr(exc, "reason", None) or exc
+    text = _short(reason if isinstance(reason, BaseException) else exc)
+    if isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in text.lower():
+        return f"no answer from {url} in time ({text})"
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return f"TLS failed for {url}: {text}; check the address and the certificates"
+    if "refused" in text.lower():
+        return f"cannot connect to {url}: connection refused; is the address right ({text})?"
+    return f"cannot reach {url}: {text}"
+
+
+def raise_for_status(resp: Response, *, what: str, dataset: str | None = None) -> None:
+    """Raise the error that matches a non-2xx answer."""
+    status = resp.status
+    if 200 <= status < 300:
+        return
+    body = resp.body
+    own = service_message(body)
+    said = f": {own}" if own else ""
+    if status in (401, 403):
+        raise AuthenticationError(
+            status, body,
+            f"authentication failed for {what} (HTTP {status}){said}. Check the token "
+            "(LOGHANDLER_TOKEN): it must be valid, and allowed to do this; a personal access "
+            "token also needs org_id (LOGHANDLER_ORG_ID)",
+        )
+    if status == 429:
+        wait = f"; retry after {resp.retry_after:g} s" if resp.retry_after is not None else ""
+        raise RateLimitError(status, body, f"rate limited on {what} (HTTP 429){said}{wait}",
+                             retry_after=resp.retry_after)
+    if status == 404:
+        if dataset is not None:
+            msg = (f"dataset {dataset!r} not found (HTTP 404){said}: create it in the service, "
+                   "or check the dataset name and the base address (LOGHANDLER_URL)")
+        else:
+            msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
+        raise NotFoundError(status, body, msg)
+    if 300 <= status < 400:
+        raise ApiError(status, body, f"{what} was redirected (HTTP {status}); the base address "
+                                     "is probably wrong (http vs https, or a missing path)")
+    raise ApiError(status, body, f"{what} failed with HTTP {status}{body_detail(body)}")
+
+
+_live_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+_shared: weakref.WeakValueDictionary[Settings, Client] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_client(**client_args: Any) -> Client:
+    """A Client for these arguments, shared with every handler configured the same way.
+
+    Handlers built from plain arguments (``dictConfig``) then share one connection pool.
+    """
+    allow_http = bool(client_args.pop("allow_http", False))
+    settings = resolve_settings(allow_http=allow_http, **client_args)
+    with _shared_lock:
+        client = _shared.get(settings)
+        if client is None:
+            client = Client(settings.token, org_id=settings.org_id, url=settings.url,
+                            region=settings.region, timeout=settings.timeout, allow_http=True)
+            _shared[settings] = client
+        return client
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_live_clients):
+        client._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,235 @@
+"""Configuration: arguments first, then ``LOGHANDLER_*`` environment variables.
+
+Everything is validated once, at construction, into frozen value objects, so a bad setting fails
+loudly where the user wrote it instead of quietly inside a background thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigurationError, register_secret
+
+ENV_TOKEN = "LOGHANDLER_TOKEN"
+ENV_ORG_ID = "LOGHANDLER_ORG_ID"
+ENV_URL = "LOGHANDLER_URL"
+ENV_EU_URL = "LOGHANDLER_EU_URL"
+ENV_REGION = "LOGHANDLER_REGION"
+ENV_DATASET = "LOGHANDLER_DATASET"
+
+REGIONS = {"us": ENV_URL, "eu": ENV_EU_URL}
+
+
+def _env(name: str, environ: Mapping[str, str] | None) -> str | None:
+    value = (os.environ if environ is None else environ).get(name)
+    return value if value else None
+
+
+def _has_bad_chars(value: str) -> bool:
+    # Whitespace or control characters in a header value would either break the request or
+    # allow header injection (CR/LF); a pasted token with a trailing newline is the usual cause.
+    return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved connection settings. ``repr`` hides the token."""
+
+    token: str = field(repr=False)
+    url: str
+    org_id: str | None = None
+    region: str = "us"
+    timeout: float = 10.0
+
+    def __repr__(self) -> str:
+        return (
+            f"Settings(url={self.url!r}, region={self.region!r}, org_id={self.org_id!r}, "
+            f"timeout={self.timeout!r}, token=***)"
+        )
+
+
+def resolve_settings(
+    token: str | None = None,
+    *,
+    org_id: str | None = None,
+    url: str | None = None,
+    region: str | None = None,
+    timeout: float = 10.0,
+    allow_http: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve and validate connection settings from arguments and the environment."""
+    token = token if token is not None else _env(ENV_TOKEN, environ)
+    if not token:
+        raise ConfigurationError(
+            f"no token: pass token=... or set {ENV_TOKEN} (an API token, or a personal access "
+            f"token together with org_id / {ENV_ORG_ID})"
+        )
+    if not isinstance(token, str) or _has_bad_chars(token):
+        raise ConfigurationError(
+            f"the token (token= or {ENV_TOKEN}) contains whitespace or control characters; "
+            "check for a trailing newline or a stray space where it was pasted"
+        )
+    register_secret(token)
+
+    org_id = org_id if org_id is not None else _env(ENV_ORG_ID, environ)
+    if org_id is not None and (not isinstance(org_id, str) or not org_id or _has_bad_chars(org_id)):
+        raise ConfigurationError(
+            f"org_id (or {ENV_ORG_ID}) must be a non-empty string without whitespace or "
+            "control characters"
+        )
+
+    region_value = region if region is not None else _env(ENV_REGION, environ)
+    region_name = (region_value or "us").strip().lower()
+    if region_name not in REGIONS:
+        raise ConfigurationError(
+            f"unknown region {region_value!r} (region= or {ENV_REGION}): use 'us' or 'eu'"
+        )
+
+    if url is None:
+        url = _env(REGIONS[region_name], environ)
+        if not url:
+            raise ConfigurationError(
+                f"no base address for region {region_name!r}: pass url=... or set "
+                f"{REGIONS[region_name]}"
+            )
+        source = REGIONS[region_name]
+    else:
+        source = "url="
+    url = _validate_url(url, source, allow_http)
+
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+        0 < timeout < math.inf
+    ):
+        raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return Settings(token=token, url=url, org_id=org_id, region=region_name, timeout=float(timeout))
+
+
+def _validate_url(url: Any, source: str, allow_http: bool) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"the base address ({source}) must be a non-empty string")
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(
+            f"the base address ({source}) must look like https://host[:port][/prefix], "
+            f"not {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigurationError(f"the base address ({source}) must not carry ?query or #fragment")
+    if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
+        raise ConfigurationError(
+            f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "
+            "clear text. Use https://, or pass allow_http=True if you really mean it"
+        )
+    return url.rstrip("/")
+
+
+def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = None) -> str:
+    dataset = dataset if dataset is not None else _env(ENV_DATASET, environ)
+    if not dataset or not isinstance(dataset, str) or not dataset.strip():
+        raise ConfigurationError(
+            f"no dataset: pass dataset=... or set {ENV_DATASET} to the dataset to ingest into"
+        )
+    return dataset
+
+
+# --------------------------------------------------------------------------- shipping options
+
+OVERFLOW_POLICIES = ("drop_oldest", "drop_newest", "block")
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ShipperOptions:
+    """Shipping options with their defaults. See README "Options" for the reasons behind each."""
+
+    batch_size: int = 1000
+    max_batch_bytes: int = 4 * MiB
+    flush_interval: float = 1.0
+    max_queue_size: int = 100_000
+    max_queue_bytes: int = 64 * MiB
+    overflow: str = "drop_oldest"
+    block_timeout: float = 0.5
+    max_retries: int = 5
+    retry_backoff: float = 0.5
+    max_retry_delay: float = 30.0
+    shutdown_timeout: float = 5.0
+    compression: str | None = "gzip"
+    compression_level: int = 1
+    spool_dir: str | None = None
+    max_spool_bytes: int = 256 * MiB
+    auth_retry_delay: float = 60.0
+    on_error: Callable[[BaseException], Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_batch_bytes", "max_queue_size", "max_queue_bytes",
+                     "max_spool_bytes"):
+            _check_number(name, getattr(self, name), integer=True, minimum=1)
+        _check_number("max_retries", self.max_retries, integer=True, minimum=0)
+        _check_number("compression_level", self.compression_level, integer=True, minimum=0)
+        for name in ("flush_interval", "max_retry_delay", "auth_retry_delay"):
+            _check_number(name, getattr(self, name), minimum=0.001)
+        for name in ("retry_backoff", "shutdown_timeout", "block_timeout"):
+            _check_number(name, getattr(self, name), minimum=0)
+        if self.overflow not in OVERFLOW_POLICIES:
+            raise ConfigurationError(
+                f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {self.overflow!r}"
+            )
+        if self.compression not in (None, "gzip"):
+            raise ConfigurationError(
+                f"compression must be None or 'gzip', not {self.compression!r}"
+            )
+        if self.compression_level > 9:
+            raise ConfigurationError("compression_level must be between 0 and 9")
+        if self.on_error is not None and not callable(self.on_error):
+            raise ConfigurationError("on_error must be a callable taking the exception")
+        if self.spool_dir is not None and not isinstance(self.spool_dir, (str, os.PathLike)):
+            raise ConfigurationError("spool_dir must be a path or None")
+
+
+def _check_number(name: str, value: Any, *, integer: bool = False, minimum: float) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not (
+        minimum <= value < math.inf
+    ):
+        kind = "an integer" if integer else "a number"
+        raise ConfigurationError(f"{name} must be {kind} >= {minimum}, not {value!r}")
+
+
+SHIPPER_OPTION_NAMES = frozenset(f.name for f in fields(ShipperOptions))
+CLIENT_ARG_NAMES = frozenset({"token", "org_id", "url", "region", "timeout", "allow_http"})
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split keyword arguments into (client arguments, shipping options); reject unknown ones."""
+    client_args: dict[str, Any] = {}
+    shipper_args: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in CLIENT_ARG_NAMES:
+            client_args[key] = value
+        elif key in SHIPPER_OPTION_NAMES:
+            shipper_args[key] = value
+        else:
+            import difflib
+
+            close = difflib.get_close_matches(key, SHIPPER_OPTION_NAMES | CLIENT_ARG_NAMES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(f"unknown option {key!r}{hint}")
+    return client_args, shipper_args

@@ -1,0 +1,190 @@
+"""One JSON encoder for everything loghandler sends: events, views, CLI input.
+
+Rules (identical with and without the optional ``orjson`` accelerator; tests compare the two):
+
+- datetime / date / time -> ISO 8601 (``isoformat()``); Decimal -> its exact string;
+  UUID -> string; bytes -> UTF-8 text (undecodable bytes backslash-escaped);
+  set / frozenset / tuple / deque -> list; Enum -> its value; dataclass -> object of its fields;
+  NaN / Infinity -> null (JSON has no such numbers and a service would reject the whole batch);
+  non-string keys -> ``str(key)``; a cycle -> the string ``"<cycle>"``;
+  anything else -> ``repr(obj)``, or ``"<unrepresentable T>"`` when ``repr`` itself raises.
+- Encoding never raises.
+
+``encode`` is the fast path used by the flusher thread: orjson (when installed) or the C-accelerated
+stdlib encoder, with ``to_jsonable`` as the exact, slower fallback for the odd value they refuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import json
+import math
+import uuid
+from collections import deque
+from typing import Any
+
+__all__ = ["dumps", "encode", "json_default", "to_jsonable"]
+
+_PRIMITIVES = (str, int, bool, type(None))
+_MAX_DEPTH = 64
+
+
+def _float(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _bytes(value: bytes | bytearray | memoryview) -> str:
+    return bytes(value).decode("utf-8", "backslashreplace")
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"
+
+
+def json_default(obj: Any) -> Any:
+    """``default=`` hook for json/orjson: one level of conversion; never raises."""
+    try:
+        if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
+            return obj.isoformat()
+        if isinstance(obj, decimal.Decimal):
+            return str(obj) if obj.is_finite() else None
+        if isinstance(obj, uuid.UUID):
+            return str(obj)
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            return _bytes(obj)
+        if isinstance(obj, (set, frozenset, deque)):
+            return list(obj)
+        if isinstance(obj, enum.Enum):
+            return obj.value
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+    except Exception:
+        pass
+    return _repr(obj)
+
+
+def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> Any:
+    """A deep, JSON-safe copy of ``value`` following the module's rules. Never raises."""
+    t = type(value)
+    if t in _PRIMITIVES:
+        if t is str and _has_surrogate(value):
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if t is float:
+        return _float(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _float(float(value))
+    if isinstance(value, str):
+        return to_jsonable(str(value))
+    if _depth >= _MAX_DEPTH:
+        return _repr_short(value)
+    if _seen is None:
+        _seen = set()
+    if isinstance(value, (dict, list, tuple, set, frozenset, deque)) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        key = id(value)
+        if key in _seen:
+            return "<cycle>"
+        _seen.add(key)
+        try:
+            if isinstance(value, dict):
+                return {
+                    _key(k): to_jsonable(v, _depth + 1, _seen) for k, v in list(value.items())
+                }
+            if dataclasses.is_dataclass(value):
+                return to_jsonable(json_default(value), _depth + 1, _seen)
+            return [to_jsonable(v, _depth + 1, _seen) for v in list(value)]
+        except Exception:
+            return _repr(value)
+        finally:
+            _seen.discard(key)
+    converted = json_default(value)
+    if converted is value or type(converted) is str:
+        return to_jsonable(converted) if type(converted) is str else _repr(value)
+    return to_jsonable(converted, _depth + 1, _seen)
+
+
+def _repr_short(value: Any) -> str:
+    text = _repr(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _key(key: Any) -> str:
+    if type(key) is str:
+        return to_jsonable(key)
+    if isinstance(key, float):
+        return json.dumps(_float(key))
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, enum.Enum):
+        return str(key.value)
+    try:
+        return to_jsonable(str(key))
+    except Exception:
+        return _repr(key)
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_std_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=json_default
+)
+_safe_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
+def _encode_std(value: Any) -> bytes:
+    return _std_encoder.encode(value).encode("utf-8")
+
+
+def _encode_safe(value: Any) -> bytes:
+    return _safe_encoder.encode(to_jsonable(value)).encode("ascii")
+
+
+try:  # the optional accelerator: loghandler[fast]
+    import orjson as _orjson
+
+    _orjson_dumps = _orjson.dumps
+
+    # orjson turns NaN into null by itself and refuses what the stdlib path also cannot carry
+    # (non-str keys, lone surrogates, ints over 64 bits, cycles): those take the exact fallback.
+    def _encode_fast(value: Any) -> bytes:
+        return _orjson_dumps(value, default=json_default)
+
+    HAVE_ORJSON = True
+except ImportError:  # pragma: no cover - depends on the environment
+    _encode_fast = _encode_std
+    HAVE_ORJSON = False
+
+
+def encode(value: Any, *, fast: bool = True) -> bytes:
+    """Compact UTF-8 JSON for ``value``. Never raises."""
+    try:
+        return _encode_fast(value) if fast else _encode_std(value)
+    except Exception:
+        pass
+    try:
+        return _encode_safe(value)
+    except Exception:  # pragma: no cover - to_jsonable already removed everything unsafe
+        return json.dumps(_repr(value)).encode("ascii")
+
+
+def dumps(value: Any) -> str:
+    """``encode`` as text."""
+    return encode(value).decode("utf-8")

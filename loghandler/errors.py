@@ -1,0 +1,120 @@
+"""Errors raised by loghandler.
+
+    Error
+    ├── ConfigurationError (also a ValueError)   bad or missing settings, at construction
+    ├── TransportError                           refused, reset, time-out, TLS: no HTTP answer
+    └── ApiError (.status, .body)                a non-2xx answer from the service
+        ├── AuthenticationError                  401 / 403
+        ├── RateLimitError (.retry_after)        429
+        └── NotFoundError                        404
+
+Messages never contain the token: every message built here is passed through ``redact``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "AuthenticationError",
+    "ConfigurationError",
+    "Error",
+    "NotFoundError",
+    "RateLimitError",
+    "TransportError",
+]
+
+# Tokens known to this process, so any text we print can be scrubbed of them even when a
+# third-party message (urllib3, the service's error body) echoes one back.
+_SECRETS: set[str] = set()
+
+
+def register_secret(secret: str | None) -> None:
+    if secret and len(secret) >= 4:
+        _SECRETS.add(secret)
+
+
+def redact(text: str) -> str:
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+class Error(Exception):
+    """Base class of every error raised by loghandler."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
+
+
+class ConfigurationError(Error, ValueError):
+    """A setting is missing or invalid. The message names the argument and its variable."""
+
+
+class TransportError(Error):
+    """The service could not be reached or did not answer (refused, reset, time-out, TLS)."""
+
+
+class ApiError(Error):
+    """The service answered with a non-2xx status.
+
+    ``status`` is the HTTP status, ``body`` the parsed JSON answer (or a short text excerpt when
+    the answer was not JSON, e.g. a proxy's HTML error page).
+    """
+
+    def __init__(self, status: int, body: Any = None, message: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message or f"the service answered HTTP {status}{body_detail(body)}")
+
+
+class AuthenticationError(ApiError):
+    """401 / 403: the token is missing, wrong, expired, or lacks the permission."""
+
+
+class RateLimitError(ApiError):
+    """429: too many requests. ``retry_after`` is the wait the service asked for, in seconds."""
+
+    def __init__(
+        self, status: int, body: Any = None, message: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(status, body, message)
+
+
+class NotFoundError(ApiError):
+    """404: the dataset, view or path does not exist."""
+
+
+_WS = re.compile(r"\s+")
+_TAGS = re.compile(r"<[^>]*>")
+
+
+def service_message(body: Any) -> str | None:
+    """The service's own error text from a JSON error body, if it has one."""
+    if isinstance(body, dict):
+        for key in ("message", "error", "detail", "msg"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+def excerpt(text: str, limit: int = 200) -> str:
+    """A short one-line excerpt of a non-JSON body (HTML tags and whitespace folded)."""
+    text = _WS.sub(" ", _TAGS.sub(" ", text)).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def body_detail(body: Any) -> str:
+    """": <what the service said>" for a message, or "" when the body says nothing."""
+    msg = service_message(body)
+    if msg:
+        return f": {msg}"
+    if isinstance(body, str) and body:
+        return f": {excerpt(body)}"
+    return ""

@@ -1,0 +1,95 @@
+"""Building event dicts on the application thread, cheaply, for the handler and the processor.
+
+Values of the plain JSON types are taken as they are; anything else (a dict, a list, an object)
+is turned into a JSON-safe copy right away, because the application may change or free it after
+the call, and its ``repr`` may not be safe to run on another thread.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from .encoding import to_jsonable
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+# Seconds-resolution prefix of the last timestamp formatted: most records in a burst share it.
+_time_cache: tuple[int, str] = (-1, "")
+
+
+def rfc3339(created: float) -> str:
+    """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``."""
+    global _time_cache
+    sec = int(created)
+    cached_sec, prefix = _time_cache
+    if sec != cached_sec:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _time_cache = (sec, prefix)
+    micros = int((created - sec) * 1_000_000)
+    if micros > 999_999:
+        micros = 999_999
+    return f"{prefix}.{micros:06d}Z"
+
+
+def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:
+    """Copy (key, value) pairs into ``event``, JSON-safe. Returns a rough size of what was added.
+
+    A key that is already in ``event`` and in ``reserved`` is renamed ``extra_<key>``: a field
+    is never silently lost.
+    """
+    size = 0
+    plain = _PLAIN
+    for key, value in items:
+        if type(key) is not str:
+            key = str(key)
+        if key in reserved and key in event:
+            key = _free_name(event, key)
+        t = type(value)
+        if t in plain:
+            if t is str:
+                size += len(value)
+        elif t is float:
+            if value != value or value in (float("inf"), float("-inf")):
+                value = None
+        else:
+            value = to_jsonable(value)
+            size += 64
+        event[key] = value
+        size += 80
+    return size
+
+
+def _free_name(event: dict[str, Any], key: str) -> str:
+    name = f"extra_{key}"
+    while name in event:
+        name = f"extra_{name}"
+    return name
+
+
+def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, str] | None:
+    """``{type, message, stacktrace}`` for an exc_info tuple, an exception, or True."""
+    try:
+        if exc_info is True:
+            import sys
+
+            exc_info = sys.exc_info()
+        if isinstance(exc_info, BaseException):
+            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+        if not isinstance(exc_info, tuple) or len(exc_info) != 3 or exc_info[0] is None:
+            return None
+        etype, value, tb = exc_info
+        name = getattr(etype, "__qualname__", None) or getattr(etype, "__name__", "Exception")
+        module = getattr(etype, "__module__", "builtins")
+        if module not in ("builtins", "__main__", None):
+            name = f"{module}.{name}"
+        try:
+            message = str(value)
+        except Exception:
+            message = f"<unprintable {name}>"
+        if text is None:
+            text = "".join(traceback.format_exception(etype, value, tb))
+        return {"type": name, "message": message, "stacktrace": text.rstrip("\n")}
+    except Exception:
+        return None

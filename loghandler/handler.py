@@ -1,0 +1,164 @@
+"""``IngestHandler``: a ``logging.Handler`` that ships records through a ``Shipper``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .client import Client
+from .events import add_fields, exception_fields, rfc3339
+from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
+
+__all__ = ["IngestHandler", "record_to_event"]
+
+# Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message", "asctime", "taskName",
+    # set by structlog's ProcessorFormatter.wrap_for_formatter / by formatters
+    "_logger", "_name", "_from_structlog", "_record",
+}
+# Keys of the event itself: an extra with one of these names is renamed, not lost.
+RESERVED = frozenset({
+    "_time", "level", "message", "logger", "module", "function", "line", "file", "process",
+    "thread", "exception", "stack",
+})
+_LEVELS = {name: name.lower() for name in logging._nameToLevel}
+# A rough memory cost of the fixed part of a record's event (see Shipper max_queue_bytes).
+_BASE_SIZE = 900
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception as exc:
+        # Broken %-arguments must not cost the event: ship the template and the arguments.
+        try:
+            return f"{record.msg!s} % {record.args!r} (message formatting failed: " \
+                   f"{type(exc).__name__}: {exc})"
+        except Exception:
+            return f"<unformattable message: {type(exc).__name__}>"
+
+
+def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    """The event for a LogRecord, and a rough size for the queue's byte bound.
+
+    The record itself is never modified.
+    """
+    d = record.__dict__
+    msg = record.msg
+    level = _LEVELS.get(record.levelname) or str(record.levelname).lower()
+    if type(msg) is dict:
+        # structlog routed through stdlib (ProcessorFormatter.wrap_for_formatter): the event
+        # dict's keys are the fields, as they are.
+        event: dict[str, Any] = {}
+        fields = dict(msg)
+        exc = fields.pop("exc_info", None)
+        size = _BASE_SIZE + add_fields(event, fields.items())
+        event.setdefault("_time", rfc3339(record.created))
+        event.setdefault("level", level)
+        event.setdefault("logger", record.name)
+        for key, value in (("module", record.module), ("function", record.funcName),
+                           ("line", record.lineno), ("file", record.pathname),
+                           ("process", record.process), ("thread", record.threadName)):
+            event.setdefault(key, value)
+        if exc and "exception" not in event:
+            info = exception_fields(exc)
+            if info:
+                event["exception"] = info
+    else:
+        message = _message(record)
+        event = {
+            "_time": rfc3339(record.created),
+            "level": level,
+            "message": message,
+            "logger": record.name,
+            "module": record.module,
+            "function": record.funcName,
+            "line": record.lineno,
+            "file": record.pathname,
+            "process": record.process,
+            "thread": record.threadName,
+        }
+        size = _BASE_SIZE + len(message)
+    extra = d.keys() - _STANDARD
+    if extra:
+        size += add_fields(event, ((k, d[k]) for k in d if k in extra), RESERVED)
+    if record.exc_info and "exception" not in event:
+        info = exception_fields(record.exc_info, record.exc_text)
+        if info:
+            event["exception"] = info
+            size += len(info["stacktrace"])
+    if record.stack_info:
+        event["stack"] = record.stack_info
+        size += len(record.stack_info)
+    return event, size
+
+
+class IngestHandler(logging.Handler):
+    """Ship log records to a dataset, in the background.
+
+    ``IngestHandler(dataset=None, *, level=NOTSET, client=None, shipper=None, **options)``.
+    ``options`` are Client arguments (``token``, ``url``, ``org_id``, ``region``, ``timeout``,
+    ``allow_http``) and shipping options (README "Options"), all plain values so
+    ``logging.config.dictConfig`` can build it. ``emit()`` never blocks on I/O and never raises.
+    """
+
+    def __init__(
+        self,
+        dataset: str | None = None,
+        *,
+        level: int | str = logging.NOTSET,
+        client: Client | None = None,
+        shipper: Shipper | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(level)
+        self.shipper = make_shipper(dataset, client, shipper, options)
+        self._owns_shipper = shipper is None
+        self._put = self.shipper._put
+
+    def __repr__(self) -> str:
+        level = logging.getLevelName(self.level)
+        return f"<IngestHandler dataset={self.shipper.dataset!r} ({level})>"
+
+    def handle(self, record: logging.LogRecord) -> Any:
+        # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps
+        # logging.shutdown() (which holds it while calling flush) from deadlocking against a
+        # flusher thread that logs. Records our own I/O threads emit are never shipped.
+        if _get_ident() in _SENDERS:
+            self.shipper._c["suppressed"] += 1
+            return False
+        rv = self.filter(record)
+        if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a new record
+            record = rv
+        if rv:
+            self.emit(record)
+        return rv
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event, size = record_to_event(record)
+            self._put(event, size)
+        except Exception:
+            self.handleError(record)
+
+    def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+        """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).
+
+        True when everything queued at the call was delivered.
+        """
+        return self.shipper.flush(timeout)
+
+    def close(self) -> None:
+        """Flush and stop the shipper (bounded by ``shutdown_timeout``); idempotent."""
+        try:
+            if self._owns_shipper:
+                self.shipper.close()
+            else:
+                self.shipper.flush()
+        finally:
+            super().close()
+
+    def stats(self) -> Stats:
+        """The shipper's counters (see ``Shipper.stats``)."""
+        return self.shipper.stats()

@@ -1,0 +1,123 @@
+"""Saved views: the ``View`` value object and ``client.views`` (list, update)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .errors import ApiError, ConfigurationError, NotFoundError
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["View", "Views"]
+
+# python name -> the service's JSON name, in the order the service documents them.
+FIELDS = {
+    "apl_query": "aplQuery",
+    "datasets": "datasets",
+    "description": "description",
+    "name": "name",
+    "shared_by_org": "sharedByOrg",
+    "shared_by_org_name": "sharedByOrgName",
+}
+_JSON_TO_PY = {v: k for k, v in FIELDS.items()}
+
+
+@dataclass
+class View:
+    """A saved view. Unknown fields of the service's JSON are kept in ``extra`` and sent back."""
+
+    name: str = ""
+    apl_query: str = ""
+    datasets: list[str] = field(default_factory=list)
+    description: str = ""
+    shared_by_org: str = ""
+    shared_by_org_name: str = ""
+    id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> View:
+        """Read the service's camelCase JSON object."""
+        if not isinstance(data, dict):
+            raise ApiError(200, data, f"expected a view object, got {type(data).__name__}")
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _JSON_TO_PY:
+                kwargs[_JSON_TO_PY[key]] = value
+            elif key == "id":
+                kwargs["id"] = None if value is None else str(value)
+            else:
+                extra[key] = value
+        if kwargs.get("datasets") is None:
+            kwargs["datasets"] = []
+        else:
+            kwargs["datasets"] = list(kwargs["datasets"])
+        for name in FIELDS:
+            if name != "datasets" and kwargs.get(name) is None:
+                kwargs[name] = ""
+        return cls(**kwargs, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The service's JSON: all six fields, the id when known, and every unknown field."""
+        out: dict[str, Any] = dict(self.extra)
+        if self.id is not None:
+            out["id"] = self.id
+        for py, js in FIELDS.items():
+            value = getattr(self, py)
+            out[js] = list(value) if py == "datasets" else value
+        return out
+
+
+class Views:
+    """``client.views``: list and update the organization's saved views."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> list[View]:
+        """All views (GET /v2/views)."""
+        data = self._client.request("GET", "/v2/views")
+        if not isinstance(data, list):
+            raise ApiError(200, data, "expected a JSON list of views from GET /v2/views")
+        return [View.from_dict(item) for item in data]
+
+    def get(self, view_id: str) -> View:
+        """The view with this id, found in ``list()``; ``NotFoundError`` when there is none."""
+        view_id = str(view_id)
+        for view in self.list():
+            if view.id == view_id:
+                return view
+        raise NotFoundError(404, None, f"no view with id {view_id!r}: `loghandler views list` "
+                                       "shows the ids there are")
+
+    def update(self, view_id: str, view: View | None = None, **changes: Any) -> View:
+        """Replace a view (PUT /v2/views/{id}) and return the service's answer.
+
+        All six fields are always sent, because the service leaves partial updates undefined.
+        ``changes`` use python names (``apl_query="..."``) and apply on top of ``view``, or of the
+        current view found by id in ``list()`` when ``view`` is None.
+        """
+        if view_id is None or str(view_id) == "":
+            raise ConfigurationError("view_id must be a non-empty id")
+        unknown = set(changes) - set(FIELDS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown view field(s) {', '.join(sorted(unknown))}; "
+                f"use {', '.join(FIELDS)}"
+            )
+        if "datasets" in changes and isinstance(changes["datasets"], str):
+            raise ConfigurationError("datasets must be a list of dataset names, not a string")
+        base = self.get(view_id) if view is None else view
+        updated = dataclasses.replace(base, **changes) if changes else base
+        data = self._client.request(
+            "PUT", f"/v2/views/{quote(str(view_id), safe='')}", updated.to_dict()
+        )
+        result = View.from_dict(data)
+        if result.id is None:
+            result.id = str(view_id)
+        return result
