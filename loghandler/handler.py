@@ -47,12 +47,16 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     d = record.__dict__
     msg = record.msg
     level = _LEVELS.get(record.levelname) or str(record.levelname).lower()
-    if type(msg) is dict:
+    if isinstance(msg, dict):
         # structlog routed through stdlib (ProcessorFormatter.wrap_for_formatter): the event
-        # dict's keys are the fields, as they are.
+        # dict's keys are the fields, as they are ("event" stays "event"; a "filename",
+        # "message" or "level" key is an ordinary field, so nothing collides); the record adds
+        # the context the dict lacks. Copied first: the application may reuse the dict.
         event: dict[str, Any] = {}
         fields = dict(msg)
         exc = fields.pop("exc_info", None)
+        for key in ("_record", "_from_structlog"):  # ProcessorFormatter's bookkeeping
+            fields.pop(key, None)
         size = _BASE_SIZE + add_fields(event, fields.items())
         event.setdefault("_time", rfc3339(record.created))
         event.setdefault("level", level)
@@ -61,10 +65,14 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                            ("line", record.lineno), ("file", record.pathname),
                            ("process", record.process), ("thread", record.threadName)):
             event.setdefault(key, value)
-        if exc and "exception" not in event:
-            info = exception_fields(exc)
+        if exc:
+            # True is resolved here, on the thread that logged (handlers run synchronously).
+            info = exception_fields(exc) if "exception" not in event else None
             if info:
                 event["exception"] = info
+                size += len(info["stacktrace"])
+            elif exc is not True and not isinstance(exc, (tuple, BaseException)):
+                size += add_fields(event, (("exc_info", exc),))
     else:
         message = _message(record)
         event = {

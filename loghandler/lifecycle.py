@@ -102,7 +102,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class flushing:  # noqa: N801 - used like a function: `with flushing(handler):`, `@flushing(...)`
+class flushing:  # lower case: used like a function, `with flushing(h):` or `@flushing(h)`
     """Flush handlers, processors or shippers when a block or function ends.
 
     For serverless functions, whose process is frozen between invocations, so nothing is sent

@@ -93,9 +93,10 @@ class Stats:
     failed_client_error: int = 0
     failed_retries_exhausted: int = 0
     # spool
-    replayed: int = 0
-    spool_dropped: int = 0
-    spool_corrupt: int = 0
+    replayed: int = 0  # events delivered from the spool (not part of the invariant above)
+    replay_rejected: int = 0  # events from the spool the service refused for good
+    spool_dropped: int = 0  # spooled events deleted to keep the spool under max_spool_bytes
+    spool_corrupt: int = 0  # spool files found damaged and moved aside
     # records our own I/O threads emitted and that were deliberately not shipped
     suppressed: int = 0
 
@@ -159,6 +160,7 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._thread_failed = False
         self._gave_up = False
+        self._last_replay = 0.0
         self._send_lock = threading.Lock()
         self._paused_until = 0.0
         self._auth_delay = self.options.auth_retry_delay
@@ -216,9 +218,10 @@ class Shipper:
             if self._closed:
                 return self._drop_locked("closed")
             q = self._queue
-            if len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes:
-                if not self._make_room_locked(size):
-                    return False
+            if (
+                len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes
+            ) and not self._make_room_locked(size):
+                return False
             q.append((event, size))
             self._queue_bytes += size
             self._enq_seq += 1
@@ -403,7 +406,11 @@ class Shipper:
                         with self._lock:
                             if not self._queue and not self._inflight:
                                 return
-                if self._spool is not None and timed_out and not closed:
+                if self._spool is not None and not closed and (
+                    _monotonic() - self._last_replay >= interval
+                ):
+                    # Time-based, not on idle wake-ups only: under steady load the flusher is
+                    # never idle, and the spool must still drain, interleaved with new events.
                     self._replay_spool()
         except BaseException as exc:  # never let the thread die silently
             self._report("internal", f"the flusher thread stopped on an internal error: "
@@ -509,19 +516,51 @@ class Shipper:
                 mid = len(chunk) // 2
                 stack.append(chunk[mid:])
                 stack.append(chunk[:mid])
-            elif kind == "split":
-                self._settle(1, "dropped", "too_large")
-                self._call_on_error(outcome.error)
-                self._report("too_large", "the service refused an event as too large (HTTP 413); it was "
-                             "dropped. Large events are counted in stats().dropped_too_large")
-            elif kind == "rejected":
-                self._settle(1, "failed", "rejected")
-                self._call_on_error(outcome.error)
-                self._report("rejected", f"the service rejected an event (HTTP 400){_said(outcome.error)}; "
-                             "the rest of its batch was delivered. Rejected events are counted "
-                             "in stats().failed_rejected")
+            elif kind in ("split", "rejected"):
+                if kind == "split":
+                    self._settle(1, "dropped", "too_large")
+                else:
+                    self._settle(1, "failed", "rejected")
+                self._single_refused(kind, outcome.error)
             else:
                 self._fail(chunk, kind, outcome.error)
+
+    def _single_refused(self, kind: str, error: BaseException | None) -> None:
+        if error is not None:
+            self._call_on_error(error)
+        if kind == "split":
+            self._report("too_large", "the service refused an event as too large (HTTP 413); "
+                         "it was dropped and counted in stats().dropped_too_large")
+        else:
+            self._report("rejected", f"the service rejected an event (HTTP 400){_said(error)}; "
+                         "the rest of its batch was delivered. Rejected events are counted in "
+                         "stats().failed_rejected")
+
+    def replay_parts(self, parts: list[bytes]) -> list[bytes]:
+        """Send encoded events read back from the spool, one attempt per request.
+
+        Returns what is still undelivered (empty when done). Events the service refuses for
+        good (400 / 413 down to one event) are counted in ``replay_rejected`` and not returned.
+        """
+        stack = [parts]
+        while stack:
+            chunk = stack.pop()
+            outcome = self._post(chunk, max_retries=0)
+            kind = outcome.kind
+            if kind == "delivered":
+                self._bump("replayed", len(chunk))
+                self._recovered()
+            elif kind in ("split", "rejected") and len(chunk) > 1:
+                mid = len(chunk) // 2
+                stack.append(chunk[mid:])
+                stack.append(chunk[:mid])
+            elif kind in ("split", "rejected", "client_error"):
+                self._bump("replay_rejected", len(chunk))
+                self._single_refused(kind, outcome.error)
+            else:
+                remaining = [chunk, *reversed(stack)]
+                return [part for c in remaining for part in c]
+        return []
 
     def _fail(self, chunk: list[bytes], reason: str, error: BaseException | None) -> None:
         if self._spool is not None and reason in _SPOOLABLE:
@@ -533,8 +572,7 @@ class Shipper:
             else:
                 self._settle(len(chunk), "spooled")
                 if dropped:
-                    with self._lock:
-                        self._c["spool_dropped"] += dropped
+                    self._bump("spool_dropped", dropped)
                 return
         if reason == "shutdown":
             self._gave_up = True  # the deadline is (about to be) reached: stop trying the rest
@@ -543,6 +581,10 @@ class Shipper:
             self._settle(len(chunk), "failed", reason)
             if error is not None:
                 self._call_on_error(error)
+
+    def _bump(self, counter: str, n: int = 1) -> None:
+        with self._lock:
+            self._c[counter] += n
 
     def _settle(self, n: int, group: str, reason: str | None = None) -> None:
         c = self._c
@@ -575,8 +617,10 @@ class Shipper:
 
     # ------------------------------------------------------------------ one request, retried
 
-    def _post(self, chunk: list[bytes]) -> _Outcome:
+    def _post(self, chunk: list[bytes], max_retries: int | None = None) -> _Outcome:
         opts = self.options
+        if max_retries is None:
+            max_retries = opts.max_retries
         body = b"[" + b",".join(chunk) + b"]"
         headers = None
         if opts.compression == "gzip":
@@ -628,7 +672,7 @@ class Shipper:
                     self._paused_until = max(self._paused_until,
                                              _monotonic() + min(retry_after, 3600.0))
             attempt += 1
-            if attempt > opts.max_retries:
+            if attempt > max_retries:
                 self._report("retries_exhausted",
                              f"could not deliver a batch of {len(chunk)} events after "
                              f"{attempt} attempts: {error}")
@@ -671,8 +715,10 @@ class Shipper:
     # ------------------------------------------------------------------ spool
 
     def _replay_spool(self) -> None:
+        """Re-send spooled batches, oldest first, one file at a time, while delivery works."""
         spool = self._spool
-        if spool is None:
+        self._last_replay = _monotonic()
+        if spool is None or self._closed:
             return
         try:
             spool.replay(self)
