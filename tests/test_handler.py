@@ -1,0 +1,338 @@
+"""IngestHandler: event shape, extras, exceptions, dictConfig, recursion, deadlocks."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import logging.config
+import re
+import threading
+import weakref
+
+import pytest
+from conftest import TOKEN
+
+import loghandler
+from loghandler import ConfigurationError, IngestHandler, Shipper, flushing
+
+
+@pytest.fixture
+def make_logger(receiver):
+    made = []
+
+    def make(name: str = "app", **options) -> tuple[logging.Logger, IngestHandler]:
+        options.setdefault("flush_interval", 0.05)
+        options.setdefault("retry_backoff", 0.01)
+        handler = IngestHandler("ds", token=TOKEN, url=receiver.url, **options)
+        logger = logging.getLogger(f"test.{name}.{len(made)}")
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        made.append((logger, handler))
+        return logger, handler
+
+    yield make
+    for logger, handler in made:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+class TestEventShape:
+    def test_fields(self, receiver, make_logger):
+        """_time, level, message, logger and source context are all there."""
+        log, h = make_logger()
+        log.info("user %s logged in", "ada")
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ev["_time"])
+        assert ev["level"] == "info" and ev["message"] == "user ada logged in"
+        assert ev["logger"] == log.name and ev["module"] == "test_handler"
+        assert ev["function"] == "test_fields" and isinstance(ev["line"], int)
+        assert ev["file"].endswith("test_handler.py")
+        assert ev["process"] > 0 and ev["thread"] == threading.current_thread().name
+
+    def test_time_is_the_record_time_in_utc(self, receiver, make_logger):
+        """_time comes from record.created, in UTC with microseconds."""
+        log, h = make_logger()
+        rec = log.makeRecord(log.name, logging.INFO, "f.py", 1, "m", (), None)
+        rec.created = 1_700_000_000.123456
+        log.handle(rec)
+        assert h.flush(5)
+        assert receiver.events[0]["_time"] == "2023-11-14T22:13:20.123456Z"
+
+    def test_extras_at_top_level(self, receiver, make_logger):
+        """extra= fields arrive as top-level fields with their JSON types."""
+        log, h = make_logger()
+        log.warning("slow", extra={"request_id": "r1", "latency_ms": 12.5, "n": 3, "ok": True})
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert (ev["request_id"], ev["latency_ms"], ev["n"], ev["ok"]) == ("r1", 12.5, 3, True)
+        assert ev["level"] == "warning"
+
+    def test_clashing_extra_is_renamed_not_dropped(self, receiver, make_logger):
+        """An extra named like an event key survives as extra_<key>."""
+        log, h = make_logger()
+        log.info("m", extra={"level": "custom", "logger": "mine", "line": "x"})
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert ev["level"] == "info" and ev["extra_level"] == "custom"
+        assert ev["extra_logger"] == "mine" and ev["extra_line"] == "x"
+
+    def test_exception(self, receiver, make_logger):
+        """log.exception gives {type, message, stacktrace}."""
+        log, h = make_logger()
+        try:
+            raise KeyError("missing")
+        except KeyError:
+            log.exception("failed")
+        assert h.flush(5)
+        exc = receiver.events[0]["exception"]
+        assert exc["type"] == "KeyError" and exc["message"] == "'missing'"
+        assert "Traceback" in exc["stacktrace"] and 'raise KeyError("missing")' in exc["stacktrace"]
+        assert receiver.events[0]["level"] == "error"
+
+    def test_stack_info(self, receiver, make_logger):
+        """stack_info=True gives a stack field."""
+        log, h = make_logger()
+        log.info("here", stack_info=True)
+        assert h.flush(5)
+        assert "Stack (most recent call last)" in receiver.events[0]["stack"]
+
+    def test_message_formatted_at_emit(self, receiver, make_logger):
+        """Arguments changed after the call do not change the message."""
+        log, h = make_logger()
+        data = ["before"]
+        log.info("value %s", data)
+        data[0] = "after"
+        assert h.flush(5)
+        assert receiver.events[0]["message"] == "value ['before']"
+
+    def test_record_is_not_modified(self, receiver, make_logger):
+        """emit() leaves the LogRecord exactly as it was."""
+        log, h = make_logger()
+        rec = log.makeRecord(log.name, logging.INFO, "f.py", 1, "x %s", ("y",), None,
+                             extra={"k": {"a": 1}})
+        before = copy.copy(rec.__dict__)
+        h.handle(rec)
+        assert rec.__dict__ == before
+        assert h.flush(5)
+
+    def test_non_json_extras(self, receiver, make_logger):
+        """datetime, sets, objects, cycles, NaN in extras become JSON-safe values."""
+        log, h = make_logger()
+        cyc: dict = {}
+        cyc["self"] = cyc
+        log.info("m", extra={"when": datetime.date(2026, 1, 2), "tags": {"b"}, "obj": object(),
+                             "cyc": cyc, "nan": float("nan"), "nested": {"d": datetime.date(2026, 1, 3)}})
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert ev["when"] == "2026-01-02" and ev["tags"] == ["b"] and ev["nan"] is None
+        assert ev["cyc"] == {"self": "<cycle>"} and ev["nested"] == {"d": "2026-01-03"}
+        assert ev["obj"].startswith("<object object")
+
+    def test_mutable_extra_is_snapshotted(self, receiver, make_logger):
+        """A dict passed as an extra is copied at emit time."""
+        log, h = make_logger()
+        ctx = {"user": "ada"}
+        log.info("m", extra={"ctx": ctx})
+        ctx["user"] = "bob"
+        assert h.flush(5)
+        assert receiver.events[0]["ctx"] == {"user": "ada"}
+
+    def test_broken_args_still_ship(self, receiver, make_logger, capfd):
+        """A format error ships the template and args instead of a traceback storm."""
+        log, h = make_logger()
+        log.info("two %s %s", "only-one")
+        log.info("%d", "not a number")
+        assert h.flush(5)
+        assert len(receiver.events) == 2
+        assert "two %s %s" in receiver.events[0]["message"]
+        assert "formatting failed" in receiver.events[1]["message"]
+        assert "Traceback" not in capfd.readouterr().err
+
+    @pytest.mark.parametrize("msg", [42, None, b"bytes", ("a", 1), object()])
+    def test_msg_of_any_type(self, receiver, make_logger, msg):
+        """Non-string messages are shipped as their str()."""
+        log, h = make_logger()
+        log.info(msg)
+        assert h.flush(5)
+        assert receiver.events[0]["message"] == str(msg)
+
+    def test_dict_msg_contributes_keys(self, receiver, make_logger):
+        """A record whose msg is a dict (structlog via stdlib) gives its keys as fields."""
+        log, h = make_logger()
+        log.info({"event": "login", "user": "ada", "filename": "x.py", "message": "m"})
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert ev["event"] == "login" and ev["user"] == "ada"
+        assert ev["filename"] == "x.py" and ev["message"] == "m" and ev["level"] == "info"
+
+
+class TestConfiguration:
+    def test_dict_config(self, receiver):
+        """dictConfig builds the handler from plain keyword arguments."""
+        logging.config.dictConfig({
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"ingest": {
+                "class": "loghandler.IngestHandler", "level": "INFO", "dataset": "ds",
+                "token": TOKEN, "url": receiver.url, "flush_interval": 0.05,
+            }},
+            "loggers": {"dc": {"handlers": ["ingest"], "level": "DEBUG", "propagate": False}},
+        })
+        log = logging.getLogger("dc")
+        handler = log.handlers[0]
+        try:
+            log.debug("filtered by the handler level")
+            log.info("configured")
+            assert handler.flush(5)
+            assert [e["message"] for e in receiver.events] == ["configured"]
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+    def test_missing_dataset(self, receiver, monkeypatch):
+        """No dataset anywhere is a ConfigurationError naming LOGHANDLER_DATASET."""
+        monkeypatch.delenv("LOGHANDLER_DATASET", raising=False)
+        with pytest.raises(ConfigurationError, match="LOGHANDLER_DATASET"):
+            IngestHandler(token=TOKEN, url=receiver.url)
+
+    def test_dataset_from_environment(self, receiver, monkeypatch):
+        """dataset, token and url can all come from the environment."""
+        monkeypatch.setenv("LOGHANDLER_DATASET", "ds")
+        monkeypatch.setenv("LOGHANDLER_TOKEN", TOKEN)
+        monkeypatch.setenv("LOGHANDLER_URL", receiver.url)
+        h = IngestHandler(flush_interval=0.05)
+        h.handle(logging.makeLogRecord({"msg": "env", "levelno": 20, "levelname": "INFO"}))
+        assert h.flush(5)
+        assert receiver.events[0]["message"] == "env"
+        h.close()
+
+    def test_handlers_share_one_client(self, receiver):
+        """Handlers configured the same way share one Client (one connection pool)."""
+        a = IngestHandler("a", token=TOKEN, url=receiver.url)
+        b = IngestHandler("b", token=TOKEN, url=receiver.url)
+        assert a.shipper.client is b.shipper.client and a.shipper is not b.shipper
+        a.close()
+        b.close()
+
+    def test_shipper_and_options_are_exclusive(self, receiver):
+        """shipper= with other options is a ConfigurationError."""
+        s = Shipper(loghandler.Client(TOKEN, url=receiver.url), "ds")
+        with pytest.raises(ConfigurationError, match="shipper"):
+            IngestHandler("ds", shipper=s)
+        h = IngestHandler(shipper=s)
+        assert h.shipper is s
+        h.close()
+        s.close()
+
+    def test_repr_has_no_token(self, receiver):
+        """repr shows the dataset, never the token."""
+        h = IngestHandler("ds", token=TOKEN, url=receiver.url)
+        assert "ds" in repr(h) and TOKEN not in repr(h)
+        h.close()
+
+
+class TestSafety:
+    def test_own_http_logs_are_not_shipped(self, receiver):
+        """Root at DEBUG with urllib3 debug logs on: requests stay bounded, no feedback loop."""
+        root = logging.getLogger()
+        old_level, old_handlers = root.level, root.handlers[:]
+        h = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
+        root.handlers[:] = [h]
+        root.setLevel(logging.DEBUG)
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
+        # The test's own HTTP server logs each request on its own thread (that is the
+        # application's log, legitimately shipped); keep it out of this count.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        try:
+            for i in range(5):
+                logging.getLogger("app").info("event %d", i)
+                assert h.flush(5)
+            assert [e["message"] for e in receiver.events] == [f"event {i}" for i in range(5)]
+            assert len(receiver.requests) == 5
+            assert h.stats().suppressed > 0  # urllib3 did log, on the flusher thread
+        finally:
+            root.handlers[:] = old_handlers
+            root.setLevel(old_level)
+            logging.getLogger("urllib3").setLevel(logging.WARNING)
+            logging.getLogger("werkzeug").setLevel(logging.NOTSET)
+            h.close()
+
+    def test_app_urllib3_logs_are_shipped(self, receiver, make_logger):
+        """The guard is per thread: urllib3 logs of the application itself still ship."""
+        log, h = make_logger()
+        logging.getLogger("urllib3.connectionpool").addHandler(h)
+        try:
+            logging.getLogger("urllib3.connectionpool").warning("app's own request")
+            assert h.flush(5)
+            assert receiver.events[0]["logger"] == "urllib3.connectionpool"
+        finally:
+            logging.getLogger("urllib3.connectionpool").removeHandler(h)
+
+    def test_flush_under_logging_lock_does_not_deadlock(self, receiver):
+        """flush() while holding logging's module lock returns while the flusher logs."""
+        h = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
+        root = logging.getLogger()
+        root.addHandler(h)
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
+        try:
+            for i in range(50):
+                logging.getLogger("busy").warning("e %d", i)
+            done = threading.Event()
+
+            def under_lock() -> None:
+                with logging._lock:  # what dictConfig and _clearExistingHandlers hold
+                    h.flush()
+                    logging.shutdown([weakref.ref(h)])  # as _clearExistingHandlers does
+                done.set()
+
+            t = threading.Thread(target=under_lock)
+            t.start()
+            assert done.wait(10), "flush/close under logging's lock deadlocked"
+            st = h.stats()
+            assert st.submitted == 50
+        finally:
+            root.removeHandler(h)
+            logging.getLogger("urllib3").setLevel(logging.WARNING)
+            h.close()
+
+    def test_emit_never_raises(self, receiver, make_logger, capfd):
+        """An extra whose repr raises still ships; nothing reaches the caller."""
+        class Evil:
+            def __repr__(self) -> str:
+                raise RuntimeError("no repr")
+
+        log, h = make_logger()
+        log.info("m", extra={"evil": Evil()})
+        assert h.flush(5)
+        assert receiver.events[0]["evil"] == "<unrepresentable Evil>"
+
+
+class TestServerless:
+    def test_flushing_decorator(self, receiver, make_logger):
+        """@flushing(handler) delivers everything before the function returns."""
+        log, h = make_logger(flush_interval=60)
+
+        @flushing(h, timeout=5)
+        def invocation() -> str:
+            log.info("in lambda")
+            return "ok"
+
+        assert invocation() == "ok"
+        assert [e["message"] for e in receiver.events] == ["in lambda"]
+
+    def test_flushing_context_manager(self, receiver, make_logger):
+        """with flushing(): flushes every live shipper and reports success."""
+        log, h = make_logger(flush_interval=60)
+        with flushing(timeout=5) as f:
+            log.info("a")
+        assert f.delivered is True and len(receiver.events) == 1
+
+    def test_stats_delegates(self, receiver, make_logger):
+        """handler.stats() is the shipper's."""
+        log, h = make_logger()
+        log.info("x")
+        h.flush(5)
+        assert h.stats().delivered == 1 == h.shipper.stats().delivered

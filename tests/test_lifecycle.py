@@ -1,0 +1,154 @@
+"""Process lifecycle: exit without flush, exit with the service down, fork."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import TOKEN, closed_port_url
+
+from loghandler import Client, Shipper
+
+CHILD = textwrap.dedent("""
+    import logging, sys, time
+    import loghandler
+    url, n, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    handler = loghandler.IngestHandler("ds", token=%r, url=url, shutdown_timeout=timeout,
+                                       retry_backoff=0.05, flush_interval=60)
+    log = logging.getLogger("child")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    for i in range(n):
+        log.info("record %%d", i, extra={"i": i})
+    print(f"LAST_CALL {time.time()}", flush=True)
+    # no flush(), no close(): the exit hook must deliver
+""") % TOKEN
+
+
+def run_child(url: str, n: int, timeout: float, limit: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", CHILD, url, str(n), str(timeout)],
+                          capture_output=True, text=True, timeout=limit)
+    return proc, time.monotonic() - t0
+
+
+def last_call_to_exit(proc: subprocess.CompletedProcess, ended: float) -> float:
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAST_CALL"))
+    return ended - float(line.split()[1])
+
+
+class TestExit:
+    def test_exit_without_flush_delivers_everything(self, receiver):
+        """A process that logs 10,000 records and just exits delivers all of them."""
+        proc, _ = run_child(receiver.url, 10_000, 5.0)
+        assert proc.returncode == 0, proc.stderr
+        ids = sorted(e["i"] for e in receiver.events)
+        assert ids == list(range(10_000))
+        assert "loghandler" not in proc.stderr  # nothing to report
+
+    def test_exit_with_dead_service_is_bounded(self):
+        """Service down: exit takes at most shutdown_timeout + 1 s and says what was lost."""
+        proc, _ = run_child(closed_port_url(), 2_000, 1.0)
+        ended = time.time()
+        assert proc.returncode == 0
+        assert last_call_to_exit(proc, ended) < 1.0 + 1.0
+        lines = [x for x in proc.stderr.splitlines() if x.startswith("loghandler: at exit")]
+        assert len(lines) == 1, proc.stderr
+        assert "0 of 2000 delivered" in lines[0] and "2000" in lines[0]
+        assert TOKEN not in proc.stderr
+
+    def test_logging_shutdown_bounded_with_full_queue(self):
+        """Service down, queue full: logging.shutdown + atexit stay within shutdown_timeout."""
+        code = textwrap.dedent(f"""
+            import logging, time
+            import loghandler
+            h = loghandler.IngestHandler("ds", token={TOKEN!r}, url={closed_port_url()!r},
+                                         shutdown_timeout=0.5, max_queue_size=100)
+            logging.getLogger().addHandler(h)
+            for i in range(1000):
+                logging.getLogger().warning("x")
+            t = time.monotonic()
+            logging.shutdown()
+            print("took", time.monotonic() - t)
+            st = h.stats()
+            print("stats", st.submitted, st.dropped_queue_full, st.dropped_shutdown, st.queued)
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=30)
+        took = float(proc.stdout.split("took")[1].split()[0])
+        assert took < 1.5
+        submitted, full, shutdown, queued = map(int, proc.stdout.split("stats")[1].split())
+        assert (submitted, full, shutdown, queued) == (1000, 900, 100, 0)
+
+    def test_event_logged_in_a_later_exit_hook_is_delivered(self, receiver):
+        """A record logged by an atexit hook that runs before ours still ships."""
+        code = textwrap.dedent(f"""
+            import atexit, logging
+            import loghandler
+            h = loghandler.IngestHandler("ds", token={TOKEN!r}, url={receiver.url!r},
+                                         flush_interval=60)
+            logging.getLogger().addHandler(h)
+            atexit.register(lambda: logging.getLogger().warning("from atexit"))
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert [e["message"] for e in receiver.events] == ["from atexit"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+class TestFork:
+    def test_child_and_parent_both_deliver_no_duplicates(self, receiver):
+        """After fork the child has a fresh queue and thread; nothing is sent twice."""
+        s = Shipper(Client(TOKEN, url=receiver.url), "ds", flush_interval=60)
+        for i in range(100):
+            s.submit({"who": "parent-before", "i": i})
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            ok = False
+            try:
+                os.close(r)
+                assert s.stats().queued == 0  # the parent's events stay the parent's
+                for i in range(10):
+                    s.submit({"who": "child", "i": i})
+                ok = s.flush(5) and s.stats().delivered == 10
+            finally:
+                os.write(w, b"1" if ok else b"0")
+                os._exit(0)
+        os.close(w)
+        child_ok = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        for i in range(5):
+            s.submit({"who": "parent-after", "i": i})
+        assert s.flush(5)
+        assert child_ok == b"1"
+        who = [e["who"] for e in receiver.events]
+        assert who.count("parent-before") == 100 and who.count("child") == 10
+        assert who.count("parent-after") == 5 and len(who) == 115
+        s.close()
+
+    def test_child_delivers_after_fork_from_a_busy_parent(self, receiver):
+        """A fork while the parent's flusher runs leaves the child able to ship."""
+        s = Shipper(Client(TOKEN, url=receiver.url), "ds", flush_interval=0.01, batch_size=10)
+        for i in range(500):
+            s.submit({"who": "parent", "i": i})
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s.submit({"who": "child"})
+                code = 0 if s.flush(5) else 1
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert s.flush(5)
+        who = [e["who"] for e in receiver.events]
+        assert who.count("child") == 1 and who.count("parent") == 500
+        s.close()
