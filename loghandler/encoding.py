@@ -24,11 +24,12 @@ import json
 import math
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["dumps", "encode", "json_default", "to_jsonable"]
 
-_PRIMITIVES = (str, int, bool, type(None))
+_PRIMITIVES = (str, bool, type(None))
 _MAX_DEPTH = 64
 
 
@@ -47,6 +48,16 @@ def _repr(value: Any) -> str:
         return f"<unrepresentable {type(value).__name__}>"
 
 
+def _int(value: int) -> int | str:
+    # Python refuses to print ints of more than 4300 digits (sys.set_int_max_str_digits), and
+    # no service would parse one: name it instead of failing the whole event.
+    try:
+        int.__repr__(value)
+    except ValueError:
+        return f"<int of {value.bit_length()} bits>"
+    return int(value)
+
+
 def json_default(obj: Any) -> Any:
     """``default=`` hook for json/orjson: one level of conversion; never raises."""
     try:
@@ -58,12 +69,24 @@ def json_default(obj: Any) -> Any:
             return str(obj)
         if isinstance(obj, (bytes, bytearray, memoryview)):
             return _bytes(obj)
-        if isinstance(obj, (set, frozenset, deque)):
-            return list(obj)
         if isinstance(obj, enum.Enum):
             return obj.value
+        # Subclasses the stdlib encoder takes as their base type but orjson hands to us
+        # (namedtuple, float subclasses): same answer on both paths.
+        if isinstance(obj, (set, frozenset, deque, tuple, list)):
+            return list(obj)
+        if isinstance(obj, float):
+            return _float(float(obj))
+        if isinstance(obj, int):
+            return _int(obj)
+        if isinstance(obj, str):
+            return str.__str__(obj)
+        if isinstance(obj, dict):
+            return dict(obj)
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Mapping):
+            return dict(obj.items())
     except Exception:
         pass
     return _repr(obj)
@@ -78,14 +101,19 @@ def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> A
         return value
     if t is float:
         return _float(value)
+    if t is int:
+        return _int(value)
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value, _depth + 1, _seen)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)
+        return _int(value)
     if isinstance(value, float):
         return _float(float(value))
     if isinstance(value, str):
-        return to_jsonable(str(value))
+        # str.__str__: a subclass (a str Enum, a markup type) may override __str__.
+        return to_jsonable(str.__str__(value))
     if _depth >= _MAX_DEPTH:
         return _repr_short(value)
     if _seen is None:
@@ -128,7 +156,9 @@ def _key(key: Any) -> str:
     if key is None or isinstance(key, bool):
         return json.dumps(key)
     if isinstance(key, enum.Enum):
-        return str(key.value)
+        return _key(key.value)
+    if isinstance(key, int):
+        return str(_int(key))
     try:
         return to_jsonable(str(key))
     except Exception:
@@ -164,8 +194,12 @@ try:  # the optional accelerator: loghandler[fast]
 
     # orjson turns NaN into null by itself and refuses what the stdlib path also cannot carry
     # (non-str keys, lone surrogates, ints over 64 bits, cycles): those take the exact fallback.
+    # Datetimes and dataclasses go through json_default too: orjson's own rules differ from
+    # isoformat() (offsets with seconds) and from dataclasses.fields() (init=False fields).
+    _ORJSON_OPTIONS = _orjson.OPT_PASSTHROUGH_DATETIME | _orjson.OPT_PASSTHROUGH_DATACLASS
+
     def _encode_fast(value: Any) -> bytes:
-        return _orjson_dumps(value, default=json_default)
+        return _orjson_dumps(value, default=json_default, option=_ORJSON_OPTIONS)
 
     HAVE_ORJSON = True
 except ImportError:  # pragma: no cover - depends on the environment
@@ -188,3 +222,12 @@ def encode(value: Any, *, fast: bool = True) -> bytes:
 def dumps(value: Any) -> str:
     """``encode`` as text."""
     return encode(value).decode("utf-8")
+
+
+def encode_many(values: list[Any]) -> bytes | None:
+    """A JSON array of ``values`` in one call (the flusher's fast path), or None when some
+    value needs the exact per-value fallback of ``encode``."""
+    try:
+        return _encode_fast(values)
+    except Exception:
+        return None

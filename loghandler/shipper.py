@@ -114,6 +114,44 @@ class _Outcome:
         self.error = error  # retries_exhausted | shutdown
 
 
+class _Chunk:
+    """Events on their way: dicts encoded as one body (the fast path), or encoded one by one.
+
+    Encoding a whole batch in one call is several times cheaper than event by event; the
+    per-event form is needed only to cut by bytes, to split (413 / 400) and to spool.
+    """
+
+    __slots__ = ("_body", "events", "parts")
+
+    def __init__(self, events: list[dict[str, Any]] | None = None,
+                 parts: list[bytes] | None = None, body: bytes | None = None) -> None:
+        self.events = events
+        self.parts = parts
+        self._body = body
+
+    def __len__(self) -> int:
+        return len(self.parts) if self.parts is not None else len(self.events or ())
+
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = b"[" + b",".join(self.as_parts()) + b"]"
+        return self._body
+
+    def as_parts(self) -> list[bytes]:
+        if self.parts is None:
+            encode = encoding.encode
+            self.parts = [encode(e) for e in self.events or ()]
+        return self.parts
+
+    def halves(self) -> tuple[_Chunk, _Chunk]:
+        if self.events is not None:
+            mid = len(self.events) // 2
+            return _Chunk(self.events[:mid]), _Chunk(self.events[mid:])
+        parts = self.as_parts()
+        mid = len(parts) // 2
+        return _Chunk(parts=parts[:mid]), _Chunk(parts=parts[mid:])
+
+
 class Shipper:
     """Queue events and ship them in the background to one dataset.
 
@@ -453,17 +491,16 @@ class Shipper:
                 self._deliver(batch)
         finally:
             if carry:  # only when the close deadline cut the loop short
-                self._fail(carry, "shutdown", None)
+                self._fail(_Chunk(parts=carry), "shutdown", None)
 
-    def _take_batch(self, carry: list[bytes], partial: bool) -> list[bytes] | None:
+    def _take_batch(self, carry: list[bytes], partial: bool) -> _Chunk | None:
         """Cut the next batch: up to ``batch_size`` events and ``max_batch_bytes`` encoded bytes.
 
         ``carry`` holds encoded events already taken from the queue (in flight) that did not fit
         in the previous batch; they go first.
         """
         max_n = self._max_batch
-        limit = self._max_batch_bytes - 2  # the brackets
-        encode = encoding.encode
+        limit = self._max_batch_bytes
         while True:
             with self._lock:
                 q = self._queue
@@ -473,20 +510,31 @@ class Shipper:
                     if not partial and len(q) < max_n and self._queue_bytes < limit:
                         return None
                 take = min(max_n - len(carry), len(q))
-                items = []
+                events: list[dict[str, Any]] = []
                 if take > 0:
                     if self._inflight == 0:
                         self._inflight_first = self._enq_seq - len(q) + 1
-                    items = [q.popleft() for _ in range(take)]
-                    self._queue_bytes -= sum(size for _, size in items)
+                    popleft = q.popleft
+                    taken = 0
+                    for _ in range(take):
+                        event, size = popleft()
+                        events.append(event)
+                        taken += size
+                    self._queue_bytes -= taken
                     self._inflight += take
                     if self._overflow == "block":
                         self._space.notify_all()
+            if not carry:
+                body = encoding.encode_many(events)
+                if body is not None and len(body) <= limit:
+                    return _Chunk(events, body=body)
+            # Too big for one request, or a value the fast path refused: event by event.
             parts = carry[:]
             carry.clear()
-            parts.extend(encode(event) for event, _ in items)
+            encode = encoding.encode
+            parts.extend(encode(event) for event in events)
             batch: list[bytes] = []
-            total = 0
+            total = 2  # the brackets
             for i, part in enumerate(parts):
                 size = len(part) + (1 if batch else 0)
                 if total + size > limit:
@@ -500,9 +548,9 @@ class Shipper:
                 batch.append(part)
                 total += size
             if batch:
-                return batch
+                return _Chunk(parts=batch)
 
-    def _deliver(self, batch: list[bytes]) -> None:
+    def _deliver(self, batch: _Chunk) -> None:
         # A stack of sub-batches, first half on top: 413 splits, 400 bisects to the bad events.
         stack = [batch]
         while stack:
@@ -513,9 +561,9 @@ class Shipper:
                 self._settle(len(chunk), "delivered")
                 self._recovered()
             elif kind in ("split", "rejected") and len(chunk) > 1:
-                mid = len(chunk) // 2
-                stack.append(chunk[mid:])
-                stack.append(chunk[:mid])
+                first, second = chunk.halves()
+                stack.append(second)
+                stack.append(first)
             elif kind in ("split", "rejected"):
                 if kind == "split":
                     self._settle(1, "dropped", "too_large")
@@ -542,7 +590,7 @@ class Shipper:
         Returns what is still undelivered (empty when done). Events the service refuses for
         good (400 / 413 down to one event) are counted in ``replay_rejected`` and not returned.
         """
-        stack = [parts]
+        stack = [_Chunk(parts=parts)]
         while stack:
             chunk = stack.pop()
             outcome = self._post(chunk, max_retries=0)
@@ -551,21 +599,21 @@ class Shipper:
                 self._bump("replayed", len(chunk))
                 self._recovered()
             elif kind in ("split", "rejected") and len(chunk) > 1:
-                mid = len(chunk) // 2
-                stack.append(chunk[mid:])
-                stack.append(chunk[:mid])
+                first, second = chunk.halves()
+                stack.append(second)
+                stack.append(first)
             elif kind in ("split", "rejected", "client_error"):
                 self._bump("replay_rejected", len(chunk))
                 self._single_refused(kind, outcome.error)
             else:
                 remaining = [chunk, *reversed(stack)]
-                return [part for c in remaining for part in c]
+                return [part for c in remaining for part in c.as_parts()]
         return []
 
-    def _fail(self, chunk: list[bytes], reason: str, error: BaseException | None) -> None:
+    def _fail(self, chunk: _Chunk, reason: str, error: BaseException | None) -> None:
         if self._spool is not None and reason in _SPOOLABLE:
             try:
-                dropped = self._spool.write(chunk)
+                dropped = self._spool.write(chunk.as_parts())
             except Exception as exc:
                 self._report("spool_write", f"could not write to the spool: {exc}")
                 self._call_on_error(exc)
@@ -609,19 +657,15 @@ class Shipper:
                     self._inflight_first = self._enq_seq - len(items) + 1
                 self._inflight += len(items)
         if items:
-            parts = [encoding.encode(e) for e, _ in items] if self._spool is not None else []
-            if self._spool is not None:
-                self._fail(parts, "shutdown", None)
-            else:
-                self._settle(len(items), "dropped", "shutdown")
+            self._fail(_Chunk([e for e, _ in items]), "shutdown", None)
 
     # ------------------------------------------------------------------ one request, retried
 
-    def _post(self, chunk: list[bytes], max_retries: int | None = None) -> _Outcome:
+    def _post(self, chunk: _Chunk, max_retries: int | None = None) -> _Outcome:
         opts = self.options
         if max_retries is None:
             max_retries = opts.max_retries
-        body = b"[" + b",".join(chunk) + b"]"
+        body = chunk.body()
         headers = None
         if opts.compression == "gzip":
             comp = zlib.compressobj(opts.compression_level, zlib.DEFLATED, 31)
