@@ -124,7 +124,8 @@ class TestEventShape:
         cyc: dict = {}
         cyc["self"] = cyc
         log.info("m", extra={"when": datetime.date(2026, 1, 2), "tags": {"b"}, "obj": object(),
-                             "cyc": cyc, "nan": float("nan"), "nested": {"d": datetime.date(2026, 1, 3)}})
+                             "cyc": cyc, "nan": float("nan"),
+                             "nested": {"d": datetime.date(2026, 1, 3)}})
         assert h.flush(5)
         ev = receiver.events[0]
         assert ev["when"] == "2026-01-02" and ev["tags"] == ["b"] and ev["nan"] is None
@@ -262,7 +263,7 @@ class TestSafety:
 
     def test_app_urllib3_logs_are_shipped(self, receiver, make_logger):
         """The guard is per thread: urllib3 logs of the application itself still ship."""
-        log, h = make_logger()
+        _log, h = make_logger()
         logging.getLogger("urllib3.connectionpool").addHandler(h)
         try:
             logging.getLogger("urllib3.connectionpool").warning("app's own request")
@@ -325,7 +326,7 @@ class TestServerless:
 
     def test_flushing_context_manager(self, receiver, make_logger):
         """with flushing(): flushes every live shipper and reports success."""
-        log, h = make_logger(flush_interval=60)
+        log, _h = make_logger(flush_interval=60)
         with flushing(timeout=5) as f:
             log.info("a")
         assert f.delivered is True and len(receiver.events) == 1

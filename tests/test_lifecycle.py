@@ -29,7 +29,8 @@ CHILD = textwrap.dedent("""
 """) % TOKEN
 
 
-def run_child(url: str, n: int, timeout: float, limit: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+def run_child(url: str, n: int, timeout: float,
+              limit: float = 60) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", CHILD, url, str(n), str(timeout)],
                           capture_output=True, text=True, timeout=limit)
