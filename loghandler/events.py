@@ -16,21 +16,23 @@ from .encoding import to_jsonable
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 # Seconds-resolution prefix of the last timestamp formatted: most records in a burst share it.
-_time_cache: tuple[int, str] = (-1, "")
+# A list, updated in place, so the hot path needs no ``global`` and a racing thread at worst
+# formats the same second again.
+_time_cache: list[Any] = [-1, ""]
+_strftime = time.strftime
+_gmtime = time.gmtime
 
 
 def rfc3339(created: float) -> str:
     """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``."""
-    global _time_cache
     sec = int(created)
-    cached_sec, prefix = _time_cache
-    if sec != cached_sec:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        _time_cache = (sec, prefix)
-    micros = int((created - sec) * 1_000_000)
-    if micros > 999_999:
-        micros = 999_999
-    return f"{prefix}.{micros:06d}Z"
+    cache = _time_cache
+    if sec != cache[0]:
+        prefix = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec))
+        cache[1] = prefix
+        cache[0] = sec
+        return "%s.%06dZ" % (prefix, (created - sec) * 1e6)
+    return "%s.%06dZ" % (cache[1], (created - sec) * 1e6)
 
 
 def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:

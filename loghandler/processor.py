@@ -6,7 +6,10 @@ whatever structlog version the application has, and ``import loghandler`` stays 
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .client import Client
@@ -16,68 +19,164 @@ from .shipper import Shipper, Stats, make_shipper
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
 _BASE_SIZE = 400
+_UTC = _dt.timezone.utc
+# structlog method names that are not level names (structlog's own add_log_level maps the first
+# two the same way; "msg" is the info-level method of PrintLogger and friends).
+_METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
+# Keys that steer a processing step and carry no data of their own: ``exc_info`` becomes the
+# ``exception`` object; the other two are the bookkeeping ProcessorFormatter adds to its copy.
+_NOT_FIELDS = frozenset({"exc_info", "_record", "_from_structlog"})
 
 
-def event_dict_to_event(method_name: str, event_dict: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """A JSON-safe copy of a structlog event dict, with ``_time`` and ``level`` when absent."""
+def event_dict_to_event(
+    method_name: str, event_dict: Mapping[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """A JSON-safe copy of a structlog event dict and its rough size.
+
+    The keys are kept as they are; ``_time`` (from ``timestamp``, else now) and ``level`` (from
+    the method name) are added when absent, and an ``exc_info`` that no processor rendered
+    becomes the ``exception`` object ``{type, message, stacktrace}``.
+    """
     event: dict[str, Any] = {}
     exc = event_dict.get("exc_info")
-    items = event_dict.items() if exc is None else (
-        (k, v) for k, v in event_dict.items() if k != "exc_info")
+    if _NOT_FIELDS.isdisjoint(event_dict):
+        items: Any = event_dict.items()
+    else:
+        items = ((k, v) for k, v in event_dict.items() if k not in _NOT_FIELDS)
     size = _BASE_SIZE + add_fields(event, items)
     if "_time" not in event:
-        event["_time"] = _time_from(event_dict.get("timestamp"))
+        event["_time"] = time_from(event_dict.get("timestamp"))
     if "level" not in event:
-        event["level"] = "warning" if method_name == "warn" else method_name
-    if exc and "exception" not in event:
-        info = exception_fields(exc)
+        name = method_name if type(method_name) is str else str(method_name)
+        event["level"] = _METHOD_LEVELS.get(name, name)
+    if exc:
+        info = exception_fields(exc) if "exception" not in event else None
         if info:
             event["exception"] = info
             size += len(info["stacktrace"])
+        elif exc is not True and not isinstance(exc, (tuple, BaseException)):
+            # Not something we understand: ship it as it came rather than lose it.
+            size += add_fields(event, (("exc_info", exc),))
     return event, size
 
 
-def _time_from(timestamp: Any) -> str:
-    if isinstance(timestamp, str) and timestamp:
-        return timestamp
-    if isinstance(timestamp, (int, float)) and not isinstance(timestamp, bool):
-        return rfc3339(float(timestamp))
+def time_from(timestamp: Any) -> str:
+    """``_time`` for a structlog ``timestamp`` value: RFC 3339 UTC with microseconds.
+
+    - an ISO 8601 string with ``Z`` or an offset (``TimeStamper(fmt="iso")``) is converted to
+      UTC; one already in the exact form ``...T..:..:..ffffffZ`` is kept as it is;
+    - a number is seconds since the epoch (``TimeStamper()`` with no ``fmt``); a number too large
+      to be seconds (over 1e11, i.e. past the year 5000) is taken as milliseconds;
+    - an aware ``datetime`` is converted to UTC;
+    - anything else -- a naive ISO string (``TimeStamper(utc=False)`` writes local time with no
+      offset), a custom ``strftime`` format, a missing timestamp -- gives *now*: the processor
+      runs right after the stamper, so that is the same instant, without guessing a time zone.
+      The ``timestamp`` field itself is always shipped unchanged.
+    """
+    t = type(timestamp)
+    if t is str:
+        if (len(timestamp) == 27 and timestamp[26] == "Z" and timestamp[10] == "T"
+                and timestamp[19] == "."):
+            return timestamp
+        parsed = _parse_iso(timestamp)
+        if parsed is not None:
+            return parsed
+    elif (t is float or t is int) and math.isfinite(timestamp):
+        seconds = float(timestamp)
+        if abs(seconds) > 1e11:
+            seconds /= 1000.0
+        try:
+            return _format(_dt.datetime.fromtimestamp(seconds, _UTC))
+        except (OverflowError, OSError, ValueError):
+            pass
+    elif isinstance(timestamp, _dt.datetime) and timestamp.utcoffset() is not None:
+        try:
+            return _format(timestamp)
+        except (OverflowError, ValueError):
+            pass
     return rfc3339(time.time())
+
+
+def _parse_iso(text: str) -> str | None:
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"  # Python 3.10's fromisoformat does not read "Z"
+    try:
+        parsed = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.utcoffset() is None:
+        return None
+    try:
+        return _format(parsed)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _format(moment: _dt.datetime) -> str:
+    # isoformat is several times faster than strftime; "+00:00" becomes "Z".
+    return moment.astimezone(_UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 class IngestProcessor:
     """A structlog processor: ships a JSON-safe copy of the event and returns it unchanged.
 
     ``IngestProcessor(dataset=None, *, client=None, shipper=None, **options)`` takes the same
-    options as ``IngestHandler``. Place it anywhere before the renderer.
+    arguments as ``IngestHandler``: a dataset (or ``LOGHANDLER_DATASET``), then a ``Client``, a
+    ``Shipper`` to share, or Client arguments (``token``, ``url``, ...) and shipping options.
+
+    Place it anywhere before the renderer; it never changes the event dict and never raises
+    into the chain. An event it cannot read (the processor placed after a renderer, so it gets
+    a string) is counted in ``stats().dropped_invalid``.
     """
 
-    __slots__ = ("_put", "shipper")
+    __slots__ = ("_owns_shipper", "_put", "shipper")
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self.shipper = make_shipper(dataset, client, shipper, options)
+        self._owns_shipper = shipper is None
         self._put = self.shipper._put
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
-            event, size = event_dict_to_event(method_name, event_dict)
-            self._put(event, size)
+            if isinstance(event_dict, Mapping):
+                event, size = event_dict_to_event(method_name, event_dict)
+                self._put(event, size)
+            else:
+                self.shipper._count_dropped("invalid")
         except Exception:
-            pass  # never break the application's logging chain
+            try:
+                self.shipper._count_dropped("invalid")
+            except Exception:
+                pass  # never break the application's logging chain
         return event_dict
 
     def __repr__(self) -> str:
         return f"<IngestProcessor dataset={self.shipper.dataset!r}>"
 
     def flush(self, timeout: float | None = None) -> bool:
-        """See ``Shipper.flush``."""
+        """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).
+
+        True when everything queued at the call was delivered.
+        """
         return self.shipper.flush(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """See ``Shipper.close``."""
-        self.shipper.close(timeout)
+        """Flush and stop the shipper (bounded by ``timeout``); idempotent.
+
+        A shipper passed in with ``shipper=`` belongs to the caller: it is only flushed.
+        """
+        if self._owns_shipper:
+            self.shipper.close(timeout)
+        else:
+            self.shipper.flush(timeout)
 
     def stats(self) -> Stats:
-        """See ``Shipper.stats``."""
+        """The shipper's counters (see ``Shipper.stats``)."""
         return self.shipper.stats()
+
+    def __enter__(self) -> IngestProcessor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
