@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from .client import Client
@@ -11,8 +12,12 @@ from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
 
 __all__ = ["IngestHandler", "record_to_event"]
 
+_LogRecord = logging.LogRecord
+_INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
+_N_INIT = len(_INIT_KEYS)
+_LAST_INIT_KEY = _INIT_KEYS[-1]
 # Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+_STANDARD = frozenset(_INIT_KEYS) | {
     "message", "asctime", "taskName",
     # set by structlog's ProcessorFormatter.wrap_for_formatter / by formatters
     "_logger", "_name", "_from_structlog", "_record",
@@ -74,7 +79,19 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
             elif exc is not True and not isinstance(exc, (tuple, BaseException)):
                 size += add_fields(event, (("exc_info", exc),))
     else:
-        message = _message(record)
+        if type(record) is _LogRecord:
+            # LogRecord.getMessage() inlined: this runs for every record on the caller's thread.
+            message = msg if type(msg) is str else None
+            args = record.args
+            if message is None or args:
+                try:
+                    message = str(msg) if message is None else message
+                    if args:
+                        message = message % args
+                except Exception:
+                    message = _message(record)
+        else:
+            message = _message(record)  # a subclass may have its own getMessage()
         event = {
             "_time": rfc3339(record.created),
             "level": level,
@@ -88,9 +105,15 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
             "thread": record.threadName,
         }
         size = _BASE_SIZE + len(message)
-    extra = d.keys() - _STANDARD
-    if extra:
-        size += add_fields(event, ((k, d[k]) for k in d if k in extra), RESERVED)
+    if len(d) > _N_INIT:
+        keys = list(d)
+        if keys[_N_INIT - 1] == _LAST_INIT_KEY:
+            # makeRecord() adds extras after __init__'s attributes: only the tail can hold them.
+            extra = [(k, d[k]) for k in keys[_N_INIT:] if k not in _STANDARD]
+        else:  # an unusual record (custom factory): look at every key
+            extra = [(k, d[k]) for k in keys if k not in _STANDARD]
+        if extra:
+            size += add_fields(event, extra, RESERVED)
     if record.exc_info and "exception" not in event:
         info = exception_fields(record.exc_info, record.exc_text)
         if info:
@@ -136,12 +159,18 @@ class IngestHandler(logging.Handler):
         if _get_ident() in _SENDERS:
             self.shipper._c["suppressed"] += 1
             return False
-        rv = self.filter(record)
-        if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a new record
-            record = rv
-        if rv:
-            self.emit(record)
-        return rv
+        if self.filters:
+            rv = self.filter(record)
+            if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
+                record = rv
+            if not rv:
+                return rv
+        try:
+            event, size = record_to_event(record)
+            self._put(event, size)
+        except Exception:
+            self.handleError(record)
+        return record if sys.version_info >= (3, 12) else True
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

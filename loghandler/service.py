@@ -1,0 +1,523 @@
+"""The local service: the three endpoints of the real one, on loopback, standard library only.
+
+``POST /v1/datasets/{name}/ingest``, ``GET /v2/views`` and ``PUT /v2/views/{id}`` over
+``http.server`` (one thread per connection, HTTP/1.1 keep-alive) with events and views in SQLite.
+It answers bad input the way a careful service would: every error is a JSON object, and nothing
+from a rejected request is stored. Used by ``loghandler serve`` and ``loghandler.testing``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import socket
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "VIEW_FIELDS",
+    "RequestRecord",
+    "Server",
+    "Store",
+    "make_server",
+    "validate_view",
+]
+
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+# A body over the limit is read and thrown away up to this size, so the client (still sending)
+# reads our 413 instead of a connection reset; beyond it we answer and close.
+_DRAIN_LIMIT = 64 * 1024 * 1024
+_CHUNK = 64 * 1024
+
+# The six fields of a view and the JSON type each must have.
+VIEW_FIELDS: dict[str, type] = {
+    "aplQuery": str,
+    "datasets": list,
+    "description": str,
+    "name": str,
+    "sharedByOrg": str,
+    "sharedByOrgName": str,
+}
+
+_VIEW_DEFAULTS: dict[str, Any] = {name: [] if kind is list else "" for name, kind in
+                                  VIEW_FIELDS.items()}
+
+_INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
+_VIEW = re.compile(r"^/v2/views/([^/]+)$")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the service answered (for assertions and the ``serve`` log)."""
+
+    method: str
+    path: str
+    status: int
+    dataset: str | None = None
+    events: int = 0
+    error: str | None = None
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def validate_view(data: Any) -> dict[str, Any]:
+    """The six view fields of a PUT body, type-checked; ``HttpError(400)`` naming the problem."""
+    if not isinstance(data, dict):
+        raise HttpError(400, f"the body must be a JSON object (a view), not {_kind(data)}")
+    missing = [name for name in VIEW_FIELDS if name not in data]
+    if missing:
+        raise HttpError(400, f"missing view field(s): {', '.join(missing)}; all six of "
+                             f"{', '.join(VIEW_FIELDS)} are required")
+    view: dict[str, Any] = {}
+    for name, kind in VIEW_FIELDS.items():
+        value = data[name]
+        if not isinstance(value, kind):
+            expected = "an array of strings" if kind is list else "a string"
+            raise HttpError(400, f"field {name} must be {expected}, not {_kind(value)}")
+        if kind is list and not all(isinstance(item, str) for item in value):
+            raise HttpError(400, f"field {name} must be an array of strings")
+        view[name] = value
+    return view
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class Store:
+    """Events and views in SQLite: one connection shared by the handler threads, under a lock.
+
+    Each accepted ingest body is stored as one row (the validated JSON array), so an ingest is
+    one insert whatever its size; ``events()`` expands the rows in arrival order.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path or ":memory:", check_same_thread=False,
+                                   isolation_level=None)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        with self._lock:
+            if path:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript("""
+                CREATE TABLE IF NOT EXISTS batches (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    dataset TEXT NOT NULL, count INTEGER NOT NULL, body BLOB NOT NULL);
+                CREATE INDEX IF NOT EXISTS batches_dataset ON batches (dataset, seq);
+                CREATE TABLE IF NOT EXISTS views (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+            """)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------------ events
+
+    def add_events(self, dataset: str, body: bytes, count: int) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO batches (dataset, count, body) VALUES (?, ?, ?)",
+                             (dataset, count, body))
+            self._changed.notify_all()
+
+    def events(self, dataset: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body FROM batches WHERE dataset = ? ORDER BY seq", (dataset,)
+            ).fetchall()
+        out: list[dict[str, Any]] = []
+        for (body,) in rows:
+            out.extend(json.loads(body))
+        return out
+
+    def count(self, dataset: str) -> int:
+        with self._lock:
+            return self._count_locked(dataset)
+
+    def _count_locked(self, dataset: str) -> int:
+        row = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM batches WHERE dataset = ?",
+                               (dataset,)).fetchone()
+        return int(row[0])
+
+    def datasets(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT dataset, SUM(count) FROM batches GROUP BY dataset ORDER BY MIN(seq)"
+            ).fetchall()
+        return {name: int(n) for name, n in rows}
+
+    def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
+        """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._count_locked(dataset) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    def clear_events(self) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM batches")
+
+    # ------------------------------------------------------------------ views
+
+    def views(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT id, body FROM views ORDER BY seq").fetchall()
+        return [{"id": view_id, **json.loads(body)} for view_id, body in rows]
+
+    def put_view(self, view_id: str, view: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace a stored view; None when there is no view with this id."""
+        with self._lock:
+            cur = self._db.execute("UPDATE views SET body = ? WHERE id = ?",
+                                   (json.dumps(view), view_id))
+            if cur.rowcount == 0:
+                return None
+        return {"id": view_id, **view}
+
+    def seed_views(self, views: Iterable[dict[str, Any]]) -> None:
+        """Add views (service JSON, six fields, ``id`` optional) that are not stored yet.
+
+        A view with an id already stored, or without an id but with a stored view's name, is
+        left alone: with ``--db FILE`` the stored (maybe updated) view wins over the seed.
+        """
+        with self._lock:
+            for data in views:
+                # Seeds may leave fields out (tests rarely care about all six); types still count.
+                view = validate_view({**_VIEW_DEFAULTS, **data})
+                view_id = data.get("id")
+                if view_id is None:
+                    names = {json.loads(b)["name"] for (b,) in
+                             self._db.execute("SELECT body FROM views")}
+                    if view["name"] in names:
+                        continue
+                    view_id = self._next_id_locked()
+                self._db.execute("INSERT OR IGNORE INTO views (id, body) VALUES (?, ?)",
+                                 (str(view_id), json.dumps(view)))
+
+    def _next_id_locked(self) -> str:
+        ids = {row[0] for row in self._db.execute("SELECT id FROM views")}
+        n = len(ids) + 1
+        while str(n) in ids:
+            n += 1
+        return str(n)
+
+
+class Server(ThreadingHTTPServer):
+    """The HTTP server: settings and the store live here, the handler reads them per request."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Store,
+        tokens: Sequence[str],
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        on_request: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        if not tokens or any(not isinstance(t, str) or not t for t in tokens):
+            raise ValueError("the local service needs at least one non-empty token")
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or (
+            max_body_bytes < 1
+        ):
+            raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.store = store
+        self._tokens = [t.encode() for t in tokens]
+        self.max_body_bytes = max_body_bytes
+        self.on_request = on_request
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    # Keep-alive connections outlive serve_forever(): track them so that closing the server
+    # also ends them, instead of leaving threads that answer from a closed store.
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._open_lock:
+            conns = list(self._open)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-request is normal; only print what is a real bug.
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, sqlite3.ProgrammingError)):
+            return
+        super().handle_error(request, client_address)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"http://{host}:{port}"
+
+    def token_ok(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        given = header[7:].strip().encode()
+        ok = False
+        for token in self._tokens:  # every token compared, in constant time
+            ok |= hmac.compare_digest(given, token)
+        return ok
+
+
+def make_server(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    tokens: Sequence[str],
+    db: str | None = None,
+    views: Iterable[dict[str, Any]] | None = None,
+    max_body_bytes: int | None = None,
+    on_request: Callable[[RequestRecord], None] | None = None,
+) -> Server:
+    """A bound (not yet serving) local service; call ``serve_forever()`` on it."""
+    store = Store(db)
+    try:
+        if views:
+            store.seed_views(views)
+        return Server((host, port), store, tokens,
+                      max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                      on_request=on_request)
+    except BaseException:
+        store.close()
+        raise
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"  # keep-alive: clients reuse their connection
+    disable_nagle_algorithm = True  # headers and body go in two writes; no 40 ms stall
+    timeout = 60  # a client that stops sending mid-body does not hold a thread forever
+    server_version = "loghandler-local"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the per-request line is ours (on_request), not http.server's
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # http.server's own errors (bad request line, unknown method) are HTML; ours are JSON.
+        self.close_connection = True
+        try:
+            self._send_json(code, {"error": message or self.responses.get(code, ("",))[0]})
+        except OSError:
+            pass
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def _handle(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        dataset: str | None = None
+        count = 0
+        error: str | None = None
+        try:
+            length = self._content_length(method)
+            if not self.server.token_ok(self.headers.get("Authorization")):
+                self._discard(length)
+                raise HttpError(403, "authentication failed: send Authorization: Bearer <token> "
+                                     "with a token this service accepts")
+            m = _INGEST.match(path)
+            if m:
+                dataset = unquote(m.group(1))
+                self._allow(method, "POST", length)
+                count, answer = self._ingest(dataset, length)
+                status = 200
+            elif path == "/v2/views":
+                self._allow(method, "GET", length)
+                self._discard(length)
+                status, answer = 200, self.server.store.views()
+            elif (m := _VIEW.match(path)) is not None:
+                self._allow(method, "PUT", length)
+                status, answer = 200, self._put_view(unquote(m.group(1)), length)
+            else:
+                self._discard(length)
+                raise HttpError(404, f"no such endpoint: {method} {path}")
+        except HttpError as exc:
+            status, answer, error = exc.status, {"error": exc.message}, exc.message
+        # Recorded before answering: when a client has its answer, the record is there.
+        on_request = self.server.on_request
+        if on_request is not None:
+            try:
+                on_request(RequestRecord(method, path, status, dataset, count, error))
+            except Exception:
+                pass
+        self._send_json(status, answer)
+
+    # ------------------------------------------------------------------ request body
+
+    def _content_length(self, method: str) -> int | None:
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True  # we cannot find where the body ends
+                raise HttpError(411, "send the body with a Content-Length header "
+                                     "(chunked transfer encoding is not supported)")
+            if method in ("POST", "PUT"):
+                raise HttpError(411, "a Content-Length header is required")
+            return None
+        if not raw.strip().isdigit():
+            self.close_connection = True
+            raise HttpError(400, f"bad Content-Length header {raw[:40]!r}")
+        return int(raw)
+
+    def _discard(self, length: int | None) -> None:
+        """Skip a body we will not use, so the connection stays usable."""
+        if not length:
+            return
+        if length > _DRAIN_LIMIT:
+            self.close_connection = True
+            return
+        while length > 0:
+            chunk = self.rfile.read(min(length, _CHUNK))
+            if not chunk:
+                self.close_connection = True
+                return
+            length -= len(chunk)
+
+    def _allow(self, method: str, allowed: str, length: int | None) -> None:
+        if method != allowed:
+            self._discard(length)
+            raise HttpError(405, f"method {method} not allowed here; use {allowed}")
+
+    def _read_body(self, length: int | None) -> bytes:
+        limit = self.server.max_body_bytes
+        if length is None:
+            raise HttpError(411, "a Content-Length header is required")
+        if length > limit:
+            self._discard(length)
+            raise HttpError(413, f"the body is {length} bytes, over this service's limit of "
+                                 f"{limit} bytes; send smaller batches")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            self.close_connection = True
+            raise HttpError(400, "the body ended before Content-Length bytes arrived")
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding == "gzip":
+            body = _gunzip(body, limit)
+        elif encoding != "identity":
+            raise HttpError(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none")
+        return body
+
+    def _parse_json(self, body: bytes) -> Any:
+        if not body.strip():
+            raise HttpError(400, "the body is empty; send JSON")
+        try:
+            return json.loads(body, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HttpError(400, f"the body is not valid JSON: {exc}") from None
+
+    # ------------------------------------------------------------------ endpoints
+
+    def _ingest(self, dataset: str, length: int | None) -> tuple[int, dict[str, Any]]:
+        body = self._read_body(length)
+        events = self._parse_json(body)
+        if not isinstance(events, list):
+            raise HttpError(400, f"the body must be a JSON array of objects, not {_kind(events)}")
+        for i, event in enumerate(events):
+            if type(event) is not dict:
+                raise HttpError(400, f"the body must be a JSON array of objects: element {i} "
+                                     f"is {_kind(event)}")
+        if events:
+            self.server.store.add_events(dataset, body, len(events))
+        return len(events), {"ingested": len(events), "failed": 0, "failures": [],
+                             "processedBytes": len(body)}
+
+    def _put_view(self, view_id: str, length: int | None) -> dict[str, Any]:
+        data = self._parse_json(self._read_body(length))
+        view = validate_view(data)
+        stored = self.server.store.put_view(view_id, view)
+        if stored is None:
+            raise HttpError(404, f"no view with id {view_id!r}")
+        return stored
+
+    # ------------------------------------------------------------------ response
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    # Bounded: a small gzip body must not expand into gigabytes in memory.
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise HttpError(400, f"the body is not valid gzip: {exc}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise HttpError(413, f"the body decompresses to more than this service's limit of "
+                             f"{limit} bytes; send smaller batches")
+    if not d.eof:
+        raise HttpError(400, "the body is not valid gzip: it ends before the gzip stream does")
+    return out

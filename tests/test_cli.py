@@ -1,0 +1,295 @@
+"""The command line, end to end in subprocesses against the local service."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loghandler
+from loghandler.testing import LocalService
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "TOPSECRET-cli-9f8e7d6c"
+VIEW = {"id": "v1", "name": "Errors", "aplQuery": "['app'] | where level == 'error'",
+        "datasets": ["app"], "description": "", "sharedByOrg": "o", "sharedByOrgName": "Org"}
+
+
+@pytest.fixture
+def svc() -> Iterator[LocalService]:
+    with LocalService(token=TOKEN, views=[VIEW]) as service:
+        yield service
+
+
+def run(svc: LocalService | None, *args: str, stdin: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m loghandler ARGS` with the service's url/token in the environment."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    if svc is not None:
+        full_env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "loghandler", *args], input=stdin,
+                          capture_output=True, text=True, env=full_env, timeout=60)
+    # Whatever happened, the token never shows.
+    assert TOKEN not in proc.stdout and TOKEN not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+class TestIngest:
+    def test_ndjson(self, svc: LocalService, tmp_path: Path) -> None:
+        """NDJSON lines become events, in order, with a summary and exit 0."""
+        f = write(tmp_path / "a.ndjson", '{"n": 1}\n\n{"n": 2, "s": "x"}\n')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 0, proc.stderr
+        assert "2 events read" in proc.stdout and "2 delivered" in proc.stdout
+        assert svc.events("app") == [{"n": 1}, {"n": 2, "s": "x"}]
+
+    def test_json_array(self, svc: LocalService, tmp_path: Path) -> None:
+        """A JSON array file (over several lines, big numbers) is read element by element."""
+        f = write(tmp_path / "a.json", ' [ {"n": 1},\n{"n": 12345678901234567890},\n {"n": 3}]\n')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 0, proc.stderr
+        assert [e["n"] for e in svc.events("app")] == [1, 12345678901234567890, 3]
+
+    def test_large_json_array_streams(self, svc: LocalService, tmp_path: Path) -> None:
+        """An array bigger than the read chunk is parsed across chunk boundaries intact."""
+        events = [{"i": i, "pad": "z" * 200} for i in range(3000)]
+        f = write(tmp_path / "big.json", json.dumps(events, indent=1))
+        proc = run(svc, "ingest", "big", f)
+        assert proc.returncode == 0, proc.stderr
+        assert svc.events("big") == events
+
+    def test_plain_text(self, svc: LocalService, tmp_path: Path) -> None:
+        """Plain text lines each become {"message": line}."""
+        f = write(tmp_path / "app.log", "server started\nGET / 200\n")
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 0, proc.stderr
+        assert svc.events("app") == [{"message": "server started"}, {"message": "GET / 200"}]
+
+    def test_bad_line_is_reported_and_the_rest_ships(self, svc: LocalService,
+                                                     tmp_path: Path) -> None:
+        """A bad JSON line is reported as file:line, the others are delivered, exit 1."""
+        f = write(tmp_path / "mixed.ndjson", '{"n": 1}\n{"n": oops}\n{"n": 3}\n[4]\n')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 1
+        assert f"{f}:2: not JSON" in proc.stderr
+        assert f"{f}:4: not a JSON object" in proc.stderr
+        assert "2 bad input line(s)" in proc.stdout
+        assert svc.events("app") == [{"n": 1}, {"n": 3}]
+
+    def test_broken_array_keeps_what_was_read(self, svc: LocalService, tmp_path: Path) -> None:
+        """A JSON array that breaks off: elements before the break ship, the error has a line."""
+        f = write(tmp_path / "broken.json", '[{"n": 1},\n{"n": 2},\n{"n": ')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 1
+        assert f"{f}:3:" in proc.stderr
+        assert svc.events("app") == [{"n": 1}, {"n": 2}]
+
+    def test_stdin(self, svc: LocalService) -> None:
+        """With no file (or '-') events come from stdin."""
+        assert run(svc, "ingest", "app", stdin='{"from": "stdin"}\n').returncode == 0
+        assert run(svc, "ingest", "app", "-", stdin="a text line\n").returncode == 0
+        assert svc.events("app") == [{"from": "stdin"}, {"message": "a text line"}]
+
+    def test_several_files_and_options_after_files(self, svc: LocalService,
+                                                   tmp_path: Path) -> None:
+        """Files may come before and after options; they ship in the order given."""
+        a = write(tmp_path / "a.log", "one\n")
+        b = write(tmp_path / "b.log", "two\n")
+        proc = run(svc, "ingest", "app", a, "--batch-size", "1", b)
+        assert proc.returncode == 0, proc.stderr
+        assert svc.events("app") == [{"message": "one"}, {"message": "two"}]
+
+    def test_wrong_token_exits_1(self, svc: LocalService, tmp_path: Path) -> None:
+        """A rejected token is a service error: exit 1, a clear message, nothing stored."""
+        f = write(tmp_path / "a.log", "x\n")
+        proc = run(svc, "ingest", "app", f, env={"LOGHANDLER_TOKEN": "not-the-token"})
+        assert proc.returncode == 1
+        assert "authentication failed" in proc.stderr
+        assert "0 delivered" in proc.stdout
+        assert svc.events("app") == []
+
+    def test_unreachable_service_exits_1(self, tmp_path: Path) -> None:
+        """No service listening: exit 1 with one line saying so, quickly."""
+        with LocalService(token=TOKEN) as dead:
+            url = dead.url
+        f = write(tmp_path / "a.log", "x\n")
+        proc = run(None, "ingest", "app", f, "--max-retries", "1",
+                   env={"LOGHANDLER_URL": url, "LOGHANDLER_TOKEN": TOKEN})
+        assert proc.returncode == 1
+        assert "connect" in proc.stderr or "reach" in proc.stderr
+
+    def test_missing_file_is_usage_error(self, svc: LocalService) -> None:
+        """A file that does not exist: exit 2 before anything is sent."""
+        proc = run(svc, "ingest", "app", "/nonexistent/file.log")
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and "no such file" in proc.stderr
+
+
+class TestConfigurationAndUsage:
+    def test_no_url_is_exit_2_one_line(self) -> None:
+        """Missing configuration: exit 2, one line naming the variable."""
+        proc = run(None, "views", "list", env={"LOGHANDLER_TOKEN": TOKEN})
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and "LOGHANDLER_URL" in proc.stderr
+
+    def test_bad_command_is_exit_2(self) -> None:
+        """An unknown command or option: exit 2, one line."""
+        for args in (["frobnicate"], ["views", "list", "--bogus"]):
+            proc = run(None, *args)
+            assert proc.returncode == 2
+            assert proc.stderr.count("\n") == 1
+
+    def test_flags_override_environment(self, svc: LocalService) -> None:
+        """--url and --token win over the environment (and the token still never shows)."""
+        proc = run(None, "views", "list", "--url", svc.url, "--token", TOKEN,
+                   env={"LOGHANDLER_URL": "http://127.0.0.1:9", "LOGHANDLER_TOKEN": "other"})
+        assert proc.returncode == 0, proc.stderr
+        assert "Errors" in proc.stdout
+
+    def test_plain_http_elsewhere_is_refused(self) -> None:
+        """http:// to a non-loopback host is a configuration error unless --allow-http."""
+        proc = run(None, "views", "list", "--url", "http://example.invalid",
+                   env={"LOGHANDLER_TOKEN": TOKEN})
+        assert proc.returncode == 2 and "http" in proc.stderr
+
+    def test_import_does_not_load_the_cli(self) -> None:
+        """`import loghandler` loads neither the CLI nor tqdm."""
+        code = ("import loghandler, sys; "
+                "assert 'loghandler.cli' not in sys.modules; assert 'tqdm' not in sys.modules")
+        assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0
+
+
+class TestViews:
+    def test_list_table(self, svc: LocalService) -> None:
+        """views list prints a table with id, name, datasets and query."""
+        proc = run(svc, "views", "list")
+        assert proc.returncode == 0, proc.stderr
+        header, row = proc.stdout.splitlines()
+        assert header.split() == ["ID", "NAME", "DATASETS", "QUERY"]
+        assert row.split()[:3] == ["v1", "Errors", "app"]
+        assert "where level == 'error'" in row
+
+    def test_list_json(self, svc: LocalService) -> None:
+        """views list --json prints the service's JSON."""
+        proc = run(svc, "views", "list", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == [VIEW]
+
+    def test_update_merges_flags(self, svc: LocalService) -> None:
+        """views update changes the given fields and keeps the others."""
+        proc = run(svc, "views", "update", "v1", "--description", "new text",
+                   "--datasets", "a, b")
+        assert proc.returncode == 0, proc.stderr
+        assert "new text" in proc.stdout
+        view = svc.views[0]
+        assert (view.description, view.datasets, view.name) == ("new text", ["a", "b"], "Errors")
+
+    def test_update_from_json(self, svc: LocalService, tmp_path: Path) -> None:
+        """--from-json takes service JSON; flags win over it; --json prints the result."""
+        f = write(tmp_path / "v.json", json.dumps({"name": "From file", "aplQuery": "q"}))
+        proc = run(svc, "views", "update", "v1", "--from-json", f, "--apl-query", "flag",
+                   "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["name"] == "From file"
+        assert (svc.views[0].name, svc.views[0].apl_query) == ("From file", "flag")
+
+    def test_update_errors(self, svc: LocalService, tmp_path: Path) -> None:
+        """Unknown id: exit 1; nothing to change or a bad --from-json: exit 2."""
+        missing = run(svc, "views", "update", "nope", "--name", "x")
+        assert missing.returncode == 1 and "nope" in missing.stderr
+        assert run(svc, "views", "update", "v1").returncode == 2
+        bad = write(tmp_path / "bad.json", json.dumps({"nmae": "typo"}))
+        proc = run(svc, "views", "update", "v1", "--from-json", bad)
+        assert proc.returncode == 2 and "nmae" in proc.stderr
+        assert svc.views[0].to_dict() == VIEW
+
+
+class TestServe:
+    def start(self, *args: str, env: dict[str, str] | None = None) -> tuple[Any, str, list[str]]:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        full_env.update(env or {})
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                                 *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=full_env)
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline()]  # blocks until the readiness line, no sleep
+        assert "listening on http://127.0.0.1:" in lines[0], lines
+        url = lines[0].split("listening on ")[1].split()[0]
+        lines.append(proc.stdout.readline())
+        return proc, url, lines
+
+    def stop(self, proc: Any) -> tuple[str, str]:
+        proc.send_signal(signal.SIGTERM)
+        # read() rather than communicate(): it also returns what readline() already buffered.
+        out, err = proc.stdout.read(), proc.stderr.read()
+        assert proc.wait(timeout=20) == 0, err
+        return out, err
+
+    def test_serve_logs_requests_and_stops_on_sigterm(self, tmp_path: Path) -> None:
+        """serve answers, prints one line per request, and exits 0 on SIGTERM."""
+        views = write(tmp_path / "views.json", json.dumps([VIEW]))
+        proc, url, _ = self.start("--views", views, env={"LOGHANDLER_TOKEN": TOKEN})
+        try:
+            ingest = run(None, "ingest", "web", env={"LOGHANDLER_URL": url,
+                                                     "LOGHANDLER_TOKEN": TOKEN},
+                         stdin="hello\n")
+            assert ingest.returncode == 0, ingest.stderr
+            listed = run(None, "views", "list", "--json",
+                         env={"LOGHANDLER_URL": url, "LOGHANDLER_TOKEN": TOKEN})
+            assert json.loads(listed.stdout) == [VIEW]
+        finally:
+            out, err = self.stop(proc)
+        assert "POST /v1/datasets/web/ingest dataset=web events=1 -> 200" in out
+        assert "GET /v2/views -> 200" in out
+        assert out.rstrip().endswith("stopped")
+        assert TOKEN not in out and TOKEN not in err
+
+    def test_serve_generates_and_prints_its_own_token(self) -> None:
+        """Without a token, serve makes one up and prints it once with an export hint."""
+        proc, url, lines = self.start("--quiet")
+        try:
+            assert lines[1].startswith("token: ")
+            token = lines[1].split()[1]
+            with loghandler.Client(token, url=url) as client:
+                assert client.views.list() == []
+        finally:
+            out, _ = self.stop(proc)
+        assert f"export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}" in out
+        assert "GET" not in out  # --quiet
+
+    def test_serve_db_persists(self, tmp_path: Path) -> None:
+        """--db FILE keeps the events across restarts."""
+        db = str(tmp_path / "data.sqlite")
+        env = {"LOGHANDLER_TOKEN": TOKEN}
+        for text in ("first", "second"):
+            proc, url, _ = self.start("--db", db, "--quiet", env=env)
+            try:
+                run(None, "ingest", "app", env={"LOGHANDLER_URL": url, **env},
+                    stdin=text + "\n")
+            finally:
+                self.stop(proc)
+        with LocalService(token=TOKEN, db=db) as svc:
+            assert svc.events("app") == [{"message": "first"}, {"message": "second"}]
+
+    def test_serve_port_in_use_is_exit_2(self, svc: LocalService) -> None:
+        """A port already taken: one line, exit 2."""
+        port = svc.url.rsplit(":", 1)[1]
+        proc = subprocess.run([sys.executable, "-m", "loghandler", "serve", "--port", port,
+                               "--token", TOKEN], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2
+        assert "cannot listen" in proc.stderr and TOKEN not in proc.stderr + proc.stdout
