@@ -280,8 +280,11 @@ class Shipper:
             deadline = _monotonic() + self.options.block_timeout
             self._wake.set()
             while len(self._queue) >= self._max_size or self._queue_bytes + size > self._max_bytes:
-                remaining = deadline - _monotonic()
-                if remaining <= 0 or self._closed:
+                now = _monotonic()
+                remaining = deadline - now
+                # Sending is paused (Retry-After, a bad token) past our bound: no room will
+                # come in time, so do not make the application wait for nothing.
+                if remaining <= 0 or self._closed or self._paused_until > deadline:
                     return self._drop_locked("closed" if self._closed else "queue_full")
                 self._space.wait(remaining)
             return True
@@ -713,8 +716,10 @@ class Shipper:
                     return _Outcome("client_error", error)
                 if retry_after is not None and status in (429, 503):
                     # The service asked everyone to wait: pause all sending, not just this batch.
-                    self._paused_until = max(self._paused_until,
-                                             _monotonic() + min(retry_after, 3600.0))
+                    with self._lock:
+                        self._paused_until = max(self._paused_until,
+                                                 _monotonic() + min(retry_after, 3600.0))
+                        self._space.notify_all()
             attempt += 1
             if attempt > max_retries:
                 self._report("retries_exhausted",
@@ -736,7 +741,9 @@ class Shipper:
         self._report("auth", f"{error}. The batch was {where}; new events stay queued (bounded) "
                              f"and sending pauses {self._auth_delay:g} s before the next try")
         # Back off hard instead of hammering the service with a bad token; double each time.
-        self._paused_until = _monotonic() + self._auth_delay
+        with self._lock:
+            self._paused_until = _monotonic() + self._auth_delay
+            self._space.notify_all()  # threads blocked for room give up now (overflow=block)
         self._auth_delay = min(self._auth_delay * 2, 600.0)
         return _Outcome("auth", error)
 

@@ -384,3 +384,20 @@ class TestFlushClose:
         s = make(receiver.url)
         assert TOKEN not in repr(s) and TOKEN not in repr(s.client)
         s.close()
+
+
+class TestBlockWhilePaused:
+    def test_block_gives_up_at_once_when_sending_is_paused(self, receiver):
+        """overflow=block does not hold the application while a 403 pause runs."""
+        receiver.script = [403]
+        s = make(receiver.url, max_queue_size=2, overflow="block", block_timeout=30,
+                 auth_retry_delay=60, batch_size=1)
+        s.submit({"a": 1})
+        assert s.flush(5) is False  # 403: sending now paused for 60 s
+        t0 = time.monotonic()
+        results = [s.submit({"i": i}) for i in range(5)]
+        assert time.monotonic() - t0 < 5  # not 30 s per call
+        assert results == [True, True, False, False, False]
+        st = s.stats()
+        assert st.dropped_queue_full == 3 and balanced(st)
+        s.close(timeout=0.1)
