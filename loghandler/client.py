@@ -5,6 +5,8 @@ from __future__ import annotations
 import email.utils
 import json
 import os
+import socket
+import ssl
 import threading
 import time
 import weakref
@@ -184,7 +186,7 @@ class Client:
         except urllib3.exceptions.HTTPError as exc:
             raise TransportError(_transport_message(self._settings.url, exc)) from None
         except OSError as exc:
-            raise TransportError(f"cannot reach {self._settings.url}: {exc}") from None
+            raise TransportError(_transport_message(self._settings.url, exc)) from None
         try:
             raw = resp.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
             complete = len(raw) <= MAX_RESPONSE_BYTES
@@ -213,12 +215,18 @@ class Client:
     def ingest(self, dataset: str, events: Iterable[dict[str, Any]]) -> Any:
         """POST one JSON array of events to the dataset, synchronously; the service's answer."""
         path = dataset_path(dataset)
-        if isinstance(events, dict):
-            raise ConfigurationError("events must be a list of event dicts, not one dict")
+        if isinstance(events, (dict, str, bytes, bytearray)):
+            raise ConfigurationError(
+                f"events must be a list of event dicts, not one {type(events).__name__}"
+            )
         body = b"[" + b",".join(encoding.encode(e) for e in events) + b"]"
         resp = self.send("POST", path, body)
         raise_for_status(resp, what=f"ingest into dataset {dataset!r}", dataset=dataset)
         return resp.body
+
+
+# A non-JSON answer (a proxy's HTML error page) is kept only this far: enough to see what it is.
+MAX_TEXT_BODY = 2000
 
 
 def _parse_body(raw: bytes, content_type: str | None) -> Any:
@@ -226,8 +234,9 @@ def _parse_body(raw: bytes, content_type: str | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
-        return raw.decode("utf-8", "replace")
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly nested
+        text = raw[: MAX_TEXT_BODY * 4].decode("utf-8", "replace")
+        return text if len(text) <= MAX_TEXT_BODY else text[: MAX_TEXT_BODY - 1] + "…"
 
 
 def _short(exc: BaseException) -> str:
@@ -235,15 +244,39 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    # urllib3 wraps the OSError that says what happened (MaxRetryError.reason, __cause__,
+    # __context__); its own text names internal connection objects, so find the root.
+    seen = 0
+    while seen < 8:
+        seen += 1
+        nxt = getattr(exc, "reason", None)
+        if not isinstance(nxt, BaseException):
+            nxt = exc.__cause__ or exc.__context__
+        if not isinstance(nxt, BaseException) or nxt is exc:
+            break
+        exc = nxt
+    return exc
+
+
 def _transport_message(url: str, exc: Exception) -> str:
-    reason = getattr(exc, "reason", None) or exc
-    text = _short(reason if isinstance(reason, BaseException) else exc)
-    if isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in text.lower():
-        return f"no answer from {url} in time ({text})"
-    if isinstance(exc, urllib3.exceptions.SSLError):
+    root = _root_cause(exc)
+    text = _short(root)
+    # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
+    # recognised before any time-out test.
+    if isinstance(root, ConnectionRefusedError) or "refused" in text.lower():
+        return f"cannot connect to {url}: connection refused; is the address right?"
+    if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(root, ssl.SSLError):
         return f"TLS failed for {url}: {text}; check the address and the certificates"
-    if "refused" in text.lower():
-        return f"cannot connect to {url}: connection refused; is the address right ({text})?"
+    if isinstance(exc, urllib3.exceptions.NameResolutionError) or isinstance(
+        root, socket.gaierror
+    ):
+        return f"cannot resolve the host of {url}: {text}"
+    timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(
+        exc, urllib3.exceptions.NewConnectionError
+    )
+    if timed_out or isinstance(root, TimeoutError) or "timed out" in text.lower():
+        return f"no answer from {url} in time ({text})"
     return f"cannot reach {url}: {text}"
 
 

@@ -81,7 +81,11 @@ def resolve_settings(
             f"no token: pass token=... or set {ENV_TOKEN} (an API token, or a personal access "
             f"token together with org_id / {ENV_ORG_ID})"
         )
-    if not isinstance(token, str) or _has_bad_chars(token):
+    if not isinstance(token, str):
+        raise ConfigurationError(
+            f"the token (token= or {ENV_TOKEN}) must be a string, not {type(token).__name__}"
+        )
+    if _has_bad_chars(token):
         raise ConfigurationError(
             f"the token (token= or {ENV_TOKEN}) contains whitespace or control characters; "
             "check for a trailing newline or a stray space where it was pasted"
@@ -96,7 +100,9 @@ def resolve_settings(
         )
 
     region_value = region if region is not None else _env(ENV_REGION, environ)
-    region_name = (region_value or "us").strip().lower()
+    region_name = region_value.strip().lower() if isinstance(region_value, str) else ""
+    if region_value is None or (isinstance(region_value, str) and not region_name):
+        region_name = "us"
     if region_name not in REGIONS:
         raise ConfigurationError(
             f"unknown region {region_value!r} (region= or {ENV_REGION}): use 'us' or 'eu'"
@@ -109,15 +115,17 @@ def resolve_settings(
                 f"no base address for region {region_name!r}: pass url=... or set "
                 f"{REGIONS[region_name]}"
             )
-        source = REGIONS[region_name]
+        source = f"{REGIONS[region_name]}, or url="
     else:
-        source = "url="
+        source = f"url=, which overrides {REGIONS[region_name]}"
     url = _validate_url(url, source, allow_http)
 
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
         0 < timeout < math.inf
     ):
-        raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        raise ConfigurationError(
+            f"timeout= must be a positive, finite number of seconds, not {timeout!r}"
+        )
     return Settings(token=token, url=url, org_id=org_id, region=region_name, timeout=float(timeout))
 
 
@@ -131,8 +139,25 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
             f"the base address ({source}) must look like https://host[:port][/prefix], "
             f"not {url!r}"
         )
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise ConfigurationError(
+            f"the base address ({source}) contains whitespace or control characters"
+        )
     if parts.query or parts.fragment:
         raise ConfigurationError(f"the base address ({source}) must not carry ?query or #fragment")
+    if "@" in parts.netloc:
+        # Credentials in the address would be printed wherever the address is (repr, errors);
+        # the token argument is the one place for a secret.
+        raise ConfigurationError(
+            f"the base address ({source}) must not carry user:password@; pass the token as "
+            f"token= or {ENV_TOKEN}"
+        )
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError:
+        raise ConfigurationError(
+            f"the base address ({source}) has an invalid port: {url!r}"
+        ) from None
     if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
         raise ConfigurationError(
             f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "

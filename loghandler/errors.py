@@ -31,23 +31,45 @@ __all__ = [
 _SECRETS: set[str] = set()
 
 
+_SECRETS_ORDERED: tuple[str, ...] = ()
+
+
 def register_secret(secret: str | None) -> None:
-    if secret and len(secret) >= 4:
+    """Remember a token so that ``redact`` scrubs it from every message from now on."""
+    global _SECRETS_ORDERED
+    # Very short values would scrub ordinary words; a real token is never that short.
+    if isinstance(secret, str) and len(secret) >= 4 and secret not in _SECRETS:
         _SECRETS.add(secret)
+        # Longest first, so a token that contains another registered one is removed whole.
+        _SECRETS_ORDERED = tuple(sorted(_SECRETS, key=len, reverse=True))
 
 
 def redact(text: str) -> str:
-    for secret in _SECRETS:
+    """``text`` with every registered token replaced by ``***``."""
+    for secret in _SECRETS_ORDERED:
         if secret in text:
             text = text.replace(secret, "***")
     return text
 
 
+def redact_value(value: Any, _depth: int = 0) -> Any:
+    """A copy of a parsed JSON body with every registered token scrubbed from its strings."""
+    if isinstance(value, str):
+        return redact(value)
+    if _depth > 32:  # absurd nesting: flatten it rather than let a token through
+        return redact(repr(value))
+    if isinstance(value, dict):
+        return {redact_value(k, _depth + 1): redact_value(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_value(v, _depth + 1) for v in value]
+    return value
+
+
 class Error(Exception):
     """Base class of every error raised by loghandler."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(redact(message))
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(str(message)))
 
 
 class ConfigurationError(Error, ValueError):
@@ -67,8 +89,15 @@ class ApiError(Error):
 
     def __init__(self, status: int, body: Any = None, message: str | None = None) -> None:
         self.status = status
-        self.body = body
+        # The body may echo the request back (token included): it is shown and logged as
+        # freely as the message, so it is scrubbed the same way.
+        self.body = redact_value(body) if _SECRETS_ORDERED else body
         super().__init__(message or f"the service answered HTTP {status}{body_detail(body)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default pickling calls cls(*args) == cls(message): wrong for this signature, and
+        # errors do cross process boundaries (multiprocessing, concurrent.futures).
+        return (_rebuild, (type(self), self.__dict__.copy(), self.args))
 
 
 class AuthenticationError(ApiError):
@@ -88,6 +117,13 @@ class RateLimitError(ApiError):
 
 class NotFoundError(ApiError):
     """404: the dataset, view or path does not exist."""
+
+
+def _rebuild(cls: type[ApiError], state: dict[str, Any], args: tuple[Any, ...]) -> ApiError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    error.args = args
+    return error
 
 
 _WS = re.compile(r"\s+")

@@ -104,6 +104,8 @@ class Stats:
 _STAT_FIELDS = tuple(f.name for f in fields(Stats))
 # Terminal outcomes, as (counter group, reason). Which of them go to the spool when one is set.
 _SPOOLABLE = frozenset({"retries_exhausted", "auth", "not_found", "shutdown"})
+# Report causes about single events rather than about the service being reachable.
+_EVENT_CAUSES = frozenset({"rejected", "too_large"})
 
 
 class _Outcome:
@@ -250,26 +252,28 @@ class Shipper:
         if _get_ident() in _SENDERS:
             self._c["suppressed"] += 1
             return False
-        c = self._c
         with self._lock:
-            c["submitted"] += 1
+            self._c["submitted"] += 1
             if self._closed:
                 return self._drop_locked("closed")
             q = self._queue
-            if (
-                len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes
-            ) and not self._make_room_locked(size):
-                return False
+            held = self._queue_bytes + size
+            if len(q) >= self._max_size or held > self._max_bytes:
+                if not self._make_room_locked(size):
+                    return False
+                held = self._queue_bytes + size
             q.append((event, size))
-            self._queue_bytes += size
+            self._queue_bytes = held
             self._enq_seq += 1
-            if self._thread is None:
-                self._start_thread_locked()
-            if not self._wake_pending and (
-                len(q) >= self._max_batch or self._queue_bytes >= self._max_batch_bytes
+            # Wake the flusher once per full batch, not per event: setting an Event costs more
+            # than everything else here.
+            if (len(q) >= self._max_batch or held >= self._max_batch_bytes) and (
+                not self._wake_pending
             ):
                 self._wake_pending = True
                 self._wake.set()
+            if self._thread is None:
+                self._start_thread_locked()
         return True
 
     def _make_room_locked(self, size: int) -> bool:
@@ -780,11 +784,14 @@ class Shipper:
     # ------------------------------------------------------------------ reporting
 
     def _recovered(self) -> None:
-        if self._reported:
-            causes = ", ".join(sorted(self._reported))
-            self._reported.clear()
+        # Only outages end; a rejected or too-large event says nothing about the service, so
+        # those stay reported once for the shipper's life instead of after every good batch.
+        if self._reported and not self._reported <= _EVENT_CAUSES:
+            ended = self._reported - _EVENT_CAUSES
+            self._reported &= _EVENT_CAUSES
             self._auth_delay = self.options.auth_retry_delay
-            _stderr(f"loghandler: dataset {self.dataset!r}: delivering again (after: {causes})")
+            _stderr(f"loghandler: dataset {self.dataset!r}: delivering again "
+                    f"(after: {', '.join(sorted(ended))})")
 
     def _report(self, cause: str, message: str) -> None:
         """One stderr line per cause, until delivery recovers."""

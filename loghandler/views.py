@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -53,10 +54,7 @@ class View:
                 kwargs["id"] = None if value is None else str(value)
             else:
                 extra[key] = value
-        if kwargs.get("datasets") is None:
-            kwargs["datasets"] = []
-        else:
-            kwargs["datasets"] = list(kwargs["datasets"])
+        kwargs["datasets"] = _datasets(kwargs.get("datasets"))
         for name in FIELDS:
             if name != "datasets" and kwargs.get(name) is None:
                 kwargs[name] = ""
@@ -71,6 +69,15 @@ class View:
             value = getattr(self, py)
             out[js] = list(value) if py == "datasets" else value
         return out
+
+
+def _datasets(value: Any) -> list[Any]:
+    # list("logs") would be ["l", "o", "g", "s"]: a lone name is one dataset.
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
 
 
 class Views:
@@ -112,11 +119,20 @@ class Views:
             )
         if "datasets" in changes and isinstance(changes["datasets"], str):
             raise ConfigurationError("datasets must be a list of dataset names, not a string")
+        if isinstance(view, Mapping):
+            view = View.from_dict(dict(view))
+        elif view is not None and not isinstance(view, View):
+            raise ConfigurationError(
+                f"view must be a View (or the service's JSON dict), not {type(view).__name__}"
+            )
         base = self.get(view_id) if view is None else view
         updated = dataclasses.replace(base, **changes) if changes else base
-        data = self._client.request(
-            "PUT", f"/v2/views/{quote(str(view_id), safe='')}", updated.to_dict()
-        )
+        body = updated.to_dict()
+        if "id" in body:
+            body["id"] = str(view_id)  # a body naming another view than the path is ambiguous
+        data = self._client.request("PUT", f"/v2/views/{quote(str(view_id), safe='')}", body)
+        if data is None:  # an empty 2xx answer: the service took what we sent
+            return dataclasses.replace(updated, id=str(view_id), extra=dict(updated.extra))
         result = View.from_dict(data)
         if result.id is None:
             result.id = str(view_id)

@@ -1,0 +1,106 @@
+"""The package surface: a cheap import, the documented public names, typing marker."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import subprocess
+import sys
+
+import loghandler
+
+# API.md's public names, plus the version, the stats snapshot type and the exit helper.
+DOCUMENTED = {
+    "ApiError",
+    "AuthenticationError",
+    "Client",
+    "ConfigurationError",
+    "Error",
+    "IngestHandler",
+    "IngestProcessor",
+    "NotFoundError",
+    "RateLimitError",
+    "Shipper",
+    "Stats",
+    "TransportError",
+    "View",
+    "__version__",
+    "flushing",
+}
+
+PROBE = r"""
+import json, sys, threading
+import urllib3.poolmanager
+
+created = []
+original = urllib3.poolmanager.PoolManager.__init__
+
+def counting_init(self, *args, **kwargs):
+    created.append(1)
+    original(self, *args, **kwargs)
+
+urllib3.poolmanager.PoolManager.__init__ = counting_init
+import loghandler
+
+print(json.dumps({
+    "threads": threading.active_count(),
+    "pools": len(created),
+    "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("structlog", "tqdm")
+                      or m in ("loghandler.cli", "loghandler.service", "loghandler.testing")),
+}))
+"""
+
+
+def run_probe(code: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_import_is_cheap() -> None:
+    """import loghandler starts no thread, creates no PoolManager, imports no structlog/CLI."""
+    probe = run_probe(PROBE)
+    assert probe == {"threads": 1, "pools": 0, "modules": []}
+
+
+def test_import_alone_pulls_no_optional_library() -> None:
+    """Without anything imported first, structlog, tqdm and the CLI stay out of sys.modules."""
+    probe = run_probe(
+        "import json, sys, threading, loghandler\n"
+        "print(json.dumps({'threads': threading.active_count(), 'modules': sorted(m for m in "
+        "sys.modules if m.split('.')[0] in ('structlog', 'tqdm') or m == 'loghandler.cli')}))"
+    )
+    assert probe == {"threads": 1, "modules": []}
+
+
+def test_all_is_the_documented_surface() -> None:
+    """__all__ equals the documented public names, sorted, each one importable."""
+    assert set(loghandler.__all__) == DOCUMENTED
+    assert len(loghandler.__all__) == len(DOCUMENTED)
+    assert loghandler.__all__ == sorted(loghandler.__all__)
+    for name in loghandler.__all__:
+        assert getattr(loghandler, name) is not None
+
+
+def test_error_tree() -> None:
+    """The error hierarchy is the one API.md draws."""
+    e = loghandler
+    assert issubclass(e.ConfigurationError, e.Error)
+    assert issubclass(e.ConfigurationError, ValueError)
+    assert issubclass(e.TransportError, e.Error)
+    for sub in (e.AuthenticationError, e.RateLimitError, e.NotFoundError):
+        assert issubclass(sub, e.ApiError) and issubclass(sub, e.Error)
+    assert not issubclass(e.TransportError, e.ApiError)
+
+
+def test_version() -> None:
+    """__version__ is a plain version string."""
+    parts = loghandler.__version__.split(".")
+    assert len(parts) >= 2 and all(p.isdigit() for p in parts[:2])
+
+
+def test_py_typed_present() -> None:
+    """The PEP 561 marker ships with the package."""
+    assert importlib.resources.files("loghandler").joinpath("py.typed").is_file()
