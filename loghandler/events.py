@@ -95,3 +95,20 @@ def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, str] |
         return {"type": name, "message": message, "stacktrace": text.rstrip("\n")}
     except Exception:
         return None
+
+
+def add_exception(event: dict[str, Any], exc: Any) -> int:
+    """Add ``exception`` for a structlog-style ``exc_info`` value; returns the size added.
+
+    ``exc`` may be True (the exception being handled: resolved here, on the thread that
+    logged), an exc_info tuple or an exception. An ``exception`` already rendered by
+    ``format_exc_info`` / ``dict_tracebacks`` is kept as it is; a value we do not understand is
+    shipped as ``exc_info`` rather than lost.
+    """
+    info = exception_fields(exc) if "exception" not in event else None
+    if info:
+        event["exception"] = info
+        return len(info["stacktrace"])
+    if exc is not True and not isinstance(exc, (tuple, BaseException)):
+        return add_fields(event, (("exc_info", exc),))
+    return 0

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .client import Client
-from .events import add_fields, exception_fields, rfc3339
+from .events import add_exception, add_fields, exception_fields, rfc3339
 from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
 
 __all__ = ["IngestHandler", "record_to_event"]
@@ -71,13 +71,7 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                            ("process", record.process), ("thread", record.threadName)):
             event.setdefault(key, value)
         if exc:
-            # True is resolved here, on the thread that logged (handlers run synchronously).
-            info = exception_fields(exc) if "exception" not in event else None
-            if info:
-                event["exception"] = info
-                size += len(info["stacktrace"])
-            elif exc is not True and not isinstance(exc, (tuple, BaseException)):
-                size += add_fields(event, (("exc_info", exc),))
+            size += add_exception(event, exc)
     else:
         if type(record) is _LogRecord:
             # LogRecord.getMessage() inlined: this runs for every record on the caller's thread.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .client import Client
-from .events import add_fields, exception_fields, rfc3339
+from .events import add_exception, add_fields, rfc3339
 from .shipper import Shipper, Stats, make_shipper
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
@@ -50,13 +50,7 @@ def event_dict_to_event(
         name = method_name if type(method_name) is str else str(method_name)
         event["level"] = _METHOD_LEVELS.get(name, name)
     if exc:
-        info = exception_fields(exc) if "exception" not in event else None
-        if info:
-            event["exception"] = info
-            size += len(info["stacktrace"])
-        elif exc is not True and not isinstance(exc, (tuple, BaseException)):
-            # Not something we understand: ship it as it came rather than lose it.
-            size += add_fields(event, (("exc_info", exc),))
+        size += add_exception(event, exc)
     return event, size
 
 
