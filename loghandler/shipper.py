@@ -176,9 +176,16 @@ class Shipper:
             from .spool import Spool
 
             self._spool = Spool(self.options.spool_dir, self.dataset,
-                                max_bytes=self.options.max_spool_bytes)
+                                max_bytes=self.options.max_spool_bytes,
+                                max_file_events=self.options.batch_size,
+                                max_file_bytes=self.options.max_batch_bytes)
         self._reset_state()
         lifecycle.register(self)
+        if self._spool is not None and self._spool.has_waiting():
+            # A restarted process that logs nothing must still deliver what an earlier one
+            # spooled: start the flusher now rather than on the first event.
+            with self._lock:
+                self._start_thread_locked()
 
     # ------------------------------------------------------------------ state
 
@@ -200,6 +207,11 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._thread_failed = False
         self._gave_up = False
+        self._abandoned = False
+        # What the flusher holds while it sends, so _abandon() can take it over.
+        self._posting: _Chunk | None = None
+        self._stack: list[_Chunk] = []
+        self._carry: list[bytes] = []
         self._last_replay = 0.0
         self._send_lock = threading.Lock()
         self._paused_until = 0.0
@@ -348,6 +360,10 @@ class Shipper:
             return False  # waiting for ourselves would never end
         timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
         deadline = _monotonic() + timeout
+        if self._close_deadline is not None:
+            # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
+            # second shutdown_timeout to the exit.
+            deadline = min(deadline, self._close_deadline + 0.2)
         with self._lock:
             target = self._enq_seq
             before = self._undelivered
@@ -405,8 +421,43 @@ class Shipper:
             # A little grace past the deadline: the flusher settles the rest as "shutdown"
             # right at the deadline and needs a moment to do it.
             thread.join(max(0.0, deadline - _monotonic()) + 0.2)
+            if thread.is_alive():
+                self._abandon()
         elif not in_sender_thread():
             self._drain_on_this_thread(deadline)
+
+    def _abandon(self) -> None:
+        """The flusher is stuck past the deadline in one request (a service that accepts and
+        never answers): take its events over on this thread, spool them or count them, and let
+        the flusher count nothing more. The batch in flight may then arrive twice: the request
+        might still succeed (at-least-once)."""
+        with self._lock:
+            if self._abandoned:
+                return
+            self._abandoned = True
+            n = self._inflight + len(self._queue)
+            chunks = [c for c in (self._posting, *reversed(self._stack)) if c is not None]
+            carry = list(self._carry)
+            queued = [event for event, _ in self._queue]
+            self._queue.clear()
+            self._queue_bytes = 0
+            self._inflight = 0
+            self._inflight_first = self._enq_seq + 1
+            group, reason = "dropped", "shutdown"
+        if n and self._spool is not None:
+            parts = [p for c in chunks for p in c.as_parts()] + carry
+            parts.extend(encoding.encode(e) for e in queued)
+            try:
+                self._bump("spool_dropped", self._spool.write(parts))
+                group, reason = "spooled", None
+            except Exception as exc:
+                self._report("spool_write", f"could not write to the spool: {exc}")
+        with self._lock:
+            self._c[group] += n
+            if reason:
+                self._c[f"{group}_{reason}"] += n
+            self._undelivered += n
+            self._progress.notify_all()
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
@@ -490,6 +541,7 @@ class Shipper:
     def _send_available(self, partial: bool) -> None:
         """Send batches until the queue is drained (or only a partial batch is left)."""
         carry: list[bytes] = []
+        self._carry = carry
         try:
             while not self._deadline_passed():
                 batch = self._take_batch(carry, partial)
@@ -560,9 +612,12 @@ class Shipper:
     def _deliver(self, batch: _Chunk) -> None:
         # A stack of sub-batches, first half on top: 413 splits, 400 bisects to the bad events.
         stack = [batch]
+        self._stack = stack
         while stack:
             chunk = stack.pop()
+            self._posting = chunk
             outcome = self._post(chunk)
+            self._posting = None
             kind = outcome.kind
             if kind == "delivered":
                 self._settle(len(chunk), "delivered")
@@ -618,6 +673,8 @@ class Shipper:
         return []
 
     def _fail(self, chunk: _Chunk, reason: str, error: BaseException | None) -> None:
+        if self._abandoned:
+            return
         if self._spool is not None and reason in _SPOOLABLE:
             try:
                 dropped = self._spool.write(chunk.as_parts())
@@ -644,6 +701,8 @@ class Shipper:
     def _settle(self, n: int, group: str, reason: str | None = None) -> None:
         c = self._c
         with self._lock:
+            if self._abandoned:
+                return  # the closing thread has accounted for these already
             c[group] += n
             if reason is not None:
                 c[f"{group}_{reason}"] += n

@@ -62,6 +62,22 @@ class TestExit:
         assert "0 of 2000 delivered" in lines[0] and "2000" in lines[0]
         assert TOKEN not in proc.stderr
 
+    def test_exit_with_hanging_service_is_bounded(self):
+        """A service that accepts and never answers: exit is still bounded, nothing unaccounted."""
+        import socket
+
+        with socket.socket() as listener:  # the kernel accepts connections; nobody answers
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(64)
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+            proc, _ = run_child(url, 500, 1.0)
+            ended = time.time()
+        assert proc.returncode == 0
+        assert last_call_to_exit(proc, ended) < 1.0 + 1.0
+        lines = [x for x in proc.stderr.splitlines() if x.startswith("loghandler: at exit")]
+        assert len(lines) == 1 and "0 of 500 delivered, 500 dropped (500 at exit)" in lines[0]
+        assert "still queued" not in lines[0]
+
     def test_logging_shutdown_bounded_with_full_queue(self):
         """Service down, queue full: logging.shutdown + atexit stay within shutdown_timeout."""
         code = textwrap.dedent(f"""

@@ -1,0 +1,599 @@
+"""The disk spool: events the service could not take, kept on disk and delivered later.
+
+The engine (``shipper.py``) writes a batch here when it cannot deliver it (retries exhausted,
+authentication refused, dataset not found, shutdown deadline) and replays the spool from its
+flusher thread, at start and about every ``flush_interval``. Several processes may share one
+spool directory: a file is claimed by an atomic rename before it is sent, so no two processes
+send the same file, and a claim left by a process that died is taken back later.
+
+Layout, one directory per dataset, named by a hash so no dataset name reaches a path::
+
+    <spool_dir>/                          created 0700 when it does not exist
+      ds-<sha256(dataset)[:32]>/          0700
+        DATASET                           0600, the real dataset name, for operators
+        <time_ns>-<pid>-<n>.spool         0600, events waiting for replay (oldest name first)
+        <name>.claim-<pid>-<start>        a file being replayed by process <pid>
+        <name>.corrupt                    a damaged file, moved aside and reported once
+        tmp-<pid>-<start>-<n>.tmp         a file being written, renamed when complete
+
+A file is a header line ``LHSPOOL 1 <events> <payload bytes> <crc32 hex>`` and then the payload:
+one compact JSON event per line. Truncation and corruption are detected by the length and crc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import stat
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolCorrupt", "dataset_dir", "decode_file",
+           "encode_file"]
+
+MiB = 1024 * 1024
+DEFAULT_MAX_SPOOL_BYTES = 256 * MiB  # the engine's default for max_spool_bytes
+MAGIC = b"LHSPOOL"
+VERSION = b"1"
+HEADER_MAX = 96
+READY = ".spool"
+CLAIM = ".claim-"
+CORRUPT = ".corrupt"
+TMP = ".tmp"
+META = "DATASET"
+# One file is at most one batch (the engine's defaults), so a crash during replay re-sends at
+# most the batch in flight.
+DEFAULT_MAX_FILE_EVENTS = 1000
+DEFAULT_MAX_FILE_BYTES = 4 * MiB
+# A replay round stops after this many files or bytes, so new events flow between rounds.
+ROUND_FILES = 8
+ROUND_BYTES = 8 * MiB
+# A claim or temporary file this old is taken back even when its process looks alive (a
+# stopped process, or a pid reused where the start time cannot be read): at worst a duplicate.
+STALE_CLAIM_SECONDS = 600.0
+STALE_TMP_SECONDS = 3600.0
+# An empty spool is re-checked with one stat() of its directory; a full scan at least this often
+# catches what a coarse directory mtime can hide.
+FULL_SCAN_SECONDS = 5.0
+# After a round that could not deliver, wait before the next (doubling), unless the shipper
+# delivered new events meanwhile: then the service is back and replay resumes at once.
+MAX_REPLAY_BACKOFF = 30.0
+
+_monotonic = time.monotonic
+_names = itertools.count()
+_names_lock = threading.Lock()
+# Claims this process holds (absolute paths), shared by every Spool of the process: a claim
+# named with our pid that is not in here was left by an earlier process that had our pid.
+_held: set[str] = set()
+_last_time_ns = 0
+
+
+class SpoolCorrupt(Exception):
+    """A spool file that cannot be read back (the message says why)."""
+
+
+# --------------------------------------------------------------------------- file format
+
+def encode_file(parts: list[bytes]) -> bytes:
+    """A spool file holding ``parts`` (encoded events, one JSON document each)."""
+    payload = b"".join(p + b"\n" for p in parts)
+    header = b"%s %s %d %d %08x\n" % (MAGIC, VERSION, len(parts), len(payload),
+                                       zlib.crc32(payload))
+    return header + payload
+
+
+def decode_file(data: bytes) -> list[bytes]:
+    """The events of a spool file; ``SpoolCorrupt`` when it is damaged in any way."""
+    end = data.find(b"\n", 0, HEADER_MAX)
+    if end < 0:
+        raise SpoolCorrupt("no header line" if data else "empty file")
+    fields = data[:end].split(b" ")
+    if len(fields) != 5 or fields[0] != MAGIC:
+        raise SpoolCorrupt("not a loghandler spool file")
+    if fields[1] != VERSION:
+        raise SpoolCorrupt(f"unknown format version {fields[1]!r}")
+    try:
+        count, length, crc = int(fields[2]), int(fields[3]), int(fields[4], 16)
+    except ValueError:
+        raise SpoolCorrupt("unreadable header") from None
+    payload = data[end + 1:]
+    if len(payload) < length:
+        raise SpoolCorrupt(f"truncated: {len(payload)} of {length} bytes")
+    if len(payload) > length:
+        raise SpoolCorrupt(f"{len(payload) - length} unexpected bytes at the end")
+    if zlib.crc32(payload) != crc:
+        raise SpoolCorrupt("checksum mismatch")
+    parts = payload.split(b"\n")
+    if parts.pop() != b"" or len(parts) != count:
+        raise SpoolCorrupt(f"{len(parts)} events where the header says {count}")
+    return parts
+
+
+def _header_count(path: str) -> int:
+    """Events in a file, from its header only (0 when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            fields = f.readline(HEADER_MAX).split(b" ")
+        return int(fields[2]) if len(fields) == 5 and fields[0] == MAGIC else 0
+    except (OSError, ValueError):
+        return 0
+
+
+# --------------------------------------------------------------------------- processes
+
+def _proc_info(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process from /proc, or None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return fields[0].decode(), fields[19].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_own: tuple[int, str] = (0, "0")
+
+
+def _own_start() -> str:
+    global _own
+    pid = os.getpid()
+    if _own[0] != pid:
+        info = _proc_info(pid)
+        _own = (pid, info[1] if info else "0")
+    return _own[1]
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` (started at ``start``, "0" if unknown) still runs."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # EPERM: it exists, under another user
+    info = _proc_info(pid)
+    if info is None:
+        return True
+    state, now_start = info
+    if state in ("Z", "X"):
+        return False  # killed, not yet reaped by its parent
+    # Same pid, other start time: the pid was reused by a new process.
+    return start == "0" or now_start == start
+
+
+def _pid_of(name: str, marker: str) -> tuple[int, str] | None:
+    """(pid, start) from ``...<marker><pid>-<start>[...]``."""
+    try:
+        tail = name.rsplit(marker, 1)[1]
+        pid, start = tail.split("-")[:2]
+        return int(pid), start.split(".")[0]
+    except (IndexError, ValueError):
+        return None
+
+
+def dataset_dir(spool_dir: str | os.PathLike[str], dataset: str) -> str:
+    """The directory holding the spool of ``dataset`` (its name never reaches the path)."""
+    digest = hashlib.sha256(dataset.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return os.path.join(os.path.abspath(os.fspath(spool_dir)), "ds-" + digest)
+
+
+@dataclass
+class _Entry:
+    name: str
+    size: int
+    mtime: float
+
+
+# --------------------------------------------------------------------------- the spool
+
+class Spool:
+    """The on-disk spool of one dataset.
+
+    ``Spool(spool_dir, dataset, max_bytes=256 MiB)``: ``write(parts)`` stores encoded events,
+    ``replay(shipper)`` sends stored ones back through ``shipper.replay_parts``. ``max_bytes``
+    bounds the dataset's directory; when a write would exceed it the oldest files go first.
+    Raises ``ConfigurationError`` when the directory cannot be created or is not ours.
+    """
+
+    def __init__(self, spool_dir: str | os.PathLike[str], dataset: str, *,
+                 max_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
+                 max_file_events: int = DEFAULT_MAX_FILE_EVENTS,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        self.dataset = dataset
+        self.max_bytes = max_bytes
+        self.max_file_events = max(1, max_file_events)
+        self.max_file_bytes = max(1, max_file_bytes)
+        self.path = dataset_dir(spool_dir, dataset)
+        self._setup(os.path.dirname(self.path))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pending = True  # unknown until the first scan
+        self._empty_mtime: int | None = None
+        self._next_full_scan = 0.0
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._delivered_mark = -1
+        self._full_reported = False
+        self._skip: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"Spool(path={self.path!r}, max_bytes={self.max_bytes})"
+
+    def _setup(self, root: str) -> None:
+        try:
+            if not os.path.isdir(root):
+                os.makedirs(root, mode=0o700, exist_ok=True)
+                os.chmod(root, 0o700)  # makedirs' mode is masked by the umask
+            try:
+                os.mkdir(self.path, 0o700)
+            except FileExistsError:
+                pass
+            st = os.lstat(self.path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise ConfigurationError(f"spool_dir: {self.path} exists and is not a directory")
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
+                raise ConfigurationError(
+                    f"spool_dir: {self.path} belongs to another user; events carry secrets, "
+                    "so the spool must be private"
+                )
+            os.chmod(self.path, 0o700)
+            meta = os.path.join(self.path, META)
+            if not os.path.exists(meta):
+                self._write_file(meta, self.dataset.encode("utf-8", "surrogatepass") + b"\n")
+        except OSError as exc:
+            raise ConfigurationError(f"spool_dir: cannot use {root}: {exc}") from None
+
+    def _check_fork(self) -> None:
+        if os.getpid() != self._pid:
+            self._reset()  # the parent's lock may have been held at fork
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, parts: list[bytes]) -> int:
+        """Store encoded events, crash-safely. Returns how many older spooled events were
+        deleted to stay within ``max_bytes`` (or events of this write when it alone is larger).
+        Raises ``OSError`` when nothing could be stored.
+        """
+        self._check_fork()
+        # Compact JSON has no raw newline; outside strings one is whitespace, so a space is
+        # the same document and keeps one event per line.
+        parts = [p.replace(b"\n", b" ") if b"\n" in p else p for p in parts]
+        if not parts:
+            return 0
+        with self._lock:
+            if not os.path.isdir(self.path):
+                self._setup(os.path.dirname(self.path))  # removed under us (a tmp cleaner)
+            dropped = 0
+            while True:
+                blobs = [encode_file(chunk) for chunk in self._chunks(parts)]
+                need = sum(len(b) for b in blobs)
+                if need <= self.max_bytes:
+                    break
+                # This write alone is over the bound: its oldest events go, as any oldest would.
+                excess, k = need - self.max_bytes, 0
+                while k < len(parts) - 1 and excess > 0:
+                    excess -= len(parts[k]) + 1
+                    k += 1
+                dropped += max(k, 1)
+                parts = parts[max(k, 1):]
+                if not parts:
+                    return dropped
+            dropped += self._make_room(need)
+            for blob in blobs:
+                self._write_file(os.path.join(self.path, self._new_name()), blob)
+            self._fsync_dir()
+            self._pending = True
+        if dropped and not self._full_reported:
+            self._full_reported = True
+            from .shipper import _stderr
+
+            _stderr(f"loghandler: dataset {self.dataset!r}: the spool is full (max_spool_bytes="
+                    f"{self.max_bytes}); its oldest events are deleted and counted in "
+                    "stats().spool_dropped")
+        return dropped
+
+    def _chunks(self, parts: list[bytes]) -> Iterator[list[bytes]]:
+        chunk: list[bytes] = []
+        size = 0
+        for part in parts:
+            if chunk and (len(chunk) >= self.max_file_events
+                          or size + len(part) + 1 > self.max_file_bytes):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(part)
+            size += len(part) + 1
+        if chunk:
+            yield chunk
+
+    def _make_room(self, need: int) -> int:
+        """Delete the oldest files until ``need`` more bytes fit; the events deleted."""
+        entries = self._scan()
+        total = sum(e.size for e in entries)
+        if total + need <= self.max_bytes:
+            self._full_reported = False
+            return 0
+        # Damaged files (already reported) go first, then the oldest waiting events. Claimed
+        # files belong to a replaying process and are left alone.
+        victims = sorted((e for e in entries if e.name.endswith(CORRUPT)), key=lambda e: e.name)
+        victims += sorted((e for e in entries if e.name.endswith(READY)), key=lambda e: e.name)
+        dropped = 0
+        for e in victims:
+            if total + need <= self.max_bytes:
+                break
+            path = os.path.join(self.path, e.name)
+            count = _header_count(path) if e.name.endswith(READY) else 0
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue  # claimed or deleted by another process meanwhile
+            total -= e.size
+            dropped += count
+        return dropped
+
+    def _new_name(self) -> str:
+        global _last_time_ns
+        with _names_lock:
+            # Sortable by creation order: time first; a clock that did not move still counts up.
+            t = _last_time_ns = max(time.time_ns(), _last_time_ns + 1)
+            n = next(_names)
+        return f"{t:020d}-{os.getpid():010d}-{n:010d}{READY}"
+
+    def _write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically: temporary file, fsync, rename."""
+        with _names_lock:
+            n = next(_names)
+        tmp = os.path.join(self.path, f"tmp-{os.getpid()}-{_own_start()}-{n}{TMP}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _fsync_dir(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # not supported everywhere (some network file systems)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ scanning
+
+    def _scan(self) -> list[_Entry]:
+        """Every file of the spool directory, with stale claims and temporaries taken back."""
+        entries = []
+        now = time.time()
+        try:
+            it = os.scandir(self.path)
+        except FileNotFoundError:
+            return []
+        with it:
+            for d in it:
+                try:
+                    st = d.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                name = d.name
+                if CLAIM in name and self._claim_stale(d.path, name, st.st_mtime, now):
+                    ready = name.rsplit(CLAIM, 1)[0]
+                    try:
+                        os.rename(d.path, os.path.join(self.path, ready))
+                        name = ready
+                    except OSError:
+                        continue  # another process took it back first
+                elif name.endswith(TMP) and self._tmp_stale(name, st.st_mtime, now):
+                    try:
+                        os.unlink(d.path)
+                    except OSError:
+                        pass
+                    continue
+                entries.append(_Entry(name, st.st_size, st.st_mtime))
+        return entries
+
+    def _claim_stale(self, path: str, name: str, mtime: float, now: float) -> bool:
+        owner = _pid_of(name, CLAIM)
+        if owner is None or now - mtime > STALE_CLAIM_SECONDS:
+            return True
+        pid, start = owner
+        if pid == os.getpid():
+            return path not in _held
+        return not _alive(pid, start)
+
+    def _tmp_stale(self, name: str, mtime: float, now: float) -> bool:
+        owner = _pid_of(name, "tmp-")
+        if owner is None or now - mtime > STALE_TMP_SECONDS:
+            return True
+        pid, start = owner
+        return pid != os.getpid() and not _alive(pid, start)
+
+    def pending(self) -> bool:
+        """Whether anything may wait in the spool: at most one ``stat`` when it is empty."""
+        self._check_fork()
+        if self._pending or _monotonic() >= self._next_full_scan:
+            return True
+        try:
+            return os.stat(self.path).st_mtime_ns != self._empty_mtime
+        except OSError:
+            return False
+
+    def has_waiting(self) -> bool:
+        """Whether files wait for replay (one directory scan): to start a flusher at once."""
+        try:
+            with os.scandir(self.path) as it:
+                return any(d.name.endswith(READY) or CLAIM in d.name for d in it)
+        except OSError:
+            return False
+
+    def _claim_next(self) -> tuple[str, str] | None:
+        """Claim the oldest waiting file: (its name, the claim's path), or None."""
+        try:
+            mtime = os.stat(self.path).st_mtime_ns  # before the scan: a later change shows
+        except OSError:
+            mtime = None
+        ready = sorted(e.name for e in self._scan()
+                       if e.name.endswith(READY) and e.name not in self._skip)
+        for name in ready:
+            claim = os.path.join(self.path, f"{name}{CLAIM}{os.getpid()}-{_own_start()}")
+            with _names_lock:
+                _held.add(claim)
+            try:
+                os.rename(os.path.join(self.path, name), claim)
+            except OSError:
+                self._release(claim)
+                continue  # claimed or dropped by another process
+            try:
+                os.utime(claim)  # the claim's age starts now (rename keeps the old mtime)
+            except OSError:
+                pass
+            return name, claim
+        if not ready:
+            with self._lock:
+                self._pending = False
+                self._empty_mtime = mtime
+                self._next_full_scan = _monotonic() + FULL_SCAN_SECONDS
+        return None
+
+    @staticmethod
+    def _release(claim: str) -> None:
+        with _names_lock:
+            _held.discard(claim)
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, shipper: Any) -> None:
+        """One bounded round: re-send the oldest files through ``shipper.replay_parts``.
+
+        Stops at the first file the service does not take completely (it stays, with only
+        what is left, for a later round) and backs off until the shipper delivers again.
+        """
+        self._check_fork()
+        if self._retry_at and _monotonic() < self._retry_at \
+                and _delivered(shipper) == self._delivered_mark:
+            return
+        if not self.pending():
+            return
+        files = nbytes = 0
+        while files < ROUND_FILES and nbytes < ROUND_BYTES:
+            if getattr(shipper, "_closed", False):
+                return
+            claimed = self._claim_next()
+            if claimed is None:
+                break
+            files += 1
+            done, size = self._replay_file(*claimed, shipper)
+            nbytes += size
+            if not done:
+                self._backoff = min(MAX_REPLAY_BACKOFF, max(1.0, self._backoff * 2))
+                self._retry_at = _monotonic() + self._backoff
+                self._delivered_mark = _delivered(shipper)
+                return
+        self._retry_at = self._backoff = 0.0
+
+    def _replay_file(self, name: str, claim: str, shipper: Any) -> tuple[bool, int]:
+        """Send one claimed file. (True when it is gone: delivered or quarantined, size)."""
+        try:
+            try:
+                size = os.path.getsize(claim)
+                if size > max(self.max_bytes, 4 * self.max_file_bytes):
+                    raise SpoolCorrupt(f"{size} bytes, larger than a spool file can be")
+                with open(claim, "rb") as f:
+                    data = f.read()
+                parts = decode_file(data)
+            except FileNotFoundError:
+                return True, 0  # taken back by another process as stale; it sends it
+            except (OSError, SpoolCorrupt) as exc:
+                self._quarantine(name, claim, exc, shipper)
+                return True, 0
+            opts = shipper.options
+            i = 0
+            while i < len(parts):
+                chunk = _cut(parts, i, opts.batch_size, opts.max_batch_bytes - 2)
+                remaining = shipper.replay_parts(chunk)
+                i += len(chunk)
+                rest = remaining + parts[i:]
+                if not rest:
+                    break
+                # Rewrite before going on, so a crash re-sends at most the batch in flight.
+                self._write_file(claim, encode_file(rest))
+                if remaining:
+                    os.rename(claim, os.path.join(self.path, name))
+                    with self._lock:
+                        self._pending = True
+                    return False, len(data)
+            try:
+                os.unlink(claim)
+            except FileNotFoundError:
+                pass
+            return True, len(data)
+        finally:
+            self._release(claim)
+
+    def _quarantine(self, name: str, claim: str, exc: BaseException, shipper: Any) -> None:
+        from .shipper import _stderr
+
+        target = os.path.join(self.path, name + CORRUPT)
+        try:
+            os.rename(claim, target)
+            where = f"moved aside to {target}"
+        except OSError:
+            try:
+                os.unlink(claim)
+                where = "deleted (it could not be moved aside)"
+            except OSError:
+                self._skip.add(name)
+                where = "left in place and skipped"
+        try:
+            shipper._bump("spool_corrupt", 1)
+        except Exception:
+            pass
+        _stderr(f"loghandler: dataset {self.dataset!r}: spool file {name} is damaged ({exc}); "
+                f"{where}. Replay goes on with the other files")
+
+
+def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> list[bytes]:
+    """The next batch from ``start``: at least one event, then within both limits."""
+    end, size = start, 0
+    while end < len(parts) and end - start < max_events:
+        size += len(parts[end]) + 1
+        if size > max_bytes and end > start:
+            break
+        end += 1
+    return parts[start:end]
+
+
+def _delivered(shipper: Any) -> int:
+    try:
+        return int(shipper.stats().delivered)
+    except Exception:
+        return -1

@@ -1,0 +1,530 @@
+"""The disk spool: crash-safe files, bounded size, replay across processes, damaged files."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+import loghandler
+from loghandler import spool as spool_mod
+from loghandler.spool import Spool, SpoolCorrupt, decode_file, encode_file
+
+DATASET = "orders-prod"
+TOKEN = "xaat-spool-secret-81d2"
+FAST = {"flush_interval": 0.05, "retry_backoff": 0.01, "max_retries": 1, "shutdown_timeout": 1}
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes and signals")
+
+
+# --------------------------------------------------------------------------- helpers
+
+class Receiver:
+    """Records the ``id`` of every event that arrives, in arrival order.
+
+    ``script`` holds statuses for the next requests (then 200); events count only on a 200.
+    With ``gate`` set, a request is recorded on arrival and then held until the gate opens:
+    the worst case for duplicates (the service has the batch, the client never hears it).
+    """
+
+    def __init__(self, server: HTTPServer) -> None:
+        self.url = server.url_for("").rstrip("/")
+        self.cond = threading.Condition()
+        self.ids: list[Any] = []
+        self.requests = 0
+        self.script: list[int] = []
+        self.gate: threading.Event | None = None
+        self.held = 0
+        server.expect_request(f"/v1/datasets/{DATASET}/ingest", method="POST") \
+            .respond_with_handler(self._handle)
+
+    def _handle(self, request: Request) -> Response:
+        raw = request.get_data()
+        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" else raw
+        batch = json.loads(body)
+        with self.cond:
+            self.requests += 1
+            status = self.script.pop(0) if self.script else 200
+            if status == 200:
+                self.ids.extend(e.get("id") for e in batch)
+            gate = self.gate
+            if gate is not None:
+                self.held += 1
+            self.cond.notify_all()
+        if gate is not None:
+            gate.wait(30)
+        return Response("{}", status, content_type="application/json")
+
+    def wait(self, predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+        with self.cond:
+            return self.cond.wait_for(predicate, timeout)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server.start()
+    rec = Receiver(server)
+    try:
+        yield rec
+    finally:
+        if rec.gate is not None:
+            rec.gate.set()  # a held request must end, or stop() waits for it
+        server.clear()
+        server.stop()
+
+
+def closed_port_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def parts(prefix: str, n: int, start: int = 0, pad: int = 0) -> list[bytes]:
+    return [json.dumps({"id": f"{prefix}{i}", "pad": "x" * pad}, separators=(",", ":")).encode()
+            for i in range(start, start + n)]
+
+
+def prefill(spool_dir: Path, files: int, per_file: int, prefix: str = "s") -> list[str]:
+    """Spool ``files`` files of ``per_file`` events; returns their ids, oldest first."""
+    spool = Spool(spool_dir, DATASET)
+    for f in range(files):
+        spool.write(parts(prefix, per_file, start=f * per_file))
+    return [f"{prefix}{i}" for i in range(files * per_file)]
+
+
+def spool_files(spool_dir: Path, suffix: str = ".spool") -> list[Path]:
+    return sorted(p for p in spool_dir.rglob("*") if p.is_file() and p.name.endswith(suffix))
+
+
+def spooled_ids(spool_dir: Path) -> list[str]:
+    return [json.loads(p)["id"] for f in spool_files(spool_dir)
+            for p in decode_file(f.read_bytes())]
+
+
+def left_in_spool(spool_dir: Path) -> list[str]:
+    return [p.name for p in spool_dir.rglob("*")
+            if p.name.endswith(".spool") or ".claim-" in p.name]
+
+
+def make_shipper(url: str, spool_dir: Path, **options: Any) -> loghandler.Shipper:
+    client = loghandler.Client(token=TOKEN, url=url)
+    return loghandler.Shipper(client, DATASET, spool_dir=str(spool_dir), **{**FAST, **options})
+
+
+CHILD = r"""
+import atexit, json, logging, os, sys, time
+# Registered before loghandler's exit hook, so it runs after it (atexit is LIFO): final stats.
+atexit.register(lambda: print(json.dumps(h.stats().__dict__), flush=True))
+import loghandler
+cfg = json.loads(sys.argv[1])
+h = loghandler.IngestHandler(cfg["dataset"], url=cfg["url"], spool_dir=cfg["spool_dir"],
+                             **cfg["options"])
+log = logging.getLogger("spool-child")
+log.propagate = False
+log.setLevel(logging.INFO)
+log.addHandler(h)
+for i in range(cfg["n"]):
+    log.info("event %d", i, extra={"id": cfg["prefix"] + str(i)})
+if cfg.get("flush"):
+    h.flush(cfg["flush"])  # a request is in flight when the script ends
+if cfg.get("drain"):
+    path = h.shipper._spool.path
+    def left():
+        return [n for n in os.listdir(path) if n.endswith(".spool") or ".claim-" in n]
+    deadline = time.monotonic() + cfg["drain"]
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    h.flush(5)
+print(json.dumps({"end": time.time()}), flush=True)
+"""
+
+
+def child(url: str, spool_dir: Path, n: int, prefix: str, drain: float = 0, flush: float = 0,
+          **options: Any) -> subprocess.Popen[str]:
+    cfg = {"dataset": DATASET, "url": url, "spool_dir": str(spool_dir), "n": n,
+           "prefix": prefix, "drain": drain, "flush": flush, "options": {**FAST, **options}}
+    env = {**os.environ, "LOGHANDLER_TOKEN": TOKEN}
+    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 40) -> tuple[dict[str, Any], str]:
+    """Wait for a child: ({"end": time its script ended, **its final stats}, its stderr)."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    end, stats = (json.loads(line) for line in out.strip().splitlines()[-2:])
+    return {**end, **stats}, err
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+# --------------------------------------------------------------------------- file format
+
+class TestFileFormat:
+    def test_round_trip(self):
+        """A file gives back exactly the events written, in order."""
+        data = parts("r", 5, pad=3)
+        assert decode_file(encode_file(data)) == data
+
+    @pytest.mark.parametrize("damage", ["truncated", "crc", "garbage", "empty", "extra",
+                                        "count"])
+    def test_damage_is_detected(self, damage):
+        """Truncation, a flipped byte, garbage, an empty file and a wrong count are all caught."""
+        good = encode_file(parts("d", 4))
+        header, payload = good.split(b"\n", 1)
+        bad = {
+            "truncated": good[:-3],
+            "crc": header + b"\n" + payload.replace(b"d1", b"d7"),
+            "garbage": b"\x00\xffnot a spool file at all\n" * 3,
+            "empty": b"",
+            "extra": good + b"{}\n",
+            "count": header.replace(b" 4 ", b" 5 ") + b"\n" + payload,
+        }[damage]
+        with pytest.raises(SpoolCorrupt):
+            decode_file(bad)
+
+
+# --------------------------------------------------------------------------- files on disk
+
+class TestFiles:
+    def test_dataset_name_never_reaches_a_path(self, tmp_path):
+        """A hostile dataset name lands in a hashed directory inside spool_dir."""
+        spool = Spool(tmp_path / "sp", "../../escape/" + DATASET)
+        spool.write(parts("a", 3))
+        assert Path(spool.path).parent == tmp_path / "sp"
+        assert Path(spool.path).name.startswith("ds-")
+        assert not (tmp_path / "escape").exists()
+        names = [p.name for p in tmp_path.rglob("*")]
+        assert not any(DATASET in n or "escape" in n for n in names)
+        assert (Path(spool.path) / "DATASET").read_text() == "../../escape/" + DATASET + "\n"
+
+    def test_modes_with_a_permissive_umask(self, tmp_path):
+        """Files are 0600 and the directories 0700 even under umask 000."""
+        old = os.umask(0)
+        try:
+            spool = Spool(tmp_path / "sp", DATASET)
+            spool.write(parts("a", 3))
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE((tmp_path / "sp").stat().st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(spool.path).st_mode) == 0o700
+        for f in Path(spool.path).iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+    def test_names_sort_in_creation_order(self, tmp_path):
+        """Files written one after another sort by name in the order they were written."""
+        spool = Spool(tmp_path, DATASET)
+        for i in range(20):
+            spool.write(parts(f"w{i}-", 1))
+        assert spooled_ids(tmp_path) == [f"w{i}-0" for i in range(20)]
+
+    def test_large_write_is_split_into_batch_sized_files(self, tmp_path):
+        """One big write becomes several files of at most max_file_events events."""
+        spool = Spool(tmp_path, DATASET, max_file_events=10)
+        spool.write(parts("b", 35))
+        files = spool_files(tmp_path)
+        assert [len(decode_file(f.read_bytes())) for f in files] == [10, 10, 10, 5]
+        assert spooled_ids(tmp_path) == [f"b{i}" for i in range(35)]
+
+    def test_unusable_spool_dir_is_a_configuration_error(self, tmp_path):
+        """A spool_dir that is a file is refused at construction, naming the option."""
+        (tmp_path / "f").write_text("x")
+        with pytest.raises(loghandler.ConfigurationError, match="spool_dir"):
+            Spool(tmp_path / "f", DATASET)
+
+    def test_empty_spool_costs_one_stat(self, tmp_path, monkeypatch):
+        """Once found empty, the spool is not scanned again until its directory changes."""
+        spool = Spool(tmp_path, DATASET)
+        assert spool._claim_next() is None
+        scans = []
+        monkeypatch.setattr(spool, "_scan", lambda: scans.append(1) or [])
+        assert not spool.pending()
+        Spool(tmp_path, DATASET).write(parts("o", 1))  # another writer, e.g. another process
+        assert spool.pending()
+        assert scans == []
+
+
+    def test_has_waiting_sees_files_and_claims(self, tmp_path):
+        """has_waiting() is True while a file waits or is claimed, False once all are gone."""
+        spool = Spool(tmp_path, DATASET)
+        assert not spool.has_waiting()
+        spool.write(parts("w", 1))
+        assert spool.has_waiting()
+        _name, claim = spool._claim_next()
+        assert spool.has_waiting()
+        os.unlink(claim)
+        spool._release(claim)
+        assert not spool.has_waiting()
+
+
+class TestStaleClaims:
+    def _claim(self, tmp_path: Path, pid: int, start: str) -> Path:
+        spool = Spool(tmp_path, DATASET)
+        spool.write(parts("c", 2))
+        (f,) = spool_files(tmp_path)
+        claim = f.with_name(f"{f.name}.claim-{pid}-{start}")
+        f.rename(claim)
+        return claim
+
+    def test_claim_of_a_live_process_is_respected(self, tmp_path):
+        """A file claimed by a running process (pid and start time match) is not taken."""
+        parent = os.getppid()
+        info = spool_mod._proc_info(parent)
+        claim = self._claim(tmp_path, parent, info[1] if info else "0")
+        assert Spool(tmp_path, DATASET)._claim_next() is None
+        assert claim.exists()
+
+    def test_claim_of_a_reused_pid_is_taken_back(self, tmp_path):
+        """Same pid, different start time: the claim is stale and the file is replayed."""
+        if spool_mod._proc_info(os.getppid()) is None:
+            pytest.skip("no /proc: start times cannot be compared here")
+        self._claim(tmp_path, os.getppid(), "1")
+        assert Spool(tmp_path, DATASET)._claim_next() is not None
+
+    def test_claim_with_our_pid_not_held_is_taken_back(self, tmp_path):
+        """A claim named with our pid that we do not hold was left by an earlier process."""
+        self._claim(tmp_path, os.getpid(), spool_mod._own_start())
+        assert Spool(tmp_path, DATASET)._claim_next() is not None
+
+    def test_old_claim_is_taken_back(self, tmp_path):
+        """A claim older than STALE_CLAIM_SECONDS is taken back even if its process lives."""
+        parent = os.getppid()
+        info = spool_mod._proc_info(parent)
+        claim = self._claim(tmp_path, parent, info[1] if info else "0")
+        old = time.time() - spool_mod.STALE_CLAIM_SECONDS - 5
+        os.utime(claim, (old, old))
+        assert Spool(tmp_path, DATASET)._claim_next() is not None
+
+
+# --------------------------------------------------------------------------- bound
+
+class TestSpoolFull:
+    def test_oldest_dropped_and_counted(self, tmp_path, capfd):
+        """Over max_spool_bytes the oldest events are deleted, counted, newest kept."""
+        limit = 4000
+        with make_shipper(closed_port_url(), tmp_path, batch_size=10,
+                          max_spool_bytes=limit) as shipper:
+            for i in range(100):
+                shipper.submit({"id": i, "pad": "y" * 60})
+            assert shipper.flush(10) is False
+            st = shipper.stats()
+        assert st.spooled == 100
+        assert st.spool_dropped > 0
+        kept = spooled_ids(tmp_path)
+        assert len(kept) == st.spooled - st.spool_dropped
+        assert kept == list(range(100 - len(kept), 100))  # a contiguous run of the newest
+        assert sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file()) <= limit
+        assert capfd.readouterr().err.count("spool is full") == 1
+
+    def test_single_write_larger_than_the_bound_keeps_its_newest(self, tmp_path):
+        """A write bigger than max_bytes alone keeps its newest events and counts the rest."""
+        spool = Spool(tmp_path, DATASET, max_bytes=1000)
+        dropped = spool.write(parts("big", 100, pad=20))
+        kept = spooled_ids(tmp_path)
+        assert dropped == 100 - len(kept) > 0
+        assert kept == [f"big{i}" for i in range(100 - len(kept), 100)]
+
+
+# --------------------------------------------------------------------------- replay
+
+class TestReplay:
+    def test_dead_service_then_new_process_delivers_exactly_n(self, tmp_path, receiver):
+        """Service down: a process spools N events privately at exit; the next delivers N."""
+        spool_dir = tmp_path / "spool"
+        n = 50
+        proc = child(closed_port_url(), spool_dir, n, "a")
+        out, err = finish(proc)
+        assert out["spooled"] == n
+        assert "spooled to" in err and TOKEN not in err
+        assert stat.S_IMODE(spool_dir.stat().st_mode) == 0o700
+        for path in spool_dir.rglob("*"):
+            assert DATASET not in path.name and TOKEN not in path.name
+            mode = stat.S_IMODE(path.stat().st_mode)
+            assert mode == (0o700 if path.is_dir() else 0o600), path
+            if path.is_file():
+                assert TOKEN.encode() not in path.read_bytes()
+        assert sorted(spooled_ids(spool_dir)) == sorted(f"a{i}" for i in range(n))
+
+        out, _ = finish(child(receiver.url, spool_dir, 1, "b", drain=20))
+        assert out["replayed"] == n
+        counts = collections.Counter(receiver.ids)
+        assert counts == collections.Counter([f"a{i}" for i in range(n)] + ["b0"])
+        assert [i for i in receiver.ids if i.startswith("a")] == [f"a{i}" for i in range(n)]
+        assert left_in_spool(spool_dir) == []
+
+    def test_replay_interleaves_with_new_events(self, tmp_path, receiver, monkeypatch):
+        """New events flow between replay rounds; spooled ones keep their order."""
+        monkeypatch.setattr(spool_mod, "ROUND_FILES", 2)
+        spooled = prefill(tmp_path, files=6, per_file=20)
+        with make_shipper(receiver.url, tmp_path, batch_size=20) as shipper:
+            for i in range(100):
+                shipper.submit({"id": f"n{i}"})
+            assert receiver.wait(lambda: len(receiver.ids) >= 220)
+            assert shipper.flush(5)
+            # the receiver records a batch before the client hears the 200
+            assert wait_until(lambda: shipper.stats().replayed == 120)
+            assert shipper.stats().delivered == 100
+        got = receiver.ids
+        new = [f"n{i}" for i in range(100)]
+        assert collections.Counter(got) == collections.Counter([*spooled, *new])
+        assert [i for i in got if i.startswith("s")] == spooled
+        assert [i for i in got if i.startswith("n")] == new
+        assert got.index("n0") < got.index(spooled[-1])  # interleaved, not all spool first
+        assert left_in_spool(tmp_path) == []
+
+    def test_unreachable_service_keeps_files_and_releases_claims(self, tmp_path):
+        """A failed replay leaves every file as it was, unclaimed, for a later round."""
+        prefill(tmp_path, files=2, per_file=5)
+        before = {f.name: f.read_bytes() for f in spool_files(tmp_path)}
+        shipper = make_shipper(closed_port_url(), tmp_path)
+        try:
+            shipper._spool.replay(shipper)
+            assert shipper.stats().replayed == 0
+        finally:
+            shipper.close()
+        assert {f.name: f.read_bytes() for f in spool_files(tmp_path)} == before
+        assert not any(".claim-" in p.name for p in tmp_path.rglob("*"))
+
+    def test_partial_delivery_rewrites_the_rest(self, tmp_path, receiver):
+        """A file half delivered keeps only its undelivered events, still in order."""
+        prefill(tmp_path, files=1, per_file=25)
+        receiver.script = [200, 500]
+        shipper = make_shipper(receiver.url, tmp_path, batch_size=10)
+        try:
+            shipper._spool.replay(shipper)
+        finally:
+            shipper.close()
+        assert receiver.ids == [f"s{i}" for i in range(10)]
+        assert spooled_ids(tmp_path) == [f"s{i}" for i in range(10, 25)]
+
+    def test_corrupt_files_quarantined_reported_once(self, tmp_path, receiver, capfd):
+        """Damaged files are moved aside, counted and reported once; the rest is replayed."""
+        good = prefill(tmp_path, files=3, per_file=10)
+        (ds_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        sample = encode_file(parts("bad", 5))
+        header, payload = sample.split(b"\n", 1)
+        damaged = {
+            "truncated": sample[:-7],
+            "crc": header + b"\n" + payload.replace(b"bad1", b"bad9"),
+            "garbage": os.urandom(200),
+            "empty": b"",
+        }
+        for i, blob in enumerate(damaged.values()):
+            # early names: they come first, so a stuck replay would never reach the good ones
+            (ds_dir / f"{i + 1:020d}-{1:010d}-{i:010d}.spool").write_bytes(blob)
+        with make_shipper(receiver.url, tmp_path) as shipper:
+            shipper.submit({"id": "new"})
+            assert receiver.wait(lambda: len(receiver.ids) >= 31)
+            assert shipper.flush(5)
+            # a few more replay rounds: nothing is reported twice
+            for _ in range(3):
+                last = shipper._last_replay
+                assert wait_until(lambda last=last: shipper._last_replay > last)
+            st = shipper.stats()
+        assert st.spool_corrupt == len(damaged)
+        assert collections.Counter(receiver.ids) == collections.Counter([*good, "new"])
+        assert len(spool_files(tmp_path, ".corrupt")) == len(damaged)
+        assert left_in_spool(tmp_path) == []
+        err = capfd.readouterr().err
+        assert err.count("is damaged") == len(damaged)
+        for i in range(len(damaged)):
+            assert sum(f"{i + 1:020d}-" in line for line in err.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- processes
+
+class TestProcesses:
+    def test_two_processes_replay_each_event_once(self, tmp_path, receiver):
+        """Two processes draining one spool directory deliver every event exactly once."""
+        spooled = prefill(tmp_path, files=30, per_file=20)
+        procs = [child(receiver.url, tmp_path, 1, f"p{k}-", drain=30) for k in (1, 2)]
+        outs = [finish(p)[0] for p in procs]
+        assert sum(o["replayed"] for o in outs) == len(spooled)
+        counts = collections.Counter(receiver.ids)
+        assert counts == collections.Counter([*spooled, "p1-0", "p2-0"])
+        assert left_in_spool(tmp_path) == []
+
+    def test_sigkill_during_replay_loses_nothing_spooled(self, tmp_path, receiver):
+        """SIGKILL mid-replay: the next process re-sends the claimed file; duplicates are at
+        most the batch in flight, and only the killed process's in-memory events are lost."""
+        batch = 10
+        spooled = prefill(tmp_path, files=3, per_file=batch)
+        receiver.gate = threading.Event()
+        victim = child(receiver.url, tmp_path, 1, "a", drain=30, batch_size=batch)
+        try:
+            assert receiver.wait(lambda: receiver.held >= 1)
+            assert any(f".claim-{victim.pid}-" in p.name for p in tmp_path.rglob("*"))
+            victim.send_signal(signal.SIGKILL)
+        finally:
+            victim.kill()
+            victim.communicate(timeout=10)
+        assert victim.returncode == -signal.SIGKILL
+        with receiver.cond:
+            receiver.gate.set()
+            receiver.gate = None
+
+        finish(child(receiver.url, tmp_path, 1, "b", drain=30, batch_size=batch))
+        counts = collections.Counter(receiver.ids)
+        assert all(counts[i] >= 1 for i in spooled), "a spooled event was lost"
+        duplicates = sum(c - 1 for c in counts.values())
+        assert 0 < duplicates <= batch
+        assert "a0" not in counts  # it was only in the killed process's memory
+        assert counts["b0"] == 1
+        assert left_in_spool(tmp_path) == []
+
+
+class TestWithoutSpool:
+    def test_undeliverable_events_are_counted_not_kept(self, tmp_path):
+        """Without spool_dir, a batch that cannot be delivered is lost and counted as failed."""
+        client = loghandler.Client(token=TOKEN, url=closed_port_url())
+        with loghandler.Shipper(client, DATASET, **FAST) as shipper:
+            for i in range(20):
+                shipper.submit({"id": i})
+            assert shipper.flush(5) is False
+            st = shipper.stats()
+        assert st.failed_retries_exhausted == 20 and st.spooled == 0
+        assert list(tmp_path.iterdir()) == []
+
+
+class TestShutdown:
+    def test_exit_bounded_and_rest_spooled_with_refused_connections(self, tmp_path):
+        """Service down: exit within shutdown_timeout + 1 s, every event in the spool."""
+        n = 200
+        proc = child(closed_port_url(), tmp_path, n, "q", flush=0.2, batch_size=50)
+        out, _ = finish(proc)
+        assert time.time() - out["end"] < FAST["shutdown_timeout"] + 1
+        assert sorted(spooled_ids(tmp_path)) == sorted(f"q{i}" for i in range(n))
+
+    def test_exit_bounded_and_rest_spooled_with_a_hanging_service(self, tmp_path, receiver):
+        """Service hangs: exit within shutdown_timeout + 1 s, every event in the spool."""
+        receiver.gate = threading.Event()  # every request is held, never answered in time
+        n = 200
+        proc = child(receiver.url, tmp_path, n, "h", flush=0.2, batch_size=50)
+        out, _ = finish(proc)
+        assert time.time() - out["end"] < FAST["shutdown_timeout"] + 1
+        assert sorted(spooled_ids(tmp_path)) == sorted(f"h{i}" for i in range(n))
