@@ -47,7 +47,7 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
         if type(key) is not str:
             key = str(key)
         if key in reserved and key in event:
-            key = _free_name(event, key)
+            key = free_name(event, key)
         t = type(value)
         if t in plain:
             if t is str:
@@ -63,7 +63,7 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
     return size
 
 
-def _free_name(event: dict[str, Any], key: str) -> str:
+def free_name(event: dict[str, Any], key: str) -> str:
     name = f"extra_{key}"
     while name in event:
         name = f"extra_{name}"

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from typing import Any
 
 from .client import Client
-from .events import add_exception, add_fields, exception_fields, rfc3339
+from .encoding import to_jsonable
+from .events import _time_cache, add_exception, add_fields, exception_fields, free_name, rfc3339
 from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
 
 __all__ = ["IngestHandler", "record_to_event"]
 
 _LogRecord = logging.LogRecord
 _INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
+_INIT_SET = frozenset(_INIT_KEYS)
 _N_INIT = len(_INIT_KEYS)
-_LAST_INIT_KEY = _INIT_KEYS[-1]
+_islice = itertools.islice
+# Immutable JSON values an extra can be passed through as (floats: NaN is handled by the encoder).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 # Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
 _STANDARD = frozenset(_INIT_KEYS) | {
     "message", "asctime", "taskName",
@@ -28,6 +33,7 @@ RESERVED = frozenset({
     "thread", "exception", "stack",
 })
 _LEVELS = {name: name.lower() for name in logging._nameToLevel}
+_HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 # A rough memory cost of the fixed part of a record's event (see Shipper max_queue_bytes).
 _BASE_SIZE = 900
 
@@ -73,21 +79,24 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         if exc:
             size += add_exception(event, exc)
     else:
-        if type(record) is _LogRecord:
+        if type(msg) is str and type(record) is _LogRecord:
             # LogRecord.getMessage() inlined: this runs for every record on the caller's thread.
-            message = msg if type(msg) is str else None
             args = record.args
-            if message is None or args:
+            if args:
                 try:
-                    message = str(msg) if message is None else message
-                    if args:
-                        message = message % args
+                    message = msg % args
                 except Exception:
                     message = _message(record)
+            else:
+                message = msg
         else:
-            message = _message(record)  # a subclass may have its own getMessage()
+            message = _message(record)  # not a str, or a subclass with its own getMessage()
+        created = record.created
+        sec = int(created)
+        tc = _time_cache
         event = {
-            "_time": rfc3339(record.created),
+            "_time": "%s.%06dZ" % (tc[1], (created - sec) * 1e6) if sec == tc[0]
+            else rfc3339(created),
             "level": level,
             "message": message,
             "logger": record.name,
@@ -100,14 +109,31 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         }
         size = _BASE_SIZE + len(message)
     if len(d) > _N_INIT:
-        keys = list(d)
-        if keys[_N_INIT - 1] == _LAST_INIT_KEY:
-            # makeRecord() adds extras after __init__'s attributes: only the tail can hold them.
-            extra = [(k, d[k]) for k in keys[_N_INIT:] if k not in _STANDARD]
-        else:  # an unusual record (custom factory): look at every key
-            extra = [(k, d[k]) for k in keys if k not in _STANDARD]
-        if extra:
-            size += add_fields(event, extra, RESERVED)
+        # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
+        # Inlined (this runs for most records): plain JSON values are taken as they are,
+        # anything else is copied JSON-safe now, because the caller may change it afterwards.
+        displaced = False
+        for key in _islice(d, _N_INIT, None):
+            if key in _STANDARD:
+                displaced = displaced or key in _INIT_SET
+                continue
+            value = d[key]
+            if key in RESERVED and key in event:
+                key = free_name(event, key)
+            t = type(value)
+            if t is str:
+                size += 80 + len(value)
+            elif t not in _PLAIN:
+                value = to_jsonable(value)
+                size += 144
+            else:
+                size += 80
+            event[key] = value
+        if displaced:
+            # A custom record factory set attributes before LogRecord.__init__ did: extras may
+            # sit anywhere. Rare; look at every key.
+            size += add_fields(event, [(k, d[k]) for k in d if k not in _STANDARD
+                                       and k not in event], RESERVED)
     if record.exc_info and "exception" not in event:
         info = exception_fields(record.exc_info, record.exc_text)
         if info:
@@ -151,8 +177,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
         # flusher thread that logs. Records our own I/O threads emit are never shipped.
         if _get_ident() in _SENDERS:
-            self.shipper._c["suppressed"] += 1
-            return False
+            return self.shipper._suppress()
         if self.filters:
             rv = self.filter(record)
             if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
@@ -164,7 +189,7 @@ class IngestHandler(logging.Handler):
             self._put(event, size)
         except Exception:
             self.handleError(record)
-        return record if sys.version_info >= (3, 12) else True
+        return record if _HANDLE_RETURNS_RECORD else True
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

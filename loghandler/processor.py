@@ -14,7 +14,7 @@ from typing import Any
 
 from .client import Client
 from .events import add_exception, add_fields, rfc3339
-from .shipper import Shipper, Stats, make_shipper
+from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
@@ -133,7 +133,9 @@ class IngestProcessor:
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
-            if isinstance(event_dict, Mapping):
+            if _get_ident() in _SENDERS:  # our own thread logging (on_error): never shipped
+                self.shipper._suppress()
+            elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
                 self._put(event, size)
             else:

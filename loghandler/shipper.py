@@ -225,6 +225,8 @@ class Shipper:
         self._max_size = self.options.max_queue_size
         self._max_bytes = self.options.max_queue_bytes
         self._overflow = self.options.overflow
+        self._fast_len = 0  # see _update_fast_path_locked
+        self._fast_bytes = 0
 
     def _after_fork_in_child(self) -> None:
         # The parent's queue belongs to the parent (it delivers it); the child starts empty,
@@ -249,6 +251,8 @@ class Shipper:
         encoded on the flusher thread.
         """
         try:
+            if _get_ident() in _SENDERS:
+                return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
                     return self._count_dropped("invalid")
@@ -260,33 +264,62 @@ class Shipper:
             return False
 
     def _put(self, event: dict[str, Any], size: int) -> bool:
-        """Queue an event the caller owns (the handler and processor build theirs fresh)."""
-        if _get_ident() in _SENDERS:
-            self._c["suppressed"] += 1
-            return False
+        """Queue an event the caller owns (the handler and processor build theirs fresh).
+
+        The caller has checked ``in_sender_thread()``. This is the hot path of every log call:
+        while the queue is below the wake-up point, one comparison decides and nothing else is
+        touched (``submitted`` is derived: enqueued plus refused at the door).
+        """
         with self._lock:
-            self._c["submitted"] += 1
-            if self._closed:
-                return self._drop_locked("closed")
             q = self._queue
             held = self._queue_bytes + size
-            if len(q) >= self._max_size or held > self._max_bytes:
-                if not self._make_room_locked(size):
-                    return False
-                held = self._queue_bytes + size
-            q.append((event, size))
-            self._queue_bytes = held
-            self._enq_seq += 1
-            # Wake the flusher once per full batch, not per event: setting an Event costs more
-            # than everything else here.
-            if (len(q) >= self._max_batch or held >= self._max_batch_bytes) and (
-                not self._wake_pending
-            ):
-                self._wake_pending = True
-                self._wake.set()
-            if self._thread is None:
-                self._start_thread_locked()
+            if len(q) < self._fast_len and held <= self._fast_bytes:
+                q.append((event, size))
+                self._queue_bytes = held
+                self._enq_seq += 1
+                return True
+            return self._put_slow(event, size)
+
+    def _put_slow(self, event: dict[str, Any], size: int) -> bool:
+        # Under self._lock. Everything _put's fast path leaves out: closed, first event (start
+        # the thread), a full batch (wake the flusher), a full queue (overflow policy).
+        if self._closed:
+            return self._drop_locked("closed")
+        q = self._queue
+        held = self._queue_bytes + size
+        if len(q) >= self._max_size or held > self._max_bytes:
+            if not self._make_room_locked(size):
+                return False
+            held = self._queue_bytes + size
+        q.append((event, size))
+        self._queue_bytes = held
+        self._enq_seq += 1
+        if self._thread is None:
+            self._start_thread_locked()
+        # Wake the flusher once per full batch, not per event: setting an Event costs more
+        # than everything else here.
+        if not self._wake_pending and (
+            len(q) >= self._max_batch or held >= self._max_batch_bytes
+        ):
+            self._wake_pending = True
+            self._wake.set()
+        self._update_fast_path_locked()
         return True
+
+    def _update_fast_path_locked(self) -> None:
+        """Set the bounds under which _put may skip _put_slow."""
+        if self._closed or (self._thread is None and not self._thread_failed):
+            self._fast_len, self._fast_bytes = 0, 0
+        elif self._wake_pending:
+            self._fast_len, self._fast_bytes = self._max_size, self._max_bytes
+        else:
+            self._fast_len = min(self._max_size, self._max_batch)
+            self._fast_bytes = min(self._max_bytes, self._max_batch_bytes)
+
+    def _suppress(self) -> bool:
+        with self._lock:
+            self._c["suppressed"] += 1
+        return False
 
     def _make_room_locked(self, size: int) -> bool:
         if size > self._max_bytes:
@@ -316,6 +349,8 @@ class Shipper:
         return self._drop_locked("queue_full")
 
     def _drop_locked(self, reason: str) -> bool:
+        # Refused at the door: counted as submitted here, since it never gets a sequence number.
+        self._c["submitted"] += 1
         self._c["dropped"] += 1
         self._c["dropped_" + reason] += 1
         self._undelivered += 1
@@ -323,7 +358,6 @@ class Shipper:
 
     def _count_dropped(self, reason: str) -> bool:
         with self._lock:
-            self._c["submitted"] += 1
             return self._drop_locked(reason)
 
     def _start_thread_locked(self) -> None:
@@ -410,6 +444,7 @@ class Shipper:
                 self._close_deadline = deadline
             self._closed = True
             self._force = True
+            self._update_fast_path_locked()
             self._space.notify_all()
         self._interrupt.set()
         self._wake.set()
@@ -463,6 +498,7 @@ class Shipper:
         """A consistent snapshot of the counters."""
         with self._lock:
             values = dict(self._c)
+            values["submitted"] += self._enq_seq
             values["queued"] = len(self._queue) + self._inflight
         return Stats(**values)
 
@@ -492,6 +528,7 @@ class Shipper:
                 with self._lock:
                     self._wake.clear()
                     self._wake_pending = False
+                    self._update_fast_path_locked()
                     force, self._force = self._force or timed_out, False
                     closed = self._closed
                 with self._send_lock:
