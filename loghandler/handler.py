@@ -91,22 +91,30 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                 message = msg
         else:
             message = _message(record)  # not a str, or a subclass with its own getMessage()
-        created = record.created
-        sec = int(created)
-        tc = _time_cache
-        event = {
-            "_time": "%s.%06dZ" % (tc[1], (created - sec) * 1e6) if sec == tc[0]
-            else rfc3339(created),
-            "level": level,
-            "message": message,
-            "logger": record.name,
-            "module": record.module,
-            "function": record.funcName,
-            "line": record.lineno,
-            "file": record.pathname,
-            "process": record.process,
-            "thread": record.threadName,
-        }
+        try:
+            # Through the instance dict: cheaper than attribute access.
+            created = d["created"]
+            sec = int(created)
+            tc = _time_cache
+            event = {
+                "_time": "%s.%06dZ" % (tc[1], (created - sec) * 1e6) if sec == tc[0]
+                else rfc3339(created),
+                "level": level,
+                "message": message,
+                "logger": d["name"],
+                "module": d["module"],
+                "function": d["funcName"],
+                "line": d["lineno"],
+                "file": d["pathname"],
+                "process": d["process"],
+                "thread": d["threadName"],
+            }
+        except KeyError:  # a record class that keeps some of these elsewhere (properties)
+            event = {"_time": rfc3339(record.created), "level": level, "message": message,
+                     "logger": record.name, "module": record.module,
+                     "function": record.funcName, "line": record.lineno,
+                     "file": record.pathname, "process": record.process,
+                     "thread": record.threadName}
         size = _BASE_SIZE + len(message)
     if len(d) > _N_INIT:
         # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
@@ -118,7 +126,7 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                 displaced = displaced or key in _INIT_SET
                 continue
             value = d[key]
-            if key in RESERVED and key in event:
+            if key in event:  # only the event's own keys can be there yet: rename, not lose
                 key = free_name(event, key)
             t = type(value)
             if t is str:

@@ -195,7 +195,7 @@ class Shipper:
         self._space = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._interrupt = threading.Event()
-        self._queue: deque[tuple[dict[str, Any], int]] = deque()
+        self._queue: deque[dict[str, Any]] = deque()
         self._queue_bytes = 0
         self._enq_seq = 0
         self._inflight = 0
@@ -274,7 +274,7 @@ class Shipper:
             q = self._queue
             held = self._queue_bytes + size
             if len(q) < self._fast_len and held <= self._fast_bytes:
-                q.append((event, size))
+                q.append(event)
                 self._queue_bytes = held
                 self._enq_seq += 1
                 return True
@@ -291,7 +291,7 @@ class Shipper:
             if not self._make_room_locked(size):
                 return False
             held = self._queue_bytes + size
-        q.append((event, size))
+        q.append(event)
         self._queue_bytes = held
         self._enq_seq += 1
         if self._thread is None:
@@ -340,8 +340,8 @@ class Shipper:
         if policy == "drop_oldest":
             q = self._queue
             while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
-                _, old_size = q.popleft()
-                self._queue_bytes -= old_size
+                self._queue_bytes -= self._queue_bytes // len(q)
+                q.popleft()
                 self._c["dropped"] += 1
                 self._c["dropped_queue_full"] += 1
                 self._undelivered += 1
@@ -473,7 +473,7 @@ class Shipper:
             n = self._inflight + len(self._queue)
             chunks = [c for c in (self._posting, *reversed(self._stack)) if c is not None]
             carry = list(self._carry)
-            queued = [event for event, _ in self._queue]
+            queued = list(self._queue)
             self._queue.clear()
             self._queue_bytes = 0
             self._inflight = 0
@@ -610,13 +610,17 @@ class Shipper:
                 if take > 0:
                     if self._inflight == 0:
                         self._inflight_first = self._enq_seq - len(q) + 1
-                    popleft = q.popleft
-                    taken = 0
-                    for _ in range(take):
-                        event, size = popleft()
-                        events.append(event)
-                        taken += size
-                    self._queue_bytes -= taken
+                    n = len(q)
+                    if take == n:
+                        events = list(q)
+                        q.clear()
+                        self._queue_bytes = 0
+                    else:
+                        popleft = q.popleft
+                        events = [popleft() for _ in range(take)]
+                        # Sizes are not kept per event (that would cost the hot path a tuple):
+                        # the byte count shrinks in proportion, and is exact again at empty.
+                        self._queue_bytes -= self._queue_bytes * take // n
                     self._inflight += take
                     if self._overflow == "block":
                         self._space.notify_all()
@@ -760,7 +764,7 @@ class Shipper:
                     self._inflight_first = self._enq_seq - len(items) + 1
                 self._inflight += len(items)
         if items:
-            self._fail(_Chunk([e for e, _ in items]), "shutdown", None)
+            self._fail(_Chunk(items), "shutdown", None)
 
     # ------------------------------------------------------------------ one request, retried
 
