@@ -185,7 +185,7 @@ MiB = 1024 * 1024
 class ShipperOptions:
     """Shipping options with their defaults. See README "Options" for the reasons behind each."""
 
-    batch_size: int = 1000
+    batch_size: int = 5000
     max_batch_bytes: int = 4 * MiB
     flush_interval: float = 1.0
     max_queue_size: int = 100_000

@@ -277,7 +277,21 @@ class Server(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         with self._open_lock:
             self._open.discard(request)
-        super().shutdown_request(request)
+        try:
+            # A lingering close: when we answered before reading the whole body (411, 413 on a
+            # large body), closing with unread input makes the kernel send RST, and the client
+            # can lose our answer. Say we are done, then read a bounded amount first.
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(0.5)
+            drained = 0
+            while drained < 1024 * 1024:
+                chunk = request.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
 
     def server_close(self) -> None:
         super().server_close()

@@ -222,6 +222,9 @@ class Shipper:
         self._undelivered = 0
         self._max_batch = self.options.batch_size
         self._max_batch_bytes = self.options.max_batch_bytes
+        # Queued sizes are memory estimates, about three times the encoded JSON: wake up for a
+        # byte-full batch at twice max_batch_bytes of them (the real cut is on encoded bytes).
+        self._wake_bytes = 2 * self._max_batch_bytes
         self._max_size = self.options.max_queue_size
         self._max_bytes = self.options.max_queue_bytes
         self._overflow = self.options.overflow
@@ -299,7 +302,7 @@ class Shipper:
         # Wake the flusher once per full batch, not per event: setting an Event costs more
         # than everything else here.
         if not self._wake_pending and (
-            len(q) >= self._max_batch or held >= self._max_batch_bytes
+            len(q) >= self._max_batch or held >= self._wake_bytes
         ):
             self._wake_pending = True
             self._wake.set()
@@ -314,7 +317,7 @@ class Shipper:
             self._fast_len, self._fast_bytes = self._max_size, self._max_bytes
         else:
             self._fast_len = min(self._max_size, self._max_batch)
-            self._fast_bytes = min(self._max_bytes, self._max_batch_bytes)
+            self._fast_bytes = min(self._max_bytes, self._wake_bytes)
 
     def _suppress(self) -> bool:
         with self._lock:
@@ -603,7 +606,7 @@ class Shipper:
                 if not carry:
                     if not q:
                         return None
-                    if not partial and len(q) < max_n and self._queue_bytes < limit:
+                    if not partial and len(q) < max_n and self._queue_bytes < self._wake_bytes:
                         return None
                 take = min(max_n - len(carry), len(q))
                 events: list[dict[str, Any]] = []
