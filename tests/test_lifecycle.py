@@ -118,6 +118,8 @@ class TestExit:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# Forking a process that has threads is exactly what pre-fork servers do, and what this tests.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 class TestFork:
     def test_child_and_parent_both_deliver_no_duplicates(self, receiver):
         """After fork the child has a fresh queue and thread; nothing is sent twice."""

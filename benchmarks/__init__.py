@@ -1,0 +1,1 @@
+"""loghandler's benchmark suite: ``python -m benchmarks`` (``--help`` for the options)."""

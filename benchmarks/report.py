@@ -1,0 +1,242 @@
+"""Markdown tables from the raw results, and the issue's targets checked side by side."""
+
+from __future__ import annotations
+
+import statistics
+from argparse import Namespace
+from collections.abc import Callable
+from typing import Any
+
+from .rows import LABELS
+
+MiB = 1024 * 1024
+Results = dict[str, dict[str, list[dict[str, Any]]]]
+
+
+def _ok(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in runs if "skipped" not in r and "error" not in r and "hung" not in r]
+
+
+def _vals(runs: list[dict[str, Any]], key: str | Callable[[dict[str, Any]], Any]) -> list[float]:
+    get = key if callable(key) else (lambda r: r.get(key))
+    return [v for v in (get(r) for r in _ok(runs)) if isinstance(v, (int, float))]
+
+
+def _med(runs: list[dict[str, Any]], key: Any) -> float | None:
+    v = _vals(runs, key)
+    return statistics.median(v) if v else None
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def _spread(runs: list[dict[str, Any]], key: Any, digits: int = 0, scale: float = 1.0) -> str:
+    v = [x * scale for x in _vals(runs, key)]
+    if not v:
+        return _why(runs)
+    med = statistics.median(v)
+    if len(v) == 1:
+        return _fmt(med, digits)
+    return f"{_fmt(med, digits)} ({_fmt(min(v), digits)}–{_fmt(max(v), digits)})"
+
+
+def _why(runs: list[dict[str, Any]]) -> str:
+    for r in runs:
+        if "skipped" in r:
+            return "skipped"
+        if "hung" in r:
+            return f"hung > {r['hung']:g} s"
+        if "error" in r:
+            return "error"
+    return "–"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b else "–"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _stat(r: dict[str, Any], key: str) -> Any:
+    return (r.get("stats") or {}).get(key)
+
+
+def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
+    out: list[str] = []
+    m = machine
+    out.append(f"Machine: {m['cpus']} CPUs, {m['implementation']} {m['python']} on "
+               f"{m['platform']}; orjson {m['orjson'] or 'not installed'}; loghandler "
+               f"{m['loghandler']}, structlog {m['structlog']}, opentelemetry-sdk "
+               f"{m['opentelemetry-sdk']}, logtail-python {m['logtail-python']}.")
+    ceil = (results.get("ceiling") or {}).get("receiver", [{}])[0]
+    if "plain" in ceil:
+        out.append(f"Receiver ceiling (pre-encoded batches of 1,000 events, one keep-alive "
+                   f"connection from another process): {_fmt(ceil['plain'])} events/s plain, "
+                   f"{_fmt(ceil['gzip'])} events/s gzip.")
+    out.append(f"Medians of {a.reps} repetition(s) for scenarios 1, 2, 3 (min–max in "
+               f"brackets); call counts scaled by {a.scale:g}; timed loops capped at "
+               f"{a.cap:g} s (the calls column says how many were made).")
+    targets: list[str] = []
+    rows_of = lambda s: list((results.get(s) or {}).items())  # noqa: E731
+
+    if "1" in results:
+        floor = _med(results["1"].get("null", []), "ns_per_call")
+        qfloor = _med(results["1"].get("queue", []), "ns_per_call")
+        body = []
+        for row, runs in rows_of("1"):
+            med = _med(runs, "ns_per_call")
+            body.append([LABELS[row], _spread(runs, "ns_per_call", 0, 1e-3),
+                         _ratio(med, floor), _spread(runs, "calls"),
+                         _spread(runs, lambda r: _stat(r, "dropped"))])
+        out.append("\n### 1. App-thread cost (µs per call, healthy receiver)\n")
+        out.append(_table(["row", "µs/call", "x NullHandler", "calls", "dropped"], body))
+        ing = _med(results["1"].get("ingest", []), "ns_per_call")
+        if ing and floor and qfloor:
+            targets.append(_check("1", f"IngestHandler {ing / floor:.2f}x NullHandler "
+                                       f"(target <= 1.5x), {ing / qfloor:.2f}x QueueHandler "
+                                       "(target <= 0.5x)",
+                                  ing <= 1.5 * floor and ing <= 0.5 * qfloor))
+
+    if "2" in results:
+        floor = _med(results["2"].get("null", []), "events_per_s")
+        body = []
+        for row, runs in rows_of("2"):
+            med = _med(runs, "events_per_s")
+            delivered = "–" if row in ("null", "structlog") else (
+                f"{_spread(runs, 'delivered')} / {_spread(runs, 'calls')}")
+            body.append([LABELS[row], _spread(runs, "events_per_s"), _ratio(med, floor),
+                         delivered, _spread(runs, "call_rate")])
+        out.append("\n### 2. End to end (events/s from the first call until the receiver "
+                   "acknowledged the last)\n")
+        out.append(_table(["row", "events/s", "x NullHandler calls/s", "delivered / calls",
+                           "app calls/s"], body))
+        runs = results["2"].get("ingest", [])
+        ing = _med(runs, "events_per_s")
+        if ing and floor:
+            every = all(r.get("delivered") == r.get("calls") for r in _ok(runs))
+            targets.append(_check("2", f"IngestHandler delivers {ing / floor:.2f}x the "
+                                       f"NullHandler call rate (target >= 0.65x), every event "
+                                       f"delivered: {every}", ing >= 0.65 * floor and every))
+
+    if "3" in results:
+        body = []
+        for row, runs in rows_of("3"):
+            body.append([LABELS[row]] + [_spread(runs, k) for k in
+                                         ("p50_us", "p99_us", "p999_us", "max_us")]
+                        + [_spread(runs, "behind_ms", 1)])
+        out.append("\n### 3. Slow service (1 s per request): app-thread latency, 5,000 calls/s\n")
+        out.append(_table(["row", "p50 µs", "p99 µs", "p99.9 µs", "max µs",
+                           "max behind schedule ms"], body))
+        floor = _med(results["3"].get("null", []), "p999_us")
+        runs = results["3"].get("ingest", [])
+        p999, mx = _med(runs, "p999_us"), _med(runs, "max_us")
+        behind = _med(runs, "behind_ms")
+        if p999 and floor and mx is not None and behind is not None:
+            targets.append(_check("3", f"IngestHandler p99.9 {p999 / floor:.2f}x NullHandler "
+                                       f"(target <= 2x), max {mx / 1000:.1f} ms (target < 20), "
+                                       f"behind schedule {behind:.1f} ms",
+                                  p999 <= 2 * floor and mx < 20_000 and behind < 20))
+
+    if "4" in results:
+        body = []
+        for row, runs in rows_of("4"):
+            ok = _ok(runs)
+            r = ok[0] if ok else {}
+            st = r.get("stats") or {}
+            exact = "–"
+            if "submitted" in st:
+                total = st["delivered"] + st["dropped"] + st["failed"] + st["spooled"] + \
+                    st["queued"]
+                exact = "yes" if st["submitted"] == total == r["calls"] + 0 else \
+                    f"no ({st['submitted']} vs {total})"
+            mqb = r.get("max_queue_bytes")
+            body.append([LABELS[row], _spread(runs, "calls"), _spread(runs, "ns_per_call", 0, 1e-3),
+                         _spread(runs, "rss_growth", 1, 1 / MiB),
+                         f"{mqb / MiB:g}" if mqb else "–",
+                         str(st.get("dropped", "–")), str(st.get("queued", "–")), exact])
+            if row == "ingest" and mqb and "rss_growth" in r:
+                targets.append(_check("4", f"IngestHandler RSS growth "
+                                           f"{r['rss_growth'] / MiB:.1f} MiB (target <= "
+                                           f"{mqb / MiB + 16:g} MiB), drops counted exactly: "
+                                           f"{exact}", r["rss_growth"] <= mqb + 16 * MiB
+                                      and exact == "yes"))
+        out.append("\n### 4. Service down: memory after many calls\n")
+        out.append(_table(["row", "calls", "µs/call", "peak RSS growth MiB",
+                           "max_queue_bytes MiB", "dropped", "queued", "counts add up"], body))
+
+    if "5-up" in results or "5-down" in results:
+        body = []
+        rows = list((results.get("5-up") or results.get("5-down") or {}).keys())
+        for row in rows:
+            up = (results.get("5-up") or {}).get(row, [])
+            down = (results.get("5-down") or {}).get(row, [])
+            u = _ok(up)[0] if _ok(up) else {}
+            d = down[0] if down else {}
+            lines = [ln for ln in d.get("stderr", []) if "Traceback" not in ln]
+            first = lines[0][:110] if lines else ""
+            body.append([LABELS[row], str(u.get("delivered", _why(up))) if row not in (
+                "null", "structlog", "queue") else "–", _spread(up, "exit_s", 2),
+                _spread(down, "exit_s", 2), str(len(d.get("stderr", []))),
+                first.replace("|", "/")])
+            if row == "ingest":
+                st = d.get("shutdown_timeout") or 5.0
+                ok_up = u.get("delivered") == 10_000 and u.get("exit_s", 9) < 0.5
+                ok_down = d.get("exit_s", 99) <= st + 0.5 and len(d.get("stderr", [])) == 1
+                targets.append(_check("5", f"service up: {u.get('delivered')} / 10000 delivered, "
+                                           f"exit adds {u.get('exit_s', float('nan')):.2f} s "
+                                           f"(target < 0.5); down: exit adds "
+                                           f"{d.get('exit_s', float('nan')):.2f} s (target <= "
+                                           f"shutdown_timeout {st:g} + 0.5), stderr lines: "
+                                           f"{len(d.get('stderr', []))}", ok_up and ok_down))
+        out.append("\n### 5. Exit after 10,000 events (seconds from the last call to the "
+                   "end of the process)\n")
+        out.append(_table(["row", "delivered (up)", "exit s (up)", "exit s (down)",
+                           "stderr lines (down)", "first stderr line (down)"], body))
+
+    if "6" in results:
+        body = []
+        per: dict[str, float] = {}
+        for row, runs in rows_of("6"):
+            ok = _ok(runs)
+            r = ok[0] if ok else {}
+            if r.get("delivered"):
+                per[row] = r["bytes"] / r["delivered"]
+                body.append([LABELS[row], f"{per[row]:.1f}", str(r["requests"]),
+                             f"{r['delivered'] / r['requests']:.0f}"])
+            else:
+                body.append([LABELS[row], _why(runs), "–", "–"])
+        out.append("\n### 6. Bytes on the wire per event (request bodies)\n")
+        out.append(_table(["row", "bytes/event", "requests", "events/request"], body))
+        if "ingest" in per and "ingest-nogzip" in per:
+            ratio = per["ingest-nogzip"] / per["ingest"]
+            targets.append(_check("6", f"gzip {ratio:.1f}x smaller (target >= 5x)", ratio >= 5))
+
+    if "7a" in results or "7b" in results:
+        body = []
+        fa = _med((results.get("7a") or {}).get("null", []), "ns_per_call")
+        fb = _med((results.get("7b") or {}).get("null", []), "events_per_s")
+        for row in (results.get("7a") or results.get("7b") or {}):
+            ra = (results.get("7a") or {}).get(row, [])
+            rb = (results.get("7b") or {}).get(row, [])
+            body.append([LABELS[row], _spread(ra, "ns_per_call", 0, 1e-3),
+                         _ratio(_med(ra, "ns_per_call"), fa), _spread(rb, "events_per_s"),
+                         _ratio(_med(rb, "events_per_s"), fb),
+                         "–" if row in ("null", "structlog") else
+                         f"{_spread(rb, 'delivered')} / {_spread(rb, 'calls')}"])
+        out.append("\n### 7. Eight application threads (µs per call = wall time / all calls)\n")
+        out.append(_table(["row", "µs/call", "x NullHandler", "events/s end to end",
+                           "x NullHandler", "delivered / calls"], body))
+
+    if targets:
+        out.append("\n### Targets (issue 7), measured side by side in this run\n")
+        out += [f"- {t}" for t in targets]
+    return "\n".join(out)
+
+
+def _check(scenario: str, text: str, ok: bool) -> str:
+    return f"{'PASS' if ok else 'MISS'} scenario {scenario}: {text}"

@@ -1,0 +1,184 @@
+"""The rows of the benchmark table: one way each of turning the benchmark's call into shipping.
+
+A row is built inside the child process. ``log(i)`` is the application's call; ``flush(t)`` asks
+the row to deliver what it holds, the way its users would; ``stats()`` is what the row counts of
+itself; ``delivered()`` is set for rows whose delivery is not seen by the receiver.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+ROWS = ("null", "queue", "ingest", "ingest-nogzip", "structlog", "processor", "otel", "logtail")
+SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "logtail")
+LABELS = {
+    "null": "logging.NullHandler (floor)",
+    "queue": "stdlib QueueHandler + QueueListener (floor)",
+    "ingest": "loghandler IngestHandler (gzip)",
+    "ingest-nogzip": "loghandler IngestHandler (compression=None)",
+    "structlog": "structlog pipeline alone (floor)",
+    "processor": "loghandler IngestProcessor (structlog)",
+    "otel": "OpenTelemetry LoggingHandler + BatchLogRecordProcessor + OTLP/HTTP",
+    "logtail": "logtail-python LogtailHandler",
+}
+# Precomputed so that building the arguments costs every row the same, and almost nothing.
+REQUEST_IDS = [f"req-{i:08x}-{(i * 2654435761) % 2**32:08x}" for i in range(1024)]
+
+
+class Unavailable(Exception):
+    """The row's library is not installed: skipped with this reason."""
+
+
+@dataclass
+class Row:
+    name: str
+    log: Callable[[int], None]
+    flush: Callable[[float], Any] = lambda timeout: None
+    stats: Callable[[], dict[str, Any]] = dict
+    delivered: Callable[[], int] | None = None  # rows delivering to something else
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _stdlib_logger(handler: logging.Handler, name: str) -> Callable[[int], None]:
+    logger = logging.getLogger(f"bench.{name}")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    info = logger.info
+    ids = REQUEST_IDS
+
+    def log(i: int) -> None:
+        info("user %s logged in", i, extra={"request_id": ids[i & 1023],
+                                             "latency_ms": (i * 0.25) % 500})
+
+    return log
+
+
+def _null(base: str, opts: dict[str, Any]) -> Row:
+    return Row("null", _stdlib_logger(logging.NullHandler(), "null"))
+
+
+class _Counting(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        self.count += 1  # only the listener's thread calls this
+        return True
+
+
+def _queue(base: str, opts: dict[str, Any]) -> Row:
+    import queue
+    from logging.handlers import QueueHandler, QueueListener
+
+    q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    sink = _Counting()
+    listener = QueueListener(q, sink)
+    listener.start()
+    return Row("queue", _stdlib_logger(QueueHandler(q), "queue"), delivered=lambda: sink.count)
+
+
+def _ingest_options(opts: dict[str, Any], **more: Any) -> dict[str, Any]:
+    out = {k: v for k, v in opts.items() if v is not None}
+    out.update(more)
+    return out
+
+
+def _stats(obj: Any) -> Callable[[], dict[str, Any]]:
+    import dataclasses
+
+    return lambda: dataclasses.asdict(obj.stats())
+
+
+def _ingest(base: str, opts: dict[str, Any], **more: Any) -> Row:
+    import loghandler
+
+    options = _ingest_options(opts, **more)
+    handler = loghandler.IngestHandler("bench", token="bench-token", url=base, **options)
+    return Row("ingest", _stdlib_logger(handler, "ingest"), flush=handler.flush,
+               stats=_stats(handler), options=dict(handler.shipper.options.__dict__))
+
+
+def _ingest_nogzip(base: str, opts: dict[str, Any]) -> Row:
+    row = _ingest(base, opts, compression=None)
+    row.name = "ingest-nogzip"
+    return row
+
+
+def _structlog(base: str, opts: dict[str, Any], processor: Any = None) -> Row:
+    try:
+        import structlog
+    except ImportError as exc:
+        raise Unavailable(f"structlog not installed ({exc})") from None
+    procs: list[Any] = [structlog.processors.add_log_level,
+                        structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    if processor is not None:
+        procs.append(processor)
+    procs.append(lambda logger, method, event_dict: "")  # the renderer: nothing to print
+    log_ = structlog.wrap_logger(structlog.ReturnLogger(), processors=procs,
+                                 wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    info = log_.info
+    ids = REQUEST_IDS
+
+    def log(i: int) -> None:
+        info("user logged in", user=i, request_id=ids[i & 1023], latency_ms=(i * 0.25) % 500)
+
+    return Row("structlog", log)
+
+
+def _processor(base: str, opts: dict[str, Any]) -> Row:
+    import loghandler
+
+    proc = loghandler.IngestProcessor("bench", token="bench-token", url=base,
+                                      **_ingest_options(opts))
+    row = _structlog(base, opts, proc)
+    row.name, row.flush, row.stats = "processor", proc.flush, _stats(proc)
+    return row
+
+
+def _otel(base: str, opts: dict[str, Any]) -> Row:
+    try:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    except ImportError as exc:
+        raise Unavailable(f"opentelemetry-sdk / opentelemetry-exporter-otlp-proto-http not "
+                          f"installed ({exc})") from None
+    provider = LoggerProvider()
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(OTLPLogExporter(endpoint=base + "/v1/logs")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        handler = LoggingHandler(logger_provider=provider)
+    return Row("otel", _stdlib_logger(handler, "otel"),
+               flush=lambda t: provider.force_flush(int(t * 1000)))
+
+
+def _logtail(base: str, opts: dict[str, Any]) -> Row:
+    try:
+        from logtail import LogtailHandler
+    except ImportError as exc:
+        raise Unavailable(f"logtail-python not installed ({exc})") from None
+    handler = LogtailHandler(source_token="bench-token", host=base + "/logtail")
+
+    def flush(timeout: float) -> None:
+        if handler.flush_thread is not None:
+            handler.flush_thread.flush(timeout)
+
+    return Row("logtail", _stdlib_logger(handler, "logtail"), flush=flush,
+               stats=lambda: {"dropped": handler.dropcount})
+
+
+BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
+    "null": _null, "queue": _queue, "ingest": _ingest, "ingest-nogzip": _ingest_nogzip,
+    "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
+}
+
+
+def build(name: str, base: str, opts: dict[str, Any]) -> Row:
+    return BUILDERS[name](base, opts)

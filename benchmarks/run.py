@@ -1,0 +1,235 @@
+"""The benchmark runner: a receiver process, one fresh child per (row, scenario, repetition).
+
+Repetitions are interleaved (every row once, then every row again), so that the machine's noise
+falls on all rows alike: the ratios measured side by side in one run are the figures that count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import receiver
+from .rows import ROWS, SHIPPING
+
+MiB = 1024 * 1024
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true",
+                   help="a tenth of the calls, one repetition, short caps (under a minute)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions of scenarios 1, 2, 3, 7")
+    p.add_argument("--scenarios", default=None,
+                   help="comma-separated, default 1-7 (1-6 with --quick)")
+    p.add_argument("--rows", default=",".join(ROWS), help=f"any of {', '.join(ROWS)}")
+    p.add_argument("--scale", type=float, default=None, help="multiply every call count")
+    p.add_argument("--cap", type=float, default=None,
+                   help="seconds after which a timed loop stops (slow peers)")
+    p.add_argument("--shutdown-timeout", type=float, default=None,
+                   help="shutdown_timeout for loghandler rows (default: the library's)")
+    p.add_argument("--exit-timeout", type=float, default=None,
+                   help="seconds before an exiting child is reported as hung")
+    p.add_argument("--json", default=None, help="also write every raw result to this file")
+    a = p.parse_args()
+    quick = a.quick
+    a.reps = a.reps or (1 if quick else 3)
+    a.scale = a.scale or (0.1 if quick else 1.0)
+    a.cap = a.cap or (0.5 if quick else 5.0)
+    a.exit_timeout = a.exit_timeout or (2.5 if quick else 25.0)
+    if quick and a.shutdown_timeout is None:
+        a.shutdown_timeout = 1.0
+    a.scenarios = a.scenarios or ("1,2,3,4,5,6" if quick else "1,2,3,4,5,6,7")
+    a.scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+    a.rows = [r.strip() for r in a.rows.split(",") if r.strip()]
+    unknown = [r for r in a.rows if r not in ROWS]
+    if unknown:
+        p.error(f"unknown rows: {unknown}; known: {', '.join(ROWS)}")
+    return a
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self.seq = 0
+        self.recv = subprocess.Popen([sys.executable, "-m", "benchmarks.receiver"], cwd=HERE,
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.recv.stdout.readline()  # type: ignore[union-attr]
+        self.port = int(line.split()[1])
+        self.down_port = _closed_port()
+
+    def close(self) -> None:
+        self.recv.terminate()
+        self.recv.wait(5)
+
+    def n(self, calls: int) -> int:
+        return max(100, int(calls * self.a.scale))
+
+    def _cfg(self, row: str, kind: str, mode: str, **extra: Any) -> dict[str, Any]:
+        self.seq += 1
+        tag = f"{row}-{kind}-{os.getpid()}-{self.seq}"
+        port = self.down_port if mode == "down" else self.port
+        opts = {"shutdown_timeout": self.a.shutdown_timeout}
+        cfg = {"row": row, "kind": kind, "tag": tag, "port": self.port,
+               "base": f"http://127.0.0.1:{port}/{'slow' if mode == 'slow' else 't'}/{tag}",
+               "threads": 1, "cap": self.a.cap, "wait": 30.0, "opts": opts,
+               "stall": 1.0 if self.a.quick else 3.0}
+        cfg.update(extra)
+        return cfg
+
+    def child(self, cfg: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+        """Run one child; its RESULT, plus what the runner saw (exit time, stderr, hang)."""
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scenarios", json.dumps(cfg)],
+                                cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            hung = True
+        ended = time.time()
+        res: dict[str, Any] = {}
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                res = json.loads(line[7:])
+            elif line.startswith("LAST "):
+                res["exit_s"] = ended - float(line[5:])
+        if hung:
+            res["hung"] = timeout
+        elif proc.returncode != 0 and "skipped" not in res:
+            res["error"] = f"exit status {proc.returncode}: {err.strip()[-300:]}"
+        res["stderr"] = [ln for ln in err.splitlines() if ln.strip()]
+        return res
+
+    def child_blast(self) -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.receiver", "blast", str(self.port),
+                               "0.5" if self.a.quick or self.a.scale < 1 else "2.0"],
+                              cwd=HERE, capture_output=True, text=True, timeout=60)
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                return json.loads(line[7:])
+        return {"error": proc.stderr[-300:]}
+
+    def record(self, scenario: str, row: str, res: dict[str, Any]) -> None:
+        self.results.setdefault(scenario, {}).setdefault(row, []).append(res)
+        if "skipped" in res:
+            print(f"  skip {row}: {res['skipped']}", file=sys.stderr)
+        elif "error" in res:
+            print(f"  error {row} (scenario {scenario}): {res['error']}", file=sys.stderr)
+
+    def repeated(self, scenario: str, rows: list[str], make: Callable[[str], dict[str, Any]],
+                 reps: int) -> None:
+        skipped: set[str] = set()
+        for _ in range(reps):
+            for row in rows:
+                if row in skipped:
+                    continue
+                res = self.child(make(row))
+                self.record(scenario, row, res)
+                if "skipped" in res:
+                    skipped.add(row)
+
+
+def _closed_port() -> int:
+    # A port that was just free and that nobody listens on: connections are refused at once.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_all(a: argparse.Namespace) -> Runner:
+    r = Runner(a)
+    rows = a.rows
+    shipping = [x for x in rows if x in SHIPPING]
+    t0 = time.time()
+    try:
+        ceiling = r.child_blast()
+        r.results["ceiling"] = {"receiver": [ceiling]}
+        for s in a.scenarios:
+            print(f"scenario {s} ... ({time.time() - t0:.0f} s so far)", file=sys.stderr,
+                  flush=True)
+            if s == "1":
+                r.repeated("1", rows, lambda x: r._cfg(x, "app_cost", "up", n=r.n(200_000)),
+                           a.reps)
+            elif s == "2":
+                r.repeated("2", rows, lambda x: r._cfg(x, "end_to_end", "up", n=r.n(100_000)),
+                           a.reps)
+            elif s == "3":
+                r.repeated("3", rows, lambda x: r._cfg(x, "slow", "slow", n=r.n(20_000),
+                                                       rate=5000), a.reps)
+            elif s == "4":
+                r.repeated("4", [x for x in rows if x != "structlog"],
+                           lambda x: r._cfg(x, "down", "down", n=r.n(500_000),
+                                            cap=a.cap * 2), 1)
+            elif s == "5":
+                for mode in ("up", "down"):
+                    for row in [x for x in rows if x != "structlog"]:
+                        cfg = r._cfg(row, "exit", mode, n=10_000)
+                        res = r.child(cfg, timeout=a.exit_timeout)
+                        if mode == "up" and "skipped" not in res:
+                            res["delivered"] = receiver.count(r.port, cfg["tag"])["events"]
+                        res["shutdown_timeout"] = a.shutdown_timeout
+                        r.record(f"5-{mode}", row, res)
+            elif s == "6":
+                r.repeated("6", shipping, lambda x: r._cfg(x, "end_to_end", "up",
+                                                           n=r.n(20_000)), 1)
+            elif s == "7":
+                # One repetition: the 8-thread rows repeat scenarios 1 and 2, which have reps.
+                r.repeated("7a", rows, lambda x: r._cfg(x, "app_cost", "up", n=r.n(200_000),
+                                                        threads=8), 1)
+                r.repeated("7b", rows, lambda x: r._cfg(x, "end_to_end", "up",
+                                                        n=r.n(100_000), threads=8), 1)
+    finally:
+        r.close()
+    return r
+
+
+
+
+def main() -> int:
+    from .report import report
+
+    a = _parse()
+    started = time.time()
+    r = run_all(a)
+    text = report(r.results, machine(), a)
+    print(text)
+    print(f"\n(total run time {time.time() - started:.0f} s)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": machine(), "results": r.results}, f, indent=1)
+    return 0
+
+
+def machine() -> dict[str, Any]:
+    def version(dist: str) -> str | None:
+        try:
+            from importlib.metadata import version as v
+
+            return v(dist)
+        except Exception:
+            return None
+
+    return {
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "implementation": platform.python_implementation(), "platform": platform.platform(),
+        "orjson": version("orjson") if importlib.util.find_spec("orjson") else None,
+        "loghandler": version("loghandler"), "structlog": version("structlog"),
+        "opentelemetry-sdk": version("opentelemetry-sdk"),
+        "logtail-python": version("logtail-python"),
+    }

@@ -1,0 +1,184 @@
+"""One (row, scenario) measurement, run in a fresh child process.
+
+``python -m benchmarks.scenarios '<json config>'`` prints one ``RESULT {...}`` line. Timed loops
+stop early at ``cap`` seconds (slow peers would otherwise take minutes); results say how many
+calls were made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from typing import Any
+
+from . import receiver
+from .rows import Row, Unavailable, build
+
+_now = time.perf_counter
+
+
+def _emit(result: dict[str, Any], *, hard_exit: bool = True) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+    if hard_exit:
+        # What a row does at exit is scenario 5's subject; elsewhere it would only add time.
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _loop(row: Row, n: int, threads: int, cap: float) -> tuple[int, float]:
+    """Make up to ``n`` calls (split over ``threads``); returns (calls made, wall seconds)."""
+    log = row.log
+    done = [0] * threads
+    per = n // threads
+    barrier = threading.Barrier(threads + 1) if threads > 1 else None
+
+    def work(k: int) -> None:
+        if barrier is not None:
+            barrier.wait()
+        base = k * per
+        deadline = _now() + cap
+        i = 0
+        while i < per:
+            stop = min(per, i + 1000)
+            for j in range(base + i, base + stop):
+                log(j)
+            i = stop
+            if _now() > deadline:
+                break
+        done[k] = i
+
+    if threads == 1:
+        start = _now()
+        work(0)
+        return done[0], _now() - start
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()  # type: ignore[union-attr]
+    start = _now()
+    for w in workers:
+        w.join()
+    return sum(done), _now() - start
+
+
+def app_cost(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 1 (and 7a): ns per call, the flusher competing for the GIL."""
+    for i in range(1000):  # warm-up: the flusher thread starts, the connection opens
+        row.log(i)
+    calls, wall = _loop(row, cfg["n"], cfg["threads"], cfg["cap"])
+    return {"calls": calls, "ns_per_call": wall / calls * 1e9, "stats": row.stats()}
+
+
+def _wait_delivered(row: Row, cfg: dict[str, Any], expected: int) -> tuple[int, float]:
+    """(events acknowledged, when the last of them was). Gives up after ``stall`` s without
+    progress: a row that dropped events would otherwise be charged the whole wait."""
+    last, last_at = -1, _now()
+    deadline = last_at + cfg["wait"]
+    while True:
+        if row.delivered is not None:
+            got = row.delivered()
+        else:
+            got = receiver.count(cfg["port"], cfg["tag"])["events"]
+        now = _now()
+        if got != last:
+            last, last_at = got, now
+        if got >= expected or now > deadline or now - last_at > cfg.get("stall", 3.0):
+            return got, last_at
+        time.sleep(0.002)
+
+
+def end_to_end(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 2 (7b, 6): from the first call until the receiver acknowledged every event."""
+    start = _now()
+    calls, wall = _loop(row, cfg["n"], cfg["threads"], cfg["cap"])
+    out: dict[str, Any] = {"calls": calls, "call_rate": calls / wall}
+    if row.name in ("null", "structlog"):
+        out["events_per_s"] = calls / wall  # nothing to deliver: the call rate is the floor
+        return out
+    row.flush(cfg["wait"])
+    got, done_at = _wait_delivered(row, cfg, calls)
+    elapsed = done_at - start
+    out.update(delivered=got, events_per_s=got / elapsed, stats=row.stats())
+    if not row.delivered:
+        c = receiver.count(cfg["port"], cfg["tag"])
+        out.update(bytes=c["bytes"], requests=c["requests"])
+    return out
+
+
+def slow_service(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 3: per-call latency at a steady pace while every request takes 1 s."""
+    n, rate = cfg["n"], cfg["rate"]
+    log = row.log
+    lat = [0] * n
+    behind = 0.0
+    interval = 1.0 / rate
+    start = _now() + 0.01
+    for i in range(n):
+        due = start + i * interval
+        while True:  # sleep most of the wait (it releases the GIL), spin the last bit
+            left = due - _now()
+            if left <= 0:
+                break
+            if left > 0.0015:
+                time.sleep(left - 0.001)
+        t0 = _now()
+        behind = max(behind, t0 - due)
+        log(i)
+        lat[i] = _now() - t0
+    lat.sort()
+
+    def pct(p: float) -> float:
+        return lat[min(n - 1, int(n * p))] * 1e6
+
+    return {"calls": n, "p50_us": pct(0.5), "p99_us": pct(0.99), "p999_us": pct(0.999),
+            "max_us": lat[-1] * 1e6, "behind_ms": behind * 1e3, "stats": row.stats()}
+
+
+def _rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def service_down(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 4: peak RSS growth after many calls with nothing to send them to."""
+    before = _rss_now()
+    calls, wall = _loop(row, cfg["n"], 1, cfg["cap"])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out = {"calls": calls, "ns_per_call": wall / calls * 1e9, "rss_growth": peak - before,
+           "stats": row.stats()}
+    if "max_queue_bytes" in row.options:
+        out["max_queue_bytes"] = row.options["max_queue_bytes"]
+        out["max_queue_size"] = row.options["max_queue_size"]
+    return out
+
+
+def at_exit(row: Row, cfg: dict[str, Any]) -> None:
+    """Scenario 5: log, print when the last call returned, and exit normally."""
+    for i in range(cfg["n"]):
+        row.log(i)
+    print(f"LAST {time.time():.6f}", flush=True)
+    # returns: the interpreter exits as an application would, atexit hooks and all
+
+
+SCENARIOS = {"app_cost": app_cost, "end_to_end": end_to_end, "slow": slow_service,
+             "down": service_down, "exit": at_exit}
+
+
+def main(argv: list[str]) -> None:
+    cfg = json.loads(argv[0])
+    try:
+        row = build(cfg["row"], cfg["base"], cfg.get("opts") or {})
+    except Unavailable as exc:
+        _emit({"skipped": str(exc)})
+        return
+    result = SCENARIOS[cfg["kind"]](row, cfg)
+    if result is not None:
+        _emit(result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

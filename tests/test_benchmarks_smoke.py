@@ -1,0 +1,78 @@
+"""A tiny run of the benchmark suite: it still runs end to end and its accounting holds.
+
+No timing is asserted here (timings belong in the benchmark's output): only that every scenario
+produced a result, that every event reached the receiver, and that the exit paths behave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytest.importorskip("structlog", reason="the IngestProcessor row needs structlog")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--scale", "0.02", "--reps", "1",
+         "--rows", "null,ingest,processor", "--scenarios", "1,2,3,4,5,6,7", "--cap", "0.3",
+         "--exit-timeout", "10",
+         "--shutdown-timeout", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, json.loads(out.read_text())["results"]
+
+
+class TestBenchmarkSmoke:
+    def test_prints_machine_ceiling_and_every_table(self, smoke: tuple[str, dict]) -> None:
+        """The report names the machine, the receiver's ceiling and has one table per scenario."""
+        text, _ = smoke
+        assert "CPUs" in text and "orjson" in text
+        assert "Receiver ceiling" in text
+        for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6.", "### 7.",
+                        "### Targets"):
+            assert heading in text
+        assert "loghandler IngestHandler (gzip)" in text
+
+    def test_every_event_reaches_the_receiver(self, smoke: tuple[str, dict]) -> None:
+        """Scenario 2: the handler and the processor deliver every call they made."""
+        _, results = smoke
+        for row in ("ingest", "processor"):
+            (run,) = results["2"][row]
+            assert run["calls"] > 0
+            assert run["delivered"] == run["calls"], (row, run)
+
+    def test_service_down_counts_add_up(self, smoke: tuple[str, dict]) -> None:
+        """Scenario 4: with nothing listening, every call is queued or dropped, none lost."""
+        _, results = smoke
+        (run,) = results["4"]["ingest"]
+        st = run["stats"]
+        assert st["submitted"] == run["calls"]
+        assert st["submitted"] == (st["delivered"] + st["dropped"] + st["failed"]
+                                   + st["spooled"] + st["queued"])
+
+    def test_exit_delivers_or_reports(self, smoke: tuple[str, dict]) -> None:
+        """Scenario 5: up, all 10,000 delivered; down, one stderr line and a bounded exit."""
+        _, results = smoke
+        (up,) = results["5-up"]["ingest"]
+        assert up["delivered"] == 10_000
+        (down,) = results["5-down"]["ingest"]
+        assert "hung" not in down
+        assert len(down["stderr"]) == 1 and "at exit" in down["stderr"][0]
+        assert down["exit_s"] < 1.0 + 5.0  # shutdown_timeout plus a generous margin
+
+    def test_gzip_is_smaller_on_the_wire(self, smoke: tuple[str, dict]) -> None:
+        """Scenario 6: bytes per event are counted and gzip shrinks them."""
+        _, results = smoke
+        (run,) = results["6"]["ingest"]
+        assert run["delivered"] == run["calls"] and run["bytes"] > 0
+        assert run["bytes"] / run["delivered"] < 100
