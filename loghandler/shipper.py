@@ -164,6 +164,7 @@ class Shipper:
         if not isinstance(client, Client):
             raise ConfigurationError("client must be a loghandler.Client")
         self._client = client
+        self._owns_client = False  # set by make_shipper for a client built from arguments
         self.dataset = resolve_dataset(dataset)
         self._path = dataset_path(self.dataset)
         try:
@@ -436,8 +437,23 @@ class Shipper:
             self._begin_close(_monotonic() + timeout)
             if not _logging_lock_held():
                 self._wait_closed()
+                self._release_client()
         except Exception:
             pass
+
+    def _release_client(self) -> None:
+        # A client this library made (from plain arguments) is closed with the last shipper
+        # using it, so its keep-alive sockets do not outlive the handlers. A client the user
+        # passed in is theirs to close.
+        if not self._owns_client:
+            return
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return  # still sending (close() under logging's lock): the exit hook cleans up
+        others = [s for s in lifecycle.live_shippers()
+                  if s is not self and s._client is self._client and not s._closed]
+        if not others:
+            self._client.close()
 
     def _begin_close(self, deadline: float) -> None:
         if os.getpid() != self._pid:
@@ -960,6 +976,9 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
     client_args, shipper_args = split_options(options)
     if client is None:
         client = shared_client(**client_args)
+        shipper = Shipper(client, dataset, **shipper_args)
+        shipper._owns_client = True
+        return shipper
     elif client_args:
         raise ConfigurationError(
             f"pass either client=... or Client arguments ({', '.join(sorted(client_args))}), "

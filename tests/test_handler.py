@@ -337,3 +337,28 @@ class TestServerless:
         log.info("x")
         h.flush(5)
         assert h.stats().delivered == 1 == h.shipper.stats().delivered
+
+
+class TestResources:
+    def test_close_releases_the_shared_pool_with_the_last_handler(self, receiver):
+        """Handlers built from arguments share a pool, closed when the last of them closes."""
+        a = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
+        b = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
+        client = a.shipper.client
+        a.handle(logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20}))
+        assert a.flush(5)
+        assert client._pool is not None
+        a.close()
+        assert client._pool is not None  # b still uses it
+        b.close()
+        assert client._pool is None
+
+    def test_a_users_client_stays_open(self, receiver):
+        """A Client passed in by the user is not closed by the handler."""
+        client = loghandler.Client(TOKEN, url=receiver.url)
+        h = IngestHandler("ds", client=client, flush_interval=0.05)
+        h.handle(logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20}))
+        assert h.flush(5)
+        h.close()
+        assert client._pool is not None
+        client.close()
