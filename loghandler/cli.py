@@ -265,14 +265,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_views_file(path: str) -> list[dict[str, Any]]:
+def _load_json_file(path: str, flag: str) -> Any:
+    """The JSON in ``path`` ("-": stdin), or a UsageError naming the flag."""
     try:
+        if path == "-":
+            return json.load(sys.stdin)
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            return json.load(f)
     except OSError as exc:
-        raise UsageError(f"cannot read --views {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise UsageError(f"--views {path} is not valid JSON: {exc}") from None
+        raise UsageError(f"{flag} {path} is not valid JSON: {exc}") from None
+
+
+def _read_views_file(path: str) -> list[dict[str, Any]]:
+    data = _load_json_file(path, "--views")
     if isinstance(data, dict) and isinstance(data.get("views"), list):
         data = data["views"]
     if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
@@ -565,16 +572,7 @@ def cmd_views_update(args: argparse.Namespace) -> int:
 
 
 def _read_view_json(path: str, fields: dict[str, str]) -> dict[str, Any]:
-    try:
-        if path == "-":
-            data = json.load(sys.stdin)
-        else:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-    except OSError as exc:
-        raise UsageError(f"cannot read --from-json {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"--from-json {path} is not valid JSON: {exc}") from None
+    data = _load_json_file(path, "--from-json")
     if not isinstance(data, dict):
         raise UsageError(f"--from-json {path} must hold one JSON object (a view)")
     by_json = {js: py for py, js in fields.items()}

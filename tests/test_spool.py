@@ -7,7 +7,6 @@ import gzip
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import closed_port_url
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -87,14 +87,6 @@ def receiver() -> Iterator[Receiver]:
             rec.gate.set()  # a held request must end, or stop() waits for it
         server.clear()
         server.stop()
-
-
-def closed_port_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
 
 
 def parts(prefix: str, n: int, start: int = 0, pad: int = 0) -> list[bytes]:
