@@ -14,6 +14,7 @@ Messages never contain the token: every message built here is passed through ``r
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 __all__ = [
@@ -154,3 +155,14 @@ def body_detail(body: Any) -> str:
     if isinstance(body, str) and body:
         return f": {excerpt(body)}"
     return ""
+
+
+def print_line(line: str) -> None:
+    """One diagnostic line on stderr, token scrubbed; never raises (stderr may be gone)."""
+    try:
+        stream = sys.stderr
+        if stream is not None:
+            stream.write(redact(line) + "\n")
+            stream.flush()
+    except Exception:
+        pass

@@ -10,7 +10,9 @@ from typing import Any
 from .client import Client
 from .encoding import to_jsonable
 from .events import _time_cache, add_exception, add_fields, exception_fields, free_name, rfc3339
-from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
+from .guard import _SENDERS, _get_ident
+from .shipper import Shipper, make_shipper
+from .stats import Stats
 
 __all__ = ["IngestHandler", "record_to_event"]
 

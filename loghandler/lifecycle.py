@@ -13,6 +13,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .errors import print_line
+
 if TYPE_CHECKING:
     from .shipper import Shipper
 
@@ -72,9 +74,7 @@ def _report_undelivered(shippers: list[Shipper]) -> None:
             parts.append(f"dataset {s.dataset!r}: {st.delivered} of {st.submitted} delivered, "
                          + ", ".join(bits))
     if parts:
-        from .shipper import _stderr
-
-        _stderr("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
+        print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
 
 
 def _at_exit() -> None:
@@ -85,9 +85,9 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    from . import shipper as _shipper
+    from .guard import _SENDERS
 
-    _shipper._SENDERS.clear()
+    _SENDERS.clear()
     for s in list(_live):
         try:
             s._after_fork_in_child()

@@ -14,7 +14,9 @@ from typing import Any
 
 from .client import Client
 from .events import add_exception, add_fields, rfc3339
-from .shipper import _SENDERS, Shipper, Stats, _get_ident, make_shipper
+from .guard import _SENDERS, _get_ident
+from .shipper import Shipper, make_shipper
+from .stats import Stats
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 

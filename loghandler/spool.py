@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, print_line
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolCorrupt", "dataset_dir", "decode_file",
            "encode_file"]
@@ -298,11 +298,9 @@ class Spool:
             self._pending = True
         if dropped and not self._full_reported:
             self._full_reported = True
-            from .shipper import _stderr
-
-            _stderr(f"loghandler: dataset {self.dataset!r}: the spool is full (max_spool_bytes="
-                    f"{self.max_bytes}); its oldest events are deleted and counted in "
-                    "stats().spool_dropped")
+            print_line(f"loghandler: dataset {self.dataset!r}: the spool is full (max_spool_bytes="
+                       f"{self.max_bytes}); its oldest events are deleted and counted in "
+                       "stats().spool_dropped")
         return dropped
 
     def _chunks(self, parts: list[bytes]) -> Iterator[list[bytes]]:
@@ -560,8 +558,6 @@ class Spool:
             self._release(claim)
 
     def _quarantine(self, name: str, claim: str, exc: BaseException, shipper: Any) -> None:
-        from .shipper import _stderr
-
         target = os.path.join(self.path, name + CORRUPT)
         try:
             os.rename(claim, target)
@@ -577,8 +573,8 @@ class Spool:
             shipper._bump("spool_corrupt", 1)
         except Exception:
             pass
-        _stderr(f"loghandler: dataset {self.dataset!r}: spool file {name} is damaged ({exc}); "
-                f"{where}. Replay goes on with the other files")
+        print_line(f"loghandler: dataset {self.dataset!r}: spool file {name} is damaged ({exc}); "
+                   f"{where}. Replay goes on with the other files")
 
 
 def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> list[bytes]:
