@@ -85,7 +85,7 @@ class _Chunk:
 class Delivery:
     """The flusher thread's work (see the module docstring)."""
 
-    # State owned by Shipper (declared for type checkers).
+    # State owned by Shipper, set in Shipper._reset_state (declared for type checkers).
     dataset: str
     options: ShipperOptions
     _client: Client
@@ -96,8 +96,34 @@ class Delivery:
     _space: threading.Condition
     _wake: threading.Event
     _interrupt: threading.Event
+    _send_lock: threading.Lock
     _queue: deque[dict[str, Any]]
+    _queue_bytes: int
+    _enq_seq: int
+    _inflight: int
+    _inflight_first: int
+    _wake_pending: bool
+    _force: bool
+    _closed: bool
+    _close_deadline: float | None
+    _gave_up: bool
+    _abandoned: bool
+    _posting: _Chunk | None
+    _stack: list[_Chunk]
+    _carry: list[bytes]
+    _last_replay: float
+    _paused_until: float
+    _auth_delay: float
+    _reported: set[str]
     _c: dict[str, int]
+    _undelivered: int
+    _max_batch: int
+    _max_batch_bytes: int
+    _wake_bytes: int
+    _overflow: str
+
+    def _update_fast_path_locked(self) -> None:  # Shipper's
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ flusher side
 

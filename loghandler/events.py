@@ -70,7 +70,7 @@ def free_name(event: dict[str, Any], key: str) -> str:
     return name
 
 
-def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, str] | None:
+def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, Any] | None:
     """``{type, message, stacktrace}`` for an exc_info tuple, an exception, or True."""
     try:
         if exc_info is True:

@@ -315,7 +315,8 @@ class Server(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        host = f"[{host}]" if ":" in str(host) else host
+        host = str(host)
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}"
 
     def token_ok(self, header: str | None) -> bool:

@@ -383,12 +383,12 @@ class Shipper(Delivery):
             parts.extend(encoding.encode(e) for e in queued)
             try:
                 self._bump("spool_dropped", self._spool.write(parts))
-                group, reason = "spooled", None
+                group, reason = "spooled", ""
             except Exception as exc:
                 self._report("spool_write", f"could not write to the spool: {exc}")
         with self._lock:
             self._c[group] += n
-            if reason:
+            if reason:  # "spooled" has no breakdown by reason
                 self._c[f"{group}_{reason}"] += n
             self._undelivered += n
             self._progress.notify_all()
