@@ -17,6 +17,7 @@ settled" is a comparison, with no per-event bookkeeping.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -27,7 +28,7 @@ from . import encoding, lifecycle
 from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
 from .delivery import Delivery, _Chunk
-from .errors import ConfigurationError
+from .errors import ConfigurationError, print_line
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
 from .spool import Spool
 from .stats import STAT_FIELDS, Stats
@@ -257,6 +258,7 @@ class Shipper(Delivery):
             self._thread_failed = True
             return
         self._thread = thread
+        _warn_if_uwsgi_without_threads()
 
     # ------------------------------------------------------------------ flush / close / stats
 
@@ -411,6 +413,28 @@ class Shipper(Delivery):
         if self._inflight:
             return self._inflight_first - 1
         return self._enq_seq - len(self._queue)
+
+_uwsgi_checked = False
+
+
+def _warn_if_uwsgi_without_threads() -> None:
+    """uWSGI runs Python threads only with --enable-threads (or --threads): say so, once."""
+    global _uwsgi_checked
+    if _uwsgi_checked:
+        return
+    _uwsgi_checked = True
+    uwsgi = sys.modules.get("uwsgi")
+    if uwsgi is None:
+        return
+    try:
+        opt = getattr(uwsgi, "opt", {}) or {}
+        keys = ("enable-threads", b"enable-threads", "threads", b"threads")
+        if not any(opt.get(k) for k in keys):
+            print_line("loghandler: uWSGI runs without --enable-threads: the background thread "
+                       "that ships events will not run. Start uWSGI with --enable-threads")
+    except Exception:
+        pass
+
 
 # Rough memory cost of a queued event: a dict and its values. Used for max_queue_bytes, which
 # bounds memory; the real encoded size is measured later, on the flusher thread.

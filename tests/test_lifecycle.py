@@ -171,3 +171,23 @@ class TestFork:
         who = [e["who"] for e in receiver.events]
         assert who.count("child") == 1 and who.count("parent") == 500
         s.close()
+
+
+class TestUwsgi:
+    def test_warns_once_without_enable_threads(self, receiver):
+        """Under uWSGI without --enable-threads, one clear stderr line says so."""
+        code = textwrap.dedent(f"""
+            import sys, types
+            sys.modules["uwsgi"] = types.SimpleNamespace(opt={{b"master": True}})
+            import loghandler
+            s = loghandler.Shipper(loghandler.Client({TOKEN!r}, url={receiver.url!r}), "ds")
+            s.submit({{"a": 1}})
+            s.submit({{"a": 2}})
+            s2 = loghandler.Shipper(loghandler.Client({TOKEN!r}, url={receiver.url!r}), "ds")
+            s2.submit({{"b": 1}})
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.count("--enable-threads") == 2  # one line, naming the flag twice
+        assert len([x for x in proc.stderr.splitlines() if "uWSGI" in x]) == 1
