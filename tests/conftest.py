@@ -13,6 +13,15 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 TOKEN = "xaat-test-token-5f3c9e"
+ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
+             "LOGHANDLER_REGION", "LOGHANDLER_DATASET")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without LOGHANDLER_* variables (a developer's shell may have them)."""
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
 
 
 class Receiver:

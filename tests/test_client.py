@@ -36,14 +36,6 @@ from loghandler.client import MAX_RESPONSE_BYTES, dataset_path, parse_retry_afte
 from loghandler.errors import redact
 
 TOKEN = "xaat-CLIENTSECRET-93c2f1"
-ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
-             "LOGHANDLER_REGION", "LOGHANDLER_DATASET")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ENV_NAMES:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -12,14 +12,6 @@ from loghandler.config import Settings, resolve_dataset, resolve_settings
 
 TOKEN = "xaat-CONFIGSECRET-5b1e0d"
 PAT = "xapt-CONFIGPAT-77aa01"
-ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
-             "LOGHANDLER_REGION", "LOGHANDLER_DATASET")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ENV_NAMES:
-        monkeypatch.delenv(name, raising=False)
 
 
 def capture(httpserver: HTTPServer, path: str, method: str = "GET") -> list[Request]:
