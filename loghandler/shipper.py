@@ -179,7 +179,9 @@ class Shipper(Delivery):
         q.append(event)
         self._queue_bytes = held
         self._enq_seq += 1
-        if self._thread is None:
+        thread = self._thread
+        if thread is None or (not thread.is_alive() and not self._closed):
+            # First event, or the flusher died on an internal error (reported once): start one.
             self._start_thread_locked()
         # Wake the flusher once per full batch, not per event: setting an Event costs more
         # than everything else here.

@@ -401,3 +401,23 @@ class TestBlockWhilePaused:
         st = s.stats()
         assert st.dropped_queue_full == 3 and balanced(st)
         s.close(timeout=0.1)
+
+
+class TestSelfHealing:
+    def test_a_dead_flusher_is_restarted_by_the_next_batch(self, receiver):
+        """If the flusher thread ever dies, the next full batch starts a new one."""
+        s = make(receiver.url, batch_size=5, flush_interval=60)
+        s.submit({"i": 0})
+        old = s._thread
+        s._begin_close(time.monotonic() + 5)  # stop the thread the normal way...
+        old.join(5)
+        with s._lock:  # ...then pretend it died while the shipper stayed open
+            s._closed = False
+            s._close_deadline = None
+            s._update_fast_path_locked()
+        for i in range(1, 7):  # the 6th fills a batch: the slow path checks the thread
+            s.submit({"i": i})
+        assert s._thread is not old and s._thread.is_alive()
+        assert s.flush(5)
+        assert sorted(e["i"] for e in receiver.events) == list(range(7))
+        s.close()
