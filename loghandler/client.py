@@ -201,7 +201,7 @@ class Client:
         else:
             resp.close()  # too big to drain politely; drop the connection instead
             raw = raw[:MAX_RESPONSE_BYTES]
-        return Response(resp.status, _parse_body(raw, resp.headers.get("Content-Type")),
+        return Response(resp.status, _parse_body(raw),
                         parse_retry_after(resp.headers.get("Retry-After")))
 
     def request(self, method: str, path: str, body: Any = None, *,
@@ -229,7 +229,7 @@ class Client:
 MAX_TEXT_BODY = 2000
 
 
-def _parse_body(raw: bytes, content_type: str | None) -> Any:
+def _parse_body(raw: bytes) -> Any:
     if not raw:
         return None
     try:

@@ -88,3 +88,12 @@ def closed_port_url() -> str:
     port = s.getsockname()[1]
     s.close()
     return f"http://127.0.0.1:{port}"
+
+
+def run_in_threads(target: Any, n: int = 8) -> None:
+    """Run target(0) .. target(n - 1) on n threads and wait for all of them."""
+    threads = [threading.Thread(target=target, args=(t,)) for t in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

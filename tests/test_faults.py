@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import run_in_threads
 from faultserver import (
     TOKEN,
     FaultServer,
@@ -324,11 +325,7 @@ class TestConcurrency:
                 start.wait()
                 _emit(front, range(t * 10_000, (t + 1) * 10_000))
 
-            threads = [threading.Thread(target=produce, args=(t,)) for t in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_in_threads(produce)
             assert front.flush(30)
             s = front.stats()
             ids = srv.stored()
@@ -345,11 +342,7 @@ class TestConcurrency:
             def produce(t: int) -> None:
                 _emit(front, range(t * 2_000, (t + 1) * 2_000))
 
-            threads = [threading.Thread(target=produce, args=(t,)) for t in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_in_threads(produce)
             assert front.flush(30)
             s = front.stats()
             assert s.delivered == 16_000 and s.retried >= 15

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import threading
 import time
 
 import pytest
-from conftest import TOKEN, closed_port_url
+from conftest import TOKEN, closed_port_url, run_in_threads
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 
@@ -359,11 +358,7 @@ class TestFlushClose:
             for i in range(2500):
                 s.submit({"t": t, "i": i})
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_threads(work)
         assert s.flush(20)
         keys = {(e["t"], e["i"]) for e in receiver.events}
         assert len(receiver.events) == 20000 and len(keys) == 20000
