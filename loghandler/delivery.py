@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import encoding
 from .client import raise_for_status
 from .errors import ApiError, Error, TransportError, body_detail, print_line
+from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident
 
 if TYPE_CHECKING:
@@ -97,9 +98,10 @@ class Delivery:
     _wake: threading.Event
     _interrupt: threading.Event
     _send_lock: threading.Lock
-    _queue: deque[dict[str, Any]]
+    _queue: deque[tuple[Any, ...]]
     _queue_bytes: int
-    _enq_seq: int
+    _taken: int
+    _accounted: int
     _inflight: int
     _inflight_first: int
     _wake_pending: bool
@@ -123,6 +125,12 @@ class Delivery:
     _overflow: str
 
     def _update_fast_path_locked(self) -> None:  # Shipper's
+        raise NotImplementedError
+
+    def _account_locked(self) -> None:  # Shipper's
+        raise NotImplementedError
+
+    def _pop_oldest_locked(self) -> tuple[Any, ...]:  # Shipper's
         raise NotImplementedError
 
     # ------------------------------------------------------------------ flusher side
@@ -211,31 +219,30 @@ class Delivery:
         limit = self._max_batch_bytes
         while True:
             with self._lock:
-                q = self._queue
+                self._account_locked()
+                # Only accounted events are taken: the fast path may append more meanwhile.
+                n = self._accounted - self._taken
                 if not carry:
-                    if not q:
+                    if n <= 0:
                         return None
-                    if not partial and len(q) < max_n and self._queue_bytes < self._wake_bytes:
+                    if not partial and n < max_n and self._queue_bytes < self._wake_bytes:
                         return None
-                take = min(max_n - len(carry), len(q))
-                events: list[dict[str, Any]] = []
+                take = min(max_n - len(carry), n)
+                items: list[tuple[Any, ...]] = []
                 if take > 0:
                     if self._inflight == 0:
-                        self._inflight_first = self._enq_seq - len(q) + 1
-                    n = len(q)
-                    if take == n:
-                        events = list(q)
-                        q.clear()
+                        self._inflight_first = self._taken + 1
+                    popleft = self._queue.popleft
+                    items = [popleft() for _ in range(take)]
+                    self._queue_bytes -= sum(map(item_size, items))  # all accounted
+                    self._taken += take
+                    if self._accounted == self._taken:
                         self._queue_bytes = 0
-                    else:
-                        popleft = q.popleft
-                        events = [popleft() for _ in range(take)]
-                        # Sizes are not kept per event (that would cost the hot path a tuple):
-                        # the byte count shrinks in proportion, and is exact again at empty.
-                        self._queue_bytes -= self._queue_bytes * take // n
                     self._inflight += take
+                    self._update_fast_path_locked()
                     if self._overflow == "block":
                         self._space.notify_all()
+            events = item_events(items)
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= limit:
@@ -368,15 +375,16 @@ class Delivery:
     def _settle_leftovers_at_deadline(self) -> None:
         """The close deadline passed: spool or drop everything still queued, at once."""
         with self._lock:
-            items = list(self._queue)
-            self._queue.clear()
-            self._queue_bytes = 0
+            self._account_locked()
+            first = self._taken + 1
+            pop = self._pop_oldest_locked
+            items = [pop() for _ in range(len(self._queue))]
             if items:
                 if self._inflight == 0:
-                    self._inflight_first = self._enq_seq - len(items) + 1
+                    self._inflight_first = first
                 self._inflight += len(items)
         if items:
-            self._fail(_Chunk(items), "shutdown", None)
+            self._fail(_Chunk(item_events(items)), "shutdown", None)
 
     # ------------------------------------------------------------------ one request, retried
 

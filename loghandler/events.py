@@ -1,24 +1,48 @@
-"""Building event dicts on the application thread, cheaply, for the handler and the processor.
+"""Building events, cheaply: what the application thread copies, and what the flusher builds.
 
 Values of the plain JSON types are taken as they are; anything else (a dict, a list, an object)
 is turned into a JSON-safe copy right away, because the application may change or free it after
 the call, and its ``repr`` may not be safe to run on another thread.
+
+Queue items. The shipper's queue holds tuples ``(event, size, ...)``: an event dict and its rough
+size (for ``max_queue_bytes``). A third element, ``RECORD``, marks an event from the handler's
+fast path, whose ``_time`` is still ``record.created`` and whose ``level`` is still
+``record.levelname``: ``item_events`` formats both on the flusher thread, so that the caller's
+thread does not.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
+from operator import itemgetter
 from typing import Any
 
 from .encoding import to_jsonable
 
 _PLAIN = frozenset({str, int, bool, type(None)})
+RECORD = True  # see "Queue items"
+item_size = itemgetter(1)
 
-# Seconds-resolution prefix of the last timestamp formatted: most records in a burst share it.
-# A list, updated in place, so the hot path needs no ``global`` and a racing thread at worst
-# formats the same second again.
-_time_cache: list[Any] = [-1, ""]
+# Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
+INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
+STANDARD = frozenset(INIT_KEYS) | {
+    "message", "asctime", "taskName",
+    # set by structlog's ProcessorFormatter.wrap_for_formatter / by formatters
+    "_logger", "_name", "_from_structlog", "_record",
+}
+# Keys of the event itself: an extra with one of these names is renamed, not lost.
+RESERVED = frozenset({
+    "_time", "level", "message", "logger", "module", "function", "line", "file", "process",
+    "thread", "exception", "stack",
+})
+LEVELS = {name: name.lower() for name in logging._nameToLevel}
+
+# (second, its "YYYY-MM-DDTHH:MM:SS" prefix) of the last timestamp formatted: most records in a
+# burst share it. One tuple, replaced whole, so a racing thread never pairs one second with
+# another's prefix.
+_time_cache: list[tuple[int, str]] = [(-1, "")]
 _strftime = time.strftime
 _gmtime = time.gmtime
 
@@ -26,13 +50,54 @@ _gmtime = time.gmtime
 def rfc3339(created: float) -> str:
     """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``."""
     sec = int(created)
-    cache = _time_cache
-    if sec != cache[0]:
-        prefix = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec))
-        cache[1] = prefix
-        cache[0] = sec
-        return "%s.%06dZ" % (prefix, (created - sec) * 1e6)
-    return "%s.%06dZ" % (cache[1], (created - sec) * 1e6)
+    if created < sec:  # before 1970: int() rounded towards zero
+        sec -= 1
+    cached = _time_cache[0]
+    if sec != cached[0]:
+        cached = (sec, _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec)))
+        _time_cache[0] = cached
+    return "%s.%06dZ" % (cached[1], (created - sec) * 1e6)
+
+
+def item_events(items: Any) -> list[dict[str, Any]]:
+    """The events of queue items (see "Queue items"), on the flusher thread."""
+    out: list[dict[str, Any]] = []
+    append = out.append
+    levels = LEVELS
+    seen, prefix = -1, ""
+    for item in items:
+        event = item[0]
+        if len(item) == 3:
+            try:
+                created = event["_time"]
+                sec = int(created)
+                if sec != seen:
+                    if created < sec:
+                        raise ValueError("before 1970")
+                    prefix = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec))
+                    seen = sec
+                ts = "%s.%06dZ" % (prefix, (created - sec) * 1e6)
+                level = event["level"]
+                event["level"] = levels.get(level) or str(level).lower()
+                event["_time"] = ts
+            except Exception:
+                _fix_record_event(event)
+        append(event)
+    return out
+
+
+def _fix_record_event(event: dict[str, Any]) -> None:
+    # item_events' careful path (neither field converted yet): a record whose values a filter
+    # or a record factory made odd.
+    try:
+        event["_time"] = rfc3339(event["_time"])
+    except Exception:
+        event["_time"] = rfc3339(time.time())
+    level = event["level"]
+    try:
+        event["level"] = LEVELS.get(level) or str(level).lower()
+    except Exception:
+        event["level"] = to_jsonable(level)
 
 
 def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:

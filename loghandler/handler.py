@@ -9,35 +9,47 @@ from typing import Any
 
 from .client import Client
 from .encoding import to_jsonable
-from .events import _time_cache, add_exception, add_fields, exception_fields, free_name, rfc3339
+from .events import (
+    INIT_KEYS,
+    LEVELS,
+    RESERVED,
+    STANDARD,
+    _time_cache,
+    add_exception,
+    add_fields,
+    exception_fields,
+    free_name,
+    rfc3339,
+)
+from .events import (
+    RECORD as _RECORD,
+)
 from .guard import _SENDERS, _get_ident
+from .shipper import FAST_ITEM_BYTES as _FAST_ITEM
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
-__all__ = ["IngestHandler", "record_to_event"]
+__all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
 _LogRecord = logging.LogRecord
-_INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
+_INIT_KEYS = INIT_KEYS
 _INIT_SET = frozenset(_INIT_KEYS)
 _N_INIT = len(_INIT_KEYS)
 _islice = itertools.islice
 # Immutable JSON values an extra can be passed through as (floats: NaN is handled by the encoder).
 _PLAIN = frozenset({str, int, float, bool, type(None)})
-# Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
-_STANDARD = frozenset(_INIT_KEYS) | {
-    "message", "asctime", "taskName",
-    # set by structlog's ProcessorFormatter.wrap_for_formatter / by formatters
-    "_logger", "_name", "_from_structlog", "_record",
-}
-# Keys of the event itself: an extra with one of these names is renamed, not lost.
-RESERVED = frozenset({
-    "_time", "level", "message", "logger", "module", "function", "line", "file", "process",
-    "thread", "exception", "stack",
-})
-_LEVELS = {name: name.lower() for name in logging._nameToLevel}
+_STANDARD = STANDARD
+# Extras the fast path leaves to record_to_event: event keys (renamed there), a record's own
+# attributes out of place; and the attributes formatters set, which are no extras at all.
+_SPECIAL = STANDARD | RESERVED
+_FORMATTER = STANDARD - _INIT_SET
+_LEVELS = LEVELS
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
-# A rough memory cost of the fixed part of a record's event (see Shipper max_queue_bytes).
+# Rough memory costs (see Shipper max_queue_bytes): the fixed part of an event built here, of a
+# record item (a 12-tuple, a float, an int and the message's header), and of one extra field.
 _BASE_SIZE = 900
+_ITEM_SIZE = 320
+_EXTRA_SIZE = 80
 
 
 def _message(record: logging.LogRecord) -> str:
@@ -126,7 +138,7 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
             # Through the instance dict: cheaper than attribute access.
             created = d["created"]
             sec = int(created)
-            tc = _time_cache
+            tc = _time_cache[0]
             event = {
                 "_time": "%s.%06dZ" % (tc[1], (created - sec) * 1e6) if sec == tc[0]
                 else rfc3339(created),
@@ -190,7 +202,6 @@ class IngestHandler(logging.Handler):
         super().__init__(level)
         self.shipper = make_shipper(dataset, client, shipper, options)
         self._owns_shipper = shipper is None
-        self._put = self.shipper._put
 
     def __repr__(self) -> str:
         level = logging.getLevelName(self.level)
@@ -208,17 +219,78 @@ class IngestHandler(logging.Handler):
                 record = rv
             if not rv:
                 return rv
-        try:
-            event, size = record_to_event(record)
-            self._put(event, size)
-        except Exception:
-            self.handleError(record)
+        self.emit(record)
         return record if _HANDLE_RETURNS_RECORD else True
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Queue the record; O(1), never blocks, never raises."""
+        try:
+            # The fast path, inlined: this runs for every record on the caller's thread. A plain
+            # record (no exception, no stack, extras of plain JSON types) is copied into a
+            # record item (events.py) and the event is built on the flusher thread.
+            d = record.__dict__
+            msg = d["msg"]
+            if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
+                    and not d["stack_info"]):
+                args = d["args"]
+                if args:
+                    try:
+                        message = msg % args
+                    except Exception:
+                        message = _message(record)
+                else:
+                    message = msg
+                size = _ITEM_SIZE + len(message)
+                # "_time" and "level" hold the raw created and levelname: the flusher formats
+                # them (item_events), off the caller's thread.
+                event = {
+                    "_time": d["created"],
+                    "level": d["levelname"],
+                    "message": message,
+                    "logger": d["name"],
+                    "module": d["module"],
+                    "function": d["funcName"],
+                    "line": d["lineno"],
+                    "file": d["pathname"],
+                    "process": d["process"],
+                    "thread": d["threadName"],
+                }
+                if len(d) > _N_INIT:
+                    # makeRecord() adds extras after __init__'s attributes: only the tail can
+                    # hold them. A non-plain value (to be copied now, JSON-safe), an event key
+                    # (to be renamed) or a record attribute out of place takes the slow path; a
+                    # formatter's attributes ("message", "asctime") are no extras.
+                    for key in _islice(d, _N_INIT, None):
+                        value = d[key]
+                        t = type(value)
+                        if t is str:
+                            size += _EXTRA_SIZE + len(value)
+                        elif t in _PLAIN:
+                            size += _EXTRA_SIZE
+                        else:
+                            self._put_event(record)
+                            return
+                        if key in _SPECIAL:
+                            if key in _FORMATTER:
+                                continue
+                            self._put_event(record)
+                            return
+                        event[key] = value
+                shipper = self.shipper
+                q = shipper._queue
+                if len(q) < shipper._fast_len and size <= _FAST_ITEM:
+                    q.append((event, size, _RECORD))
+                else:
+                    shipper._put_locked((event, size, _RECORD), size)
+            else:
+                self._put_event(record)
+        except Exception:
+            self._put_event(record)
+
+    def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self._put(event, size)
+            self.shipper._put((event, size), size)
         except Exception:
             self.handleError(record)
 

@@ -139,7 +139,7 @@ class IngestProcessor:
                 self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
-                self._put(event, size)
+                self._put((event, size), size)
             else:
                 self.shipper._count_dropped("invalid")
         except Exception:

@@ -8,10 +8,18 @@ Accounting invariant, true of every ``stats()`` snapshot::
 
     submitted == delivered + dropped + failed + spooled + queued
 
-Sequence numbers: every event that enters the queue gets the next number. The queue always holds
-a contiguous range ending at ``_enq_seq``, and the events in flight (taken by the flusher, not yet
-settled) are the contiguous range that starts at ``_inflight_first``. So "everything up to N is
-settled" is a comparison, with no per-event bookkeeping.
+Sequence numbers: the events that entered the queue are numbered in queue order. Events leave
+it only from the front, under the lock (``_taken`` have left so far), so the queue holds the
+numbers ``_taken + 1 .. _taken + len(queue)``, and the events in flight (taken by the flusher,
+not yet settled) are the contiguous range that starts at ``_inflight_first``. So "everything up
+to N is settled" is a comparison, with no per-event bookkeeping.
+
+The application's fast path takes no lock: ``deque.append`` and ``len`` are atomic, and while
+the queue is shorter than ``_fast_len`` one comparison decides. Sizes (for ``max_queue_bytes``)
+are added up later, under the lock, by whoever next needs them (``_account_locked``): the fast
+path admits only events of at most ``FAST_ITEM_BYTES``, and ``_fast_len`` leaves room for that
+many of them, so the bounds hold. (Threads racing past the same check at the same instant may
+each add one event over ``max_queue_size``; the next locked step corrects it.)
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 from . import encoding, lifecycle
@@ -29,13 +38,16 @@ from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
 from .delivery import Delivery, _Chunk
 from .errors import ConfigurationError, print_line
+from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
 from .spool import Spool
 from .stats import STAT_FIELDS, Stats
 
-__all__ = ["Shipper", "Stats", "make_shipper"]
+__all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 
 _monotonic = time.monotonic
+# The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
+FAST_ITEM_BYTES = 8 * 1024
 
 class Shipper(Delivery):
     """Queue events and ship them in the background to one dataset.
@@ -77,9 +89,10 @@ class Shipper(Delivery):
         self._space = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._interrupt = threading.Event()
-        self._queue: deque[dict[str, Any]] = deque()
-        self._queue_bytes = 0
-        self._enq_seq = 0
+        self._queue: deque[tuple[Any, ...]] = deque()
+        self._queue_bytes = 0  # sizes of the accounted events still queued
+        self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
+        self._accounted = 0  # events, in queue order, whose sizes are in _queue_bytes, ever
         self._inflight = 0
         self._inflight_first = 1
         self._wake_pending = False
@@ -111,7 +124,6 @@ class Shipper(Delivery):
         self._max_bytes = self.options.max_queue_bytes
         self._overflow = self.options.overflow
         self._fast_len = 0  # see _update_fast_path_locked
-        self._fast_bytes = 0
 
     def _after_fork_in_child(self) -> None:
         # The parent's queue belongs to the parent (it delivers it); the child starts empty,
@@ -144,41 +156,43 @@ class Shipper(Delivery):
                 event = dict(event)
             else:
                 event = event.copy()
-            return self._put(event, _estimate(event))
+            size = _estimate(event)
+            return self._put((event, size), size)
         except Exception:
             return False
 
-    def _put(self, event: dict[str, Any], size: int) -> bool:
-        """Queue an event the caller owns (the handler and processor build theirs fresh).
+    def _put(self, item: tuple[Any, ...], size: int) -> bool:
+        """Queue an item the caller built (see events.py; ``size`` is its last element).
 
-        The caller has checked ``in_sender_thread()``. This is the hot path of every log call:
-        while the queue is below the wake-up point, one comparison decides and nothing else is
-        touched (``submitted`` is derived: enqueued plus refused at the door).
+        The caller has checked ``in_sender_thread()``. This is the hot path of every log call
+        (the handler inlines it): below ``_fast_len``, one comparison and an append.
         """
-        with self._lock:
-            q = self._queue
-            held = self._queue_bytes + size
-            if len(q) < self._fast_len and held <= self._fast_bytes:
-                q.append(event)
-                self._queue_bytes = held
-                self._enq_seq += 1
-                return True
-            return self._put_slow(event, size)
+        q = self._queue
+        if len(q) < self._fast_len and size <= FAST_ITEM_BYTES:
+            q.append(item)
+            return True
+        return self._put_locked(item, size)
 
-    def _put_slow(self, event: dict[str, Any], size: int) -> bool:
-        # Under self._lock. Everything _put's fast path leaves out: closed, first event (start
-        # the thread), a full batch (wake the flusher), a full queue (overflow policy).
+    def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
+        try:
+            with self._lock:
+                return self._put_slow(item, size)
+        except Exception:
+            return False
+
+    def _put_slow(self, item: tuple[Any, ...], size: int) -> bool:
+        # Under self._lock. Everything the fast path leaves out: closed, first event (start the
+        # thread), a full batch (wake the flusher), a full queue (overflow policy), big events.
         if self._closed:
             return self._drop_locked("closed")
+        self._account_locked()
         q = self._queue
-        held = self._queue_bytes + size
-        if len(q) >= self._max_size or held > self._max_bytes:
-            if not self._make_room_locked(size):
-                return False
-            held = self._queue_bytes + size
-        q.append(event)
-        self._queue_bytes = held
-        self._enq_seq += 1
+        if (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes) and (
+            not self._make_room_locked(size)
+        ):
+            return False
+        q.append(item)
+        self._account_locked()
         thread = self._thread
         if thread is None or (not thread.is_alive() and not self._closed):
             # First event, or the flusher died on an internal error (reported once): start one.
@@ -186,22 +200,59 @@ class Shipper(Delivery):
         # Wake the flusher once per full batch, not per event: setting an Event costs more
         # than everything else here.
         if not self._wake_pending and (
-            len(q) >= self._max_batch or held >= self._wake_bytes
+            len(q) >= self._max_batch or self._queue_bytes >= self._wake_bytes
         ):
             self._wake_pending = True
             self._wake.set()
         self._update_fast_path_locked()
         return True
 
-    def _update_fast_path_locked(self) -> None:
-        """Set the bounds under which _put may skip _put_slow."""
-        if self._closed or (self._thread is None and not self._thread_failed):
-            self._fast_len, self._fast_bytes = 0, 0
-        elif self._wake_pending:
-            self._fast_len, self._fast_bytes = self._max_size, self._max_bytes
+    def _account_locked(self) -> None:
+        """Add the sizes of the events the fast path appended since the last call."""
+        q = self._queue
+        tail: list[tuple[Any, ...]] = []
+        new = 0
+        for _ in range(8):
+            new = self._taken + len(q) - self._accounted
+            if new <= 0:
+                return
+            try:
+                # C calls only: no other thread runs while the list is copied.
+                tail = list(islice(reversed(q), new))
+            except RuntimeError:  # appended to while being read (free-threaded builds)
+                continue
+            if self._taken + len(q) - self._accounted == new:
+                break
+        # (After eight races in a row, the sizes of the newest events stand in for the ones
+        # just before them: the count stays exact, the byte estimate is off by a few events.)
+        self._queue_bytes += sum(map(item_size, tail))
+        self._accounted += new
+
+    def _pop_oldest_locked(self) -> tuple[Any, ...]:
+        item = self._queue.popleft()
+        if self._accounted > self._taken:
+            self._queue_bytes -= item[1]
         else:
-            self._fast_len = min(self._max_size, self._max_batch)
-            self._fast_bytes = min(self._max_bytes, self._wake_bytes)
+            self._accounted += 1
+        self._taken += 1
+        if self._accounted == self._taken:
+            self._queue_bytes = 0  # exact again whenever nothing accounted is left
+        return item
+
+    def _update_fast_path_locked(self) -> None:
+        """Set the queue length under which _put may skip the lock: room, by count and by
+        bytes, for events of up to FAST_ITEM_BYTES each beyond those accounted for."""
+        if self._closed or (self._thread is None and not self._thread_failed):
+            self._fast_len = 0
+            return
+        if self._wake_pending:
+            max_n, max_b = self._max_size, self._max_bytes
+        else:  # up to the next wake-up of the flusher
+            max_n = min(self._max_size, self._max_batch)
+            max_b = min(self._max_bytes, self._wake_bytes)
+        held = self._accounted - self._taken
+        room = min(max_n - held, (max_b - self._queue_bytes) // FAST_ITEM_BYTES)
+        self._fast_len = held + room if room > 0 else 0
 
     def _suppress(self) -> bool:
         with self._lock:
@@ -215,7 +266,11 @@ class Shipper(Delivery):
         if policy == "block" and not in_sender_thread():
             deadline = _monotonic() + self.options.block_timeout
             self._wake.set()
-            while len(self._queue) >= self._max_size or self._queue_bytes + size > self._max_bytes:
+            while True:
+                self._account_locked()
+                if (len(self._queue) < self._max_size
+                        and self._queue_bytes + size <= self._max_bytes):
+                    break
                 now = _monotonic()
                 remaining = deadline - now
                 # Sending is paused (Retry-After, a bad token) past our bound: no room will
@@ -227,8 +282,7 @@ class Shipper(Delivery):
         if policy == "drop_oldest":
             q = self._queue
             while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
-                self._queue_bytes -= self._queue_bytes // len(q)
-                q.popleft()
+                self._pop_oldest_locked()
                 self._c["dropped"] += 1
                 self._c["dropped_queue_full"] += 1
                 self._undelivered += 1
@@ -287,7 +341,7 @@ class Shipper(Delivery):
             # second shutdown_timeout to the exit.
             deadline = min(deadline, self._close_deadline + 0.2)
         with self._lock:
-            target = self._enq_seq
+            target = self._taken + len(self._queue)
             before = self._undelivered
             if self._settled_through_locked() >= target:
                 return True
@@ -373,18 +427,18 @@ class Shipper(Delivery):
             if self._abandoned:
                 return
             self._abandoned = True
-            n = self._inflight + len(self._queue)
+            self._account_locked()
+            pop = self._pop_oldest_locked
+            queued = [pop() for _ in range(len(self._queue))]
+            n = self._inflight + len(queued)
             chunks = [c for c in (self._posting, *reversed(self._stack)) if c is not None]
             carry = list(self._carry)
-            queued = list(self._queue)
-            self._queue.clear()
-            self._queue_bytes = 0
             self._inflight = 0
-            self._inflight_first = self._enq_seq + 1
+            self._inflight_first = self._taken + 1
             group, reason = "dropped", "shutdown"
         if n and self._spool is not None:
             parts = [p for c in chunks for p in c.as_parts()] + carry
-            parts.extend(encoding.encode(e) for e in queued)
+            parts.extend(encoding.encode(e) for e in item_events(queued))
             try:
                 self._bump("spool_dropped", self._spool.write(parts))
                 group, reason = "spooled", ""
@@ -401,8 +455,9 @@ class Shipper(Delivery):
         """A consistent snapshot of the counters."""
         with self._lock:
             values = dict(self._c)
-            values["submitted"] += self._enq_seq
-            values["queued"] = len(self._queue) + self._inflight
+            queued = len(self._queue)
+            values["submitted"] += self._taken + queued
+            values["queued"] = queued + self._inflight
         return Stats(**values)
 
     def __enter__(self) -> Shipper:
@@ -414,7 +469,7 @@ class Shipper(Delivery):
     def _settled_through_locked(self) -> int:
         if self._inflight:
             return self._inflight_first - 1
-        return self._enq_seq - len(self._queue)
+        return self._taken
 
 _uwsgi_checked = False
 

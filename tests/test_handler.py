@@ -79,6 +79,79 @@ class TestEventShape:
         assert ev["level"] == "info" and ev["extra_level"] == "custom"
         assert ev["extra_logger"] == "mine" and ev["extra_line"] == "x"
 
+    def test_formatter_attributes_are_not_extras(self, receiver, make_logger):
+        """A handler before ours whose Formatter set record.message / asctime adds no fields."""
+        log, h = make_logger()
+        first = logging.StreamHandler(open(__import__("os").devnull, "w"))  # noqa: SIM115
+        first.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        log.handlers.insert(0, first)
+        try:
+            log.info("hello %s", "there", extra={"k": 1})
+        finally:
+            log.removeHandler(first)
+            first.stream.close()
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert ev["message"] == "hello there" and ev["k"] == 1
+        assert "asctime" not in ev and "extra_message" not in ev
+
+    def test_record_changed_after_the_call_does_not_change_the_event(self, receiver,
+                                                                      make_logger):
+        """What a later handler (a colouring formatter) does to the record is not shipped:
+        the event's values are taken at the call, even though it is finished on the flusher."""
+        log, h = make_logger()
+
+        class Colouring(logging.Handler):
+            def emit(self, record):
+                record.levelname = "\x1b[32mINFO\x1b[0m"
+                record.created = 0.0
+                record.request_id = "changed"
+
+        log.addHandler(Colouring())
+        log.info("m", extra={"request_id": "r1"})
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert ev["level"] == "info" and ev["request_id"] == "r1"
+        assert not ev["_time"].startswith("1970")
+
+    def test_custom_level_name(self, receiver, make_logger):
+        """A level added with addLevelName is shipped lower-cased."""
+        logging.addLevelName(25, "NOTICE")
+        log, h = make_logger()
+        log.log(25, "m")
+        log.log(26, "n")
+        assert h.flush(5)
+        assert [e["level"] for e in receiver.events] == ["notice", "level 26"]
+
+    def test_odd_record_values_from_a_filter_still_ship(self, receiver, make_logger):
+        """A filter that puts odd values in the record (a created that is no number, an
+        object as line number) costs nothing but those values' shape."""
+        log, h = make_logger()
+
+        def odd(record):
+            record.created = "yesterday"
+            record.lineno = object()
+            record.levelname = ["list"]
+            return True
+
+        h.addFilter(odd)
+        log.info("m")
+        assert h.flush(5)
+        ev = receiver.events[0]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ev["_time"])
+        assert ev["message"] == "m" and ev["line"].startswith("<object object")
+        assert h.stats().delivered == 1
+
+    def test_big_message_takes_the_locked_path(self, receiver, make_logger):
+        """A message bigger than the fast path's limit is queued, counted and delivered too."""
+        from loghandler.shipper import FAST_ITEM_BYTES
+
+        log, h = make_logger()
+        log.info("x" * FAST_ITEM_BYTES)
+        log.info("small")
+        assert h.flush(5)
+        assert [len(e["message"]) for e in receiver.events] == [FAST_ITEM_BYTES, 5]
+
     def test_exception(self, receiver, make_logger):
         """log.exception gives {type, message, stacktrace}."""
         log, h = make_logger()

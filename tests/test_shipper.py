@@ -193,9 +193,36 @@ class TestBounds:
                  overflow="drop_newest")
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
-            assert s._queue_bytes <= 20_000
+            # What is queued (the fast path's unaccounted tail included) stays in bounds.
+            assert sum(item[1] for item in s._queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
+        s.close(timeout=0.5)
+
+    @pytest.mark.parametrize("overflow", ["drop_oldest", "drop_newest"])
+    def test_bounds_and_accounting_hold_under_many_threads(self, overflow):
+        """Eight threads appending without a lock: the queue stays within its bounds (give or
+        take one event per thread racing at the same instant), and every event is accounted."""
+        s = make(closed_port_url(), max_queue_size=500, max_queue_bytes=100_000,
+                 flush_interval=60, batch_size=10**6, overflow=overflow)
+        peak = [0, 0]
+
+        def work(t: int) -> None:
+            for i in range(5000):
+                s.submit({"t": t, "i": i, "text": "z" * (i % 300)})
+                if i % 50 == 0:
+                    items = list(s._queue)
+                    peak[0] = max(peak[0], len(items))
+                    peak[1] = max(peak[1], sum(item[1] for item in items))
+
+        run_in_threads(work, 8)
+        st = s.stats()
+        assert st.submitted == 40_000 and balanced(st)
+        assert st.queued == len(s._queue) and st.dropped_queue_full == 40_000 - st.queued
+        assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
+        with s._lock:
+            s._account_locked()
+            assert s._queue_bytes == sum(item[1] for item in s._queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
