@@ -124,7 +124,7 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
             value = to_jsonable(value)
             size += 64
         event[key] = value
-        size += 80
+        size += 48  # its dict entry and a number's object (measured: tracemalloc)
     return size
 
 

@@ -20,7 +20,8 @@ from .stats import Stats
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
-_BASE_SIZE = 400
+# The event dict and its queue item, before fields (see add_fields; measured with tracemalloc).
+_BASE_SIZE = 240
 _UTC = _dt.timezone.utc
 # structlog method names that are not level names (structlog's own add_log_level maps the first
 # two the same way; "msg" is the info-level method of PrintLogger and friends).
