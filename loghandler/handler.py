@@ -14,7 +14,6 @@ from .events import (
     LEVELS,
     RESERVED,
     STANDARD,
-    _time_cache,
     add_exception,
     add_fields,
     exception_fields,
@@ -124,42 +123,14 @@ def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         if exc:
             size += add_exception(event, exc)
     else:
-        if type(msg) is str and type(record) is _LogRecord:
-            # LogRecord.getMessage() inlined: this runs for every record on the caller's thread.
-            args = record.args
-            if args:
-                try:
-                    message = msg % args
-                except Exception:
-                    message = _message(record)
-            else:
-                message = msg
-        else:
-            message = _message(record)  # not a str, or a subclass with its own getMessage()
-        try:
-            # Through the instance dict: cheaper than attribute access.
-            created = d["created"]
-            sec = int(created)
-            tc = _time_cache[0]
-            event = {
-                "_time": "%s.%06dZ" % (tc[1], (created - sec) * 1e6) if sec == tc[0]
-                else rfc3339(created),
-                "level": level,
-                "message": message,
-                "logger": d["name"],
-                "module": d["module"],
-                "function": d["funcName"],
-                "line": d["lineno"],
-                "file": d["pathname"],
-                "process": d["process"],
-                "thread": d["threadName"],
-            }
-        except KeyError:  # a record class that keeps some of these elsewhere (properties)
-            event = {"_time": rfc3339(record.created), "level": level, "message": message,
-                     "logger": record.name, "module": record.module,
-                     "function": record.funcName, "line": record.lineno,
-                     "file": record.pathname, "process": record.process,
-                     "thread": record.threadName}
+        message = _message(record)
+        # The slow path (the handler's fast path builds its events in emit()): attribute access,
+        # so that a record class keeping these in properties works too.
+        event = {"_time": rfc3339(record.created), "level": level, "message": message,
+                 "logger": record.name, "module": record.module,
+                 "function": record.funcName, "line": record.lineno,
+                 "file": record.pathname, "process": record.process,
+                 "thread": record.threadName}
         size = _BASE_SIZE + len(message)
     if len(d) > _N_INIT:
         # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
