@@ -12,6 +12,7 @@ from .encoding import to_jsonable
 from .events import (
     INIT_KEYS,
     LEVELS,
+    RECORD,
     RESERVED,
     STANDARD,
     add_exception,
@@ -19,9 +20,6 @@ from .events import (
     exception_fields,
     free_name,
     rfc3339,
-)
-from .events import (
-    RECORD as _RECORD,
 )
 from .guard import _SENDERS, _get_ident
 from .shipper import FAST_ITEM_BYTES as _FAST_ITEM
@@ -199,8 +197,9 @@ class IngestHandler(logging.Handler):
         """Queue the record; O(1), never blocks, never raises."""
         try:
             # The fast path, inlined: this runs for every record on the caller's thread. A plain
-            # record (no exception, no stack, extras of plain JSON types) is copied into a
-            # record item (events.py) and the event is built on the flusher thread.
+            # record (no exception, no stack, extras of plain JSON types) becomes its event
+            # here, but for _time and level, which the flusher formats (events.py "Queue
+            # items"); anything else goes through record_to_event.
             d = record.__dict__
             msg = d["msg"]
             if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
@@ -234,6 +233,11 @@ class IngestHandler(logging.Handler):
                     # (to be renamed) or a record attribute out of place takes the slow path; a
                     # formatter's attributes ("message", "asctime") are no extras.
                     for key in _islice(d, _N_INIT, None):
+                        if key in _SPECIAL:
+                            if key in _FORMATTER:
+                                continue
+                            self._put_event(record)
+                            return
                         value = d[key]
                         t = type(value)
                         if t is str:
@@ -243,18 +247,13 @@ class IngestHandler(logging.Handler):
                         else:
                             self._put_event(record)
                             return
-                        if key in _SPECIAL:
-                            if key in _FORMATTER:
-                                continue
-                            self._put_event(record)
-                            return
                         event[key] = value
                 shipper = self.shipper
                 q = shipper._queue
                 if len(q) < shipper._fast_len and size <= _FAST_ITEM:
-                    q.append((event, size, _RECORD))
+                    q.append((event, size, RECORD))
                 else:
-                    shipper._put_locked((event, size, _RECORD), size)
+                    shipper._put_locked((event, size, RECORD), size)
             else:
                 self._put_event(record)
         except Exception:

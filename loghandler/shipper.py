@@ -162,7 +162,7 @@ class Shipper(Delivery):
             return False
 
     def _put(self, item: tuple[Any, ...], size: int) -> bool:
-        """Queue an item the caller built (see events.py; ``size`` is its last element).
+        """Queue an item the caller built (see events.py "Queue items"; ``size`` is item[1]).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
         (the handler inlines it): below ``_fast_len``, one comparison and an append.
@@ -220,9 +220,12 @@ class Shipper(Delivery):
                 # C calls only: no other thread runs while the list is copied.
                 tail = list(islice(reversed(q), new))
             except RuntimeError:  # appended to while being read (free-threaded builds)
+                tail = []
                 continue
             if self._taken + len(q) - self._accounted == new:
                 break
+        if not tail:
+            return  # raced every time: the next locked step accounts for them
         # (After eight races in a row, the sizes of the newest events stand in for the ones
         # just before them: the count stays exact, the byte estimate is off by a few events.)
         self._queue_bytes += sum(map(item_size, tail))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import io
 import logging
 import logging.config
 import re
@@ -82,14 +83,15 @@ class TestEventShape:
     def test_formatter_attributes_are_not_extras(self, receiver, make_logger):
         """A handler before ours whose Formatter set record.message / asctime adds no fields."""
         log, h = make_logger()
-        first = logging.StreamHandler(open(__import__("os").devnull, "w"))  # noqa: SIM115
+        out = io.StringIO()
+        first = logging.StreamHandler(out)
         first.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         log.handlers.insert(0, first)
         try:
             log.info("hello %s", "there", extra={"k": 1})
         finally:
             log.removeHandler(first)
-            first.stream.close()
+        assert out.getvalue().endswith("hello there\n")  # the formatter did run first
         assert h.flush(5)
         ev = receiver.events[0]
         assert ev["message"] == "hello there" and ev["k"] == 1
