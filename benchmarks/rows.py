@@ -11,13 +11,16 @@ import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
-ROWS = ("null", "queue", "ingest", "ingest-nogzip", "structlog", "processor", "otel", "logtail")
+ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "structlog", "processor", "otel",
+        "logtail")
 SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "logtail")
 LABELS = {
     "null": "logging.NullHandler (floor)",
     "queue": "stdlib QueueHandler + QueueListener (floor)",
+    "copy": "copy + JSON on a thread, nothing else (floor of any shipper)",
     "ingest": "loghandler IngestHandler (gzip)",
     "ingest-nogzip": "loghandler IngestHandler (compression=None)",
     "structlog": "structlog pipeline alone (floor)",
@@ -81,6 +84,62 @@ def _queue(base: str, opts: dict[str, Any]) -> Row:
     listener = QueueListener(q, sink)
     listener.start()
     return Row("queue", _stdlib_logger(QueueHandler(q), "queue"), delivered=lambda: sink.count)
+
+
+class _CopyFloor(logging.Handler):
+    """The least any shipper in Python can do, to compare against: copy the record's fields
+    (extras too, by reference) on the caller's thread; on another thread, build each event and
+    encode the batch. No timestamps or levels formatted, no checks, bounds, counts, gzip or
+    HTTP: every one of those is work a real shipper adds to this."""
+
+    KEYS = ("_time", "level", "message", "logger", "module", "function", "line", "file",
+            "process", "thread")
+    N_INIT = len(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
+
+    def __init__(self) -> None:
+        import collections
+        import threading
+
+        super().__init__()
+        self.queue: Any = collections.deque()
+        self.count = 0
+        self.wake = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        d = record.__dict__
+        q = self.queue
+        q.append(((d["created"], d["levelname"], d["msg"] % d["args"], d["name"], d["module"],
+                   d["funcName"], d["lineno"], d["pathname"], d["process"], d["threadName"]),
+                  list(islice(d.items(), self.N_INIT, None))))
+        if len(q) >= 5000:
+            self.wake.set()
+        return True
+
+    def _run(self) -> None:
+        try:
+            from orjson import dumps
+        except ImportError:
+            from json import dumps  # type: ignore[assignment]
+        keys, q = self.KEYS, self.queue
+        while True:
+            self.wake.wait(0.05)
+            self.wake.clear()
+            while q:
+                popleft = q.popleft
+                batch = []
+                for _ in range(min(len(q), 5000)):
+                    fields, extras = popleft()
+                    event = dict(zip(keys, fields, strict=True))
+                    event.update(extras)
+                    batch.append(event)
+                dumps(batch)
+                self.count += len(batch)
+
+
+def _copy(base: str, opts: dict[str, Any]) -> Row:
+    handler = _CopyFloor()
+    return Row("copy", _stdlib_logger(handler, "copy"), delivered=lambda: handler.count)
 
 
 def _ingest_options(opts: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -175,7 +234,8 @@ def _logtail(base: str, opts: dict[str, Any]) -> Row:
 
 
 BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
-    "null": _null, "queue": _queue, "ingest": _ingest, "ingest-nogzip": _ingest_nogzip,
+    "null": _null, "queue": _queue, "copy": _copy, "ingest": _ingest,
+    "ingest-nogzip": _ingest_nogzip,
     "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
 }
 

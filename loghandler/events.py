@@ -47,6 +47,12 @@ _strftime = time.strftime
 _gmtime = time.gmtime
 
 
+# The fraction of a second as two table lookups: formatting a float with "%06d" costs twice as
+# much as all the rest of an event's time (measured, 5,000-event batches).
+_MILLIS = tuple(".%03d" % i for i in range(1000))
+_MICROS_Z = tuple("%03dZ" % i for i in range(1000))
+
+
 def rfc3339(created: float) -> str:
     """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``."""
     sec = int(created)
@@ -56,7 +62,8 @@ def rfc3339(created: float) -> str:
     if sec != cached[0]:
         cached = (sec, _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec)))
         _time_cache[0] = cached
-    return "%s.%06dZ" % (cached[1], (created - sec) * 1e6)
+    micros = int((created - sec) * 1e6)
+    return cached[1] + _MILLIS[micros // 1000] + _MICROS_Z[micros % 1000]
 
 
 def item_events(items: Any) -> list[dict[str, Any]]:
@@ -64,19 +71,22 @@ def item_events(items: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     append = out.append
     levels = LEVELS
-    seen, prefix = -1, ""
+    millis, micros_z = _MILLIS, _MICROS_Z
+    seen: int | None = None
+    prefix = ""
     for item in items:
         event = item[0]
         if len(item) == 3:
             try:
                 created = event["_time"]
                 sec = int(created)
-                if sec != seen:
-                    if created < sec:
+                if sec != seen or created < sec:
+                    if created < sec:  # before 1970: int() rounded towards zero
                         raise ValueError("before 1970")
                     prefix = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec))
                     seen = sec
-                ts = "%s.%06dZ" % (prefix, (created - sec) * 1e6)
+                micros = int((created - sec) * 1e6)
+                ts = prefix + millis[micros // 1000] + micros_z[micros % 1000]
                 level = event["level"]
                 event["level"] = levels.get(level) or str(level).lower()
                 event["_time"] = ts
