@@ -117,6 +117,8 @@ class Delivery:
     _paused_until: float
     _auth_delay: float
     _reported: set[str]
+    _exit_summary: bool
+    _exit_cause: str | None
     _c: dict[str, int]
     _undelivered: int
     _max_batch: int
@@ -348,6 +350,8 @@ class Delivery:
                 return
         if reason == "shutdown":
             self._gave_up = True  # the deadline is (about to be) reached: stop trying the rest
+            if error is not None and self._exit_summary and self._exit_cause is None:
+                self._exit_cause = f"last error: {error}"
             self._settle(len(chunk), "dropped", "shutdown")
         else:
             self._settle(len(chunk), "failed", reason)
@@ -446,9 +450,9 @@ class Delivery:
                         self._space.notify_all()
             attempt += 1
             if attempt > max_retries:
-                self._report("retries_exhausted",
-                             f"could not deliver a batch of {len(chunk)} events after "
-                             f"{attempt} attempts: {error}")
+                self._report_or_defer("retries_exhausted",
+                                      f"could not deliver a batch of {len(chunk)} events after "
+                                      f"{attempt} attempts: {error}")
                 return _Outcome("retries_exhausted", error)
             with self._lock:
                 self._c["retried"] += 1
@@ -518,6 +522,14 @@ class Delivery:
         if cause not in self._reported:
             self._reported.add(cause)
             print_line(f"loghandler: dataset {self.dataset!r}: {message}")
+
+    def _report_or_defer(self, cause: str, message: str) -> None:
+        # During the exit hook's close, the hook's summary line says it (one line at exit).
+        if self._exit_summary:
+            if self._exit_cause is None and cause not in self._reported:
+                self._exit_cause = message
+        else:
+            self._report(cause, message)
 
     def _call_on_error(self, error: BaseException) -> None:
         callback = self.options.on_error

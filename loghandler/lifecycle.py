@@ -45,6 +45,7 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
         timeout = max(s.options.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
+        s._exit_summary = report
         s._begin_close(min(deadline, now + s.options.shutdown_timeout))
     for s in shippers:
         s._wait_closed()
@@ -71,8 +72,9 @@ def _report_undelivered(shippers: list[Shipper]) -> None:
                 bits.append(f"{st.queued} still queued")
             if st.spooled:
                 bits.append(f"{st.spooled} spooled to {s.options.spool_dir} for later delivery")
+            cause = f" ({s._exit_cause})" if s._exit_cause else ""
             parts.append(f"dataset {s.dataset!r}: {st.delivered} of {st.submitted} delivered, "
-                         + ", ".join(bits))
+                         + ", ".join(bits) + cause)
     if parts:
         print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
 

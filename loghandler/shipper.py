@@ -112,6 +112,10 @@ class Shipper(Delivery):
         self._paused_until = 0.0
         self._auth_delay = self.options.auth_retry_delay
         self._reported: set[str] = set()
+        # Set by the exit hook before it closes this shipper: a batch that fails from then on is
+        # told in the hook's one summary line (_exit_cause), not in a line of its own.
+        self._exit_summary = False
+        self._exit_cause: str | None = None
         self._pid = os.getpid()
         self._c = dict.fromkeys(STAT_FIELDS, 0)
         self._undelivered = 0
