@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 from loghandler.events import RECORD, item_events, rfc3339
@@ -42,3 +44,10 @@ def test_item_events_first_time_before_1970() -> None:
     for created in (-1.0, -1.5, -0.25):
         (event,) = item_events([({"_time": created, "level": "INFO"}, 1, RECORD)])
         assert event["_time"] == _reference(created)
+
+
+def test_rfc3339_first_time_before_1970() -> None:
+    """The first timestamp a fresh process formats may be the second before 1970."""
+    code = "from loghandler.events import rfc3339; print(rfc3339(-0.5))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1969-12-31T23:59:59.500000Z"
