@@ -54,9 +54,9 @@ class _Parser(argparse.ArgumentParser):
 
 # --------------------------------------------------------------------------- arguments
 
-def _connection_options() -> argparse.ArgumentParser:
+def _connection_options() -> _Parser:
     # SUPPRESS: the options work before or after the command without one erasing the other.
-    p = argparse.ArgumentParser(add_help=False)
+    p = _Parser(add_help=False)
     g = p.add_argument_group("connection (default: the LOGHANDLER_* environment variables)")
     g.add_argument("--url", default=argparse.SUPPRESS, help="base address (LOGHANDLER_URL)")
     g.add_argument("--token", default=argparse.SUPPRESS,
@@ -509,7 +509,7 @@ def _progress_bar(args: argparse.Namespace) -> Any:
     if args.no_progress or not sys.stderr.isatty():
         return None
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:  # the bar is a nicety: install loghandler[cli] to get it
         return None
     return tqdm(unit=" events", unit_scale=True, desc=f"ingest {args.dataset}", leave=False)

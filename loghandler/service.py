@@ -102,7 +102,7 @@ def validate_view(data: Any) -> dict[str, Any]:
         if not isinstance(value, kind):
             expected = "an array of strings" if kind is list else "a string"
             raise HttpError(400, f"field {name} must be {expected}, not {_kind(value)}")
-        if kind is list and not all(isinstance(item, str) for item in value):
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise HttpError(400, f"field {name} must be an array of strings")
         view[name] = value
     return view
@@ -390,6 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
         dataset: str | None = None
         count = 0
         error: str | None = None
+        answer: Any
         try:
             length = self._content_length(method)
             if not self.server.token_ok(self.headers.get("Authorization")):
