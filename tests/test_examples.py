@@ -40,3 +40,13 @@ def test_ruff_clean():
     proc = subprocess.run([str(ruff), "check", "loghandler", "tests", "examples", "benchmarks"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_clean():
+    """The package type-checks (mypy comes with the test extra): its hints are kept true."""
+    mypy = Path(sys.executable).with_name("mypy")
+    if not mypy.exists():
+        pytest.skip("mypy is not installed in this environment")
+    proc = subprocess.run([str(mypy), "loghandler"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
