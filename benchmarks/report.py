@@ -52,10 +52,6 @@ def _why(runs: list[dict[str, Any]]) -> str:
     return "–"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}x" if a is not None and b else "–"
-
-
 def _paired(runs: list[dict[str, Any]], floor: list[dict[str, Any]], key: str) -> float | None:
     """The median of the per-repetition ratios of ``key`` (run i of a row against run i of the
     floor, measured back to back): steadier than a ratio of medians when the machine's speed
@@ -232,14 +228,14 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
 
     if "7a" in results or "7b" in results:
         body = []
-        fa = _med((results.get("7a") or {}).get("null", []), "ns_per_call")
-        fb = _med((results.get("7b") or {}).get("null", []), "events_per_s")
+        na = (results.get("7a") or {}).get("null", [])
+        nb = (results.get("7b") or {}).get("null", [])
         for row in (results.get("7a") or results.get("7b") or {}):
             ra = (results.get("7a") or {}).get(row, [])
             rb = (results.get("7b") or {}).get(row, [])
             body.append([LABELS[row], _spread(ra, "ns_per_call", 0, 1e-3),
-                         _ratio(_med(ra, "ns_per_call"), fa), _spread(rb, "events_per_s"),
-                         _ratio(_med(rb, "events_per_s"), fb),
+                         _x(_paired(ra, na, "ns_per_call")), _spread(rb, "events_per_s"),
+                         _x(_paired(rb, nb, "events_per_s")),
                          "–" if row in ("null", "structlog") else
                          f"{_spread(rb, 'delivered')} / {_spread(rb, 'calls')}"])
         out.append("\n### 7. Eight application threads (µs per call = wall time / all calls)\n")
