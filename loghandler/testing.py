@@ -33,9 +33,13 @@ class LocalService:
     """The local service on a free loopback port, running in a daemon thread.
 
     ``LocalService(token="t", views=None, max_body_bytes=None, host="127.0.0.1", port=0,
-    db=None)``: ``views`` seeds views (``View`` objects or the service's JSON dicts; those
-    without an id get "1", "2", ...); ``max_body_bytes`` is the request size limit (413 above
-    it, 10 MiB by default); ``db`` a SQLite file to keep the data in (default: memory).
+    db=None, datasets=None, rate_limit=None)``: ``views`` seeds views (``View`` objects or the
+    service's JSON dicts; those without an id get "1", "2", ...); ``max_body_bytes`` is the
+    request size limit (413 above it, 10 MiB by default); ``db`` a SQLite file to keep the data
+    in (default: memory); ``datasets`` the only dataset names that exist (an ingest into any
+    other is a 404, as with the real service; default: any name, created by its first ingest);
+    ``rate_limit`` requests per minute, answered 429 past it, every answer carrying
+    ``X-RateLimit-Limit/-Remaining/-Reset`` (default: no limit, no such headers).
     It starts at construction; ``stop()`` (or leaving the ``with`` block) stops it.
     """
 
@@ -47,6 +51,8 @@ class LocalService:
         host: str = "127.0.0.1",
         port: int = 0,
         db: str | None = None,
+        datasets: Iterable[str] | None = None,
+        rate_limit: int | None = None,
     ) -> None:
         if not isinstance(token, str) or not token or any(c.isspace() for c in token):
             raise ConfigurationError("token must be a non-empty string without whitespace")
@@ -59,6 +65,7 @@ class LocalService:
             self._server: Server = make_server(
                 host, port, tokens=[token], db=db, views=seed,
                 max_body_bytes=max_body_bytes, on_request=self._record,
+                datasets=datasets, rate_limit=rate_limit,
             )
         except HttpError as exc:
             raise ConfigurationError(f"bad seed view: {exc.message}") from None
@@ -81,7 +88,8 @@ class LocalService:
     # ------------------------------------------------------------------ what arrived
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
-        """The events stored in ``dataset``, in arrival order."""
+        """The events stored in ``dataset`` in arrival order, each with its ``_time`` (the
+        ingest time when it was sent without one)."""
         return self._server.store.events(dataset)
 
     def datasets(self) -> dict[str, int]:
