@@ -1,4 +1,5 @@
-"""Saved views: the ``View`` value object and ``client.views`` (list, update)."""
+"""Saved views: the ``View`` value object and ``client.views`` (list, get, create, update,
+delete)."""
 
 from __future__ import annotations
 
@@ -80,8 +81,24 @@ def _datasets(value: Any) -> list[Any]:
     return [value]
 
 
+def _view_path(view_id: Any) -> str:
+    if view_id is None or str(view_id) == "":
+        raise ConfigurationError("view_id must be a non-empty id")
+    return f"/v2/views/{quote(str(view_id), safe='')}"
+
+
+def _as_view(view: Any) -> View:
+    if isinstance(view, Mapping):
+        return View.from_dict(dict(view))
+    if not isinstance(view, View):
+        raise ConfigurationError(
+            f"view must be a View (or the service's JSON dict), not {type(view).__name__}"
+        )
+    return view
+
+
 class Views:
-    """``client.views``: list and update the organization's saved views."""
+    """``client.views``: the organization's saved views (``/v2/views``)."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -94,7 +111,37 @@ class Views:
         return [View.from_dict(item) for item in data]
 
     def get(self, view_id: str) -> View:
-        """The view with this id, found in ``list()``; ``NotFoundError`` when there is none."""
+        """The view with this id (GET /v2/views/{id}); ``NotFoundError`` when there is none."""
+        path = _view_path(view_id)
+        try:
+            data = self._client.request("GET", path)
+        except NotFoundError as exc:
+            raise NotFoundError(exc.status, exc.body,
+                                f"no view with id {str(view_id)!r}: `loghandler views list` "
+                                "shows the ids there are") from None
+        result = View.from_dict(data)
+        if result.id is None:
+            result.id = str(view_id)
+        return result
+
+    def create(self, view: View | Mapping[str, Any]) -> View:
+        """Create a view (POST /v2/views) and return it as stored, with the id the service
+        gave it. ``name`` and ``apl_query`` are required; an ``id`` in ``view`` is not sent."""
+        view = _as_view(view)
+        if not view.name or not view.apl_query:
+            raise ConfigurationError("a view needs a name and an apl_query to be created")
+        body = view.to_dict()
+        body.pop("id", None)
+        data = self._client.request("POST", "/v2/views", body)
+        if data is None:  # an empty 2xx: the service took what we sent, without an id to tell
+            return dataclasses.replace(view, id=None, extra=dict(view.extra))
+        return View.from_dict(data)
+
+    def delete(self, view_id: str) -> None:
+        """Delete a view (DELETE /v2/views/{id}); ``NotFoundError`` when there is none."""
+        self._client.request("DELETE", _view_path(view_id))
+
+    def _find(self, view_id: str) -> View:
         view_id = str(view_id)
         for view in self.list():
             if view.id == view_id:
@@ -125,7 +172,7 @@ class Views:
             raise ConfigurationError(
                 f"view must be a View (or the service's JSON dict), not {type(view).__name__}"
             )
-        base = self.get(view_id) if view is None else view
+        base = self._find(view_id) if view is None else view
         updated = dataclasses.replace(base, **changes) if changes else base
         body = updated.to_dict()
         if "id" in body:

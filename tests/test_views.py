@@ -220,3 +220,60 @@ class TestUpdate:
         httpserver.expect_request("/v2/views/v2", method="PUT").respond_with_data("", status=204)
         result = client.views.update("v2", View.from_dict(VIEW_2), description="d")
         assert result.description == "d" and result.id == "v2"
+
+
+class TestGetCreateDelete:
+    def test_get_by_id(self, httpserver: HTTPServer, client: Client) -> None:
+        """get(id) is one GET /v2/views/{id}, the id quoted as one path segment."""
+        httpserver.expect_request("/v2/views/a/b", method="GET").respond_with_json(VIEW_1)
+        assert client.views.get("a/b").to_dict() == VIEW_1
+        assert [req.path for req, _ in httpserver.log] == ["/v2/views/a/b"]
+        assert "a%2Fb" in httpserver.log[0][0].environ["REQUEST_URI"]
+
+    def test_get_without_id_in_answer(self, httpserver: HTTPServer, client: Client) -> None:
+        """An answer without an id gets the id that was asked for."""
+        httpserver.expect_request("/v2/views/v2").respond_with_json(
+            {k: v for k, v in VIEW_2.items() if k != "id"})
+        assert client.views.get("v2").id == "v2"
+
+    def test_get_unknown(self, httpserver: HTTPServer, client: Client) -> None:
+        """A 404 is a NotFoundError that says how to find the ids."""
+        httpserver.expect_request("/v2/views/zz").respond_with_json(
+            {"code": 404, "message": "view not found"}, status=404)
+        with pytest.raises(NotFoundError, match="views list"):
+            client.views.get("zz")
+
+    def test_create_posts_without_id(self, httpserver: HTTPServer, client: Client) -> None:
+        """create POSTs all six fields, never an id, and returns the service's view."""
+        bodies: list[Any] = []
+
+        def handler(request: Request) -> Response:
+            body = json.loads(request.get_data())
+            bodies.append(body)
+            return Response(json.dumps({**body, "id": "new-1"}), content_type="application/json")
+
+        httpserver.expect_request("/v2/views", method="POST").respond_with_handler(handler)
+        made = client.views.create(View(name="n", apl_query="q", id="mine", extra={"x": 1}))
+        assert bodies == [{"name": "n", "aplQuery": "q", "datasets": [], "description": "",
+                           "sharedByOrg": "", "sharedByOrgName": "", "x": 1}]
+        assert made.id == "new-1" and made.extra == {"x": 1}
+        made = client.views.create({"name": "d", "aplQuery": "q2"})
+        assert made.name == "d" and bodies[-1]["aplQuery"] == "q2"
+
+    @pytest.mark.parametrize("view", [View(name="n"), View(apl_query="q"), "not a view"])
+    def test_create_refuses_incomplete_views(self, client: Client, view: Any) -> None:
+        """A view without a name or a query (or not a view) is refused before any request."""
+        with pytest.raises(ConfigurationError):
+            client.views.create(view)
+
+    def test_delete(self, httpserver: HTTPServer, client: Client) -> None:
+        """delete is DELETE /v2/views/{id}; a 204 returns None, a 404 raises."""
+        httpserver.expect_request("/v2/views/v1", method="DELETE").respond_with_data(
+            "", status=204)
+        httpserver.expect_request("/v2/views/v9", method="DELETE").respond_with_json(
+            {"code": 404, "message": "view not found"}, status=404)
+        assert client.views.delete("v1") is None
+        with pytest.raises(NotFoundError, match="view not found"):
+            client.views.delete("v9")
+        with pytest.raises(ConfigurationError):
+            client.views.delete("")
