@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
                        help="largest request body accepted (default 10 MiB); 413 above")
     serve.add_argument("--quiet", action="store_true", help="no line per request")
+    serve.add_argument("--dataset", action="append", metavar="NAME", dest="datasets",
+                       help="a dataset that exists (repeatable); others answer 404 like the "
+                            "real service (default: any name, created on first ingest)")
+    serve.add_argument("--rate-limit", type=int, default=None, metavar="N",
+                       help="requests per minute; past it 429 with X-RateLimit-* headers "
+                            "(default: no limit)")
 
     ingest = sub.add_parser("ingest", parents=[conn], help="ship NDJSON, a JSON array or text "
                             "lines to a dataset",
@@ -103,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="retries of a failed request (default 5)")
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    views = sub.add_parser("views", help="list or update views")
+    views = sub.add_parser("views", help="list, show, create, update or delete views")
     vsub = views.add_subparsers(dest="views_command", metavar="ACTION", parser_class=_Parser)
     vlist = vsub.add_parser("list", parents=[conn], help="list the views")
     vlist.add_argument("--json", action="store_true", help="print the service's JSON")
@@ -119,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     vup.add_argument("--from-json", metavar="FILE",
                      help="view fields as the service's JSON object (- for stdin); flags win")
     vup.add_argument("--json", action="store_true", help="print the result as JSON")
+    vget = vsub.add_parser("get", parents=[conn], help="show one view")
+    vget.add_argument("id", metavar="ID")
+    vget.add_argument("--json", action="store_true", help="print the service's JSON")
+    vnew = vsub.add_parser("create", parents=[conn], help="create a view",
+                           description="Create a view; the service gives it its id.")
+    vnew.add_argument("--name", required=True)
+    vnew.add_argument("--apl-query", required=True)
+    vnew.add_argument("--datasets", metavar="A,B", help="comma-separated dataset names")
+    vnew.add_argument("--description")
+    vnew.add_argument("--json", action="store_true", help="print the result as JSON")
+    vdel = vsub.add_parser("delete", parents=[conn], help="delete a view")
+    vdel.add_argument("id", metavar="ID")
     return parser
 
 
@@ -157,7 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_views_list(args)
             if args.views_command == "update":
                 return cmd_views_update(args)
-            parser.error("views needs an action: list or update")
+            if args.views_command == "get":
+                return cmd_views_get(args)
+            if args.views_command == "create":
+                return cmd_views_create(args)
+            if args.views_command == "delete":
+                return cmd_views_delete(args)
+            parser.error("views needs an action: list, get, create, update or delete")
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (UsageError, ConfigurationError) as exc:
@@ -203,6 +227,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     if args.max_body_bytes is not None and args.max_body_bytes < 1:
         raise UsageError("--max-body-bytes must be a positive number of bytes")
+    if args.rate_limit is not None and args.rate_limit < 1:
+        raise UsageError("--rate-limit must be a positive number of requests per minute")
+    if args.datasets is not None and not all(d.strip() for d in args.datasets):
+        raise UsageError("--dataset must name a dataset")
     seed = _read_views_file(args.views) if args.views else None
 
     print_lock = threading.Lock()
@@ -210,6 +238,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def log_request(rec: Any) -> None:
         where = f" dataset={rec.dataset}" if rec.dataset is not None else ""
         events = f" events={rec.events}" if rec.dataset is not None else ""
+        if rec.failed:
+            events += f" failed={rec.failed}"
         why = f" ({rec.error})" if rec.error else ""
         with print_lock:
             try:
@@ -222,7 +252,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server = make_server(args.host, args.port, tokens=[token], db=args.db, views=seed,
                              max_body_bytes=args.max_body_bytes,
-                             on_request=None if args.quiet else log_request)
+                             on_request=None if args.quiet else log_request,
+                             datasets=args.datasets, rate_limit=args.rate_limit)
     except HttpError as exc:
         raise UsageError(f"{args.views}: {exc.message}") from None
     except OSError as exc:
@@ -243,8 +274,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         url = server.url
         if not is_loopback(args.host):
-            _err(f"warning: serving on {args.host}, not loopback: anyone who can reach it "
-                 "and knows the token can read and write its data, over plain http")
+            _err(f"warning: serving on {args.host}, not loopback: the service is reachable from "
+                 "other machines; anyone who can reach it and knows the token can read and "
+                 "write its data, over plain http")
         where = args.db or "memory"
         _out(f"loghandler local service listening on {url} (data: {where}; Ctrl+C to stop)")
         if generated:
@@ -253,6 +285,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}")
         else:
             _out(f"  export LOGHANDLER_URL={url}  (token: the one you passed)")
+        if not is_loopback(args.host):
+            port = server.server_address[1]
+            others = _machine_addresses() if server.wildcard else [args.host]
+            for addr in others:
+                host = f"[{addr}]" if ":" in addr else addr
+                _out(f"  from other machines: http://{host}:{port} (clients there need "
+                     "--allow-http / allow_http=True)")
         while not stop.wait(0.5):
             pass
     finally:
@@ -263,6 +302,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with print_lock:
         _out("stopped")
     return EXIT_OK
+
+
+def _machine_addresses() -> list[str]:
+    """This machine's own non-loopback addresses (for the 0.0.0.0 notice); [] if unknown."""
+    import socket
+
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            infos = socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)
+        except OSError:
+            return
+        for info in infos:
+            addr = str(info[4][0])
+            if addr not in found and not addr.startswith(("127.", "::1", "fe80:")):
+                found.append(addr)
+
+    # The host name's lookup may go to a slow resolver: the notice is not worth a wait.
+    t = threading.Thread(target=look, daemon=True, name="loghandler-serve-addresses")
+    t.start()
+    t.join(1.0)
+    return list(found)
 
 
 def _load_json_file(path: str, flag: str) -> Any:
@@ -568,6 +630,42 @@ def cmd_views_update(args: argparse.Namespace) -> int:
     else:
         _out(f"updated view {updated.id}:")
         _print_view(updated)
+    return EXIT_OK
+
+
+def _show_view(view: Any, as_json: bool, title: str) -> None:
+    if as_json:
+        _out(json.dumps(view.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        _out(title)
+        _print_view(view)
+
+
+def cmd_views_get(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        view = client.views.get(args.id)
+    _show_view(view, args.json, f"view {view.id}:")
+    return EXIT_OK
+
+
+def cmd_views_create(args: argparse.Namespace) -> int:
+    from .views import View
+
+    if not args.name.strip() or not args.apl_query.strip():
+        raise UsageError("--name and --apl-query must not be empty")
+    datasets = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
+    view = View(name=args.name, apl_query=args.apl_query, datasets=datasets,
+                description=args.description or "")
+    with _client(args) as client:
+        created = client.views.create(view)
+    _show_view(created, args.json, f"created view {created.id or '(no id returned)'}:")
+    return EXIT_OK
+
+
+def cmd_views_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.views.delete(args.id)
+    _out(f"deleted view {args.id}")
     return EXIT_OK
 
 

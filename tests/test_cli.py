@@ -223,6 +223,36 @@ class TestViews:
         assert proc.returncode == 2 and "nmae" in proc.stderr
         assert svc.views[0].to_dict() == VIEW
 
+    def test_get(self, svc: LocalService) -> None:
+        """views get ID prints one view; --json its JSON; an unknown id is exit 1."""
+        proc = run(svc, "views", "get", "v1")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[0] == "view v1:" and "Errors" in proc.stdout
+        assert json.loads(run(svc, "views", "get", "v1", "--json").stdout) == VIEW
+        missing = run(svc, "views", "get", "nope")
+        assert missing.returncode == 1 and "nope" in missing.stderr
+
+    def test_create_and_delete(self, svc: LocalService) -> None:
+        """views create makes a view with the service's id; views delete removes it."""
+        proc = run(svc, "views", "create", "--name", "Slow", "--apl-query", "['web']",
+                   "--datasets", "web, api", "--description", "d", "--json")
+        assert proc.returncode == 0, proc.stderr
+        created = json.loads(proc.stdout)
+        assert created["id"] and created["id"] != "v1"
+        assert (created["name"], created["datasets"]) == ("Slow", ["web", "api"])
+        assert [v.name for v in svc.views] == ["Errors", "Slow"]
+        gone = run(svc, "views", "delete", created["id"])
+        assert gone.returncode == 0 and f"deleted view {created['id']}" in gone.stdout
+        assert [v.id for v in svc.views] == ["v1"]
+        again = run(svc, "views", "delete", created["id"])
+        assert again.returncode == 1 and created["id"] in again.stderr
+
+    def test_create_needs_name_and_query(self, svc: LocalService) -> None:
+        """views create without --apl-query (or with an empty one) is a usage error."""
+        assert run(svc, "views", "create", "--name", "x").returncode == 2
+        assert run(svc, "views", "create", "--name", "x", "--apl-query", " ").returncode == 2
+        assert len(svc.views) == 1
+
 
 class TestServe:
     def start(self, *args: str, env: dict[str, str] | None = None) -> tuple[Any, str, list[str]]:
@@ -298,3 +328,40 @@ class TestServe:
                                "--token", TOKEN], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2
         assert "cannot listen" in proc.stderr and TOKEN not in proc.stderr + proc.stdout
+
+    def test_serve_on_every_interface(self) -> None:
+        """--host 0.0.0.0 prints a loopback URL the client accepts, and a warning."""
+        proc, url, lines = self.start("--host", "0.0.0.0", "--quiet",
+                                      env={"LOGHANDLER_TOKEN": TOKEN})
+        try:
+            assert url.startswith("http://127.0.0.1:")
+            assert f"export LOGHANDLER_URL={url}" in lines[1]
+            with loghandler.Client(TOKEN, url=url) as client:
+                assert client.views.list() == []
+        finally:
+            _, err = self.stop(proc)
+        assert "reachable from other machines" in err
+
+    def test_serve_strict_datasets_and_rate_limit(self) -> None:
+        """--dataset makes only those datasets exist; --rate-limit answers 429 past it."""
+        proc, url, _ = self.start("--dataset", "app", "--dataset", "web", "--rate-limit", "3",
+                                  env={"LOGHANDLER_TOKEN": TOKEN})
+        try:
+            with loghandler.Client(TOKEN, url=url) as client:
+                assert client.ingest("web", [{"a": 1}])["ingested"] == 1
+                with pytest.raises(loghandler.NotFoundError):
+                    client.ingest("other", [{"a": 1}])
+                client.views.list()
+                with pytest.raises(loghandler.RateLimitError):
+                    client.views.list()
+        finally:
+            out, _ = self.stop(proc)
+        assert "POST /v1/datasets/other/ingest dataset=other events=0 -> 404" in out
+        assert "-> 429 (rate limit exceeded" in out
+
+    @pytest.mark.parametrize("args", [["--rate-limit", "0"], ["--dataset", " "]])
+    def test_serve_bad_options(self, args: list[str]) -> None:
+        """A rate limit below 1 or an empty dataset name is exit 2."""
+        proc = subprocess.run([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                               *args], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and args[0] in proc.stderr

@@ -359,3 +359,322 @@ def test_pytest_fixture(loghandler_service: LocalService) -> None:
         client.ingest("fixture", [{"ok": 1}])
     assert sent(loghandler_service.events("fixture")) == [{"ok": 1}]
     assert loghandler_service.url.startswith("http://127.0.0.1:")
+
+
+# --------------------------------------------------------------------------- faithful ingest
+
+def raw_request(svc: LocalService, head: bytes, body: bytes = b"") -> tuple[int, Any]:
+    """Send bytes as they are (framing the stdlib client would not send); (status, JSON)."""
+    host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.connect()
+    assert conn.sock is not None
+    try:
+        conn.sock.sendall(head + b"\r\n" + body)
+        resp = http.client.HTTPResponse(conn.sock, method="POST")
+        resp.begin()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def ingest_head(*headers: str, path: str = "/v1/datasets/app/ingest") -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}", *headers]
+    return "".join(line + "\r\n" for line in lines).encode("latin-1")
+
+
+STATUS_KEYS = {"ingested", "failed", "failures", "processedBytes", "blocksCreated", "walLength"}
+
+
+class TestIngestShapes:
+    @pytest.mark.parametrize(("raw", "ctype"), [
+        (b'[{"n": 1}, {"n": 2}]', "application/json"),
+        (b'{"n": 1}\n{"n": 2}\n', "application/x-ndjson"),
+        (b'{"n": 1}\n{"n": 2}', "application/json"),
+        (b"n\n1\n2\n", "text/csv"),
+    ])
+    def test_formats(self, svc: LocalService, raw: bytes, ctype: str) -> None:
+        """JSON array, NDJSON (both content types) and CSV each store two events."""
+        status, body, _ = call(svc, "POST", ingest_path(), raw=raw,
+                               headers={"Content-Type": ctype})
+        assert status == 200 and set(body) == STATUS_KEYS
+        assert (body["ingested"], body["failed"], body["failures"]) == (2, 0, [])
+        assert body["processedBytes"] == len(raw)
+        assert [str(e["n"]) for e in svc.events("app")] == ["1", "2"]
+
+    def test_single_object(self, svc: LocalService) -> None:
+        """One JSON object is one event."""
+        status, body, _ = call(svc, "POST", ingest_path(), {"one": True})
+        assert (status, body["ingested"]) == (200, 1)
+        assert sent(svc.events("app")) == [{"one": True}]
+
+    def test_gzip_ndjson(self, svc: LocalService) -> None:
+        """NDJSON compressed with gzip (what axiom-py sends)."""
+        raw = gzip.compress(b'{"a": 1}\n{"a": 2}')
+        status, body, _ = call(svc, "POST", ingest_path(), raw=raw, headers={
+            "Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
+        assert (status, body["ingested"], body["processedBytes"]) == (200, 2, 17)
+
+    def test_zstd(self, svc: LocalService) -> None:
+        """A zstd body is read when the zstandard package is installed."""
+        zstandard = pytest.importorskip("zstandard")
+        raw = zstandard.ZstdCompressor().compress(b'[{"z": 1}]')
+        status, body, _ = call(svc, "POST", ingest_path(), raw=raw,
+                               headers={"Content-Encoding": "zstd"})
+        assert (status, body["ingested"]) == (200, 1)
+        assert sent(svc.events("app")) == [{"z": 1}]
+
+    def test_zstd_without_the_package_is_415(self, svc: LocalService,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without zstandard, a zstd body is a 415 that says what to install."""
+        import sys
+
+        monkeypatch.setitem(sys.modules, "zstandard", None)  # import now raises ImportError
+        status, body, _ = call(svc, "POST", ingest_path(), raw=b"\x28\xb5\x2f\xfd",
+                               headers={"Content-Encoding": "zstd"})
+        assert status == 415 and "pip install zstandard" in body["message"]
+
+    def test_chunked(self, svc: LocalService) -> None:
+        """A chunked body (no Content-Length) is read whole, also gzip-compressed."""
+        host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        packed = gzip.compress(b'{"c": 3}')
+        try:
+            for chunks, headers in (
+                ([b'[{"c": 1}', b', {"c": 2}', b"]"], {}),
+                ([packed[:5], packed[5:]], {"Content-Encoding": "gzip"}),
+            ):
+                conn.request("POST", ingest_path(), body=iter(chunks), encode_chunked=True,
+                             headers={"Authorization": f"Bearer {TOKEN}", **headers})
+                resp = conn.getresponse()
+                assert resp.status == 200, resp.read()
+                resp.read()
+        finally:
+            conn.close()
+        assert [e["c"] for e in svc.events("app")] == [1, 2, 3]
+
+    def test_chunked_with_extensions_and_trailers(self, svc: LocalService) -> None:
+        """Chunk extensions and trailer fields are allowed."""
+        body = b'5;ext=1\r\n[{"a"\r\n6\r\n: 1}]\n\r\n0\r\nX-Trailer: 1\r\n\r\n'
+        status, answer = raw_request(svc, ingest_head("Transfer-Encoding: chunked"), body)
+        assert (status, answer["ingested"]) == (200, 1)
+
+    @pytest.mark.parametrize("body", [b"zz\r\n[]\r\n0\r\n\r\n", b"1\r\n[]\r\n0\r\n\r\n"])
+    def test_bad_chunked_is_400(self, svc: LocalService, body: bytes) -> None:
+        """A malformed chunk size or a chunk longer than its size is a 400."""
+        status, answer = raw_request(svc, ingest_head("Transfer-Encoding: chunked"), body)
+        assert status == 400 and "chunked" in answer["message"]
+        assert svc.events("app") == []
+
+    def test_chunked_over_the_limit_is_413(self, svc: LocalService) -> None:
+        """A chunked body over max_body_bytes is a 413 without reading it all."""
+        chunk = b"x" * 3000
+        body = b"%x\r\n%s\r\n" % (len(chunk), chunk) * 2 + b"0\r\n\r\n"
+        status, answer = raw_request(svc, ingest_head("Transfer-Encoding: chunked"), body)
+        assert status == 413 and answer["code"] == 413
+
+    def test_other_transfer_encoding_is_501(self, svc: LocalService) -> None:
+        """Transfer codings other than chunked are not implemented."""
+        status, answer = raw_request(svc, ingest_head("Transfer-Encoding: gzip, chunked"),
+                                     b"0\r\n\r\n")
+        assert status == 501 and "Transfer-Encoding" in answer["message"]
+
+    @pytest.mark.parametrize("value", ["²", "1²", "-1", "0x10", "1e3"])
+    def test_non_ascii_digit_content_length_is_400(self, svc: LocalService, value: str) -> None:
+        """Content-Length: ² (a digit to str.isdigit, not to int) is a 400, not a crash."""
+        status, answer = raw_request(svc, ingest_head(f"Content-Length: {value}"), b"[]")
+        assert status == 400 and "Content-Length" in answer["message"]
+
+    def test_axiom_identity_encoding(self, svc: LocalService) -> None:
+        """Content-Encoding: 1 (axiom-py's name for identity) is an uncompressed body."""
+        status, body, _ = call(svc, "POST", ingest_path(), [{"a": 1}],
+                               headers={"Content-Encoding": "1"})
+        assert (status, body["ingested"]) == (200, 1)
+
+
+class TestIngestStatus:
+    def test_per_event_failures(self, svc: LocalService) -> None:
+        """Bad times and non-objects are counted in failed with a reason; the rest stored."""
+        batch = [{"n": 1, "_time": "2024-05-01T12:00:00+02:00"}, {"n": 2, "_time": "noon"},
+                 "text", {"n": 3, "_time": 1714564800}, {"n": 4}]
+        status, body, _ = call(svc, "POST", ingest_path(), batch)
+        assert status == 200
+        assert (body["ingested"], body["failed"], body["walLength"]) == (3, 2, 3)
+        first, second = body["failures"]
+        assert "noon" in first["error"] and "_time" in first["error"]
+        assert "JSON object" in second["error"] and "a string" in second["error"]
+        assert first["timestamp"].endswith("Z")
+        events = svc.events("app")
+        assert [e["n"] for e in events] == [1, 3, 4]
+        assert events[0]["_time"] == "2024-05-01T10:00:00.000000Z"
+        assert events[1]["_time"] == "2024-05-01T12:00:00.000000Z"
+        assert events[2]["_time"] == first["timestamp"]  # the ingest time
+        assert svc.requests[-1].failed == 2 and svc.requests[-1].events == 3
+
+    def test_all_failed_is_still_200(self, svc: LocalService) -> None:
+        """A body of only bad events is a 200 with failed == len(batch), nothing stored."""
+        status, body, _ = call(svc, "POST", ingest_path(), [1, 2])
+        assert (status, body["ingested"], body["failed"]) == (200, 0, 2)
+        assert svc.events("app") == []
+
+    def test_timestamp_parameters(self, svc: LocalService) -> None:
+        """timestamp-field and timestamp-format choose and read the time."""
+        path = ingest_path() + "?timestamp-field=ts&timestamp-format=2006-01-02+15:04:05"
+        status, body, _ = call(svc, "POST", path, [{"ts": "2024-05-01 08:00:00"}])
+        assert (status, body["ingested"]) == (200, 1)
+        assert svc.events("app")[0]["_time"] == "2024-05-01T08:00:00.000000Z"
+        status, body, _ = call(svc, "POST", ingest_path() + "?timestamp-format=2006-01-02+7",
+                               [{"a": 1}])
+        assert status == 400 and "timestamp-format" in body["message"]
+
+    def test_client_ingest_returns_the_status(self, svc: LocalService) -> None:
+        """Client.ingest returns the whole status, failures included."""
+        with svc.client() as client:
+            status = client.ingest("app", [{"ok": 1}, {"bad": 1, "_time": "not a time"}])
+        assert set(status) == STATUS_KEYS
+        assert (status["ingested"], status["failed"]) == (1, 1)
+        assert "not a time" in status["failures"][0]["error"]
+
+
+class TestStrictDatasets:
+    def test_only_declared_datasets_exist(self) -> None:
+        """With datasets=[...] other names are the real service's 404."""
+        with LocalService(token=TOKEN, datasets=["app"]) as svc:
+            assert call(svc, "POST", ingest_path("app"), [{"a": 1}])[0] == 200
+            status, body, _ = call(svc, "POST", ingest_path("typo"), [{"a": 1}])
+            assert (status, body) == (404, {"code": 404, "message": "dataset not found"})
+            with svc.client() as client, pytest.raises(loghandler.NotFoundError,
+                                                       match="'typo' not found"):
+                client.ingest("typo", [{"a": 1}])
+            assert svc.datasets() == {"app": 1}
+
+    def test_without_datasets_any_name_is_created(self, svc: LocalService) -> None:
+        """By default a dataset is created by its first ingest."""
+        assert call(svc, "POST", ingest_path("new"), [{"a": 1}])[0] == 200
+        assert svc.datasets() == {"new": 1}
+
+
+class TestRateLimit:
+    def test_headers_and_429(self) -> None:
+        """rate_limit=N: every answer carries X-RateLimit-*; request N+1 in the minute is 429."""
+        with LocalService(token=TOKEN, rate_limit=3) as svc:
+            remaining = []
+            for _ in range(3):
+                status, _, headers = call(svc, "GET", "/v2/views")
+                assert status == 200 and headers["X-RateLimit-Limit"] == "3"
+                remaining.append(int(headers["X-RateLimit-Remaining"]))
+            assert remaining == [2, 1, 0]
+            status, body, headers = call(svc, "POST", ingest_path(), [{"a": 1}])
+            assert status == 429 and body["code"] == 429 and "3 requests per minute" in (
+                body["message"])
+            assert headers["X-RateLimit-Remaining"] == "0"
+            reset = int(headers["X-RateLimit-Reset"])
+            import time
+
+            assert time.time() < reset <= time.time() + 61
+            assert svc.events("app") == []
+            with svc.client() as client, pytest.raises(loghandler.RateLimitError):
+                client.views.list()
+
+    def test_no_limit_no_headers(self, svc: LocalService) -> None:
+        """Without a limit there are no rate-limit headers."""
+        _, _, headers = call(svc, "GET", "/v2/views")
+        assert not any(h.lower().startswith("x-ratelimit") for h in headers)
+
+    def test_window_resets(self) -> None:
+        """A new window starts once the old one is over (fake clock)."""
+        from loghandler.service import RateLimiter
+
+        now = [1000.0]
+        limiter = RateLimiter(2, clock=lambda: now[0])
+        assert [limiter.take()[0] for _ in range(3)] == [True, True, False]
+        assert limiter.take()[2] == 1060
+        now[0] = 1060.0
+        assert limiter.take() == (True, 1, 1120)
+        with pytest.raises(ValueError):
+            RateLimiter(0)
+
+
+class TestErrorBodies:
+    @pytest.mark.parametrize(("method", "path", "body", "token", "status"), [
+        ("POST", "/v1/datasets/app/ingest", b"{bad", TOKEN, 400),
+        ("POST", "/v1/datasets/app/ingest", b"[]", "wrong", 403),
+        ("GET", "/nowhere", None, TOKEN, 404),
+        ("GET", "/v2/views/none", None, TOKEN, 404),
+        ("PATCH", "/v2/views", b"{}", TOKEN, 405),
+        ("POST", "/v1/datasets/app/ingest", b"x" * 5000, TOKEN, 413),
+    ])
+    def test_code_and_message(self, svc: LocalService, method: str, path: str,
+                              body: bytes | None, token: str, status: int) -> None:
+        """Every error is {"code": <status>, "message": "..."} and nothing else."""
+        got, answer, headers = call(svc, method, path, raw=body, token=token)
+        assert got == status
+        assert set(answer) == {"code", "message"} and answer["code"] == status
+        assert answer["message"] and headers["Content-Type"] == "application/json"
+
+    def test_http_server_own_errors_are_json_too(self, svc: LocalService) -> None:
+        """A request line http.server refuses gets the same JSON shape."""
+        status, answer = raw_request(svc, b"BREW /pot HTTP/1.1\r\nHost: x\r\n")
+        assert status == 501 and answer["code"] == 501 and answer["message"]
+
+    def test_client_error_shows_the_message(self, svc: LocalService) -> None:
+        """loghandler's ApiError text carries the service's message."""
+        with svc.client() as client, pytest.raises(loghandler.ApiError) as info:
+            client.request("POST", "/v2/views", {"name": "no query"})
+        assert info.value.status == 400 and "aplQuery" in str(info.value)
+
+
+# --------------------------------------------------------------------------- views in full
+
+class TestViewsCrud:
+    def test_create_get_delete(self, svc: LocalService) -> None:
+        """POST assigns an id; GET by id; DELETE is 204 and then the id is a 404."""
+        status, created, _ = call(svc, "POST", "/v2/views",
+                                  {"name": "Slow", "aplQuery": "['web']", "id": "mine"})
+        assert status == 200 and created["id"] not in ("mine", "v1")
+        assert created == {"id": created["id"], "name": "Slow", "aplQuery": "['web']",
+                           "datasets": [], "description": "", "sharedByOrg": "",
+                           "sharedByOrgName": ""}
+        assert call(svc, "GET", f"/v2/views/{created['id']}")[:2] == (200, created)
+        assert [v["id"] for v in call(svc, "GET", "/v2/views")[1]] == ["v1", created["id"]]
+        host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request("DELETE", f"/v2/views/{created['id']}",
+                         headers={"Authorization": f"Bearer {TOKEN}"})
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (204, b"")
+        finally:
+            conn.close()
+        status, body, _ = call(svc, "GET", f"/v2/views/{created['id']}")
+        assert status == 404 and body["code"] == 404
+        assert call(svc, "DELETE", f"/v2/views/{created['id']}")[0] == 404
+        again = call(svc, "POST", "/v2/views", {"name": "N", "aplQuery": "q"})[1]
+        assert again["id"] != created["id"]  # ids are never reused
+
+    @pytest.mark.parametrize("body", [{"name": "x"}, {"aplQuery": "q"}, [], {"name": "x",
+                                      "aplQuery": "q", "datasets": "one"}])
+    def test_create_needs_name_and_query(self, svc: LocalService, body: Any) -> None:
+        """name and aplQuery are required, types are checked; nothing is created."""
+        status, answer, _ = call(svc, "POST", "/v2/views", body)
+        assert status == 400 and answer["code"] == 400
+        assert len(svc.views) == 1
+
+    def test_client_views_get_create_delete(self, svc: LocalService) -> None:
+        """client.views.get/create/delete against the service."""
+        with svc.client() as client:
+            assert client.views.get("v1").to_dict() == VIEW
+            made = client.views.create(loghandler.View(name="N", apl_query="['a']",
+                                                       datasets=["a"], id="ignored"))
+            assert made.id not in (None, "ignored") and made.datasets == ["a"]
+            assert client.views.get(made.id).name == "N"  # type: ignore[arg-type]
+            client.views.delete(made.id)  # type: ignore[arg-type]
+            with pytest.raises(loghandler.NotFoundError, match="views list"):
+                client.views.get(made.id)  # type: ignore[arg-type]
+            with pytest.raises(loghandler.NotFoundError):
+                client.views.delete(made.id)  # type: ignore[arg-type]
+            with pytest.raises(loghandler.ConfigurationError):
+                client.views.create(loghandler.View(name="no query"))
+            with pytest.raises(loghandler.ConfigurationError):
+                client.views.get("")
+        assert [v.id for v in svc.views] == ["v1"]
