@@ -222,6 +222,7 @@ _RFC3339 = re.compile(
 )
 _CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z", re.ASCII)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_VALID_SECONDS: dict[str, None] = {}  # "YYYY-MM-DDTHH:MM:SS" already checked, bounded
 
 
 def format_time(dt: datetime) -> str:
@@ -254,12 +255,18 @@ def normalize_time(value: Any) -> str:
     """The stored form of a ``_time`` value; ``ValueError`` (the reason) when it is not a time."""
     if isinstance(value, str):
         if _CANONICAL.match(value):
-            # The form loghandler itself sends: only check that the date exists.
-            try:
-                datetime(int(value[:4]), int(value[5:7]), int(value[8:10]), int(value[11:13]),
-                         int(value[14:16]), int(value[17:19]))
-            except ValueError:
-                raise ValueError(f"{value!r} is not a valid date and time") from None
+            # The form loghandler itself sends: only check that the date exists, once per
+            # second seen (a batch's events mostly share their seconds).
+            second = value[:19]
+            if second not in _VALID_SECONDS:
+                try:
+                    datetime(int(value[:4]), int(value[5:7]), int(value[8:10]),
+                             int(value[11:13]), int(value[14:16]), int(value[17:19]))
+                except ValueError:
+                    raise ValueError(f"{value!r} is not a valid date and time") from None
+                if len(_VALID_SECONDS) >= 4096:
+                    _VALID_SECONDS.clear()
+                _VALID_SECONDS[second] = None
             return value
         m = _RFC3339.match(value)
         if m is None:
