@@ -456,6 +456,10 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go in two writes; no 40 ms stall
     timeout = 60  # a client that stops sending mid-body does not hold a thread forever
     server_version = "loghandler-local"
+    # Per request (one handler serves a whole keep-alive connection).
+    _limit_headers: dict[str, str]
+    _body: bytes | None
+    _body_kind: int | str | None
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the per-request line is ours (on_request), not http.server's
@@ -463,6 +467,7 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # http.server's own errors (bad request line, unknown method) are HTML; ours are JSON.
         self.close_connection = True
+        self._limit_headers = {}  # this handler serves the whole connection: not the last one's
         try:
             text = message or self.responses.get(code, ("",))[0]
             self._send_json(code, {"code": code, "message": text})
@@ -491,9 +496,9 @@ class _Handler(BaseHTTPRequestHandler):
         count = failed = 0
         error: str | None = None
         answer: Any
-        self._limit_headers: dict[str, str] = {}
-        self._body: bytes | None = None
-        self._body_kind: int | str | None = None
+        self._limit_headers = {}
+        self._body = None
+        self._body_kind = None
         try:
             self._body_kind = self._framing()
             if not self.server.token_ok(self.headers.get("Authorization")):
@@ -580,7 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind == "chunked":
             try:
-                self._read_chunked(_DRAIN_LIMIT)
+                self._read_chunked(_DRAIN_LIMIT, keep=False)
             except HttpError:
                 self.close_connection = True
             return
@@ -622,9 +627,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._body = body
         return decode_body(body, self.headers.get("Content-Encoding"), limit)
 
-    def _read_chunked(self, limit: int) -> bytes:
+    def _read_chunked(self, limit: int, keep: bool = True) -> bytes:
         # Transfer-Encoding: chunked (RFC 9112 7.1): size line, data, CRLF; a 0 size, trailers.
+        # keep=False skips a body we will not use without holding it in memory.
         out = bytearray()
+        total = 0
         try:
             while True:
                 line = self.rfile.readline(1024)
@@ -634,14 +641,20 @@ class _Handler(BaseHTTPRequestHandler):
                 size = int(size_text, 16)
                 if size == 0:
                     break
-                if len(out) + size > limit:
+                if total + size > limit:
                     self.close_connection = True  # the rest is not worth reading
                     raise HttpError(413, f"the body is over this service's limit of {limit} "
                                          "bytes; send smaller batches")
-                data = self.rfile.read(size)
-                if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
-                    raise HttpError(400, "bad chunked body: a chunk ends before its size")
-                out += data
+                total += size
+                while size > 0:
+                    data = self.rfile.read(min(size, _CHUNK))
+                    if not data:
+                        raise HttpError(400, "bad chunked body: it ends inside a chunk")
+                    size -= len(data)
+                    if keep:
+                        out += data
+                if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                    raise HttpError(400, "bad chunked body: a chunk is longer than its size")
             for _ in range(100):  # trailer fields, then the empty line
                 line = self.rfile.readline(8192)
                 if line in (b"\r\n", b"\n", b""):

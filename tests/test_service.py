@@ -473,6 +473,27 @@ class TestIngestShapes:
         status, answer = raw_request(svc, ingest_head("Transfer-Encoding: chunked"), body)
         assert status == 413 and answer["code"] == 413
 
+    def test_rejected_chunked_body_keeps_the_connection(self, svc: LocalService) -> None:
+        """A chunked body refused before it is read (403, 404) is skipped; the connection
+        then answers the next request."""
+        host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        big = [b'[{"p": "' + b"x" * 60_000 + b'"}, {"a": 1}]']
+        try:
+            for token, path, chunks, expected in (
+                ("bad", ingest_path(), big, 403),
+                (TOKEN, "/v9/none", big, 404),
+                (TOKEN, ingest_path(), [b'[{"a": 1}]'], 200),
+            ):
+                conn.request("POST", path, body=iter(chunks), encode_chunked=True,
+                             headers={"Authorization": f"Bearer {token}"})
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == expected
+        finally:
+            conn.close()
+        assert sent(svc.events("app")) == [{"a": 1}]
+
     def test_other_transfer_encoding_is_501(self, svc: LocalService) -> None:
         """Transfer codings other than chunked are not implemented."""
         status, answer = raw_request(svc, ingest_head("Transfer-Encoding: gzip, chunked"),
