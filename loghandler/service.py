@@ -530,6 +530,14 @@ class _Handler(BaseHTTPRequestHandler):
         except HttpError as exc:
             status, error = exc.status, exc.message
             answer = {"code": exc.status, "message": exc.message}
+        except Exception as exc:  # a bug, or the store closing under us: answer, never hang up
+            self.close_connection = True
+            if not isinstance(exc, sqlite3.ProgrammingError):
+                import traceback
+
+                traceback.print_exc()
+            status, error = 500, f"internal error: {type(exc).__name__}: {exc}"
+            answer = {"code": 500, "message": error}
         # Recorded before answering: when a client has its answer, the record is there.
         on_request = self.server.on_request
         if on_request is not None:

@@ -638,6 +638,16 @@ class TestErrorBodies:
         status, answer = raw_request(svc, b"BREW /pot HTTP/1.1\r\nHost: x\r\n")
         assert status == 501 and answer["code"] == 501 and answer["message"]
 
+    def test_internal_error_is_a_json_500(self, svc: LocalService,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """A failure inside the service is answered (500, JSON), not a dropped connection."""
+        def broken(dataset: str, events: list[dict[str, Any]]) -> None:
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(svc._server.store, "add_events", broken)
+        status, answer, _ = call(svc, "POST", ingest_path(), [{"a": 1}])
+        assert status == 500 and answer["code"] == 500 and "disk on fire" in answer["message"]
+
     def test_client_error_shows_the_message(self, svc: LocalService) -> None:
         """loghandler's ApiError text carries the service's message."""
         with svc.client() as client, pytest.raises(loghandler.ApiError) as info:
