@@ -692,7 +692,11 @@ class _Handler(BaseHTTPRequestHandler):
         if allowed is not None and dataset not in allowed:
             self._discard()
             raise HttpError(404, "dataset not found")
-        options = IngestOptions(params)
+        try:
+            options = IngestOptions(params)
+        except HttpError:
+            self._discard()
+            raise
         body = self._read_body()
         values = parse_values(body, self.headers.get("Content-Type"),
                               csv_delimiter=options.csv_delimiter)
