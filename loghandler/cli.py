@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the local service (for development and tests)",
-                           description="Run the local service: ingest, list and update views, "
-                                       "on loopback, data in SQLite.")
+                           description="Run the local service: ingest and views (list, get, "
+                                       "create, update, delete), on loopback, data in SQLite.")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
     serve.add_argument("--db", metavar="FILE", help="SQLite file to keep data across restarts "
