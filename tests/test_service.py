@@ -6,6 +6,8 @@ import gzip
 import http.client
 import json
 import logging
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -427,8 +429,6 @@ class TestIngestShapes:
     def test_zstd_without_the_package_is_415(self, svc: LocalService,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
         """Without zstandard, a zstd body is a 415 that says what to install."""
-        import sys
-
         monkeypatch.setitem(sys.modules, "zstandard", None)  # import now raises ImportError
         status, body, _ = call(svc, "POST", ingest_path(), raw=b"\x28\xb5\x2f\xfd",
                                headers={"Content-Encoding": "zstd"})
@@ -600,8 +600,6 @@ class TestRateLimit:
                 body["message"])
             assert headers["X-RateLimit-Remaining"] == "0"
             reset = int(headers["X-RateLimit-Reset"])
-            import time
-
             assert time.time() < reset <= time.time() + 61
             assert svc.events("app") == []
             with svc.client() as client, pytest.raises(loghandler.RateLimitError):
