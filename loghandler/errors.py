@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
@@ -157,9 +159,29 @@ def body_detail(body: Any) -> str:
     return ""
 
 
+# Where print_line's lines go instead of stderr while a caller captures them (the command line
+# words its own errors, and prints the engine's lines only when it has not explained them).
+_capture: list[str] | None = None
+
+
+@contextmanager
+def captured_lines() -> Iterator[list[str]]:
+    """Collect print_line's lines in the yielded list instead of writing them to stderr."""
+    global _capture
+    previous, _capture = _capture, []
+    try:
+        yield _capture
+    finally:
+        _capture = previous
+
+
 def print_line(line: str) -> None:
     """One diagnostic line on stderr, token scrubbed; never raises (stderr may be gone)."""
     try:
+        captured = _capture
+        if captured is not None:
+            captured.append(redact(line))
+            return
         stream = sys.stderr
         if stream is not None:
             stream.write(redact(line) + "\n")

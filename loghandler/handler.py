@@ -170,9 +170,17 @@ class IngestHandler(logging.Handler):
         shipper: Shipper | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(level)
+        # The shipper first: logging.Handler.__init__ registers the handler for
+        # logging.shutdown(), which would find a half-built one (a second, misleading traceback
+        # at exit) if a ConfigurationError came after it.
         self.shipper = make_shipper(dataset, client, shipper, options)
         self._owns_shipper = shipper is None
+        try:
+            super().__init__(level)
+        except BaseException:  # a bad level: leave nothing behind either
+            if self._owns_shipper:
+                self.shipper.close(0)
+            raise
 
     def __repr__(self) -> str:
         level = logging.getLevelName(self.level)
