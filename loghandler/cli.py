@@ -1,7 +1,8 @@
 """The ``loghandler`` command: serve, ingest, views.
 
 Exit status: 0 success, 1 service error (or something not ingested), 2 usage or configuration
-error. Every error is one line on stderr, passed through ``redact`` so the token never shows.
+error. Every error is one line on stderr, written by ``output.stderr_line`` (which scrubs the
+token) like every other line loghandler prints.
 ``import loghandler`` never imports this module; tqdm is imported only for a progress bar.
 """
 
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
 from . import __version__
-from .errors import ConfigurationError, Error, redact, register_secret
+from .errors import ConfigurationError, Error
+from .output import register_secret, stderr_line
 
 EXIT_OK, EXIT_SERVICE, EXIT_USAGE = 0, 1, 2
 
@@ -34,11 +36,7 @@ class Failure(Exception):
 
 
 def _err(message: str) -> None:
-    try:
-        sys.stderr.write(redact(f"loghandler: {message}") + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    stderr_line(f"loghandler: {message}")
 
 
 def _out(line: str = "") -> None:
@@ -226,15 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import secrets
 
+    from .config import check_token
     from .service import make_server
 
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
     generated = token is None
     if token is None:
         token = secrets.token_urlsafe(18)
-    if any(c.isspace() or ord(c) < 32 for c in token):
-        raise UsageError("the token (--token or LOGHANDLER_TOKEN) contains whitespace or "
-                         "control characters")
+    check_token(token, "--token or LOGHANDLER_TOKEN")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     if args.max_body_bytes is not None and args.max_body_bytes < 1:
@@ -674,7 +671,8 @@ def _explain(exc: BaseException, dataset: str, url: str) -> str:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .errors import ApiError, captured_lines
+    from .errors import ApiError
+    from .output import captured_lines
     from .shipper import Shipper
 
     dataset, files = _dataset_and_files(args)
@@ -813,8 +811,6 @@ _FLAG_FIELDS = ("name", "apl_query", "description", "shared_by_org", "shared_by_
 
 
 def cmd_views_update(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from .views import FIELDS, View
 
     changes: dict[str, Any] = {}
@@ -830,8 +826,7 @@ def cmd_views_update(args: argparse.Namespace) -> int:
         raise UsageError("nothing to update: give --name, --apl-query, --description, "
                          "--datasets, ... or --from-json FILE")
     with _client(args) as client:
-        current = client.views.get(args.id)
-        updated: View = client.views.update(args.id, dataclasses.replace(current, **changes))
+        updated: View = client.views.update(args.id, **changes)
     if args.json:
         _out(json.dumps(updated.to_dict(), indent=2, ensure_ascii=False))
     else:

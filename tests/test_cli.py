@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import closed_port_url
+from helpers import closed_port_url
 
 import loghandler
 from loghandler.testing import LocalService
