@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _err(str(exc))
         return EXIT_SERVICE
     except Error as exc:
-        _err(str(exc))
+        _err(_refused_token(exc) or str(exc))
         return EXIT_SERVICE
     except KeyboardInterrupt:
         _err("interrupted")
@@ -653,13 +653,24 @@ def _check_reachable(url: str) -> None:
                           "LOGHANDLER_URL, and that the service is up") from None
 
 
+def _refused_token(exc: BaseException, url: str | None = None) -> str | None:
+    """A 401/403 in the command line's words (the library's speaks of arguments), else None."""
+    from .errors import AuthenticationError
+
+    if not isinstance(exc, AuthenticationError):
+        return None
+    at = f" at {url}" if url else ""
+    return (f"the service{at} refused the token (HTTP {exc.status}): check --token or "
+            "LOGHANDLER_TOKEN (a personal access token also needs --org-id)")
+
+
 def _explain(exc: BaseException, dataset: str, url: str) -> str:
     """The ingest failure in the user's words: what happened and what to do, one line."""
-    from .errors import ApiError, AuthenticationError, NotFoundError, TransportError
+    from .errors import ApiError, NotFoundError, TransportError
 
-    if isinstance(exc, AuthenticationError):
-        return (f"the service at {url} refused the token (HTTP {exc.status}): check --token or "
-                "LOGHANDLER_TOKEN (a personal access token also needs --org-id)")
+    refused = _refused_token(exc, url)
+    if refused:
+        return refused
     if isinstance(exc, NotFoundError):
         return (f"dataset {dataset!r} does not exist at {url} (HTTP 404): create it in the "
                 "service first, or check the name given with -d or LOGHANDLER_DATASET")

@@ -482,3 +482,36 @@ class TestWording:
             f"dataset 'nosuch' does not exist at {url} (HTTP 404): create it in the service "
             "first, or check the name given with -d or LOGHANDLER_DATASET"]
         assert proc.stdout == "1 events read, 0 delivered to 'nosuch', 1 not delivered\n"
+
+    def test_wrong_token_for_views(self, svc: LocalService) -> None:
+        """views list with a refused token: the same one line, "authentication failed" not twice."""
+        proc = run(svc, "views", "list", env={"LOGHANDLER_TOKEN": "not-the-token"})
+        assert proc.returncode == 1
+        assert errors(proc) == [
+            "the service refused the token (HTTP 403): check --token or LOGHANDLER_TOKEN (a "
+            "personal access token also needs --org-id)"]
+
+
+class TestStreaming:
+    def test_ingest_ships_lines_as_they_come(self, svc: LocalService) -> None:
+        """A pipe that stays open (`tail -f | loghandler ingest`): each line ships while the
+        input goes on, not at its end."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN)
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "ingest", "live"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, text=True)
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write('{"n": 1}\n')
+            proc.stdin.flush()
+            assert svc.wait_for_events("live", 1, timeout=20) == [{"n": 1}]  # stdin still open
+            proc.stdin.write('{"n": 2}\n')
+            proc.stdin.flush()
+            assert svc.wait_for_events("live", 2, timeout=20) == [{"n": 1}, {"n": 2}]
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert out == "2 events read, 2 delivered to 'live'\n"
