@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -380,7 +381,9 @@ class TestDatasetAndInput:
         os.close(slave)
         try:
             assert proc.stderr is not None
-            # Blocks until the line is there: it comes before anything is read.
+            # The line comes before anything is read: wait for it (with a deadline).
+            ready, _, _ = select.select([proc.stderr], [], [], 30)
+            assert ready, "no prompt on stderr within 30 s"
             assert proc.stderr.readline() == (
                 "loghandler: reading from standard input (Ctrl-D to end)\n")
             os.write(master, b"typed line\n\x04")
