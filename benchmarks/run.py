@@ -202,8 +202,6 @@ def run_all(a: argparse.Namespace) -> Runner:
     return r
 
 
-
-
 def main() -> int:
     from .report import report
 

@@ -1,14 +1,16 @@
 """The ``loghandler`` command: serve, ingest, views.
 
 Exit status: 0 success, 1 service error (or something not ingested), 2 usage or configuration
-error. Every error is one line on stderr, passed through ``redact`` so the token never shows.
+error. Every error is one line on stderr, written by ``output.stderr_line`` (which scrubs the
+token) like every other line loghandler prints.
 ``import loghandler`` never imports this module; tqdm is imported only for a progress bar.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import codecs
+import gzip
 import json
 import os
 import signal
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
 from . import __version__
-from .errors import ConfigurationError, Error, redact, register_secret
+from .errors import ConfigurationError, Error
+from .output import register_secret, stderr_line
 
 EXIT_OK, EXIT_SERVICE, EXIT_USAGE = 0, 1, 2
 
@@ -33,11 +36,7 @@ class Failure(Exception):
 
 
 def _err(message: str) -> None:
-    try:
-        sys.stderr.write(redact(f"loghandler: {message}") + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    stderr_line(f"loghandler: {message}")
 
 
 def _out(line: str = "") -> None:
@@ -46,6 +45,9 @@ def _out(line: str = "") -> None:
 
 
 class _Parser(argparse.ArgumentParser):
+    # The parsers of the commands ("ingest", "views list", ...), for messages about their options.
+    commands: dict[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block plus the error.
         _err(f"{message} (see: {self.prog} --help)")
@@ -69,7 +71,7 @@ def _connection_options() -> _Parser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     conn = _connection_options()
     parser = _Parser(prog="loghandler", parents=[conn],
                      description="Ship events to a dataset, manage views, or run the local "
@@ -97,16 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="requests per minute; past it 429 with X-RateLimit-* headers "
                             "(default: no limit)")
 
-    ingest = sub.add_parser("ingest", parents=[conn], help="ship NDJSON, a JSON array or text "
-                            "lines to a dataset",
-                            description="Ship events to DATASET. Each FILE (or stdin) is a JSON "
-                            "array, NDJSON (one object per line), or plain text (each line "
-                            "becomes {\"message\": line}).")
-    ingest.add_argument("dataset", metavar="DATASET")
-    ingest.add_argument("files", nargs="*", metavar="FILE", help="input files; - or none: stdin")
+    ingest = sub.add_parser(
+        "ingest", parents=[conn], help="ship NDJSON, JSON or text lines to a dataset",
+        usage="loghandler ingest [-d DATASET | DATASET] [FILE ...] [options]",
+        description="Ship events to a dataset. Each FILE (or stdin) is NDJSON (one object per "
+                    "line), JSON (an array of objects, or objects, in any layout) or plain text "
+                    "(each line becomes {\"message\": line}); gzip is decompressed. The "
+                    "dataset is -d NAME, else the first argument when it is not a file "
+                    "(an existing path, one with a /, or a name ending in "
+                    f"{', '.join(_INPUT_SUFFIXES)}), else LOGHANDLER_DATASET.")
+    ingest.add_argument("inputs", nargs="*", metavar="FILE",
+                        help="input files (gzip or not); - or none: stdin")
+    ingest.add_argument("-d", "--dataset", default=None,
+                        help="dataset to ship to (default: LOGHANDLER_DATASET)")
+    ingest.add_argument("--format", choices=FORMATS, default="auto",
+                        help="input format (default auto: judged by parsing the start)")
     ingest.add_argument("--batch-size", type=int, default=1000, help="events per request")
     ingest.add_argument("--max-retries", type=int, default=5,
-                        help="retries of a failed request (default 5)")
+                        help="retries of a failed request (default 5); a refused connection "
+                             "at the start is retried twice within 1.5 s, then ingest stops")
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     views = sub.add_parser("views", help="list, show, create, update or delete views")
@@ -137,7 +148,31 @@ def build_parser() -> argparse.ArgumentParser:
     vnew.add_argument("--json", action="store_true", help="print the result as JSON")
     vdel = vsub.add_parser("delete", parents=[conn], help="delete a view")
     vdel.add_argument("id", metavar="ID")
+    parser.commands = {"serve": serve, "ingest": ingest, "views": views, "views list": vlist,
+                       "views update": vup, "views get": vget, "views create": vnew,
+                       "views delete": vdel}
     return parser
+
+
+def _unknown_arguments(parser: _Parser, args: argparse.Namespace,
+                       extras: list[str]) -> NoReturn:
+    """One line on what was not understood, a suggestion, and the usage of that command."""
+    import difflib
+
+    name = " ".join(n for n in (args.command, getattr(args, "views_command", None)) if n)
+    command = parser.commands.get(name, parser)
+    options = [e for e in extras if e.startswith("-") and e != "-"]
+    if options:
+        given = options[0].split("=", 1)[0]
+        known = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else f" (see: {command.prog} --help)"
+        _err(f"unknown option {given}{hint}")
+    else:
+        _err(f"unexpected argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)} "
+             f"(see: {command.prog} --help)")
+    sys.stderr.write(command.format_usage())
+    raise SystemExit(EXIT_USAGE)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -162,9 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # (`ingest ds --token X a.log`): they come back as extras; only those are allowed.
             if args.command == "ingest" and not any(e.startswith("-") and e != "-"
                                                     for e in extras):
-                args.files = [*args.files, *extras]
+                args.inputs = [*args.inputs, *extras]
             else:
-                parser.error(f"unrecognized arguments: {' '.join(extras)}")
+                _unknown_arguments(parser, args, extras)
         register_secret(getattr(args, "token", None))
         if args.command == "serve":
             return cmd_serve(args)
@@ -192,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _err(str(exc))
         return EXIT_SERVICE
     except Error as exc:
-        _err(str(exc))
+        _err(_refused_token(exc) or str(exc))
         return EXIT_SERVICE
     except KeyboardInterrupt:
         _err("interrupted")
@@ -214,15 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import secrets
 
+    from .config import check_token
     from .service import make_server
 
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
     generated = token is None
     if token is None:
         token = secrets.token_urlsafe(18)
-    if any(c.isspace() or ord(c) < 32 for c in token):
-        raise UsageError("the token (--token or LOGHANDLER_TOKEN) contains whitespace or "
-                         "control characters")
+    check_token(token, "--token or LOGHANDLER_TOKEN")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     if args.max_body_bytes is not None and args.max_body_bytes < 1:
@@ -358,77 +392,213 @@ class _Counts:
     fatal: BaseException | None = None
 
 
-_MAX_ELEMENT_CHARS = 64 * 1024 * 1024  # one JSON array element larger than this is refused
+FORMATS = ("auto", "ndjson", "json", "text")
+# A first argument that exists, contains a path separator or ends like an input file is never a
+# dataset name: `ingest events.ndjson` must not ship stdin to a dataset called "events.ndjson".
+_INPUT_SUFFIXES = (".ndjson", ".jsonl", ".json", ".log", ".txt", ".gz", ".csv", ".out")
+_CHUNK = 256 * 1024  # characters read at a time: memory stays bounded whatever the layout
+_SNIFF_MAX = 1024 * 1024  # at most this much is looked at to tell the format
+_MAX_ELEMENT_CHARS = 64 * 1024 * 1024  # one JSON value larger than this is refused
+_WS = " \t\r\n\ufeff"
+# Refused connections: retries before ingest gives up, and the waits between them. A one-shot
+# command should say at once that nothing listens (the library itself keeps its patience).
+CONNECT_RETRY_DELAYS = (0.5, 1.0)
 
 
-def _open_text(path: str) -> IO[str]:
-    if path == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+def _looks_like_input(arg: str) -> bool:
+    return (arg == "-" or os.path.lexists(arg) or "/" in arg or os.sep in arg
+            or arg.lower().endswith(_INPUT_SUFFIXES))
 
 
-def iter_events(stream: IO[str], name: str, counts: _Counts) -> Iterator[dict[str, Any]]:
-    """Events from one input, whatever its format, reading it line by line (or in chunks)."""
-    first = ""
-    lineno = 0
-    for line in stream:
-        lineno += 1
-        if line.strip():
-            first = line
-            break
+def _dataset_and_files(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The dataset and the inputs, by a rule that is never ambiguous (README "Command line")."""
+    inputs = list(args.inputs)
+    if args.dataset is not None:
+        dataset = args.dataset
+    elif inputs and not _looks_like_input(inputs[0]):
+        dataset = inputs.pop(0)
     else:
+        dataset = os.environ.get("LOGHANDLER_DATASET") or ""
+        if not dataset:
+            if inputs:
+                raise UsageError(f"{inputs[0]} is an input file, not a dataset: give the dataset "
+                                 "with -d NAME or LOGHANDLER_DATASET")
+            raise UsageError("no dataset: give it with -d NAME or set LOGHANDLER_DATASET")
+    if not dataset.strip():
+        raise UsageError("the dataset name (-d or LOGHANDLER_DATASET) must not be empty")
+    return dataset, inputs or ["-"]
+
+
+class _Input:
+    """One input, decoded as it arrives (what is there, at most a chunk at a time: a pipe from
+    ``tail -f`` ships each line as it comes), with what was looked at to tell its format kept."""
+
+    def __init__(self, binary: Any) -> None:
+        self.binary = binary  # has read1: io.BufferedReader, gzip.GzipFile
+        self.decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self.buf = ""
+        self.eof = False
+        self.skipped_lines = 0  # blank lines dropped while looking for the first value
+
+    def read(self, size: int = _CHUNK) -> str:
+        """Up to ``size`` bytes' worth of text, waiting only while nothing is there; "" at EOF."""
+        while not self.eof:
+            data = self.binary.read1(size)
+            if not data:
+                self.eof = True
+                return self.decoder.decode(b"", final=True)
+            text = self.decoder.decode(data)
+            if text:
+                return str(text)
+        return ""
+
+    def sniff(self) -> str:
+        """"ndjson", "json", "text" or "empty", judged by parsing the start of the input."""
+        while True:
+            text = self.buf.lstrip(_WS)
+            if not text:
+                # Only blank space so far: forget it (keeping count of its lines), read on.
+                self.skipped_lines += self.buf.count("\n")
+                self.buf = self.read()
+                if not self.buf:
+                    return "empty"
+                continue
+            verdict = _judge(text, self.eof)
+            if verdict is not None:
+                return verdict
+            chunk = self.read()
+            if not chunk:
+                return _judge(text, True) or "json"
+            self.buf += chunk
+            if len(self.buf) > _SNIFF_MAX:
+                return "json"
+
+    def lines(self) -> Iterator[str]:
+        """The lines (without their line ends), a long line kept in pieces until it ends."""
+        parts: list[str] = []
+        chunk, self.buf = self.buf, ""
+        while True:
+            if not chunk:
+                chunk = self.read()
+                if not chunk:
+                    if parts:
+                        yield "".join(parts)
+                    return
+            pieces = chunk.split("\n")
+            if len(pieces) > 1:
+                parts.append(pieces[0])
+                yield "".join(parts)
+                parts = []
+                yield from pieces[1:-1]
+            if pieces[-1]:
+                parts.append(pieces[-1])
+            chunk = ""
+
+
+_decoder = json.JSONDecoder()
+
+
+def _judge(text: str, eof: bool) -> str | None:
+    """The format of an input that starts with ``text`` (no leading blanks); None: read more."""
+    end = text.find("\n")
+    if end >= 0 or eof:
+        try:
+            value = json.loads(text if end < 0 else text[:end])
+        except ValueError:
+            pass
+        else:
+            return "ndjson" if isinstance(value, dict) else (
+                "json" if isinstance(value, list) else "text")
+    if text[0] not in "[{":
+        return "text"
+    # A value over several lines (pretty-printed), or a first line longer than what was read:
+    # parse the first value (of an array: its first element) to tell JSON from a log line that
+    # merely starts with a bracket ("[INFO] ...", "{worker-1} ...").
+    i = 0
+    if text[0] == "[":
+        i = len(text) - len(text[1:].lstrip(_WS))
+        if i >= len(text):
+            return "json" if eof else None
+        if text[i] == "]":
+            return "json"
+    try:
+        _, i = _decoder.raw_decode(text, i)
+    except json.JSONDecodeError as exc:
+        cut = exc.pos >= len(text.rstrip(_WS)) or exc.msg.startswith("Unterminated string")
+        return None if cut and not eof else "text"
+    if text[0] == "{":
+        return "json"
+    rest = text[i:].lstrip(_WS)
+    if not rest:
+        return "json" if eof else None
+    return "json" if rest[0] in ",]" else "text"
+
+
+_DESCRIBE = {"ndjson": "NDJSON", "json": "JSON", "text": "text lines"}
+
+
+def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterator[dict[str, Any]]:
+    """Events from one input in ``fmt`` ("ndjson", "json" or "text")."""
+    if fmt == "json":
+        yield from _iter_json(source, name, counts)
         return
-    if first.lstrip().startswith("["):
-        yield from _iter_array(stream, first, lineno, name, counts)
-        return
-    json_lines = first.lstrip().startswith("{")
-    line = first
-    while True:
-        text = line.rstrip("\r\n")
-        if text.strip():
-            if json_lines:
-                try:
-                    obj = json.loads(text)
-                except ValueError as exc:
-                    counts.bad += 1
-                    _err(f"{name}:{lineno}: not JSON ({exc}); skipped")
-                else:
-                    if isinstance(obj, dict):
-                        yield obj
-                    else:
-                        counts.bad += 1
-                        _err(f"{name}:{lineno}: not a JSON object; skipped")
-            else:
-                yield {"message": text}
-        line = stream.readline()
-        if not line:
-            return
+    lineno = source.skipped_lines
+    for line in source.lines():
         lineno += 1
+        text = line.rstrip("\r")
+        if not text.strip():
+            continue
+        if fmt == "text":
+            yield {"message": text}
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            counts.bad += 1
+            _err(f"{name}:{lineno}: not JSON ({_json_reason(exc)}); line skipped")
+            continue
+        if isinstance(obj, dict):
+            yield obj
+        else:
+            counts.bad += 1
+            _err(f"{name}:{lineno}: not a JSON object; line skipped")
 
 
-def _iter_array(stream: IO[str], first: str, first_line: int, name: str,
-                counts: _Counts) -> Iterator[dict[str, Any]]:
-    # Streaming: decode one element at a time from a sliding buffer, so memory is bounded by the
-    # largest element, not the file.
-    decoder = json.JSONDecoder()
-    buf = first[first.index("[") + 1:]
-    base_line = first_line  # line number of buf[0]
+def _json_reason(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at column {exc.colno}"
+    return str(exc)
+
+
+def _iter_json(source: _Input, name: str, counts: _Counts) -> Iterator[dict[str, Any]]:
+    # JSON values of any layout: arrays (their elements are the events), objects, one after the
+    # other. Decoded one value at a time from a bounded, sliding buffer, so memory is bounded by
+    # the largest element, not by the file or its longest line.
+    buf, source.buf = source.buf, ""
+    base_line = source.skipped_lines + 1  # line number of buf[0]
     pos = 0
-    eof = False
+    in_array = False
+    expect_value = allow_close = True
     index = 0
-    expect_value = True  # after '[' or ','
-    allow_close = True  # ']' is fine right after '[' or after a value
 
-    def more() -> bool:
-        nonlocal buf, pos, base_line, eof
-        if eof:
-            return False
-        chunk = stream.read(256 * 1024)
-        if not chunk:
-            eof = True
+    def more(grow: bool = False) -> bool:
+        nonlocal buf, pos, base_line
+        pending = len(buf) - pos
+        # An element still incomplete past a chunk: read until what is pending has doubled,
+        # so a huge element is parsed again only log(n) times, not once per chunk.
+        want = pending if grow and pending > _CHUNK else 1
+        chunks: list[str] = []
+        got = 0
+        while got < want:
+            chunk = source.read(max(_CHUNK, want - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if not chunks:
             return False
         base_line += buf.count("\n", 0, pos)
-        buf = buf[pos:] + chunk
+        buf = buf[pos:] + "".join(chunks)
         pos = 0
         return True
 
@@ -436,64 +606,163 @@ def _iter_array(stream: IO[str], first: str, first_line: int, name: str,
         return f"{name}:{base_line + buf.count(chr(10), 0, at)}"
 
     while True:
-        while pos < len(buf) and buf[pos] in " \t\r\n":
+        while pos < len(buf) and buf[pos] in _WS:
             pos += 1
         if pos >= len(buf):
-            if not more():
+            if more():
+                continue
+            if in_array:
                 counts.bad += 1
                 _err(f"{where(pos)}: the JSON array ends before its closing ']'; "
-                     "the rest of this file is skipped")
-                return
-            continue
-        ch = buf[pos]
-        if ch == "]" and allow_close:
+                     "the rest of this input is skipped")
             return
-        if not expect_value:
-            if ch != ",":
-                counts.bad += 1
-                _err(f"{where(pos)}: not JSON (expected ',' or ']' after element {index}); "
-                     "the rest of this file is skipped")
-                return
+        ch = buf[pos]
+        if in_array:
+            if ch == "]" and allow_close:
+                pos += 1
+                in_array = False
+                continue
+            if not expect_value:
+                if ch != ",":
+                    counts.bad += 1
+                    _err(f"{where(pos)}: not JSON (expected ',' or ']' after element {index}); "
+                         "the rest of this input is skipped")
+                    return
+                pos += 1
+                expect_value, allow_close = True, False
+                continue
+        elif ch == "[":
             pos += 1
-            expect_value, allow_close = True, False
+            in_array, expect_value, allow_close, index = True, True, True, 0
             continue
         try:
-            value, end = decoder.raw_decode(buf, pos)
-        except ValueError as exc:
-            if more() and len(buf) < _MAX_ELEMENT_CHARS:
+            value, end = _decoder.raw_decode(buf, pos)
+        except json.JSONDecodeError as exc:
+            if len(buf) - pos < _MAX_ELEMENT_CHARS and more(grow=True):
                 continue
             counts.bad += 1
-            _err(f"{where(pos)}: not JSON ({exc.args[0].split(':')[0]}); "
-                 "the rest of this file is skipped")
+            _err(f"{where(exc.pos)}: not JSON ({exc.msg}); the rest of this input is skipped")
             return
-        if end >= len(buf) and not eof and more():
+        if end >= len(buf) and type(value) in (int, float) and more():
             continue  # a number may go on in the next chunk: decode it again, whole
         at = pos
         pos = end
-        expect_value, allow_close = False, True
+        if in_array:
+            expect_value, allow_close = False, True
         if isinstance(value, dict):
             yield value
         else:
             counts.bad += 1
-            _err(f"{where(at)}: element {index} of the array is not a JSON object; skipped")
+            what = f"element {index} of the array" if in_array else "a top-level JSON value"
+            _err(f"{where(at)}: {what} is not a JSON object; skipped")
         index += 1
+
+
+def _open_input(path: str, fmt: str) -> tuple[_Input, str, IO[bytes]]:
+    """The input, its format (judged when ``fmt`` is "auto") and the binary file to close."""
+    raw: IO[bytes]
+    if path == "-":
+        raw = sys.stdin.buffer
+        if sys.stdin.isatty():
+            _err("reading from standard input (Ctrl-D to end)")
+    else:
+        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    binary: IO[bytes] = raw
+    gz = False
+    peek = getattr(raw, "peek", None)
+    if peek is not None and peek(2)[:2] == b"\x1f\x8b":
+        binary = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        gz = True
+    source = _Input(binary)
+    detected = source.sniff() if fmt == "auto" else fmt
+    if detected == "empty":
+        detected = "ndjson"
+        how = "empty"
+    else:
+        how = _DESCRIBE[detected] + (" (--format)" if fmt != "auto" else "")
+    name = "<stdin>" if path == "-" else path
+    _err(f"reading {name} ({'gzip, ' if gz else ''}{how})")
+    return source, detected, raw
+
+
+def _check_reachable(url: str) -> None:
+    """Fail fast, with one line, when nothing listens at ``url`` (a short, stated budget)."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    started = time.monotonic()
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            socket.create_connection((host, port), timeout=2.0).close()
+            return
+        except ConnectionRefusedError:
+            if tries > len(CONNECT_RETRY_DELAYS):
+                took = time.monotonic() - started
+                raise Failure(f"nothing is listening at {url} (connection refused, {tries} tries "
+                              f"in {took:.1f} s): start the service, or check --url or "
+                              "LOGHANDLER_URL") from None
+            time.sleep(CONNECT_RETRY_DELAYS[tries - 1])
+        except socket.gaierror as exc:
+            raise Failure(f"cannot find the host {host!r} of {url} ({exc.strerror}): check "
+                          "--url or LOGHANDLER_URL") from None
+        except OSError as exc:
+            raise Failure(f"cannot connect to {url} ({exc.strerror or exc}): check --url or "
+                          "LOGHANDLER_URL, and that the service is up") from None
+
+
+def _refused_token(exc: BaseException, url: str | None = None) -> str | None:
+    """A 401/403 in the command line's words (the library's speaks of arguments), else None."""
+    from .errors import AuthenticationError
+
+    if not isinstance(exc, AuthenticationError):
+        return None
+    at = f" at {url}" if url else ""
+    return (f"the service{at} refused the token (HTTP {exc.status}): check --token or "
+            "LOGHANDLER_TOKEN (a personal access token also needs --org-id)")
+
+
+def _explain(exc: BaseException, dataset: str, url: str) -> str:
+    """The ingest failure in the user's words: what happened and what to do, one line."""
+    from .errors import ApiError, NotFoundError, TransportError
+
+    refused = _refused_token(exc, url)
+    if refused:
+        return refused
+    if isinstance(exc, NotFoundError):
+        return (f"dataset {dataset!r} does not exist at {url} (HTTP 404): create it in the "
+                "service first, or check the name given with -d or LOGHANDLER_DATASET")
+    if isinstance(exc, TransportError):
+        return f"{exc}; the service stopped answering: check that it is up, then run again"
+    if isinstance(exc, ApiError):
+        return f"{exc}; run again later, or with more --max-retries"
+    return str(exc)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .errors import ApiError
+    from .output import captured_lines
     from .shipper import Shipper
 
-    files = args.files or ["-"]
+    dataset, files = _dataset_and_files(args)
     for path in files:
-        if path != "-" and not os.path.isfile(path):
+        if path == "-":
+            continue
+        if os.path.isdir(path):
+            raise UsageError(f"cannot read {path}: is a directory (give the files in it)")
+        if not os.path.isfile(path):
             raise UsageError(f"cannot read {path}: no such file")
     if args.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     if args.max_retries < 0:
         raise UsageError("--max-retries must be 0 or more")
-    if not args.dataset.strip():
-        raise UsageError("DATASET must not be empty")
     client = _client(args)
+    _check_reachable(client.url)
     counts = _Counts()
     stop_reading = threading.Event()
     shippers: list[Shipper] = []
@@ -509,50 +778,60 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         for s in shippers:
             s.close(0.5)
 
-    shipper = Shipper(
-        client, args.dataset, batch_size=args.batch_size, flush_interval=0.2,
-        max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
-        block_timeout=600.0, shutdown_timeout=30.0, max_retries=args.max_retries,
-        on_error=on_error,
-    )
-    shippers.append(shipper)
-    bar = _progress_bar(args)
+    with captured_lines() as engine_lines:
+        shipper = Shipper(
+            client, dataset, batch_size=args.batch_size, flush_interval=0.2,
+            max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
+            block_timeout=600.0, shutdown_timeout=30.0, max_retries=args.max_retries,
+            on_error=on_error,
+        )
+        shippers.append(shipper)
+        bar = _progress_bar(args, dataset)
+        try:
+            for path in files:
+                if stop_reading.is_set():
+                    break
+                _ingest_one(path, args.format, shipper, counts, stop_reading, bar)
+        finally:
+            shipper.close(2.0 if stop_reading.is_set() else None)
+            if bar is not None:
+                bar.update(counts.read % 500)
+                bar.close()
+    if counts.fatal is not None:
+        # Said in the user's words, once; the engine's lines say the same in the library's.
+        _err(_explain(counts.fatal, dataset, client.url))
+    else:
+        for line in engine_lines:
+            _err(line.removeprefix("loghandler: "))
+    return _summarize(dataset, counts, shipper.stats())
+
+
+def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
+                stop_reading: threading.Event, bar: Any) -> None:
+    name = "<stdin>" if path == "-" else path
     try:
-        for path in files:
+        source, detected, raw = _open_input(path, fmt)
+    except OSError as exc:
+        counts.bad += 1
+        _err(f"cannot read {name}: {exc.strerror or exc}")
+        return
+    try:
+        for event in iter_events(source, name, detected, counts):
+            counts.read += 1
+            shipper.submit(event)
+            if bar is not None and counts.read % 500 == 0:
+                bar.update(500)
             if stop_reading.is_set():
                 break
-            name = "<stdin>" if path == "-" else path
-            try:
-                stream = _open_text(path)
-            except OSError as exc:
-                counts.bad += 1
-                _err(f"cannot read {name}: {exc.strerror or exc}")
-                continue
-            try:
-                for event in iter_events(stream, name, counts):
-                    counts.read += 1
-                    shipper.submit(event)
-                    if bar is not None and counts.read % 500 == 0:
-                        bar.update(500)
-                    if stop_reading.is_set():
-                        break
-            except OSError as exc:
-                counts.bad += 1
-                _err(f"cannot read {name}: {exc.strerror or exc}")
-            finally:
-                if path != "-":
-                    stream.close()
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        counts.bad += 1
+        _err(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}")
     finally:
-        shipper.close(2.0 if stop_reading.is_set() else None)
-        if bar is not None:
-            bar.update(counts.read % 500)
-            bar.close()
-    st = shipper.stats()
-    return _summarize(args.dataset, counts, st)
+        if path != "-":
+            raw.close()
 
 
 def _summarize(dataset: str, counts: _Counts, st: Any) -> int:
-    # The engine has already printed the reason of a service failure on stderr (once).
     rejected = st.failed_rejected + st.dropped_too_large
     undelivered = counts.read - st.delivered - rejected
     parts = [f"{counts.read} events read", f"{st.delivered} delivered to {dataset!r}"]
@@ -567,14 +846,14 @@ def _summarize(dataset: str, counts: _Counts, st: Any) -> int:
     return EXIT_OK if ok else EXIT_SERVICE
 
 
-def _progress_bar(args: argparse.Namespace) -> Any:
+def _progress_bar(args: argparse.Namespace, dataset: str) -> Any:
     if args.no_progress or not sys.stderr.isatty():
         return None
     try:
         from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
     except ImportError:  # the bar is a nicety: install loghandler[cli] to get it
         return None
-    return tqdm(unit=" events", unit_scale=True, desc=f"ingest {args.dataset}", leave=False)
+    return tqdm(unit=" events", unit_scale=True, desc=f"ingest {dataset}", leave=False)
 
 
 # --------------------------------------------------------------------------- views
@@ -606,8 +885,6 @@ _FLAG_FIELDS = ("name", "apl_query", "description", "shared_by_org", "shared_by_
 
 
 def cmd_views_update(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from .views import FIELDS, View
 
     changes: dict[str, Any] = {}
@@ -623,8 +900,7 @@ def cmd_views_update(args: argparse.Namespace) -> int:
         raise UsageError("nothing to update: give --name, --apl-query, --description, "
                          "--datasets, ... or --from-json FILE")
     with _client(args) as client:
-        current = client.views.get(args.id)
-        updated: View = client.views.update(args.id, dataclasses.replace(current, **changes))
+        updated: View = client.views.update(args.id, **changes)
     if args.json:
         _out(json.dumps(updated.to_dict(), indent=2, ensure_ascii=False))
     else:

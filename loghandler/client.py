@@ -27,9 +27,8 @@ from .errors import (
     NotFoundError,
     RateLimitError,
     TransportError,
-    body_detail,
-    service_message,
 )
+from .output import body_detail, service_message
 from .views import Views
 
 __all__ = ["Client", "Response", "parse_retry_after"]
@@ -73,11 +72,28 @@ def dataset_path(dataset: str) -> str:
 
 
 class Client:
-    """A connection to the service.
+    """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
 
-    Arguments fall back to the ``LOGHANDLER_*`` environment variables (see README
-    "Configuration"). One urllib3 PoolManager is shared by every request and by every shipper
-    using this client; TLS certificates are always verified.
+    One urllib3 PoolManager is shared by every request and by every shipper using this client;
+    TLS certificates are always verified; redirects are never followed. Usable as a context
+    manager (``close()`` at the end).
+
+    Args (each falls back to its environment variable; README "Configuration"):
+        token (str): an API token, or a personal access token (then also ``org_id``).
+            Default: ``LOGHANDLER_TOKEN``. Sent only as ``Authorization: Bearer``.
+        org_id (str): the organization id, needed with a personal access token.
+            Default: ``LOGHANDLER_ORG_ID``.
+        url (str): the base address, e.g. ``https://api.example.com``. Default:
+            ``LOGHANDLER_URL`` (``LOGHANDLER_EU_URL`` with ``region="eu"``).
+        region ("us" | "eu"): which default address to use. Default: ``LOGHANDLER_REGION``,
+            else "us".
+        timeout (float): seconds for one HTTP request. Default 10.
+        allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
+            would travel in clear text). Default False.
+
+    Raises:
+        ConfigurationError: a missing token or address, an unknown region, whitespace or
+            control characters in the token, plain http:// to another host than loopback.
     """
 
     def __init__(
@@ -183,9 +199,7 @@ class Client:
                 method, url, body=body, headers=all_headers, redirect=False,
                 retries=False, preload_content=False, **kwargs,
             )
-        except urllib3.exceptions.HTTPError as exc:
-            raise TransportError(_transport_message(self._settings.url, exc)) from None
-        except OSError as exc:
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransportError(_transport_message(self._settings.url, exc)) from None
         try:
             raw = resp.read(MAX_RESPONSE_BYTES + 1, decode_content=True)

@@ -10,11 +10,12 @@ import ipaddress
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from .errors import ConfigurationError, register_secret
+from .errors import ConfigurationError
+from .output import register_secret
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"
@@ -37,6 +38,26 @@ def _has_bad_chars(value: str) -> bool:
     return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
 
 
+def check_token(token: Any, source: str) -> str:
+    """``token`` if it can be sent as a bearer token, else a ConfigurationError naming ``source``
+    (where the user wrote it). The one check for every entry point: library, CLI, local service.
+    """
+    if not token:
+        raise ConfigurationError(
+            f"no token: pass {source} (an API token, or a personal access token together with "
+            f"org_id / {ENV_ORG_ID})"
+        )
+    if not isinstance(token, str):
+        raise ConfigurationError(f"the token ({source}) must be a string, not "
+                                 f"{type(token).__name__}")
+    if _has_bad_chars(token):
+        raise ConfigurationError(
+            f"the token ({source}) contains whitespace or control characters; check for a "
+            "trailing newline or a stray space where it was pasted"
+        )
+    return token
+
+
 def is_loopback(host: str) -> bool:
     host = host.strip("[]").lower()
     if host == "localhost" or host.endswith(".localhost"):
@@ -51,7 +72,7 @@ def is_loopback(host: str) -> bool:
 class Settings:
     """Resolved connection settings. ``repr`` hides the token."""
 
-    token: str = field(repr=False)
+    token: str
     url: str
     org_id: str | None = None
     region: str = "us"
@@ -81,15 +102,7 @@ def resolve_settings(
             f"no token: pass token=... or set {ENV_TOKEN} (an API token, or a personal access "
             f"token together with org_id / {ENV_ORG_ID})"
         )
-    if not isinstance(token, str):
-        raise ConfigurationError(
-            f"the token (token= or {ENV_TOKEN}) must be a string, not {type(token).__name__}"
-        )
-    if _has_bad_chars(token):
-        raise ConfigurationError(
-            f"the token (token= or {ENV_TOKEN}) contains whitespace or control characters; "
-            "check for a trailing newline or a stray space where it was pasted"
-        )
+    token = check_token(token, f"token= or {ENV_TOKEN}")
     register_secret(token)
 
     org_id = org_id if org_id is not None else _env(ENV_ORG_ID, environ)
@@ -139,7 +152,7 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
             f"the base address ({source}) must look like https://host[:port][/prefix], "
             f"not {url!r}"
         )
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+    if _has_bad_chars(url):
         raise ConfigurationError(
             f"the base address ({source}) contains whitespace or control characters"
         )
@@ -177,7 +190,9 @@ def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = Non
 
 # --------------------------------------------------------------------------- shipping options
 
-OVERFLOW_POLICIES = ("drop_oldest", "drop_newest", "block")
+Overflow = Literal["drop_oldest", "drop_newest", "block"]
+Compression = Literal["gzip"] | None
+OVERFLOW_POLICIES: tuple[str, ...] = get_args(Overflow)
 MiB = 1024 * 1024
 
 
@@ -190,13 +205,13 @@ class ShipperOptions:
     flush_interval: float = 1.0
     max_queue_size: int = 100_000
     max_queue_bytes: int = 64 * MiB
-    overflow: str = "drop_oldest"
+    overflow: Overflow = "drop_oldest"
     block_timeout: float = 0.5
     max_retries: int = 5
     retry_backoff: float = 0.5
     max_retry_delay: float = 30.0
     shutdown_timeout: float = 5.0
-    compression: str | None = "gzip"
+    compression: Compression = "gzip"
     compression_level: int = 1
     spool_dir: str | None = None
     max_spool_bytes: int = 256 * MiB
@@ -258,3 +273,21 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigurationError(f"unknown option {key!r}{hint}")
     return client_args, shipper_args
+
+
+def shipper_options(options: Mapping[str, Any]) -> ShipperOptions:
+    """Validated ``ShipperOptions`` from ``Shipper``'s keyword arguments.
+
+    A Client argument among them (``Shipper(client, "ds", token=...)``) is named as such, an
+    unknown name gets a suggestion: never a bare ``TypeError`` from the dataclass.
+    """
+    misplaced = sorted(set(options) & CLIENT_ARG_NAMES)
+    if misplaced:
+        names = ", ".join(f"{name}=" for name in misplaced)
+        verb, it = ("belongs", "it") if len(misplaced) == 1 else ("belong", "them")
+        raise ConfigurationError(
+            f"{names} {verb} to the Client, not the Shipper: pass {it} to Client(...) and the "
+            f"client to the Shipper, e.g. Shipper(Client({misplaced[0]}=...), dataset)"
+        )
+    _, shipper_args = split_options(dict(options))
+    return ShipperOptions(**shipper_args)

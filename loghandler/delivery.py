@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import encoding
 from .client import raise_for_status
-from .errors import ApiError, Error, TransportError, body_detail, print_line
+from .errors import ApiError, Error, TransportError
 from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident
+from .output import body_detail, print_line
 
 if TYPE_CHECKING:
     import threading

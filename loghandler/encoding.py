@@ -207,10 +207,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_ORJSON = False
 
 
-def encode(value: Any, *, fast: bool = True) -> bytes:
+def encode(value: Any) -> bytes:
     """Compact UTF-8 JSON for ``value``. Never raises."""
     try:
-        return _encode_fast(value) if fast else _encode_std(value)
+        return _encode_fast(value)
     except Exception:
         pass
     try:

@@ -8,14 +8,15 @@
         ├── RateLimitError (.retry_after)        429
         └── NotFoundError                        404
 
-Messages never contain the token: every message built here is passed through ``redact``.
+Messages never contain the token: every message built here is passed through ``redact``
+(output.py).
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from typing import Any
+
+from .output import body_detail, redact, redact_value
 
 __all__ = [
     "ApiError",
@@ -26,44 +27,6 @@ __all__ = [
     "RateLimitError",
     "TransportError",
 ]
-
-# Tokens known to this process, so any text we print can be scrubbed of them even when a
-# third-party message (urllib3, the service's error body) echoes one back.
-_SECRETS: set[str] = set()
-
-
-_SECRETS_ORDERED: tuple[str, ...] = ()
-
-
-def register_secret(secret: str | None) -> None:
-    """Remember a token so that ``redact`` scrubs it from every message from now on."""
-    global _SECRETS_ORDERED
-    # Very short values would scrub ordinary words; a real token is never that short.
-    if isinstance(secret, str) and len(secret) >= 4 and secret not in _SECRETS:
-        _SECRETS.add(secret)
-        # Longest first, so a token that contains another registered one is removed whole.
-        _SECRETS_ORDERED = tuple(sorted(_SECRETS, key=len, reverse=True))
-
-
-def redact(text: str) -> str:
-    """``text`` with every registered token replaced by ``***``."""
-    for secret in _SECRETS_ORDERED:
-        if secret in text:
-            text = text.replace(secret, "***")
-    return text
-
-
-def redact_value(value: Any, _depth: int = 0) -> Any:
-    """A copy of a parsed JSON body with every registered token scrubbed from its strings."""
-    if isinstance(value, str):
-        return redact(value)
-    if _depth > 32:  # absurd nesting: flatten it rather than let a token through
-        return redact(repr(value))
-    if isinstance(value, dict):
-        return {redact_value(k, _depth + 1): redact_value(v, _depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_value(v, _depth + 1) for v in value]
-    return value
 
 
 class Error(Exception):
@@ -92,7 +55,7 @@ class ApiError(Error):
         self.status = status
         # The body may echo the request back (token included): it is shown and logged as
         # freely as the message, so it is scrubbed the same way.
-        self.body = redact_value(body) if _SECRETS_ORDERED else body
+        self.body = redact_value(body)
         super().__init__(message or f"the service answered HTTP {status}{body_detail(body)}")
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -125,44 +88,3 @@ def _rebuild(cls: type[ApiError], state: dict[str, Any], args: tuple[Any, ...]) 
     error.__dict__.update(state)
     error.args = args
     return error
-
-
-_WS = re.compile(r"\s+")
-_TAGS = re.compile(r"<[^>]*>")
-
-
-def service_message(body: Any) -> str | None:
-    """The service's own error text from a JSON error body, if it has one."""
-    if isinstance(body, dict):
-        for key in ("message", "error", "detail", "msg"):
-            value = body.get(key)
-            if isinstance(value, str) and value:
-                return value
-    return None
-
-
-def excerpt(text: str, limit: int = 200) -> str:
-    """A short one-line excerpt of a non-JSON body (HTML tags and whitespace folded)."""
-    text = _WS.sub(" ", _TAGS.sub(" ", text)).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def body_detail(body: Any) -> str:
-    """": <what the service said>" for a message, or "" when the body says nothing."""
-    msg = service_message(body)
-    if msg:
-        return f": {msg}"
-    if isinstance(body, str) and body:
-        return f": {excerpt(body)}"
-    return ""
-
-
-def print_line(line: str) -> None:
-    """One diagnostic line on stderr, token scrubbed; never raises (stderr may be gone)."""
-    try:
-        stream = sys.stderr
-        if stream is not None:
-            stream.write(redact(line) + "\n")
-            stream.flush()
-    except Exception:
-        pass

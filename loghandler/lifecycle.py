@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import print_line
+from .output import print_line
 
 if TYPE_CHECKING:
     from .shipper import Shipper

@@ -35,11 +35,12 @@ from typing import Any
 
 from . import encoding, lifecycle
 from .client import Client, dataset_path, shared_client
-from .config import ShipperOptions, resolve_dataset, split_options
+from .config import resolve_dataset, shipper_options, split_options
 from .delivery import Delivery, _Chunk
-from .errors import ConfigurationError, print_line
+from .errors import ConfigurationError
 from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
+from .output import print_line
 from .spool import Spool
 from .stats import STAT_FIELDS, Stats
 
@@ -49,10 +50,50 @@ _monotonic = time.monotonic
 # The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
 FAST_ITEM_BYTES = 8 * 1024
 
+
 class Shipper(Delivery):
     """Queue events and ship them in the background to one dataset.
 
-    ``Shipper(client, dataset, **options)``; the options are listed in README "Options".
+    ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
+    retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
+    handler; an exit hook delivers what is queued within ``shutdown_timeout``.
+
+    Args:
+        client (Client): the connection (token, address) to ship through; shared freely.
+        dataset (str | None): the dataset to ship to. Default: ``LOGHANDLER_DATASET``.
+
+    Options (keyword arguments; README "Options" gives the reason behind each default):
+        batch_size (int): events per request at most. Default 5000.
+        max_batch_bytes (int): encoded bytes per request at most; one event larger than this
+            is dropped and counted in ``stats().dropped_too_large``. Default 4 MiB.
+        flush_interval (float): seconds the oldest queued event waits at most. Default 1.0.
+        max_queue_size (int): events queued at most. Default 100,000.
+        max_queue_bytes (int): estimated memory of the queued events at most. Default 64 MiB.
+        overflow ("drop_oldest" | "drop_newest" | "block"): what a full queue does with a new
+            event: drop the oldest queued one, drop the new one, or wait for room (at most
+            ``block_timeout``). Default "drop_oldest".
+        block_timeout (float): the longest ``overflow="block"`` holds the caller. Default 0.5.
+        max_retries (int): retries of a failed request after the first try. Default 5.
+        retry_backoff (float): the first backoff in seconds, doubled at each retry, with full
+            jitter. Default 0.5.
+        max_retry_delay (float): the longest single backoff, in seconds. Default 30.
+        shutdown_timeout (float): bound of the whole exit (flush and close at exit); what is
+            not delivered by then is spooled or counted as dropped. Default 5.0.
+        compression ("gzip" | None): compression of the request bodies. Default "gzip".
+        compression_level (int): gzip level, 0-9. Default 1.
+        spool_dir (str | None): a directory where batches that could not be delivered are
+            kept, and delivered later (by this process or the next). Default None.
+        max_spool_bytes (int): bound of the spool per dataset; the oldest go first.
+            Default 256 MiB.
+        auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
+            10 minutes. Default 60.
+        on_error (callable | None): called with each terminal failure (an ``ApiError`` or a
+            ``TransportError``) on the background thread; its own logs are not shipped.
+            Default None.
+
+    Raises:
+        ConfigurationError: a missing dataset, an unknown or invalid option, or a Client
+            argument (``token=``, ``url=``, ...) given here instead of to the Client.
     """
 
     def __init__(self, client: Client, dataset: str | None = None, **options: Any) -> None:
@@ -62,11 +103,7 @@ class Shipper(Delivery):
         self._owns_client = False  # set by make_shipper for a client built from arguments
         self.dataset = resolve_dataset(dataset)
         self._path = dataset_path(self.dataset)
-        try:
-            self.options = ShipperOptions(**options)
-        except TypeError as exc:
-            split_options(options)  # raises a ConfigurationError naming the unknown option
-            raise ConfigurationError(str(exc)) from None
+        self.options = shipper_options(options)
         self._spool: Spool | None = None
         if self.options.spool_dir is not None:
             self._spool = Spool(self.options.spool_dir, self.dataset,
@@ -477,6 +514,7 @@ class Shipper(Delivery):
         if self._inflight:
             return self._inflight_first - 1
         return self._taken
+
 
 _uwsgi_checked = False
 

@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigurationError, print_line
+from .errors import ConfigurationError
+from .output import print_line
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolCorrupt", "dataset_dir", "decode_file",
            "encode_file"]
@@ -48,8 +49,9 @@ CLAIM = ".claim-"
 CORRUPT = ".corrupt"
 TMP = ".tmp"
 META = "DATASET"
-# One file is at most one batch (the engine's defaults), so a crash during replay re-sends at
-# most the batch in flight.
+# One file is at most one batch, so a crash during replay re-sends at most the batch in flight.
+# The engine passes its own batch_size and max_batch_bytes; these bounds are for a Spool used
+# on its own.
 DEFAULT_MAX_FILE_EVENTS = 1000
 DEFAULT_MAX_FILE_BYTES = 4 * MiB
 # A replay round stops after this many files or bytes, so new events flow between rounds.
@@ -191,7 +193,6 @@ def dataset_dir(spool_dir: str | os.PathLike[str], dataset: str) -> str:
 class _Entry:
     name: str
     size: int
-    mtime: float
 
 
 # --------------------------------------------------------------------------- the spool
@@ -416,7 +417,7 @@ class Spool:
                     except OSError:
                         pass
                     continue
-                entries.append(_Entry(name, st.st_size, st.st_mtime))
+                entries.append(_Entry(name, st.st_size))
         return entries
 
     def _claim_stale(self, path: str, name: str, mtime: float, now: float) -> bool:

@@ -44,5 +44,4 @@ class Stats:
     suppressed: int = 0
 
 
-
 STAT_FIELDS = tuple(f.name for f in fields(Stats))

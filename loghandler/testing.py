@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .client import Client
-from .errors import ConfigurationError, register_secret
+from .config import check_token
+from .errors import ConfigurationError
+from .output import register_secret
 from .service import HttpError, RequestRecord, Server, make_server
 from .views import View
 
@@ -54,9 +56,7 @@ class LocalService:
         datasets: Iterable[str] | None = None,
         rate_limit: int | None = None,
     ) -> None:
-        if not isinstance(token, str) or not token or any(c.isspace() for c in token):
-            raise ConfigurationError("token must be a non-empty string without whitespace")
-        register_secret(token)
+        register_secret(check_token(token, "token="))
         self.token = token
         self._requests: deque[RequestRecord] = deque(maxlen=MAX_RECORDED_REQUESTS)
         self._requests_lock = threading.Lock()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import closed_port_url
 
 import loghandler
 from loghandler.testing import LocalService
@@ -47,6 +49,12 @@ def run(svc: LocalService | None, *args: str, stdin: str | None = None,
 def sent(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events as they were sent: without the ``_time`` the service gave them."""
     return [{k: v for k, v in e.items() if k != "_time"} for e in events]
+
+
+def errors(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """The error lines on stderr (the lines saying which input is read and how left out)."""
+    return [line.removeprefix("loghandler: ") for line in proc.stderr.splitlines()
+            if not line.startswith("loghandler: reading ")]
 
 
 def write(path: Path, text: str) -> str:
@@ -124,19 +132,23 @@ class TestIngest:
         f = write(tmp_path / "a.log", "x\n")
         proc = run(svc, "ingest", "app", f, env={"LOGHANDLER_TOKEN": "not-the-token"})
         assert proc.returncode == 1
-        assert "authentication failed" in proc.stderr
+        assert errors(proc) == [
+            f"the service at {svc.url} refused the token (HTTP 403): check --token or "
+            "LOGHANDLER_TOKEN (a personal access token also needs --org-id)"]
         assert "0 delivered" in proc.stdout
         assert svc.events("app") == []
 
     def test_unreachable_service_exits_1(self, tmp_path: Path) -> None:
-        """No service listening: exit 1 with one line saying so, quickly."""
-        with LocalService(token=TOKEN) as dead:
-            url = dead.url
+        """Nothing listening: exit 1 after the stated budget (2 retries), one line saying so."""
+        url = closed_port_url()
         f = write(tmp_path / "a.log", "x\n")
-        proc = run(None, "ingest", "app", f, "--max-retries", "1",
+        proc = run(None, "ingest", "app", f,
                    env={"LOGHANDLER_URL": url, "LOGHANDLER_TOKEN": TOKEN})
         assert proc.returncode == 1
-        assert "connect" in proc.stderr or "reach" in proc.stderr
+        [line] = errors(proc)
+        assert line.startswith(f"nothing is listening at {url} (connection refused, 3 tries in ")
+        assert line.endswith("s): start the service, or check --url or LOGHANDLER_URL")
+        assert proc.stdout == ""
 
     def test_missing_file_is_usage_error(self, svc: LocalService) -> None:
         """A file that does not exist: exit 2 before anything is sent."""
@@ -153,11 +165,24 @@ class TestConfigurationAndUsage:
         assert proc.stderr.count("\n") == 1 and "LOGHANDLER_URL" in proc.stderr
 
     def test_bad_command_is_exit_2(self) -> None:
-        """An unknown command or option: exit 2, one line."""
-        for args in (["frobnicate"], ["views", "list", "--bogus"]):
-            proc = run(None, *args)
-            assert proc.returncode == 2
-            assert proc.stderr.count("\n") == 1
+        """An unknown command: exit 2, one line; an unknown option: one line and the usage."""
+        proc = run(None, "frobnicate")
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1
+        proc = run(None, "views", "list", "--bogus")
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[0] == (
+            "loghandler: unknown option --bogus (see: loghandler views list --help)")
+        assert proc.stderr.splitlines()[1].startswith("usage: loghandler views list ")
+
+    def test_mistyped_flag_suggests_and_shows_the_command_usage(self) -> None:
+        """--batchsize: "did you mean --batch-size?" and ingest's usage, not the top-level help."""
+        proc = run(None, "ingest", "app", "--batchsize", "10")
+        assert proc.returncode == 2
+        first, usage = proc.stderr.splitlines()
+        assert first == "loghandler: unknown option --batchsize (did you mean --batch-size?)"
+        assert usage.startswith("usage: loghandler ingest ")
+        assert "serve" not in proc.stderr
 
     def test_flags_override_environment(self, svc: LocalService) -> None:
         """--url and --token win over the environment (and the token still never shows)."""
@@ -365,3 +390,204 @@ class TestServe:
         proc = subprocess.run([sys.executable, "-m", "loghandler", "serve", "--port", "0",
                                *args], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and args[0] in proc.stderr
+
+
+class TestDatasetAndInput:
+    """Where the dataset comes from, and how each input is read (issue: the first five minutes)."""
+
+    def test_dataset_from_the_environment_and_a_file(self, svc: LocalService,
+                                                      tmp_path: Path) -> None:
+        """LOGHANDLER_DATASET=d ingest events.ndjson: the file is read, d is the dataset."""
+        f = write(tmp_path / "events.ndjson", '{"n": 1}\n')
+        proc = run(svc, "ingest", f, env={"LOGHANDLER_DATASET": "d"})
+        assert proc.returncode == 0, proc.stderr
+        assert "1 events read, 1 delivered to 'd'" in proc.stdout
+        assert svc.datasets() == {"d": 1}
+
+    def test_a_file_is_never_a_dataset(self, svc: LocalService, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        """An input-looking name is a file even when missing; without a dataset: exit 2."""
+        f = write(tmp_path / "events.ndjson", '{"n": 1}\n')
+        proc = run(svc, "ingest", f)
+        assert proc.returncode == 2
+        assert errors(proc) == [f"{f} is an input file, not a dataset: give the dataset with "
+                                "-d NAME or LOGHANDLER_DATASET"]
+        monkeypatch.chdir(tmp_path)  # a bare name with an input suffix, that does not exist
+        proc = run(svc, "ingest", "evnts.ndjson", env={"LOGHANDLER_DATASET": "d"})
+        assert proc.returncode == 2
+        assert errors(proc) == ["cannot read evnts.ndjson: no such file"]
+        assert svc.datasets() == {}
+
+    def test_dash_d_and_the_positional_form(self, svc: LocalService, tmp_path: Path) -> None:
+        """-d NAME takes every argument as a file; `ingest DATASET FILE` still works; both
+        win over LOGHANDLER_DATASET."""
+        f = write(tmp_path / "a.log", "one\n")
+        assert run(svc, "ingest", "-d", "x", f, env={"LOGHANDLER_DATASET": "env"}
+                   ).returncode == 0
+        assert run(svc, "ingest", "y", f, env={"LOGHANDLER_DATASET": "env"}).returncode == 0
+        assert svc.datasets() == {"x": 1, "y": 1}
+
+    def test_stdin_with_the_dataset_from_the_environment(self, svc: LocalService) -> None:
+        """`loghandler ingest < events.ndjson` with LOGHANDLER_DATASET set; no prompt on a pipe."""
+        proc = run(svc, "ingest", stdin='{"n": 1}\n{"n": 2}\n', env={"LOGHANDLER_DATASET": "d"})
+        assert proc.returncode == 0, proc.stderr
+        assert sent(svc.events("d")) == [{"n": 1}, {"n": 2}]
+        assert "Ctrl-D" not in proc.stderr
+
+    def test_no_dataset_at_all(self, svc: LocalService) -> None:
+        """No -d, no argument, no variable: exit 2, one line saying what to give."""
+        proc = run(svc, "ingest", stdin="x\n")
+        assert proc.returncode == 2
+        assert errors(proc) == ["no dataset: give it with -d NAME or set LOGHANDLER_DATASET"]
+
+    def test_terminal_stdin_says_how_to_end(self, svc: LocalService) -> None:
+        """Reading a terminal, ingest says so (and how to end); Ctrl-D ends the input."""
+        import pty
+
+        master, slave = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN)
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "ingest", "tty"],
+                                stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, text=True)
+        os.close(slave)
+        try:
+            assert proc.stderr is not None
+            # The line comes before anything is read: wait for it (with a deadline).
+            ready, _, _ = select.select([proc.stderr], [], [], 30)
+            assert ready, "no prompt on stderr within 30 s"
+            assert proc.stderr.readline() == (
+                "loghandler: reading from standard input (Ctrl-D to end)\n")
+            os.write(master, b"typed line\n\x04")
+            out, err = proc.communicate(timeout=30)
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert "1 events read, 1 delivered to 'tty'" in out
+        assert sent(svc.events("tty")) == [{"message": "typed line"}]
+
+    def test_gzip_is_decompressed_and_named(self, svc: LocalService, tmp_path: Path) -> None:
+        """A .gz file ships its decompressed events, and the detected format is said."""
+        import gzip
+
+        path = tmp_path / "events.ndjson.gz"
+        path.write_bytes(gzip.compress(b'{"n": 1}\n{"n": 2}\n'))
+        proc = run(svc, "ingest", "app", str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert f"loghandler: reading {path} (gzip, NDJSON)" in proc.stderr
+        assert sent(svc.events("app")) == [{"n": 1}, {"n": 2}]
+
+    def test_brace_text_is_text(self, svc: LocalService, tmp_path: Path) -> None:
+        """A log whose first line starts with { or [ but is not JSON is read as text lines."""
+        f = write(tmp_path / "a.log", "{worker-1} started\n[INFO] ready\n")
+        g = write(tmp_path / "b.log", "[2026-01-02 10:00:00] up\n")
+        proc = run(svc, "ingest", "app", f, g)
+        assert proc.returncode == 0, proc.stderr
+        assert f"reading {f} (text lines)" in proc.stderr
+        assert [e["message"] for e in svc.events("app")] == [
+            "{worker-1} started", "[INFO] ready", "[2026-01-02 10:00:00] up"]
+
+    def test_format_option(self, svc: LocalService, tmp_path: Path) -> None:
+        """--format text ships JSON lines as text; --format json reads pretty-printed objects."""
+        f = write(tmp_path / "a.ndjson", '{"n": 1}\n')
+        g = write(tmp_path / "b.txt", '{\n  "n": 2\n}\n{"n": 3}\n')
+        assert run(svc, "ingest", "t", f, "--format", "text").returncode == 0
+        proc = run(svc, "ingest", "j", g, "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert "(JSON (--format))" in proc.stderr
+        assert sent(svc.events("t")) == [{"message": '{"n": 1}'}]
+        assert sent(svc.events("j")) == [{"n": 2}, {"n": 3}]
+        bad = run(svc, "ingest", "t", f, "--format", "xml")
+        assert bad.returncode == 2 and "invalid choice: 'xml'" in bad.stderr
+
+    def test_pretty_printed_objects_are_detected(self, svc: LocalService, tmp_path: Path) -> None:
+        """auto: JSON objects over several lines, one after the other, are JSON, not text."""
+        f = write(tmp_path / "a.json", '{\n  "n": 1\n}\n{\n  "n": 2\n}\n')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 0, proc.stderr
+        assert sent(svc.events("app")) == [{"n": 1}, {"n": 2}]
+
+    def test_single_line_array_across_chunks(self, svc: LocalService, tmp_path: Path) -> None:
+        """An array on one line, far longer than a read chunk, arrives whole and in order."""
+        events = [{"i": i, "pad": "z" * 300} for i in range(3000)]  # ~1 MB, one line
+        f = write(tmp_path / "one-line.json", json.dumps(events))
+        proc = run(svc, "ingest", "big", f)
+        assert proc.returncode == 0, proc.stderr
+        assert f"reading {f} (JSON)" in proc.stderr
+        assert sent(svc.events("big")) == events
+
+    def test_directory(self, svc: LocalService, tmp_path: Path) -> None:
+        """A directory is named as one, exit 2."""
+        proc = run(svc, "ingest", "app", str(tmp_path))
+        assert proc.returncode == 2
+        assert errors(proc) == [f"cannot read {tmp_path}: is a directory (give the files in it)"]
+
+
+class TestWording:
+    """The five most common failures, each one line that says what to do."""
+
+    def test_bad_json_line(self, svc: LocalService, tmp_path: Path) -> None:
+        """file:line, what is wrong where, and that the line was skipped; the rest ships."""
+        f = write(tmp_path / "a.ndjson", '{"n": 1}\n{"n": oops}\n')
+        proc = run(svc, "ingest", "app", f)
+        assert proc.returncode == 1
+        assert errors(proc) == [f"{f}:2: not JSON (Expecting value at column 7); line skipped"]
+        assert proc.stdout == "1 events read, 1 delivered to 'app', 1 bad input line(s) skipped\n"
+
+    def test_unknown_dataset(self, tmp_path: Path) -> None:
+        """A 404 for the dataset: says it does not exist and what to check, once."""
+        from pytest_httpserver import HTTPServer
+
+        server = HTTPServer(host="127.0.0.1", port=0)
+        server.start()
+        try:
+            server.expect_request("/v1/datasets/nosuch/ingest", method="POST").respond_with_json(
+                {"code": 404, "message": "dataset not found"}, status=404)
+            url = server.url_for("").rstrip("/")
+            f = write(tmp_path / "a.log", "x\n")
+            proc = run(None, "ingest", "nosuch", f,
+                       env={"LOGHANDLER_URL": url, "LOGHANDLER_TOKEN": TOKEN})
+        finally:
+            server.clear()
+            server.stop()
+        assert proc.returncode == 1
+        assert errors(proc) == [
+            f"dataset 'nosuch' does not exist at {url} (HTTP 404): create it in the service "
+            "first, or check the name given with -d or LOGHANDLER_DATASET"]
+        assert proc.stdout == "1 events read, 0 delivered to 'nosuch', 1 not delivered\n"
+
+    def test_wrong_token_for_views(self, svc: LocalService) -> None:
+        """views list with a refused token: the same one line, "authentication failed" not twice."""
+        proc = run(svc, "views", "list", env={"LOGHANDLER_TOKEN": "not-the-token"})
+        assert proc.returncode == 1
+        assert errors(proc) == [
+            "the service refused the token (HTTP 403): check --token or LOGHANDLER_TOKEN (a "
+            "personal access token also needs --org-id)"]
+
+
+class TestStreaming:
+    def test_ingest_ships_lines_as_they_come(self, svc: LocalService) -> None:
+        """A pipe that stays open (`tail -f | loghandler ingest`): each line ships while the
+        input goes on, not at its end."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN)
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "ingest", "live"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, text=True)
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write('{"n": 1}\n')
+            proc.stdin.flush()
+            # stdin still open
+            assert sent(svc.wait_for_events("live", 1, timeout=20)) == [{"n": 1}]
+            proc.stdin.write('{"n": 2}\n')
+            proc.stdin.flush()
+            assert sent(svc.wait_for_events("live", 2, timeout=20)) == [{"n": 1}, {"n": 2}]
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert out == "2 events read, 2 delivered to 'live'\n"

@@ -33,7 +33,7 @@ from loghandler import (
     TransportError,
 )
 from loghandler.client import MAX_RESPONSE_BYTES, dataset_path, parse_retry_after, shared_client
-from loghandler.errors import redact
+from loghandler.output import redact
 
 TOKEN = "xaat-CLIENTSECRET-93c2f1"
 
@@ -289,7 +289,6 @@ class TestTransport:
         assert_clean(info.value)
         assert tls_server.log == []  # the request (and its token) never got through
 
-
     def test_refused_connection(self, closed_port: int) -> None:
         """A closed port -> TransportError that says the connection was refused."""
         client = Client(TOKEN, url=f"http://127.0.0.1:{closed_port}")
@@ -454,7 +453,7 @@ class TestRetryAfter:
 
 class TestTokenHygiene:
     def test_redact_scrubs_registered_tokens(self) -> None:
-        """errors.redact removes every token a Client was built with."""
+        """output.redact removes every token a Client was built with."""
         Client(TOKEN, url="https://api.example")
         assert redact(f"a {TOKEN} b {TOKEN}") == "a *** b ***"
 

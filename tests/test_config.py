@@ -283,3 +283,20 @@ class TestRepr:
         settings = resolve_settings(TOKEN, url="https://api.example")
         with pytest.raises(AttributeError):
             settings.token = "other"  # type: ignore[misc]
+
+
+class TestShipperArguments:
+    def test_client_argument_given_to_the_shipper(self) -> None:
+        """Shipper(client, "ds", token=...) says where the token goes, not a dataclass TypeError."""
+        client = Client("tkn-1234", url="http://127.0.0.1:9")
+        with pytest.raises(ConfigurationError) as info:
+            loghandler.Shipper(client, "ds", token="x", url="http://127.0.0.1:8")
+        assert str(info.value) == (
+            "token=, url= belong to the Client, not the Shipper: pass them to Client(...) and the "
+            "client to the Shipper, e.g. Shipper(Client(token=...), dataset)")
+
+    def test_unknown_shipper_option_suggests(self) -> None:
+        """A misspelled option names the one meant."""
+        client = Client("tkn-1234", url="http://127.0.0.1:9")
+        with pytest.raises(ConfigurationError, match=r"did you mean 'batch_size'\?"):
+            loghandler.Shipper(client, "ds", batchsize=3)

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import run_in_threads
 from faultserver import (
     TOKEN,
     FaultServer,
@@ -27,6 +26,7 @@ from faultserver import (
     sleep,
     status,
 )
+from helpers import run_in_threads
 
 BOTH = pytest.mark.parametrize("kind", ["handler", "processor"])
 

@@ -12,7 +12,7 @@ import threading
 import weakref
 
 import pytest
-from conftest import TOKEN
+from helpers import TOKEN
 
 import loghandler
 from loghandler import ConfigurationError, IngestHandler, Shipper, flushing
@@ -384,6 +384,7 @@ class TestSafety:
         log.info("m", extra={"evil": Evil()})
         assert h.flush(5)
         assert receiver.events[0]["evil"] == "<unrepresentable Evil>"
+        assert capfd.readouterr().err == ""  # no handleError traceback either
 
 
 class TestServerless:

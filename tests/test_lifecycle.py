@@ -9,7 +9,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import TOKEN, closed_port_url
+from helpers import TOKEN, closed_port_url
 
 from loghandler import Client, Shipper
 

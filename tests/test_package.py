@@ -81,7 +81,11 @@ def test_all_is_the_documented_surface() -> None:
     assert len(loghandler.__all__) == len(DOCUMENTED)
     assert loghandler.__all__ == sorted(loghandler.__all__)
     for name in loghandler.__all__:
-        assert getattr(loghandler, name) is not None
+        obj = getattr(loghandler, name)
+        if name == "__version__":
+            assert isinstance(obj, str) and obj[:1].isdigit()
+        else:  # the object itself, defined in the package, under its own name
+            assert (obj.__name__, obj.__module__.split(".")[0]) == (name, "loghandler")
 
 
 def test_error_tree() -> None:
@@ -104,3 +108,26 @@ def test_version() -> None:
 def test_py_typed_present() -> None:
     """The PEP 561 marker ships with the package."""
     assert importlib.resources.files("loghandler").joinpath("py.typed").is_file()
+
+
+def test_public_classes_document_their_arguments() -> None:
+    """help() shows every argument and option of the public classes, each with a line."""
+    import inspect
+    import re
+
+    from loghandler.config import CLIENT_ARG_NAMES, SHIPPER_OPTION_NAMES
+
+    fronts = {"dataset", "client", "shipper"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
+    expected = {
+        loghandler.IngestHandler: fronts | {"level"},
+        loghandler.IngestProcessor: fronts,
+        loghandler.Shipper: {"client", "dataset"} | SHIPPER_OPTION_NAMES,
+        loghandler.Client: set(CLIENT_ARG_NAMES),
+    }
+    for cls, names in expected.items():
+        doc = inspect.getdoc(cls) or ""
+        documented = set(re.findall(r"^    (\w+) \(", doc, re.M))
+        assert documented == names, (cls.__name__, names ^ documented)
+        # Each constructor argument that has a name in the signature is among them.
+        params = set(inspect.signature(cls).parameters) - {"options"}
+        assert params <= documented | {"token"}, cls.__name__

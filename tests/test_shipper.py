@@ -6,7 +6,7 @@ import gzip
 import time
 
 import pytest
-from conftest import TOKEN, closed_port_url, run_in_threads
+from helpers import TOKEN, closed_port_url, run_in_threads
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 

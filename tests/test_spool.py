@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import closed_port_url
+from helpers import closed_port_url
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -259,7 +259,6 @@ class TestFiles:
         Spool(tmp_path, DATASET).write(parts("o", 1))  # another writer, e.g. another process
         assert spool.pending()
         assert scans == []
-
 
     def test_has_waiting_sees_files_and_claims(self, tmp_path):
         """has_waiting() is True while a file waits or is claimed, False once all are gone."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
-from conftest import TOKEN, Receiver
+from helpers import TOKEN, Receiver
 
 from loghandler import IngestHandler
 from loghandler.structlog_support import REFUSED_EXTRA_KEYS, render_to_log_kwargs
