@@ -73,6 +73,7 @@ class Count(Enum):
     FAILED_NOT_FOUND = "failed_not_found"
     FAILED_CLIENT_ERROR = "failed_client_error"
     FAILED_RETRIES_EXHAUSTED = "failed_retries_exhausted"
+    FAILED_BY_SERVICE = "failed_by_service"
     REPLAYED = "replayed"
     REPLAY_REJECTED = "replay_rejected"
     SPOOL_DROPPED = "spool_dropped"
@@ -95,6 +96,7 @@ class Fate(Enum):
     FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
     FAILED_CLIENT_ERROR = (Count.FAILED, Count.FAILED_CLIENT_ERROR)
     FAILED_RETRIES_EXHAUSTED = (Count.FAILED, Count.FAILED_RETRIES_EXHAUSTED)
+    FAILED_BY_SERVICE = (Count.FAILED, Count.FAILED_BY_SERVICE)
 
     def __init__(self, total: Count, reason: Count | None) -> None:
         self.total = total

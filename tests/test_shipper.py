@@ -192,7 +192,7 @@ class TestBounds:
 
     def test_queue_byte_bound_is_respected(self):
         """The estimated bytes held never exceed max_queue_bytes."""
-        s = make(closed_port_url(), max_queue_bytes=20_000, flush_interval=60, batch_size=10**6,
+        s = make(closed_port_url(), max_queue_bytes=20_000, flush_interval=60, batch_size=10_000,
                  overflow="drop_newest")
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
@@ -207,7 +207,7 @@ class TestBounds:
         """Eight threads appending without a lock: the queue stays within its bounds (give or
         take one event per thread racing at the same instant), and every event is accounted."""
         s = make(closed_port_url(), max_queue_size=500, max_queue_bytes=100_000,
-                 flush_interval=60, batch_size=10**6, overflow=overflow)
+                 flush_interval=60, batch_size=10_000, overflow=overflow)
         peak = [0, 0]
 
         def work(t: int) -> None:
