@@ -118,8 +118,8 @@ class Ledger:
         "abandoned", "accounted", "block_timeout", "close_deadline", "closed", "counts",
         "fast_len", "flusher_started", "force", "inflight", "inflight_first", "interrupt",
         "lock", "max_batch", "max_batch_bytes", "max_bytes", "max_size", "on_put", "overflow",
-        "paused_until", "progress", "queue", "queue_bytes", "space", "taken", "undelivered",
-        "wake", "wake_bytes", "wake_pending",
+        "paused_until", "progress", "queue", "queue_bytes", "refused_too_large", "space", "taken",
+        "undelivered", "wake", "wake_bytes", "wake_pending",
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None]) -> None:
@@ -159,6 +159,9 @@ class Ledger:
         self.flusher_started = False
         self.counts = dict.fromkeys(Count, 0)
         self.undelivered = 0  # events settled other than delivered, ever: flush()'s answer
+        # Events refused at submit as too large since the last flush(), which answers False for
+        # them as it would had the flusher dropped them.
+        self.refused_too_large = 0
         self.fast_len = 0  # see update_fast_path_locked
 
     # ------------------------------------------------------------------ application side
@@ -188,6 +191,11 @@ class Ledger:
         # batch (wake the flusher), a full queue (overflow policy), big events.
         if self.closed:
             return self.drop_locked(Fate.DROPPED_CLOSED)
+        if size > self.max_batch_bytes and _encoded_floor(item[0]) > self.max_batch_bytes - 2:
+            # It could never be sent (not even alone in a request): refuse it now, rather than
+            # let it push sendable events out of the queue and be dropped by the flusher later.
+            self.refused_too_large += 1
+            return self.drop_locked(Fate.DROPPED_TOO_LARGE)
         self.account_locked()
         q = self.queue
         if (len(q) >= self.max_size or self.queue_bytes + size > self.max_bytes) and (
@@ -417,3 +425,13 @@ class Ledger:
             values["queued"] = queued + self.inflight
         return Stats(**values)
 
+
+def _encoded_floor(event: Any) -> int:
+    """A lower bound of an event's encoded JSON size, in bytes: each character of a top-level
+    key or string encodes to at least one byte, any other value to at least one byte; plus the
+    braces, quotes, colons and commas. (The flusher only ever adds to an event.)"""
+    n = 1
+    for key, value in event.items():
+        n += (len(key) if type(key) is str else 0) + 4
+        n += len(value) + 2 if type(value) is str else 1
+    return n
