@@ -22,7 +22,7 @@ from .events import (
     rfc3339,
 )
 from .guard import _SENDERS, _get_ident
-from .shipper import FAST_ITEM_BYTES as _FAST_ITEM
+from .ledger import FAST_ITEM_BYTES as _FAST_ITEM
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -227,6 +227,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown(), which would find a half-built one (a second, misleading traceback
         # at exit) if a ConfigurationError came after it.
         self.shipper = make_shipper(dataset, client, shipper, options)
+        self._ledger = self.shipper.ledger
         self._owns_shipper = shipper is None
         try:
             super().__init__(level)
@@ -242,9 +243,9 @@ class IngestHandler(logging.Handler):
     def handle(self, record: logging.LogRecord) -> Any:
         # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
-        # flusher thread that logs. Records our own I/O threads emit are never shipped.
+        # flusher thread that logs. Records the flusher logs itself are never shipped.
         if _get_ident() in _SENDERS:
-            return self.shipper._suppress()
+            return self.shipper.suppress()
         if self.filters:
             rv = self.filter(record)
             if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
@@ -309,12 +310,13 @@ class IngestHandler(logging.Handler):
                             self._put_event(record)
                             return
                         event[key] = value
-                shipper = self.shipper
-                q = shipper._queue
-                if len(q) < shipper._fast_len and size <= _FAST_ITEM:
+                # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
+                ledger = self._ledger
+                q = ledger.queue
+                if len(q) < ledger.fast_len and size <= _FAST_ITEM:
                     q.append((event, size, RECORD))
                 else:
-                    shipper._put_locked((event, size, RECORD), size)
+                    ledger.put((event, size, RECORD), size)
             else:
                 self._put_event(record)
         except Exception:
@@ -323,7 +325,7 @@ class IngestHandler(logging.Handler):
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self.shipper._put((event, size), size)
+            self._ledger.offer((event, size), size)
         except Exception:
             self.handleError(record)
 

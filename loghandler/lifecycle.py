@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .output import print_line
+from .reporter import print_exit_summary
 
 if TYPE_CHECKING:
     from .shipper import Shipper
@@ -37,7 +37,7 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """
-    shippers = [s for s in list(_live) if not s._closed]
+    shippers = [s for s in list(_live) if not s.closed]
     if not shippers:
         return
     now = time.monotonic()
@@ -45,38 +45,11 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
         timeout = max(s.options.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
-        s._exit_summary = report
-        s._begin_close(min(deadline, now + s.options.shutdown_timeout))
+        s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report)
     for s in shippers:
-        s._wait_closed()
+        s.wait_closed()
     if report:
-        _report_undelivered(shippers)
-
-
-def _report_undelivered(shippers: list[Shipper]) -> None:
-    parts = []
-    for s in shippers:
-        st = s.stats()
-        lost = st.dropped + st.failed + st.queued
-        if lost or st.spooled:
-            bits = []
-            if st.dropped:
-                reasons = [f"{n} {r}" for r, n in (
-                    ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
-                    ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
-                    ("invalid", st.dropped_invalid)) if n]
-                bits.append(f"{st.dropped} dropped ({', '.join(reasons)})")
-            if st.failed:
-                bits.append(f"{st.failed} failed")
-            if st.queued:
-                bits.append(f"{st.queued} still queued")
-            if st.spooled:
-                bits.append(f"{st.spooled} spooled to {s.options.spool_dir} for later delivery")
-            cause = f" ({s._exit_cause})" if s._exit_cause else ""
-            parts.append(f"dataset {s.dataset!r}: {st.delivered} of {st.submitted} delivered, "
-                         + ", ".join(bits) + cause)
-    if parts:
-        print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
+        print_exit_summary([part for s in shippers if (part := s.exit_summary())])
 
 
 def _at_exit() -> None:
@@ -92,7 +65,7 @@ def _after_fork_in_child() -> None:
     _SENDERS.clear()
     for s in list(_live):
         try:
-            s._after_fork_in_child()
+            s.after_fork_in_child()
         except Exception:
             pass
 

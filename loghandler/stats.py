@@ -35,12 +35,13 @@ class Stats:
     failed_not_found: int = 0
     failed_client_error: int = 0
     failed_retries_exhausted: int = 0
+    failed_by_service: int = 0  # turned down inside a 2xx answer (the ingest status's "failed")
     # spool
     replayed: int = 0  # events delivered from the spool (not part of the invariant above)
     replay_rejected: int = 0  # events from the spool the service refused for good
     spool_dropped: int = 0  # spooled events deleted to keep the spool under max_spool_bytes
     spool_corrupt: int = 0  # spool files found damaged and moved aside
-    # records our own I/O threads emitted and that were deliberately not shipped
+    # records the flusher thread (or a thread sending at exit) logged, deliberately not shipped
     suppressed: int = 0
 
 
