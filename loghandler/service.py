@@ -19,8 +19,12 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import apl
+from .apl import format_time, parse_time
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -51,6 +55,15 @@ VIEW_FIELDS: dict[str, type] = {
 _VIEW_DEFAULTS: dict[str, Any] = {name: [] if kind is list else "" for name, kind in
                                   VIEW_FIELDS.items()}
 
+# A query that runs longer than this is stopped (and answered 400).
+QUERY_TIMEOUT = 10.0
+_QUERY_PATH = "/v1/datasets/_apl"
+# The web page: plain files shipped in the package, served without a token (the page then
+# reads everything through the authenticated API, with the token from the URL fragment).
+_STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/index.html": ("index.html", "text/html; charset=utf-8"),
+           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+           "/style.css": ("style.css", "text/css; charset=utf-8")}
 _INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
 _VIEW = re.compile(r"^/v2/views/([^/]+)$")
 
@@ -115,8 +128,10 @@ def _reject_constant(name: str) -> Any:
 class Store:
     """Events and views in SQLite: one connection shared by the handler threads, under a lock.
 
-    Each accepted ingest body is stored as one row (the validated JSON array), so an ingest is
-    one insert whatever its size; ``events()`` expands the rows in arrival order.
+    One row per event: its dataset, its ``_time`` as an integer (epoch microseconds), its
+    ``_sysTime`` (when it arrived) and the event's JSON as ingested; the row's ``seq`` is the
+    ``_rowId``. The index on (dataset, time, seq) keeps queries over a time range or the newest
+    events fast however many are stored; a batch is one ``executemany`` in one transaction.
     """
 
     def __init__(self, path: str | None = None) -> None:
@@ -130,58 +145,96 @@ class Store:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript("""
-                CREATE TABLE IF NOT EXISTS batches (
+                CREATE TABLE IF NOT EXISTS events (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    dataset TEXT NOT NULL, count INTEGER NOT NULL, body BLOB NOT NULL);
-                CREATE INDEX IF NOT EXISTS batches_dataset ON batches (dataset, seq);
+                    dataset TEXT NOT NULL, time INTEGER NOT NULL, sys TEXT NOT NULL,
+                    body TEXT NOT NULL);
+                CREATE INDEX IF NOT EXISTS events_time ON events (dataset, time, seq);
                 CREATE TABLE IF NOT EXISTS views (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
                     id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
             """)
+            self._migrate_batches_locked()
+            # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
+            # big dataset is a scan. Ordered by first arrival, as datasets() promises.
+            self._counts: dict[str, int] = {
+                name: int(n) for name, n in self._db.execute(
+                    "SELECT dataset, COUNT(*) FROM events GROUP BY dataset ORDER BY MIN(seq)")}
+
+    def _migrate_batches_locked(self) -> None:
+        # A --db file written by an earlier version kept one row per ingest body.
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                "AND name = 'batches'").fetchone():
+            return
+        self._db.execute("BEGIN")
+        for dataset, body in self._db.execute(
+                "SELECT dataset, body FROM batches ORDER BY seq").fetchall():
+            self._insert_locked(dataset, json.loads(body))
+        self._db.execute("DROP TABLE batches")
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection; hold ``lock`` while using it (the query engine reads through it)."""
+        return self._db
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock
+
     # ------------------------------------------------------------------ events
 
-    def add_events(self, dataset: str, body: bytes, count: int) -> None:
+    def add_events(self, dataset: str, events: list[dict[str, Any]]) -> None:
+        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here."""
+        if not events:
+            return
         with self._lock:
-            self._db.execute("INSERT INTO batches (dataset, count, body) VALUES (?, ?, ?)",
-                             (dataset, count, body))
+            self._db.execute("BEGIN")
+            try:
+                self._insert_locked(dataset, events)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            self._counts[dataset] = self._counts.get(dataset, 0) + len(events)
             self._changed.notify_all()
+
+    def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
+        now_us = time.time_ns() // 1000
+        sys_time = format_time(now_us)
+        dumps = json.dumps
+        rows = []
+        for event in events:
+            t = parse_time(event.get("_time"))
+            rows.append((dataset, now_us if t is None else t, sys_time,
+                         dumps(event, separators=(",", ":"))))
+        self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
+                             rows)
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT body FROM batches WHERE dataset = ? ORDER BY seq", (dataset,)
+                "SELECT body FROM events WHERE dataset = ? ORDER BY seq", (dataset,)
             ).fetchall()
-        out: list[dict[str, Any]] = []
-        for (body,) in rows:
-            out.extend(json.loads(body))
-        return out
+        return [json.loads(body) for (body,) in rows]
 
     def count(self, dataset: str) -> int:
         with self._lock:
-            return self._count_locked(dataset)
-
-    def _count_locked(self, dataset: str) -> int:
-        row = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM batches WHERE dataset = ?",
-                               (dataset,)).fetchone()
-        return int(row[0])
+            return self._counts.get(dataset, 0)
 
     def datasets(self) -> dict[str, int]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT dataset, SUM(count) FROM batches GROUP BY dataset ORDER BY MIN(seq)"
-            ).fetchall()
-        return {name: int(n) for name, n in rows}
+            return dict(self._counts)
 
     def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
         """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._count_locked(dataset) < count:
+            while self._counts.get(dataset, 0) < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -190,7 +243,40 @@ class Store:
 
     def clear_events(self) -> None:
         with self._lock:
-            self._db.execute("DELETE FROM batches")
+            self._db.execute("DELETE FROM events")
+            self._counts.clear()
+
+    def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
+              timeout: float = QUERY_TIMEOUT) -> dict[str, Any]:
+        """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
+
+        ``HttpError(400)`` names what is outside the subset; a query is stopped after
+        ``timeout`` seconds, so one query cannot hold the store (and ingest) for long.
+        """
+        now_us = time.time_ns() // 1000
+        try:
+            start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
+            end_us = None if end in (None, "") else apl.parse_relative_time(end, now_us)
+            compiled = apl.compile_query(text, start_us=start_us, end_us=end_us, now_us=now_us)
+        except apl.AplError as exc:
+            raise HttpError(400, str(exc)) from None
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+            try:
+                result = apl.run(self._db, compiled)
+            except sqlite3.OperationalError as exc:
+                if "interrupt" in str(exc):
+                    raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
+                                         f"with a time range or a where") from None
+                raise HttpError(400, f"the query cannot run: {exc}") from None
+            finally:
+                self._db.set_progress_handler(None, 0)
+            examined = self._counts.get(compiled.dataset, 0)
+        start_s = apl.format_time(start_us if start_us is not None else 0)
+        end_s = apl.format_time(end_us if end_us is not None else now_us)
+        build = apl.tabular_answer if fmt == "tabular" else apl.legacy_answer
+        return build(result, examined, start_s, end_s)
 
     # ------------------------------------------------------------------ views
 
@@ -393,12 +479,25 @@ class _Handler(BaseHTTPRequestHandler):
         answer: Any
         try:
             length = self._content_length(method)
+            if method == "GET" and path in _STATIC:
+                self._discard(length)
+                self._send_static(*_STATIC[path])
+                return
             if not self.server.token_ok(self.headers.get("Authorization")):
                 self._discard(length)
                 raise HttpError(403, "authentication failed: send Authorization: Bearer <token> "
                                      "with a token this service accepts")
             m = _INGEST.match(path)
-            if m:
+            if path == _QUERY_PATH:
+                self._allow(method, "POST", length)
+                status, answer = 200, self._query(length)
+            elif path == "/v1/datasets":
+                self._allow(method, "GET", length)
+                self._discard(length)
+                status, answer = 200, [{"name": name, "description": "", "who": "",
+                                        "created": ""}
+                                       for name in self.server.store.datasets()]
+            elif m:
                 dataset = unquote(m.group(1))
                 self._allow(method, "POST", length)
                 count, answer = self._ingest(dataset, length)
@@ -499,9 +598,19 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(400, f"the body must be a JSON array of objects: element {i} "
                                      f"is {_kind(event)}")
         if events:
-            self.server.store.add_events(dataset, body, len(events))
+            self.server.store.add_events(dataset, events)
         return len(events), {"ingested": len(events), "failed": 0, "failures": [],
                              "processedBytes": len(body)}
+
+    def _query(self, length: int | None) -> dict[str, Any]:
+        data = self._parse_json(self._read_body(length))
+        if not isinstance(data, dict) or not isinstance(data.get("apl"), str):
+            raise HttpError(400, 'the body must be a JSON object with "apl": the query text')
+        fmt = (parse_qs(urlsplit(self.path).query).get("format") or ["legacy"])[0]
+        if fmt not in ("legacy", "tabular"):
+            raise HttpError(400, f"unsupported format {fmt!r}; use legacy or tabular")
+        return self.server.store.query(data["apl"], data.get("startTime"),
+                                       data.get("endTime"), fmt)
 
     def _put_view(self, view_id: str, length: int | None) -> dict[str, Any]:
         data = self._parse_json(self._read_body(length))
@@ -512,6 +621,19 @@ class _Handler(BaseHTTPRequestHandler):
         return stored
 
     # ------------------------------------------------------------------ response
+
+    def _send_static(self, name: str, content_type: str) -> None:
+        body = (resources.files("loghandler") / "web" / name).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache")
+        # Everything the page needs comes from this service: no external asset can load.
+        self.send_header("Content-Security-Policy",
+                         "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.end_headers()
+        self.wfile.write(body)
 
     def _send_json(self, status: int, payload: Any) -> None:
         body = json.dumps(payload).encode()
