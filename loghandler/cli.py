@@ -119,7 +119,30 @@ def build_parser() -> argparse.ArgumentParser:
     vup.add_argument("--from-json", metavar="FILE",
                      help="view fields as the service's JSON object (- for stdin); flags win")
     vup.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_query_commands(sub, conn)
     return parser
+
+
+def _add_query_commands(sub: Any, conn: _Parser) -> None:
+    query = sub.add_parser("query", parents=[conn], help="run an APL query and print its rows",
+                           description="Run an APL query (POST /v1/datasets/_apl) and print "
+                                       "the rows as a table, or one JSON object per line.")
+    query.add_argument("apl", metavar="APL", help="the query, as in \"['app'] | where level "
+                                                   "== 'error' | take 20\"")
+    query.add_argument("--since", metavar="SPAN",
+                       help="only events of the last SPAN (30s, 5m, 1h, 2d)")
+    query.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail = sub.add_parser("tail", parents=[conn], help="show the newest events of a dataset",
+                          description="Show the newest events of DATASET, oldest first, one "
+                                      "per line; with -f keep following new ones (Ctrl+C "
+                                      "stops).")
+    tail.add_argument("dataset", metavar="DATASET")
+    tail.add_argument("-n", "--lines", type=int, default=20, metavar="N",
+                      help="how many of the newest events to show first (default 20)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep following new events")
+    tail.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                      help="with -f: seconds between polls (default 1)")
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -158,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.views_command == "update":
                 return cmd_views_update(args)
             parser.error("views needs an action: list or update")
+        if args.command == "query":
+            return cmd_query(args)
+        if args.command == "tail":
+            return cmd_tail(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (UsageError, ConfigurationError) as exc:
@@ -253,6 +280,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}")
         else:
             _out(f"  export LOGHANDLER_URL={url}  (token: the one you passed)")
+        # The token rides in the fragment, which the browser never sends to the server.
+        _out(f"web page: {url}/#token={token if generated else '<your token>'}")
         while not stop.wait(0.5):
             pass
     finally:
@@ -599,6 +628,181 @@ def _print_view(view: Any) -> None:
                          ("shared by org", view.shared_by_org),
                          ("shared by org name", view.shared_by_org_name)):
         _out(f"  {label + ':':<20}{value}")
+
+
+# --------------------------------------------------------------------------- query, tail
+
+_SPAN = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SYSTEM_FIELDS = ("_time", "_sysTime", "_rowId")
+_LEVEL_COLOURS = {"debug": "\x1b[2m", "info": "\x1b[32m", "warning": "\x1b[33m",
+                  "warn": "\x1b[33m", "error": "\x1b[31m", "critical": "\x1b[1;31m",
+                  "fatal": "\x1b[1;31m"}
+
+
+def parse_span(text: str) -> float:
+    """``30s``, ``5m``, ``1h``, ``2d``, ``500ms`` as seconds; UsageError otherwise."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", text or "")
+    if not m:
+        raise UsageError(f"{text!r} is not a time span: use a number and a unit, as in 30s, "
+                         "5m, 1h or 2d")
+    return float(m.group(1)) * _SPAN[m.group(2)]
+
+
+def _since(seconds: float) -> str:
+    import datetime as dt
+
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    return start.isoformat().replace("+00:00", "Z")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    start = _since(parse_span(args.since)) if args.since else None
+    with _client(args) as client:
+        rows = client.query(args.apl, start=start)
+    if args.json:
+        for row in rows:
+            _out(json.dumps(row, ensure_ascii=False))
+        return EXIT_OK
+    if not rows:
+        _out("no rows")
+        return EXIT_OK
+    columns: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            columns.setdefault(key)
+    names = list(columns)
+    table = [names] + [[_cell("" if r.get(k) is None else _text(r.get(k)), 48) for k in names]
+                       for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(names))]
+    for line in table:
+        _out("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    _out(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return EXIT_OK
+
+
+def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
+    """One line for ``tail``: time, level, message, then the other fields as key=value."""
+    level = str(event.get("level", "") or "")
+    message = event.get("message", event.get("msg", ""))
+    rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
+                    if k not in _SYSTEM_FIELDS and k not in ("level", "message", "msg"))
+    shown = f"{level.upper():<8}"
+    if colour and level.lower() in _LEVEL_COLOURS:
+        shown = f"{_LEVEL_COLOURS[level.lower()]}{shown}\x1b[0m"
+    line = f"{event.get('_time', '')}  {shown} {' '.join(_text(message).split())}"
+    return f"{line}  {rest}" if rest else line
+
+
+def _apl_name(dataset: str) -> str:
+    return "['" + dataset.replace("\\", "\\\\").replace("'", "\\'") + "']"
+
+
+class _Follower:
+    """New events of a dataset, by ``_time`` then ``_rowId``: none twice, none skipped.
+
+    Each poll asks for the events at or after the newest time seen; the ones at exactly that
+    time that were already shown are recognised by their row id (or, from a service that
+    sends none, by their content).
+    """
+
+    PAGE = 1000
+
+    def __init__(self, client: Any, dataset: str) -> None:
+        from .apl import parse_time
+
+        self._client = client
+        self._source = _apl_name(dataset)
+        self._parse_time = parse_time
+        self._last: int | None = None  # the newest _time shown, epoch microseconds
+        self._at_last: set[str] = set()  # keys of the events shown at that time
+
+    @staticmethod
+    def _key(event: dict[str, Any]) -> str:
+        row_id = event.get("_rowId")
+        return row_id if isinstance(row_id, str) and row_id else json.dumps(event,
+                                                                            sort_keys=True)
+
+    def _remember(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            t = self._parse_time(event.get("_time"))
+            if t is None:
+                continue
+            if self._last is None or t > self._last:
+                self._last, self._at_last = t, {self._key(event)}
+            elif t == self._last:
+                self._at_last.add(self._key(event))
+
+    def newest(self, n: int) -> list[dict[str, Any]]:
+        rows = self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
+                                  f"| take {max(0, n)}") if n > 0 else []
+        if n <= 0 or not rows:
+            # Start following from the newest event (or now): only what arrives from here on.
+            newest = self._client.query(f"{self._source} | sort by _time desc | take 1")
+            self._remember(newest)
+            if self._last is None:
+                self._last = self._parse_time(_since(0))
+                if self._last is not None:
+                    self._last -= 1  # an event stamped exactly now still comes
+            return []
+        rows.reverse()
+        self._remember(rows)
+        return rows
+
+    def poll(self) -> list[dict[str, Any]]:
+        from .apl import format_time
+
+        out: list[dict[str, Any]] = []
+        page = self.PAGE
+        while True:
+            where = "" if self._last is None else (
+                f" | where _time >= datetime('{format_time(self._last)}')")
+            rows = self._client.query(f"{self._source}{where} | sort by _time asc, _rowId asc "
+                                      f"| take {page}")
+            fresh = [r for r in rows if not (self._parse_time(r.get("_time")) == self._last
+                                             and self._key(r) in self._at_last)]
+            self._remember(fresh)
+            out.extend(fresh)
+            if len(rows) < page:
+                return out
+            if not fresh:
+                page *= 2  # a page full of one instant already shown: look further
+                if page > 64 * self.PAGE:
+                    return out
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    if args.lines < 0:
+        raise UsageError("-n must be 0 or more")
+    if not args.interval > 0:
+        raise UsageError("--interval must be a positive number of seconds")
+    colour = (not args.json and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+
+    def show(events: list[dict[str, Any]]) -> None:
+        for event in events:
+            _out(json.dumps(event, ensure_ascii=False) if args.json
+                 else format_event_line(event, colour))
+
+    import time
+
+    with _client(args) as client:
+        follower = _Follower(client, args.dataset)
+        show(follower.newest(args.lines))
+        if not args.follow:
+            return EXIT_OK
+        try:
+            while True:
+                time.sleep(args.interval)
+                show(follower.poll())
+        except KeyboardInterrupt:
+            return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover
