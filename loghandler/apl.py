@@ -518,9 +518,18 @@ class _Parser:
             return e
         if self.at("op", "["):
             self.next()
-            name = self.expect("string", what="a field name in quotes, as in ['a.b']").value
+            name = str(self.expect("string", what="a field name in quotes, as in ['a.b']").value)
             self.expect("op", "]")
-            return Field(str(name))
+            while True:  # ['ctx'].code, ['ctx']['code']
+                if self.at("op", ".") and self.peek(1).kind == "ident":
+                    self.next()
+                    name += "." + self.next().value
+                elif self.at("op", "[") and self.at("string", None, 1):
+                    self.next()
+                    name += "." + str(self.next().value)
+                    self.expect("op", "]")
+                else:
+                    return Field(name)
         if tok.kind == "ident":
             word = tok.value
             low = word.lower()

@@ -744,13 +744,9 @@ class _Follower:
         rows = self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
                                   f"| take {max(0, n)}") if n > 0 else []
         if n <= 0 or not rows:
-            # Start following from the newest event (or now): only what arrives from here on.
-            newest = self._client.query(f"{self._source} | sort by _time desc | take 1")
-            self._remember(newest)
-            if self._last is None:
-                self._last = self._parse_time(_since(0))
-                if self._last is not None:
-                    self._last -= 1  # an event stamped exactly now still comes
+            # Follow from the newest event; in an empty dataset, whatever arrives.
+            self._remember(self._client.query(f"{self._source} | sort by _time desc, "
+                                              f"_rowId desc | take 1"))
             return []
         rows.reverse()
         self._remember(rows)

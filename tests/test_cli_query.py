@@ -1,0 +1,198 @@
+"""``loghandler query`` and ``loghandler tail [-f]``, in subprocesses against the local service."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from loghandler.cli import _Follower, format_event_line, parse_span
+from loghandler.testing import LocalService
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "TOPSECRET-query-cli-0a1b2c"
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+NOW = datetime.now(timezone.utc)
+EVENTS = [
+    {"_time": iso(NOW - timedelta(hours=3)), "level": "info", "message": "old news", "n": 0},
+    {"_time": iso(NOW - timedelta(minutes=3)), "level": "warning", "message": "disk 91%",
+     "n": 1, "host": "a"},
+    {"_time": iso(NOW - timedelta(minutes=2)), "level": "error", "message": "payment\nfailed",
+     "n": 2, "order": {"id": 7}},
+    {"_time": iso(NOW - timedelta(minutes=1)), "level": "info", "message": "ok", "n": 3},
+]
+
+
+@pytest.fixture
+def svc() -> Iterator[LocalService]:
+    with LocalService(token=TOKEN) as service:
+        service.client().ingest("app", EVENTS)
+        yield service
+
+
+def env_for(svc: LocalService) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
+    return env
+
+
+def run(svc: LocalService, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "loghandler", *args], capture_output=True,
+                          text=True, env=env_for(svc), timeout=60)
+    assert TOKEN not in proc.stdout and TOKEN not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+class TestQuery:
+    def test_table(self, svc: LocalService) -> None:
+        """Rows print as an aligned table with a header and a row count."""
+        proc = run(svc, "query", "['app'] | where n >= 1 | sort by n asc | project n, level")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0].split() == ["n", "level"]
+        assert [line.split() for line in lines[1:4]] == [["1", "warning"], ["2", "error"],
+                                                         ["3", "info"]]
+        assert lines[-1] == "(3 rows)"
+
+    def test_json_lines(self, svc: LocalService) -> None:
+        """--json prints one JSON object per row."""
+        proc = run(svc, "query", "['app'] | where n == 2", "--json")
+        assert proc.returncode == 0, proc.stderr
+        [row] = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert row["order"] == {"id": 7} and row["message"] == "payment\nfailed"
+        assert {"_time", "_sysTime", "_rowId"} <= set(row)
+
+    def test_since(self, svc: LocalService) -> None:
+        """--since 1h leaves out the event of three hours ago."""
+        proc = run(svc, "query", "['app'] | count", "--since", "1h", "--json")
+        assert json.loads(proc.stdout) == {"count": 3}
+
+    def test_unsupported_query_is_one_line_exit_1(self, svc: LocalService) -> None:
+        """A query outside the subset: exit 1 and the service's explanation."""
+        proc = run(svc, "query", "['app'] | extend x = 1")
+        assert proc.returncode == 1
+        assert "unsupported operator 'extend'" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+    def test_bad_since_is_a_usage_error(self, svc: LocalService) -> None:
+        proc = run(svc, "query", "['app']", "--since", "yesterday")
+        assert proc.returncode == 2 and "time span" in proc.stderr
+
+    def test_no_rows(self, svc: LocalService) -> None:
+        proc = run(svc, "query", "['app'] | where n > 100")
+        assert proc.returncode == 0 and proc.stdout.strip() == "no rows"
+
+
+class TestTail:
+    def test_newest_oldest_first(self, svc: LocalService) -> None:
+        """tail -n 2 shows the two newest events, oldest first: time, level, message, fields."""
+        proc = run(svc, "tail", "app", "-n", "2")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert len(lines) == 2
+        assert lines[0].startswith(EVENTS[2]["_time"])
+        assert "ERROR" in lines[0] and "payment failed" in lines[0]
+        assert 'order={"id":7}' in lines[0] and "n=2" in lines[0]
+        assert "_rowId" not in lines[0]
+        assert lines[1].split()[1:3] == ["INFO", "ok"]
+
+    def test_json(self, svc: LocalService) -> None:
+        proc = run(svc, "tail", "app", "--json")
+        rows = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert [r["n"] for r in rows] == [0, 1, 2, 3]
+
+    def test_empty_dataset(self, svc: LocalService) -> None:
+        proc = run(svc, "tail", "nothing-here")
+        assert proc.returncode == 0 and proc.stdout == ""
+
+    def test_follow_sees_new_events_once_and_stops_cleanly_on_ctrl_c(
+            self, svc: LocalService) -> None:
+        """tail -f prints events ingested while it runs, each once, then exits 0 on SIGINT."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loghandler", "tail", "app", "-f", "-n", "1", "--json",
+             "--interval", "0.1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(svc))
+        lines: queue.Queue[str] = queue.Queue()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            def take(n: int) -> list[dict[str, Any]]:
+                return [json.loads(lines.get(timeout=15)) for _ in range(n)]
+
+            assert [r["n"] for r in take(1)] == [3]
+            client = svc.client()
+            last = EVENTS[-1]["_time"]
+            # Same _time as the one shown, older and newer: all new rows, none seen before.
+            client.ingest("app", [{"_time": last, "n": 4}, {"_time": iso(NOW), "n": 5}])
+            got = take(2)
+            client.ingest("app", [{"_time": iso(NOW + timedelta(seconds=1)), "n": 6 + i}
+                                  for i in range(30)])
+            got += take(30)
+            assert sorted(r["n"] for r in got) == list(range(4, 36))
+            ids = [r["_rowId"] for r in got]
+            assert len(set(ids)) == len(ids)
+            # Nothing more arrives: no duplicates come later either.
+            client.ingest("app", [{"_time": iso(NOW + timedelta(seconds=2)), "n": 99}])
+            assert take(1)[0]["n"] == 99
+            assert lines.empty()
+            client.close()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and TOKEN not in err
+
+
+class TestFollower:
+    def test_more_than_a_page_at_one_instant(self, svc: LocalService) -> None:
+        """Over a page of events at the very same _time: all shown, once, no endless loop."""
+        svc.clear()
+        t = iso(NOW)
+        client = svc.client()
+        follower = _Follower(client, "burst")
+        follower.PAGE = 5
+        assert follower.newest(0) == []
+        client.ingest("burst", [{"_time": t, "n": i} for i in range(12)])
+        got = follower.poll()
+        assert sorted(r["n"] for r in got) == list(range(12))
+        assert follower.poll() == []
+        client.close()
+
+
+def test_parse_span() -> None:
+    assert parse_span("90s") == 90 and parse_span("1.5h") == 5400 and parse_span("2d") == 172800
+    with pytest.raises(Exception, match="time span"):
+        parse_span("1w")
+
+
+def test_format_event_line() -> None:
+    """time, level, message on one line; other fields key=value; colour only when asked."""
+    event = {"_time": "T", "_rowId": "1", "level": "error", "message": "a\nb", "k": [1]}
+    assert format_event_line(event) == "T  ERROR    a b  k=[1]"
+    assert "\x1b[31m" in format_event_line(event, colour=True)
