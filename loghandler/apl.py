@@ -171,12 +171,18 @@ def tokenize(text: str) -> list[Token]:
                     break
                 if ch == "\\" and j + 1 < n:
                     esc = text[j + 1]
+                    if esc == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2:j + 6]):
+                        buf.append(chr(int(text[j + 2:j + 6], 16)))
+                        j += 6
+                        continue
                     buf.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0"}.get(esc, esc))
                     j += 2
                     continue
                 buf.append(ch)
                 j += 1
-            out.append(Token("string", "".join(buf), i))
+            # \ud83c\udf89: a surrogate pair, as JSON writes characters beyond the BMP.
+            value = "".join(buf).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            out.append(Token("string", value, i))
             i = j + 1
             continue
         if c.isdigit():
@@ -677,8 +683,8 @@ class _Compiler:
         if left.kind == "time" or right.kind == "time":
             left, right = self.as_time(left), self.as_time(right)
         if op == "==":
-            return _Sql(self.prefilter(left, right, "==") + f"({left.sql} = {right.sql})",
-                        "bool")
+            return _Sql(_guard(self.prefilter(left, right, "=="),
+                               f"({left.sql} = {right.sql})"), "bool")
         if op == "!=":
             return _Sql(f"({left.sql} IS NOT {right.sql})", "bool")
         if op in ("<", "<=", ">", ">="):
@@ -693,18 +699,18 @@ class _Compiler:
             sql = f"coalesce({a} = {b}, 0)"
             neg = op == "!~"
         elif name == "contains":
-            sql = f"coalesce({pre}instr({a}, {b}) > 0, 0)"
+            sql = _guard(pre, f"coalesce(instr({a}, {b}) > 0, 0)")
         elif name == "startswith":
-            sql = f"coalesce({pre}substr({a}, 1, length({b})) = {b}, 0)"
+            sql = _guard(pre, f"coalesce(substr({a}, 1, length({b})) = {b}, 0)")
         elif name == "endswith":
-            sql = (f"coalesce({pre}length({a}) >= length({b}) AND "
-                   f"substr({a}, length({a}) - length({b}) + 1) = {b}, 0)")
+            sql = _guard(pre, f"coalesce(length({a}) >= length({b}) AND "
+                              f"substr({a}, length({a}) - length({b}) + 1) = {b}, 0)")
         else:
             raise AplError(f"unsupported operator '{op}'")
         return _Sql(f"(NOT {sql})" if neg else sql, "bool")
 
     def prefilter(self, left: _Sql, right: _Sql, op: str) -> str:
-        """A cheap necessary condition on the raw JSON text, ANDed before the exact test.
+        """A cheap necessary condition on the raw JSON text, tested before the exact one.
 
         Parsing each event's JSON is most of a filtered scan's cost; a text search over the
         stored body rules most rows out first. Only valid while ``body`` is the stored JSON
@@ -717,14 +723,14 @@ class _Compiler:
         if not right.is_const or not isinstance(value, str) or not value:
             return ""
         if op == "==":
-            return f"instr(body, {_q(json.dumps(value))}) > 0 AND "
+            return f"instr(body, {_q(json.dumps(value))}) > 0"
         if not all(" " <= ch <= "~" and ch not in "\"\\" for ch in value):
             return ""  # escaped in the JSON text: the raw literal would not be found there
         if op.endswith("_cs"):
-            return f"instr(body, {_q(value)}) > 0 AND "
+            return f"instr(body, {_q(value)}) > 0"
         like = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         # LIKE ignores ASCII case, as lower() does: the same rows pass.
-        return f"body LIKE {_q('%' + like + '%')} ESCAPE '\\' AND "
+        return f"body LIKE {_q('%' + like + '%')} ESCAPE '\\'"
 
     def arith(self, op: str, left: _Sql, right: _Sql, pos: int) -> _Sql:
         kinds = (left.kind, right.kind)
@@ -819,6 +825,12 @@ class _Compiler:
         if x.kind == "time" and name in ("min", "max"):
             return _fmt_sql(f"{name}({x.sql})")
         return f"{name}({x.sql})"
+
+
+def _guard(pre: str, exact: str) -> str:
+    # CASE, not AND: inside an expression SQLite evaluates both sides of an AND, and the
+    # point of the cheap test is that the exact one (a JSON parse) mostly does not run.
+    return f"(CASE WHEN {pre} THEN {exact} ELSE 0 END)" if pre else exact
 
 
 def _path_flat(name: str) -> str:

@@ -414,3 +414,51 @@ def test_the_filter_runs_in_sql() -> None:
     # The text pre-filter only applies to the stored JSON, not to a projected body.
     projected = apl.compile_query("['a'] | project level | where level == 'error'").sql
     assert projected.count("instr(body") == 0
+
+
+TRICKY = ["50% off", "a_b", "ab", 'say "hi"', "naïve café", "back\\slash", "tab\there",
+          "x" * 3, "", "under_score%", "line\nbreak", "emoji 🎉 party", "A_B"]
+NEEDLES = ["%", "_", "50%", "a_b", '"hi"', "café", "\\", "\t", "xx", "", "🎉", "A_B", "B",
+           "line\nb", "naïve", "nomatch"]
+
+
+def test_text_operators_agree_with_python_on_awkward_strings() -> None:
+    """LIKE wildcards, quotes, backslashes, control and non-ASCII characters: the SQL (with
+    its text pre-filter on the stored JSON) gives the rows plain Python string tests give."""
+    with LocalService(token=TOKEN) as service, service.client() as client:
+        client.ingest("t", [{"i": i, "s": s} for i, s in enumerate(TRICKY)])
+
+        def matching(op: str, needle: str) -> list[int]:
+            literal = json.dumps(needle)  # a double-quoted APL string with JSON escapes
+            rows = client.query(f"['t'] | where s {op} {literal} | sort by i asc | project i")
+            return [r["i"] for r in rows]
+
+        for needle in NEEDLES:
+            low = needle.lower()
+            expect = {
+                "contains": [i for i, s in enumerate(TRICKY) if low in s.lower()],
+                "contains_cs": [i for i, s in enumerate(TRICKY) if needle in s],
+                "startswith": [i for i, s in enumerate(TRICKY) if s.lower().startswith(low)],
+                "endswith_cs": [i for i, s in enumerate(TRICKY) if s.endswith(needle)],
+                "==": [i for i, s in enumerate(TRICKY) if s == needle],
+                "!contains": [i for i, s in enumerate(TRICKY) if low not in s.lower()],
+            }
+            for op, expected in expect.items():
+                assert matching(op, needle) == expected, (op, needle)
+
+
+def test_the_query_benchmark_runs() -> None:
+    """A tiny run of ``python -m benchmarks.local_query``: every query answers its rows."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.local_query", "--events", "3000",
+                           "--repeat", "1"], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = {line[:36].strip(): line[36:].split() for line in proc.stdout.splitlines()[2:]}
+    assert lines["tail of 100"][0] == "100"
+    assert lines["filtered count (level == error)"][0] == "1"
+    assert lines["count by level (all events)"][0] == "4"
+    assert "stored 3,000 events" in proc.stdout
