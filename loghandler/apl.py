@@ -181,8 +181,8 @@ def tokenize(text: str) -> list[Token]:
                 buf.append(ch)
                 j += 1
             # \ud83c\udf89: a surrogate pair, as JSON writes characters beyond the BMP.
-            value = "".join(buf).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-            out.append(Token("string", value, i))
+            joined = "".join(buf).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            out.append(Token("string", joined, i))
             i = j + 1
             continue
         if c.isdigit():
