@@ -235,6 +235,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print_lock = threading.Lock()
 
     def log_request(rec: Any) -> None:
+        if rec.status < 400 and rec.path in ("/v1/datasets/_apl", "/v1/datasets"):
+            return  # the web page reads several times a second: only failed reads are news
         where = f" dataset={rec.dataset}" if rec.dataset is not None else ""
         events = f" events={rec.events}" if rec.dataset is not None else ""
         why = f" ({rec.error})" if rec.error else ""

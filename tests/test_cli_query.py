@@ -196,3 +196,37 @@ def test_format_event_line() -> None:
     event = {"_time": "T", "_rowId": "1", "level": "error", "message": "a\nb", "k": [1]}
     assert format_event_line(event) == "T  ERROR    a b  k=[1]"
     assert "\x1b[31m" in format_event_line(event, colour=True)
+
+
+def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
+    """serve prints the page's URL (never a token it was given); successful queries, which
+    the page makes several times a second, are not logged; failed ones and ingests are."""
+    import re
+
+    from loghandler.client import Client
+    from loghandler.errors import ApiError
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                             "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        head = [proc.stdout.readline() for _ in range(3)]
+        url = re.search(r"listening on (http://\S+)", head[0])
+        assert url is not None
+        assert head[2].strip() == f"web page: {url.group(1)}/#token=<your token>"
+        with Client(TOKEN, url=url.group(1)) as client:
+            client.ingest("app", [{"n": 1}])
+            assert client.query("['app'] | count") == [{"count": 1}]
+            with pytest.raises(ApiError):
+                client.query("['app'] | extend x = 1")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "POST /v1/datasets/app/ingest dataset=app events=1 -> 200" in out
+    assert "POST /v1/datasets/_apl -> 400 (unsupported operator 'extend'" in out
+    assert "_apl -> 200" not in out
+    assert TOKEN not in out + err

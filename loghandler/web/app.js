@@ -8,6 +8,7 @@ const EVENTS_LIMIT = 200;
 const EVENTS_EVERY_MS = 1500;
 const SIDEBAR_EVERY_MS = 3000;
 const HISTOGRAM_EVERY_MS = 5000;
+const VIEWS_EVERY_MS = 15000;
 const LEVELS = ["debug", "info", "warning", "error", "critical"];
 const LEVEL_COLOURS = { debug: "#8b95a5", info: "#2f9e44", warning: "#e8a317",
   error: "#e03131", critical: "#9c36b5", other: "#4c6ef5" };
@@ -141,9 +142,11 @@ async function refreshViews() {
 }
 
 async function refreshSidebar() {
-  try {
-    await Promise.all([refreshDatasets(), refreshViews()]);
-  } catch (err) { handleError(err); }
+  try { await refreshDatasets(); } catch (err) { handleError(err); }
+}
+
+async function refreshViewList() {
+  try { await refreshViews(); } catch (err) { handleError(err); }
 }
 
 // ------------------------------------------------------------------ events
@@ -378,7 +381,9 @@ function start() {
   $("login").hidden = true;
   $("app").hidden = false;
   refreshSidebar();
+  refreshViewList();
   state.timers.push(setInterval(refreshSidebar, SIDEBAR_EVERY_MS));
+  state.timers.push(setInterval(refreshViewList, VIEWS_EVERY_MS));
   state.timers.push(setInterval(() => { if ($("live").checked) refreshEvents(); },
     EVENTS_EVERY_MS));
   state.timers.push(setInterval(() => { if ($("live").checked) refreshHistogram(); },
