@@ -64,16 +64,26 @@ def driver() -> Iterator[Any]:
 
 
 def wait_until(drv: Any, condition: Any, what: str) -> Any:
+    """Wait for ``condition(driver)`` to be true; the page re-renders while we look, so an
+    element gone stale in between means "look again", not a failure."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(drv, WAIT, poll_frequency=0.1).until(
+    return WebDriverWait(drv, WAIT, poll_frequency=0.1, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException)).until(
         lambda d: condition(d), message=f"timed out waiting for {what}")
 
 
 def rows(drv: Any) -> list[str]:
+    # One script call reads all rows at once: no element can go stale half-way.
+    return list(drv.execute_script(
+        "return [...document.querySelectorAll('#events tr.row')].map(r => r.innerText);"))
+
+
+def click(drv: Any, xpath: str, what: str) -> None:
     from selenium.webdriver.common.by import By
 
-    return [r.text for r in drv.find_elements(By.CSS_SELECTOR, "#events tr.row")]
+    wait_until(drv, lambda d: d.find_element(By.XPATH, xpath).click() or True, what)
 
 
 VIEWS = [
@@ -137,15 +147,16 @@ def test_page_shows_events_live_filters_and_opens_views(
     assert driver.execute_script("return window.__notReloaded === true;")
     wait_until(driver, lambda d: "4" in d.find_element(By.CSS_SELECTOR,
                                                         "#datasets .count").text, "the count")
-    badge = driver.find_element(By.CSS_SELECTOR, "#events .level.error")
-    assert badge.text.lower() == "error"
-    assert badge.value_of_css_property("background-color") != badge.find_element(
-        By.XPATH, "//span[contains(@class, 'level') and contains(@class, 'info')]"
-    ).value_of_css_property("background-color")
+    colours = driver.execute_script(
+        "const c = (s) => getComputedStyle(document.querySelector(s)).backgroundColor;"
+        "return [document.querySelector('#events .level.error').innerText,"
+        "        c('#events .level.error'), c('#events .level.info')];")
+    assert colours[0].lower() == "error" and colours[1] != colours[2]
 
     def histogram_levels(d: Any) -> set[str]:
-        return {r.get_attribute("data-level")
-                for r in d.find_elements(By.CSS_SELECTOR, "#histogram svg rect")}
+        return set(d.execute_script(
+            "return [...document.querySelectorAll('#histogram svg rect')]"
+            ".map(r => r.dataset.level);"))
 
     wait_until(driver, lambda d: {"info", "error", "warning"} <= histogram_levels(d),
                "the histogram's bars by level")
@@ -159,18 +170,18 @@ def test_page_shows_events_live_filters_and_opens_views(
     box.send_keys("\b")
     wait_until(driver, lambda d: len(rows(d)) == 4, "the filter cleared")
 
-    driver.find_element(By.XPATH, "//tr[contains(., 'payment declined')]").click()
+    click(driver, "//tr[contains(., 'payment declined')]", "a click on an event")
     detail = json.loads(driver.find_element(By.ID, "detail-json").text)
     assert detail["order"] == 17 and detail["user"] == "bob" and "_rowId" in detail
     driver.save_screenshot(str(tmp_path / "events.png"))
 
-    driver.find_element(By.XPATH, "//li[@data-view='1']").click()
+    click(driver, "//li[@data-view='1']", "a click on the first view")
     wait_until(driver, lambda d: len(rows(d)) == 1 and "payment declined" in rows(d)[0],
                "the view's rows")
     assert "View: Payment errors" in driver.find_element(By.ID, "title").text
     driver.save_screenshot(str(tmp_path / "view.png"))
 
-    driver.find_element(By.XPATH, "//li[@data-view='2']").click()
+    click(driver, "//li[@data-view='2']", "a click on the second view")
     notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
                         and d.find_element(By.ID, "notice"), "the unsupported-view notice")
     assert "outside the APL subset" in notice.text and "'top'" in notice.text

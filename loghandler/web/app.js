@@ -20,6 +20,7 @@ const state = {
   rows: [],
   seen: new Set(),
   selectedRow: null,
+  signature: "",
   filter: "",
   timers: [],
 };
@@ -154,6 +155,7 @@ async function refreshViewList() {
 function select(what) {
   state.selected = what;
   state.rows = [];
+  state.signature = "";
   state.seen = new Set();
   state.selectedRow = null;
   $("detail").hidden = true;
@@ -187,8 +189,14 @@ async function refreshEvents() {
     const rows = await query(apl);
     if (asked !== state.selected) return; // the user moved on meanwhile
     notice.hidden = true;
-    state.rows = rows;
-    renderEvents();
+    // Re-render only on a change: a table rebuilt every poll would lose the reader's text
+    // selection and hover, and flicker.
+    const signature = JSON.stringify(rows);
+    if (signature !== state.signature) {
+      state.signature = signature;
+      state.rows = rows;
+      renderEvents();
+    }
     setStatus((($("live").checked) ? "live · " : "paused · ") + "updated "
       + new Date().toLocaleTimeString());
   } catch (err) {
@@ -199,6 +207,7 @@ async function refreshEvents() {
         : "The query failed: ") + err.message;
       notice.hidden = false;
       state.rows = [];
+      state.signature = "";
       renderEvents();
     } else {
       handleError(err);
