@@ -951,8 +951,6 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             order = ", ".join(order_parts) or None
             order_report = []
     final_order = order or (None if aggregated else _DEFAULT_ORDER)
-    if final_order is None and not aggregated:
-        final_order = _DEFAULT_ORDER
     if not order_report and final_order == _DEFAULT_ORDER:
         order_report = [("_time", True)]
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"

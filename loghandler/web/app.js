@@ -115,7 +115,8 @@ async function refreshDatasets() {
   names.forEach((name, i) => {
     const li = el("li", { "data-dataset": name },
       el("span", { class: "name", text: name }),
-      el("span", { class: "count", text: Number(counts[i]).toLocaleString() }));
+      el("span", { class: "count", text: typeof counts[i] === "number"
+        ? counts[i].toLocaleString() : "?" }));
     if (state.selected && state.selected.kind === "dataset" && state.selected.name === name) {
       li.classList.add("active");
     }
