@@ -142,6 +142,9 @@ def _add_query_commands(sub: Any, conn: _Parser) -> None:
     tail.add_argument("-f", "--follow", action="store_true", help="keep following new events")
     tail.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                       help="with -f: seconds between polls (default 1)")
+    tail.add_argument("--lookback", type=float, default=5.0, metavar="SECONDS",
+                      help="with -f: how late an event may arrive and still be shown "
+                           "(default 5)")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -710,21 +713,25 @@ def _apl_name(dataset: str) -> str:
 class _Follower:
     """New events of a dataset, by ``_time`` then ``_rowId``: none twice, none skipped.
 
-    Each poll asks for the events at or after the newest time seen; the ones at exactly that
-    time that were already shown are recognised by their row id (or, from a service that
-    sends none, by their content).
+    Events do not arrive in ``_time`` order: each process ships its batches a moment after
+    the events happened. So each poll looks back ``lookback`` seconds before the newest time
+    shown, and recognises what it already showed by row id (or, from a service that sends
+    none, by content); an event that arrives later than that is missed. Pages of ``PAGE``
+    rows chain by time, so a burst larger than a page is read whole.
     """
 
-    PAGE = 1000
+    PAGE = 2000
 
-    def __init__(self, client: Any, dataset: str) -> None:
-        from .apl import parse_time
+    def __init__(self, client: Any, dataset: str, lookback: float = 5.0) -> None:
+        from .apl import format_time, parse_time
 
         self._client = client
         self._source = _apl_name(dataset)
         self._parse_time = parse_time
-        self._last: int | None = None  # the newest _time shown, epoch microseconds
-        self._at_last: set[str] = set()  # keys of the events shown at that time
+        self._format_time = format_time
+        self._lookback = int(lookback * 1_000_000)
+        self._newest: int | None = None  # the newest _time shown, epoch microseconds
+        self._seen: dict[str, int] = {}  # key -> _time, of the events in the look-back window
 
     @staticmethod
     def _key(event: dict[str, Any]) -> str:
@@ -737,43 +744,58 @@ class _Follower:
             t = self._parse_time(event.get("_time"))
             if t is None:
                 continue
-            if self._last is None or t > self._last:
-                self._last, self._at_last = t, {self._key(event)}
-            elif t == self._last:
-                self._at_last.add(self._key(event))
+            self._seen[self._key(event)] = t
+            if self._newest is None or t > self._newest:
+                self._newest = t
+
+    def _forget_old(self) -> None:
+        if self._newest is not None:
+            horizon = self._newest - self._lookback
+            self._seen = {k: t for k, t in self._seen.items() if t >= horizon}
 
     def newest(self, n: int) -> list[dict[str, Any]]:
-        rows = self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
-                                  f"| take {max(0, n)}") if n > 0 else []
-        if n <= 0 or not rows:
-            # Follow from the newest event; in an empty dataset, whatever arrives.
-            self._remember(self._client.query(f"{self._source} | sort by _time desc, "
-                                              f"_rowId desc | take 1"))
+        """The newest ``n`` events, oldest first; what is older counts as seen."""
+        # What the look-back window holds now is old news, shown or not; then the newest n.
+        self._remember(self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
+                                          f"| take 1"))
+        self._scan()
+        self._forget_old()
+        if n <= 0:
             return []
+        rows = self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
+                                  f"| take {n}")
         rows.reverse()
         self._remember(rows)
         return rows
 
     def poll(self) -> list[dict[str, Any]]:
-        from .apl import format_time
+        """The events not shown yet, in order of ``_time`` then ``_rowId``."""
+        out = self._scan()
+        self._forget_old()
+        return out
 
+    def _scan(self) -> list[dict[str, Any]]:
+        since = None if self._newest is None else self._newest - self._lookback
         out: list[dict[str, Any]] = []
         page = self.PAGE
         while True:
-            where = "" if self._last is None else (
-                f" | where _time >= datetime('{format_time(self._last)}')")
+            where = "" if since is None else (
+                f" | where _time >= datetime('{self._format_time(since)}')")
             rows = self._client.query(f"{self._source}{where} | sort by _time asc, _rowId asc "
                                       f"| take {page}")
-            fresh = [r for r in rows if not (self._parse_time(r.get("_time")) == self._last
-                                             and self._key(r) in self._at_last)]
+            fresh = [r for r in rows if self._key(r) not in self._seen]
             self._remember(fresh)
             out.extend(fresh)
             if len(rows) < page:
                 return out
-            if not fresh:
-                page *= 2  # a page full of one instant already shown: look further
+            last = self._parse_time(rows[-1].get("_time"))
+            if last is None:
+                return out  # a service whose _time we cannot read: no way to page on
+            if last == since:
+                page *= 2  # a whole page at one instant: ask for more of it
                 if page > 64 * self.PAGE:
                     return out
+            since = last
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -781,6 +803,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise UsageError("-n must be 0 or more")
     if not args.interval > 0:
         raise UsageError("--interval must be a positive number of seconds")
+    if not args.lookback >= 0:
+        raise UsageError("--lookback must be 0 or more seconds")
     colour = (not args.json and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
 
     def show(events: list[dict[str, Any]]) -> None:
@@ -791,7 +815,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     import time
 
     with _client(args) as client:
-        follower = _Follower(client, args.dataset)
+        follower = _Follower(client, args.dataset, args.lookback)
         show(follower.newest(args.lines))
         if not args.follow:
             return EXIT_OK

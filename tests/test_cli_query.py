@@ -170,6 +170,25 @@ class TestTail:
 
 
 class TestFollower:
+    def test_late_events_within_the_look_back_are_shown_once(self, svc: LocalService) -> None:
+        """An event stamped before the newest one shown, arriving later (another process's
+        batch), still shows, once; older events present at the start never do."""
+        client = svc.client()
+        base = NOW + timedelta(minutes=10)
+        client.ingest("late", [{"_time": iso(base - timedelta(seconds=s)), "n": s}
+                               for s in (3, 2, 1)])
+        follower = _Follower(client, "late", lookback=5.0)
+        assert [r["n"] for r in follower.newest(1)] == [1]
+        assert follower.poll() == []  # n=3 and n=2 were there before: old news
+        client.ingest("late", [{"_time": iso(base + timedelta(seconds=1)), "n": -1}])
+        assert [r["n"] for r in follower.poll()] == [-1]
+        client.ingest("late", [{"_time": iso(base - timedelta(seconds=2.5)), "n": 25},
+                               {"_time": iso(base - timedelta(seconds=60)), "n": 600}])
+        assert [r["n"] for r in follower.poll()] == [25]  # 60 s late: beyond the look-back
+        assert follower.poll() == []
+        client.close()
+
+
     def test_more_than_a_page_at_one_instant(self, svc: LocalService) -> None:
         """Over a page of events at the very same _time: all shown, once, no endless loop."""
         svc.clear()
@@ -177,11 +196,15 @@ class TestFollower:
         client = svc.client()
         follower = _Follower(client, "burst")
         follower.PAGE = 5
-        assert follower.newest(0) == []
+        assert follower.newest(3) == []
         client.ingest("burst", [{"_time": t, "n": i} for i in range(12)])
         got = follower.poll()
         assert sorted(r["n"] for r in got) == list(range(12))
         assert follower.poll() == []
+        # Pages chain by time: a backlog of many instants, several pages long, comes whole.
+        client.ingest("burst", [{"_time": iso(NOW + timedelta(milliseconds=i)), "n": 100 + i}
+                                for i in range(23)])
+        assert [r["n"] for r in follower.poll()] == [100 + i for i in range(23)]
         client.close()
 
 
