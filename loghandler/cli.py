@@ -286,7 +286,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         else:
             _out(f"  export LOGHANDLER_URL={url}  (token: the one you passed)")
         # The token rides in the fragment, which the browser never sends to the server.
-        _out(f"web page: {url}/#token={token if generated else '<your token>'}")
+        from urllib.parse import quote
+
+        shown = quote(token, safe="-_.~") if generated else "<your token>"
+        _out(f"web page: {url}/#token={shown}")
         while not stop.wait(0.5):
             pass
     finally:

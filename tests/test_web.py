@@ -200,6 +200,18 @@ def test_a_wrong_token_asks_for_one(driver: Any, served: tuple[str, str]) -> Non
     assert "did not accept" in driver.find_element(By.ID, "login-error").text
 
 
+def test_a_token_with_url_characters_works(driver: Any) -> None:
+    """A token with + & % = in it, quoted in the fragment, reaches the API unchanged."""
+    from urllib.parse import quote
+
+    from loghandler.testing import LocalService
+
+    with LocalService(token="p+q&r%s=t") as svc:
+        svc.client().ingest("odd", [{"level": "info", "message": "odd token ok"}])
+        driver.get(svc.url + "/#token=" + quote(svc.token, safe=""))
+        wait_until(driver, lambda d: any("odd token ok" in r for r in rows(d)), "the event")
+
+
 def test_static_files_need_no_token_and_the_api_does(served: tuple[str, str]) -> None:
     """The page's files are served without a token and with a strict CSP; data needs one."""
     page, _ = served

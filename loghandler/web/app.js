@@ -45,8 +45,10 @@ function svg(tag, attrs) {
 }
 
 function tokenFromHash() {
-  const params = new URLSearchParams(location.hash.replace(/^#/, ""));
-  return params.get("token") || "";
+  // Not URLSearchParams: it would read a "+" in a token as a space.
+  const m = location.hash.match(/(?:^#|&)token=([^&]*)/);
+  if (!m) return "";
+  try { return decodeURIComponent(m[1]); } catch (e) { return m[1]; }
 }
 
 class ApiError extends Error {
