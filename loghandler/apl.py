@@ -588,7 +588,10 @@ def _q(s: str) -> str:
 
 
 def _path(name: str) -> str:
-    return "$." + ".".join('"' + part.replace('"', '\\"') + '"' for part in name.split("."))
+    if '"' in name:
+        # SQLite's JSON paths cannot name such a key: say so rather than match nothing.
+        raise AplError(f"field names with a double quote are not supported here: {name!r}")
+    return "$." + ".".join(f'"{part}"' for part in name.split("."))
 
 
 def _fmt_sql(t: str) -> str:
@@ -602,6 +605,7 @@ class _Sql:
     kind: str  # value, time, span, bool
     const: Any = None  # the Python value of a constant, else None
     is_const: bool = False
+    field: str | None = None  # the field it reads, for a plain field of the event
 
 
 _ROWID = "printf('%016x', seq)"
@@ -623,7 +627,7 @@ class _Compiler:
         if "." in name:
             return _Sql(f"coalesce(json_extract(body, {_q(_path(name))}), "
                         f"json_extract(body, {_q(_path_flat(name))}))", "value")
-        return _Sql(f"json_extract(body, {_q(_path(name))})", "value")
+        return _Sql(f"json_extract(body, {_q(_path(name))})", "value", field=name)
 
     def const(self, value: Any, kind: str = "value") -> _Sql:
         if value is None:
@@ -723,7 +727,12 @@ class _Compiler:
         if not right.is_const or not isinstance(value, str) or not value:
             return ""
         if op == "==":
-            return f"instr(body, {_q(json.dumps(value))}) > 0"
+            needle = json.dumps(value)
+            if left.field is not None:
+                # Stored with separators (",", ":"): a top-level "key":"value" pair is
+                # written exactly so, a much rarer text than the value alone.
+                needle = json.dumps(left.field) + ":" + needle
+            return f"instr(body, {_q(needle)}) > 0"
         if not all(" " <= ch <= "~" and ch not in "\"\\" for ch in value):
             return ""  # escaped in the JSON text: the raw literal would not be found there
         if op.endswith("_cs"):
@@ -834,7 +843,8 @@ def _guard(pre: str, exact: str) -> str:
 
 
 def _path_flat(name: str) -> str:
-    return '$."' + name.replace('"', '\\"') + '"'
+    _path(name)  # the same check
+    return f'$."{name}"'
 
 
 @dataclass

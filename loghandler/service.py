@@ -206,6 +206,7 @@ class Store:
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
         now_us = time.time_ns() // 1000
         sys_time = format_time(now_us)
+        # This exact encoding (ASCII escapes, no spaces) is what apl's text pre-filter expects.
         dumps = json.dumps
         rows = []
         for event in events:

@@ -462,3 +462,26 @@ def test_the_query_benchmark_runs() -> None:
     assert lines["filtered count (level == error)"][0] == "1"
     assert lines["count by level (all events)"][0] == "4"
     assert "stored 3,000 events" in proc.stdout
+
+
+def test_equality_pre_filter_needs_the_key_at_the_top() -> None:
+    """`level == 'error'` matches the event's own level, not a nested one, nor the value under
+    another key; odd keys (quotes, non-ASCII) match too."""
+    with LocalService(token=TOKEN) as service, service.client() as client:
+        client.ingest("k", [
+            {"i": 0, "level": "error"},
+            {"i": 1, "level": "info", "ctx": {"level": "error"}},
+            {"i": 2, "kind": "error"},
+            {"i": 3, "level": "error", "ctx": {"level": "info"}},
+            {"i": 4, 'we"ird': "é", "niveau": "élevé"},
+        ])
+
+        def ids(apl_text: str) -> list[int]:
+            return sorted(r["i"] for r in client.query(apl_text + " | project i"))
+
+        assert ids("['k'] | where level == 'error'") == [0, 3]
+        assert ids("['k'] | where ctx.level == 'error'") == [1]
+        with pytest.raises(ApiError, match="double quote"):
+            ids("['k'] | where ['we\"ird'] == 'é'")
+        assert ids("['k'] | where niveau == 'élevé'") == [4]
+        assert ids("['k'] | where level != 'error'") == [1, 2, 4]
