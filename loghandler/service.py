@@ -4,6 +4,8 @@
 ``http.server`` (one thread per connection, HTTP/1.1 keep-alive) with events and views in SQLite.
 It answers bad input the way a careful service would: every error is a JSON object, and nothing
 from a rejected request is stored. Used by ``loghandler serve`` and ``loghandler.testing``.
+Also ``POST /v1/datasets/_apl`` (a subset of APL, see ``apl``), ``GET /v1/datasets`` and the
+web page at ``/`` (the files in ``loghandler/web``, the only answers given without a token).
 """
 
 from __future__ import annotations
@@ -176,15 +178,6 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        """The connection; hold ``lock`` while using it (the query engine reads through it)."""
-        return self._db
-
-    @property
-    def lock(self) -> threading.Lock:
-        return self._lock
 
     # ------------------------------------------------------------------ events
 
