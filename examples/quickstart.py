@@ -26,7 +26,6 @@ from loghandler.testing import LocalService
 
 DATASET = "quickstart"
 TOKEN = "quickstart"  # a throw-away token for a local service: fine to print
-DB = os.path.join(tempfile.gettempdir(), "loghandler-quickstart.sqlite")
 
 
 def show_events(events: list[dict]) -> None:
@@ -51,12 +50,9 @@ def show_events(events: list[dict]) -> None:
 def main() -> None:
     seed = loghandler.View(name="Checkout errors", datasets=[DATASET],
                            apl_query=f"['{DATASET}'] | where level == 'error'")
-    for suffix in ("", "-wal", "-shm"):  # each run starts from an empty store
-        try:
-            os.remove(DB + suffix)
-        except FileNotFoundError:
-            pass
-    with LocalService(token=TOKEN, views=[seed], db=DB) as service:
+    # Kept after the run, so that `loghandler serve --db` can show these events afterwards.
+    db = os.path.join(tempfile.mkdtemp(prefix="loghandler-quickstart-"), "events.sqlite")
+    with LocalService(token=TOKEN, views=[seed], db=db) as service:
         print(f"1. Local service started at {service.url}\n")
 
         # The same dictConfig you would use in production: there, url and token come from
@@ -139,7 +135,7 @@ def main() -> None:
 
     print(f"""
 8. Look at these events in a browser, and follow new ones from a terminal:
-  loghandler serve --db {DB} --token {TOKEN} --port 8080
+  loghandler serve --db {db} --token {TOKEN} --port 8080
   then open http://127.0.0.1:8080/#token={TOKEN}
   and run
     LOGHANDLER_URL=http://127.0.0.1:8080 LOGHANDLER_TOKEN={TOKEN} loghandler tail {DATASET} -f

@@ -11,6 +11,7 @@ import argparse
 import io
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -649,8 +650,6 @@ _LEVEL_COLOURS = {"debug": "\x1b[2m", "info": "\x1b[32m", "warning": "\x1b[33m",
 
 def parse_span(text: str) -> float:
     """``30s``, ``5m``, ``1h``, ``2d``, ``500ms`` as seconds; UsageError otherwise."""
-    import re
-
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", text or "")
     if not m:
         raise UsageError(f"{text!r} is not a time span: use a number and a unit, as in 30s, "
@@ -665,10 +664,15 @@ def _since(seconds: float) -> str:
     return start.isoformat().replace("+00:00", "Z")
 
 
+# Control characters from an event must not reach the terminal as such: an escape sequence
+# in a logged value could rewrite the screen. They are shown escaped instead.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], value)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -686,9 +690,13 @@ def cmd_query(args: argparse.Namespace) -> int:
     for row in rows:
         for key in row:
             columns.setdefault(key)
+    if all(name in columns for name in _SYSTEM_FIELDS):
+        # Whole events: their _sysTime and _rowId would crowd the table (--json has them).
+        columns.pop("_sysTime")
+        columns.pop("_rowId")
     names = list(columns)
-    table = [names] + [[_cell("" if r.get(k) is None else _text(r.get(k)), 48) for k in names]
-                       for r in rows]
+    table = [[_text(n) for n in names]] + [
+        [_cell("" if r.get(k) is None else _text(r.get(k)), 48) for k in names] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(names))]
     for line in table:
         _out("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -702,10 +710,11 @@ def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
     message = event.get("message", event.get("msg", ""))
     rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
                     if k not in _SYSTEM_FIELDS and k not in ("level", "message", "msg"))
-    shown = f"{level.upper():<8}"
+    shown = f"{_text(level.upper()):<8}"
     if colour and level.lower() in _LEVEL_COLOURS:
         shown = f"{_LEVEL_COLOURS[level.lower()]}{shown}\x1b[0m"
-    line = f"{event.get('_time', '')}  {shown} {' '.join(_text(message).split())}"
+    text = " ".join(message.split()) if isinstance(message, str) else message
+    line = f"{_text(event.get('_time', ''))}  {shown} {_text(text)}"
     return f"{line}  {rest}" if rest else line
 
 

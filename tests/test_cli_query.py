@@ -70,6 +70,13 @@ class TestQuery:
                                                          ["3", "info"]]
         assert lines[-1] == "(3 rows)"
 
+    def test_whole_events_leave_out_sys_time_and_row_id(self, svc: LocalService) -> None:
+        """Whole events in the table: _time and their fields, not _sysTime and _rowId."""
+        proc = run(svc, "query", "['app'] | where n == 1")
+        header = proc.stdout.splitlines()[0].split()
+        assert header == ["_time", "level", "message", "n", "host"]
+        assert "disk 91%" in proc.stdout
+
     def test_json_lines(self, svc: LocalService) -> None:
         """--json prints one JSON object per row."""
         proc = run(svc, "query", "['app'] | where n == 2", "--json")
@@ -215,10 +222,16 @@ def test_parse_span() -> None:
 
 
 def test_format_event_line() -> None:
-    """time, level, message on one line; other fields key=value; colour only when asked."""
+    """time, level, message on one line; other fields key=value; colour only when asked;
+    control characters from the event are shown escaped, never sent to the terminal."""
     event = {"_time": "T", "_rowId": "1", "level": "error", "message": "a\nb", "k": [1]}
     assert format_event_line(event) == "T  ERROR    a b  k=[1]"
     assert "\x1b[31m" in format_event_line(event, colour=True)
+    hostile = {"_time": "T", "level": "\x1b[2J", "message": "x\x1b]0;pwned\x07",
+               "k": "line\nbreak\x9b"}
+    line = format_event_line(hostile)
+    assert "\x1b" not in line and "\x07" not in line and "\n" not in line and "\x9b" not in line
+    assert "\\x1b]0;pwned\\x07" in line and "k=line\\nbreak\\x9b" in line
 
 
 def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:

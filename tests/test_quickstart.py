@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,12 @@ WITHOUT_STRUCTLOG = (
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60)
+    # The quickstart keeps its data for `loghandler serve --db`; the tests clean it up.
+    m = re.search(r"loghandler serve --db (\S+)", proc.stdout)
+    if m:
+        shutil.rmtree(os.path.dirname(m.group(1)), ignore_errors=True)
+    return proc
 
 
 def test_quickstart_without_structlog() -> None:
@@ -53,7 +59,8 @@ def test_quickstart_with_structlog() -> None:
 
 def test_the_commands_it_ends_with_show_its_events() -> None:
     """`loghandler serve --db FILE` (as printed) serves the quickstart's events to `tail`."""
-    proc = run("-c", WITHOUT_STRUCTLOG)
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_STRUCTLOG], capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     m = re.search(r"loghandler serve --db (\S+) --token quickstart --port 8080", proc.stdout)
     assert m is not None
@@ -81,3 +88,4 @@ def test_the_commands_it_ends_with_show_its_events() -> None:
     finally:
         server.terminate()
         server.communicate(timeout=10)
+        shutil.rmtree(os.path.dirname(m.group(1)), ignore_errors=True)
