@@ -48,6 +48,7 @@ def driver() -> Iterator[Any]:
     if not binary or not os.path.exists(CHROMEDRIVER):
         _missing("chromium and chromedriver are not installed "
                  "(apt-get install chromium chromium-driver)")
+    before = os.environ.get("SE_OFFLINE")
     os.environ["SE_OFFLINE"] = "true"  # selenium-manager must not fetch anything
     options = Options()
     options.binary_location = binary
@@ -55,12 +56,18 @@ def driver() -> Iterator[Any]:
                 "--window-size=1400,900", "--no-first-run", "--disable-extensions",
                 "--disable-background-networking", "--disable-component-update"):
         options.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    drv.set_page_load_timeout(30)
+    drv = None
     try:
+        drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        drv.set_page_load_timeout(30)
         yield drv
     finally:
-        drv.quit()
+        if drv is not None:
+            drv.quit()
+        if before is None:
+            os.environ.pop("SE_OFFLINE", None)
+        else:
+            os.environ["SE_OFFLINE"] = before
 
 
 def wait_until(drv: Any, condition: Any, what: str) -> Any:
