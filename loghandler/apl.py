@@ -6,17 +6,20 @@ over the same four columns (``seq`` the row id, ``time`` epoch microseconds, ``s
 ``_sysTime``, ``body`` the event's JSON), so a ``where`` right after the source is flattened into
 the scan of the (dataset, time, seq) index and a filtered ``count`` over a million events never
 builds a Python object per event. Fields are read with ``json_extract``; ``project`` and
-``summarize`` build a new ``body`` with ``json_object``, so the operators after them work the same
-way. Anything outside the subset raises ``AplError`` naming the unsupported part (the service
-answers it as a 400).
+``summarize`` build a new ``body`` with ``json_object`` (``extend`` and ``project-away`` edit it
+with ``json_set`` / ``json_remove``), so the operators after them work the same way. While the
+body is still the stored JSON, a comparison with a string is first tested on its text (is
+``"level":"error"`` in it?), so most events are never parsed. Anything outside the subset
+raises ``AplError`` naming the unsupported part (the service answers it as a 400).
 
 The subset (see README, "Querying"): a source (``['name']`` or ``name``); ``where`` (``filter``)
 with ``== != < <= > >= =~ !~``, ``contains startswith endswith`` (and ``_cs`` and ``!`` forms),
 ``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
 ``now() ago() datetime()``, ``tolower toupper strlen``, ``+ - * /``, timespans (``1s 5m 1h 1d
 100ms``); ``sort by`` / ``order by`` (``asc``/``desc``, default ``desc``); ``take`` / ``limit``;
-``project`` (``name`` or ``name = expr``); ``count``; ``summarize`` with ``count() countif() sum()
-avg() min() max() dcount()`` ``by`` fields and ``bin(_time, span)``.
+``top N by``; ``project`` / ``extend`` (``name`` or ``name = expr``); ``project-away``;
+``count``; ``summarize`` with ``count() countif() sum() avg() min() max() dcount()`` ``by``
+fields, ``bin(_time, span)`` and ``bin_auto(_time)``; ``distinct``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ __all__ = [
 # At most this many rows in one answer, like the real service's cap on a query's result.
 MAX_ROWS = 65_000
 
-OPERATORS = ("where", "sort by", "order by", "take", "limit", "project", "count", "summarize")
+OPERATORS = ("where", "sort by", "order by", "take", "limit", "top", "project", "project-away",
+             "extend", "count", "summarize", "distinct")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = {"d": 86_400_000_000, "day": 86_400_000_000, "days": 86_400_000_000,
@@ -359,6 +363,32 @@ class _Parser:
                 self.next()
                 items.append(self.named_expr())
             return ("project", items)
+        if word == "extend":
+            items = [self.named_expr(require_name=True)]
+            while self.at("op", ","):
+                self.next()
+                items.append(self.named_expr(require_name=True))
+            return ("extend", items)
+        if word == "project-away":
+            names = [self.field_name()]
+            while self.at("op", ","):
+                self.next()
+                names.append(self.field_name())
+            return ("project-away", names)
+        if word == "top":
+            n = self.expect("number", what="a number of rows").value
+            if not isinstance(n, int) or n < 0:
+                raise self.fail("top needs a whole number of rows", tok)
+            if not self.at_word("by"):
+                raise self.fail("expected 'by' after top N")
+            self.next()
+            return ("top", n, self.sort_key())
+        if word == "distinct":
+            groups = [self.named_expr()]
+            while self.at("op", ","):
+                self.next()
+                groups.append(self.named_expr())
+            return ("summarize", [], groups)
         if word == "count":
             return ("count",)
         if word == "summarize":
@@ -376,7 +406,13 @@ class _Parser:
             self.expect("ident", None, "'first' or 'last'")
         return e, desc
 
-    def named_expr(self) -> tuple[str, Any]:
+    def field_name(self) -> str:
+        e = self.primary()
+        if not isinstance(e, Field):
+            raise self.fail("expected a field name")
+        return e.name
+
+    def named_expr(self, require_name: bool = False) -> tuple[str, Any]:
         if self.peek().kind == "ident" and self.at("op", "=", 1):
             name = self.next().value
             self.next()
@@ -388,7 +424,7 @@ class _Parser:
             self.next()
             return str(name), self.expr()
         e = self.expr()
-        if not isinstance(e, Field):
+        if require_name or not isinstance(e, Field):
             raise self.fail("name the computed column, as in name = expression")
         return e.name, e
 
@@ -427,9 +463,11 @@ class _Parser:
         return str(name), e
 
     def named_expr_group(self) -> tuple[str, Any]:
-        name, e = self.named_expr() if not self.at_word("bin") else ("", self.expr())
+        name, e = self.named_expr() if not self.at_word("bin", "bin_auto") else (
+            "", self.expr())
         if not name:
-            if isinstance(e, Call) and e.name == "bin" and isinstance(e.args[0], Field):
+            if isinstance(e, Call) and e.name in ("bin", "bin_auto") and e.args and (
+                    isinstance(e.args[0], Field)):
                 name = e.args[0].name
             else:
                 raise self.fail("name the group, as in name = expression")
@@ -606,6 +644,7 @@ class _Sql:
     const: Any = None  # the Python value of a constant, else None
     is_const: bool = False
     field: str | None = None  # the field it reads, for a plain field of the event
+    bin_us: int | None = None  # the span, for bin(_time, span) and bin_auto(_time)
 
 
 _ROWID = "printf('%016x', seq)"
@@ -616,6 +655,7 @@ class _Compiler:
         self.now_us = now_us
         self.text = text
         self.raw_body = True  # body is still the stored JSON (no project/summarize yet)
+        self.auto_span_us = 3_600_000_000  # bin_auto's span: set from the query's time range
 
     def field(self, name: str) -> _Sql:
         if name == "_time":
@@ -797,8 +837,15 @@ class _Compiler:
             if x.kind != "time" or size.kind != "span" or not size.is_const or size.const <= 0:
                 raise AplError("bin() is supported on _time with a timespan, as in "
                                "bin(_time, 1h)")
-            return _Sql(f"(({x.sql} / {int(size.const)}) * {int(size.const)})", "time",
-                        None, False)
+            step = int(size.const)
+            return _Sql(f"(({x.sql} / {step}) * {step})", "time", bin_us=step)
+        if name == "bin_auto":
+            arity(1)
+            x = self.expr(args[0])
+            if x.kind != "time":
+                raise AplError("bin_auto() is supported on _time, as in bin_auto(_time)")
+            step = self.auto_span_us
+            return _Sql(f"(({x.sql} / {step}) * {step})", "time", bin_us=step)
         if name in _AGGS:
             raise AplError(f"{name}() is an aggregation: use it in summarize")
         raise AplError(f"unsupported function '{name}()' at {_at(self.text, c.pos)}; the "
@@ -859,16 +906,38 @@ class Compiled:
     aggregations: list[tuple[str, str]]  # (column, aggregation name)
     order: list[tuple[str, bool]]  # (field, desc), as reported
     bin_us: int | None  # the span of a bin(_time, ...) group
+    hidden: list[str] = field(default_factory=list)  # system fields left out of whole events
 
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
 
 
+_AUTO_SPANS = [n * _US[u] for n, u in ((1, "s"), (5, "s"), (10, "s"), (30, "s"), (1, "m"),
+                                         (5, "m"), (10, "m"), (30, "m"), (1, "h"), (3, "h"),
+                                         (6, "h"), (12, "h"), (1, "d"), (7, "d"), (30, "d"))]
+
+
+def auto_span(first_us: int, last_us: int) -> int:
+    """bin_auto's span for a time range: the smallest round span giving at most 100 bins."""
+    width = max(0, last_us - first_us)
+    return next((span for span in _AUTO_SPANS if width / span <= 100), _AUTO_SPANS[-1])
+
+
 def compile_query(text: str, *, start_us: int | None = None, end_us: int | None = None,
-                  now_us: int | None = None) -> Compiled:
-    """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported."""
+                  now_us: int | None = None,
+                  data_range: tuple[int, int] | None = None) -> Compiled:
+    """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
+
+    ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
+    query has no ``start_us``/``end_us``.
+    """
     q = parse_query(text)
-    comp = _Compiler(time.time_ns() // 1000 if now_us is None else now_us, text)
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    comp = _Compiler(now, text)
+    if start_us is not None or data_range is not None:
+        first = start_us if start_us is not None else data_range[0]  # type: ignore[index]
+        last = end_us if end_us is not None else (data_range[1] if data_range else now)
+        comp.auto_span_us = auto_span(first, last)
     cond = [f"dataset = {_q(q.dataset)}"]
     if start_us is not None:
         cond.append(f"time >= {int(start_us)}")
@@ -890,7 +959,14 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         return (f"SELECT seq, time, sys, body, row_number() OVER (ORDER BY {order}) AS ord "
                 f"FROM ({sql})")
 
+    hidden: list[str] = []  # system fields that project-away took out of whole events
+    ops: list[tuple[Any, ...]] = []
     for op in q.ops:
+        if op[0] == "top":  # top N by x: sort by x, take N
+            ops += [("sort", [op[2]]), ("take", op[1])]
+        else:
+            ops.append(op)
+    for op in ops:
         kind = op[0]
         if kind == "where":
             c = comp.expr(op[1])
@@ -923,6 +999,28 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                    f"FROM ({sql})")
             fields = names
             comp.raw_body = False
+        elif kind == "extend":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            sets = ", ".join(f"{_q(_path_flat(name))}, {comp.json_value(comp.expr(e), name)}"
+                             for name, e in op[1])
+            sql = f"SELECT seq, time, sys, json_set(body, {sets}) AS body, ord FROM ({sql})"
+            if fields is not None:
+                fields += [name for name, _ in op[1] if name not in fields]
+            comp.raw_body = False
+        elif kind == "project-away":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            gone = op[1]
+            paths = ", ".join(_q(_path_flat(name)) for name in gone)
+            sql = f"SELECT seq, time, sys, json_remove(body, {paths}) AS body, ord FROM ({sql})"
+            if fields is not None:
+                fields = [name for name in fields if name not in gone]
+            else:
+                hidden += [name for name in gone if name in ("_time", "_sysTime", "_rowId")]
+            comp.raw_body = False
         elif kind == "count":
             sql = (f"SELECT NULL AS seq, NULL AS time, NULL AS sys, "
                    f"json_object('count', count(*)) AS body, NULL AS ord FROM ({sql})")
@@ -943,8 +1041,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                 if s.kind == "time" and time_group == "NULL":
                     time_group = s.sql
                     order_parts.append("time ASC")
-                    if isinstance(e, Call) and e.name == "bin":
-                        bin_us = int(comp.expr(e.args[1]).const)
+                    bin_us = s.bin_us
                 else:
                     order_parts.append(f"json_extract(body, {_q(_path_flat(name))}) ASC")
             aggs = []
@@ -965,7 +1062,8 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         order_report = [("_time", True)]
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"
            + (f" ORDER BY {final_order}" if final_order else "") + f" LIMIT {MAX_ROWS}")
-    return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us)
+    return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
+                    hidden)
 
 
 # ---------------------------------------------------------------------------- running
@@ -1004,6 +1102,10 @@ def run(db: Any, compiled: Compiled) -> Result:
                         seen[k] = None
             rows.append(row)
             system.append((stamp, sys_time, row_id))
+        for name in compiled.hidden:
+            seen.pop(name, None)
+            for row in rows:
+                row.pop(name, None)
         fields = list(seen)
     else:
         fields = list(compiled.fields)

@@ -820,7 +820,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
     colour = (not args.json and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
 
     def show(events: list[dict[str, Any]]) -> None:
-        for event in events:
+        for row in events:
+            # A query's rows have every field of the result, null where an event has none.
+            event = {k: v for k, v in row.items() if v is not None}
             _out(json.dumps(event, ensure_ascii=False) if args.json
                  else format_event_line(event, colour))
 

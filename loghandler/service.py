@@ -251,7 +251,17 @@ class Store:
         try:
             start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
             end_us = None if end in (None, "") else apl.parse_relative_time(end, now_us)
-            compiled = apl.compile_query(text, start_us=start_us, end_us=end_us, now_us=now_us)
+            data_range = None
+            if "bin_auto" in text and start_us is None:
+                # Without a start, bin_auto's bins span the data's own time range.
+                with self._lock:
+                    first, last = self._db.execute(
+                        "SELECT min(time), max(time) FROM events WHERE dataset = ?",
+                        (apl.parse_query(text).dataset,)).fetchone()
+                if first is not None:
+                    data_range = (first, last + 1)
+            compiled = apl.compile_query(text, start_us=start_us, end_us=end_us, now_us=now_us,
+                                         data_range=data_range)
         except apl.AplError as exc:
             raise HttpError(400, str(exc)) from None
         deadline = time.monotonic() + timeout

@@ -92,9 +92,9 @@ class TestQuery:
 
     def test_unsupported_query_is_one_line_exit_1(self, svc: LocalService) -> None:
         """A query outside the subset: exit 1 and the service's explanation."""
-        proc = run(svc, "query", "['app'] | extend x = 1")
+        proc = run(svc, "query", "['app'] | mv-expand tags")
         assert proc.returncode == 1
-        assert "unsupported operator 'extend'" in proc.stderr
+        assert "unsupported operator 'mv-expand'" in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
 
     def test_bad_since_is_a_usage_error(self, svc: LocalService) -> None:
@@ -116,13 +116,15 @@ class TestTail:
         assert lines[0].startswith(EVENTS[2]["_time"])
         assert "ERROR" in lines[0] and "payment failed" in lines[0]
         assert 'order={"id":7}' in lines[0] and "n=2" in lines[0]
-        assert "_rowId" not in lines[0]
+        assert "_rowId" not in lines[0] and "host" not in lines[0]  # no nulls of other events
         assert lines[1].split()[1:3] == ["INFO", "ok"]
 
     def test_json(self, svc: LocalService) -> None:
         proc = run(svc, "tail", "app", "--json")
         rows = [json.loads(line) for line in proc.stdout.splitlines()]
         assert [r["n"] for r in rows] == [0, 1, 2, 3]
+        assert [{k: v for k, v in r.items() if k not in ("_sysTime", "_rowId")}
+                for r in rows] == EVENTS
 
     def test_empty_dataset(self, svc: LocalService) -> None:
         proc = run(svc, "tail", "nothing-here")
@@ -257,12 +259,12 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
             client.ingest("app", [{"n": 1}])
             assert client.query("['app'] | count") == [{"count": 1}]
             with pytest.raises(ApiError):
-                client.query("['app'] | extend x = 1")
+                client.query("['app'] | mv-expand tags")
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err
     assert "POST /v1/datasets/app/ingest dataset=app events=1 -> 200" in out
-    assert "POST /v1/datasets/_apl -> 400 (unsupported operator 'extend'" in out
+    assert "POST /v1/datasets/_apl -> 400 (unsupported operator 'mv-expand'" in out
     assert "_apl -> 200" not in out
     assert TOKEN not in out + err

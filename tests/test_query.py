@@ -146,6 +146,21 @@ ROWS_TABLE = [
      [{"tags": ["a"], "missing": None}]),
     ("['app'] | where n == 3 | project _time, level",
      [{"_time": stamp(3), "level": "info"}]),
+    ("['app'] | where n == 2 | extend twice = n * 2, who = toupper(user) | project n, twice, who",
+     [{"n": 2, "twice": 4, "who": "ANN"}]),
+    ("['app'] | where n == 2 | project n, user | extend big = n > 1, ctx = user",
+     [{"n": 2, "user": "ann", "big": True, "ctx": "ann"}]),
+    ("['app'] | top 2 by n | project n", [{"n": 9}, {"n": 8}]),
+    ("['app'] | top 2 by n asc | project n", [{"n": 0}, {"n": 1}]),
+    ("['app'] | distinct level | where level startswith 'i'",
+     [{"level": "INFO"}, {"level": "info"}]),
+    ("['app'] | where n < 2 | summarize count() by bin_auto(_time)",
+     [{"_time": "2026-05-01T12:00:00.000000Z", "count_": 1},
+      {"_time": "2026-05-01T12:01:00.000000Z", "count_": 1}]),
+    ("['app'] | where n == 2 | project-away _sysTime, _rowId, message, ctx, user",
+     [{"_time": stamp(2), "level": "error", "n": 2}]),
+    ("['app'] | where n == 2 | project n, user, level | project-away user",
+     [{"n": 2, "level": "error"}]),
     ("['other']", None),
 ]
 
@@ -178,9 +193,10 @@ def test_start_and_end_bound_the_time(svc: LocalService) -> None:
 
 # (query, words the 400 answer must contain)
 ERRORS = [
-    ("['app'] | extend x = 1", ["unsupported operator 'extend'", "column 11"]),
-    ("['app'] | top 3 by n", ["unsupported operator 'top'"]),
-    ("['app'] | project-away n", ["unsupported operator 'project-away'"]),
+    ("['app'] | parse message with x", ["unsupported operator 'parse'", "column 11"]),
+    ("['app'] | mv-expand tags", ["unsupported operator 'mv-expand'"]),
+    ("['app'] | extend n + 1", ["name the computed column"]),
+    ("['app'] | top 3", ["expected 'by'"]),
     ("['app'] | where message has 'x'", ["unsupported operator 'has'"]),
     ("['app'] | where message !has 'x'", ["unsupported operator '!has'"]),
     ("['app'] | where message matches regex 'x'", ["unsupported operator 'matches'"]),
@@ -228,8 +244,8 @@ def test_unsupported_and_invalid_queries_are_400_naming_the_part(
 def test_client_query_raises_api_error_with_the_message(svc: LocalService) -> None:
     """client.query raises ApiError carrying the service's explanation."""
     with svc.client() as client, pytest.raises(ApiError) as info:
-        client.query("['app'] | extend x = 1")
-    assert info.value.status == 400 and "extend" in str(info.value)
+        client.query("['app'] | mv-expand tags")
+    assert info.value.status == 400 and "mv-expand" in str(info.value)
     with svc.client() as client, pytest.raises(ConfigurationError):
         client.query("")
 

@@ -97,8 +97,8 @@ VIEWS = [
     {"id": "1", "name": "Payment errors",
      "aplQuery": "['shop'] | where level == 'error' and message contains 'payment'",
      "datasets": ["shop"], "description": "", "sharedByOrg": "", "sharedByOrgName": ""},
-    {"id": "2", "name": "Top users",
-     "aplQuery": "['shop'] | top 3 by user", "datasets": ["shop"], "description": "",
+    {"id": "2", "name": "Order lines",
+     "aplQuery": "['shop'] | mv-expand lines", "datasets": ["shop"], "description": "",
      "sharedByOrg": "", "sharedByOrgName": ""},
 ]
 
@@ -191,7 +191,7 @@ def test_page_shows_events_live_filters_and_opens_views(
     click(driver, "//li[@data-view='2']", "a click on the second view")
     notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
                         and d.find_element(By.ID, "notice"), "the unsupported-view notice")
-    assert "outside the APL subset" in notice.text and "'top'" in notice.text
+    assert "outside the APL subset" in notice.text and "'mv-expand'" in notice.text
     assert (tmp_path / "events.png").stat().st_size > 10_000
     client.close()
 

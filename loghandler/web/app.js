@@ -69,6 +69,14 @@ async function api(method, path, body) {
   return data;
 }
 
+// Tabular answers give every row every column: for whole events, a null is a field the
+// event does not have.
+function compact(row) {
+  const out = {};
+  for (const [k, v] of Object.entries(row)) if (v !== null && v !== undefined) out[k] = v;
+  return out;
+}
+
 async function query(apl) {
   const answer = await api("POST", "/v1/datasets/_apl?format=tabular", { apl });
   const table = (answer.tables || []).find((t) => t.name !== "_totals");
@@ -189,8 +197,9 @@ async function refreshEvents() {
   const notice = $("notice");
   const asked = state.selected;
   try {
-    const rows = await query(apl);
+    let rows = await query(apl);
     if (asked !== state.selected) return; // the user moved on meanwhile
+    if (rows.every((r) => "_rowId" in r)) rows = rows.map(compact);
     notice.hidden = true;
     // Re-render only on a change: a table rebuilt every poll would lose the reader's text
     // selection and hover, and flicker.
