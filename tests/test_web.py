@@ -154,11 +154,14 @@ def test_page_shows_events_live_filters_and_opens_views(
     assert driver.execute_script("return window.__notReloaded === true;")
     wait_until(driver, lambda d: "4" in d.find_element(By.CSS_SELECTOR,
                                                         "#datasets .count").text, "the count")
-    colours = driver.execute_script(
-        "const c = (s) => getComputedStyle(document.querySelector(s)).backgroundColor;"
+    text, error_bg, info_bg, error_fg = driver.execute_script(
+        "const s = (q) => getComputedStyle(document.querySelector(q));"
         "return [document.querySelector('#events .level.error').innerText,"
-        "        c('#events .level.error'), c('#events .level.info')];")
-    assert colours[0].lower() == "error" and colours[1] != colours[2]
+        "        s('#events .level.error').backgroundColor,"
+        "        s('#events .level.info').backgroundColor,"
+        "        s('#events .level.error').color];")
+    assert text.lower() == "error" and error_bg != info_bg
+    assert error_fg != error_bg  # the level's name is readable on its colour
 
     def histogram_levels(d: Any) -> set[str]:
         return set(d.execute_script(
