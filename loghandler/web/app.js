@@ -134,6 +134,7 @@ async function refreshDatasets() {
     ul.append(li);
   });
   if (!state.selected && names.length) select({ kind: "dataset", name: names[0] });
+  if (!state.selected) setStatus("live · no events yet");
 }
 
 async function refreshViews() {
@@ -176,6 +177,8 @@ function select(what) {
     li.classList.toggle("active", !!on);
   }
   $("title").textContent = what.kind === "dataset" ? what.name : "View: " + what.view.name;
+  $("welcome").hidden = true;
+  $("panes").hidden = false;
   $("histogram").hidden = what.kind !== "dataset";
   refreshEvents();
   if (what.kind === "dataset") refreshHistogram();
