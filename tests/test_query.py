@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loghandler import apl
 from loghandler.errors import ApiError, ConfigurationError, service_message
@@ -501,3 +503,68 @@ def test_equality_pre_filter_needs_the_key_at_the_top() -> None:
             ids("['k'] | where ['we\"ird'] == 'é'")
         assert ids("['k'] | where niveau == 'élevé'") == [4]
         assert ids("['k'] | where level != 'error'") == [1, 2, 4]
+
+
+# --------------------------------------------------------------------------- a property
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_CHARS = "aAbBcC_% \"\\'éÉ🎉\n.:"
+
+
+def _lower(s: str) -> str:
+    return s.translate(_ASCII_LOWER)  # SQLite's lower(): ASCII letters only
+
+
+_TEXT = st.text(alphabet=_CHARS, max_size=6)
+
+
+@st.composite
+def _values_and_needle(draw: Any) -> tuple[list[str | None], str]:
+    values = draw(st.lists(st.one_of(_TEXT, st.none()), min_size=1, max_size=6))
+    present = [v for v in values if v]
+    if present and draw(st.booleans()):
+        # A piece of one of the values, its case maybe swapped: the cases that must match.
+        v = draw(st.sampled_from(present))
+        a = draw(st.integers(0, len(v)))
+        needle = v[a:draw(st.integers(a, len(v)))]
+        if draw(st.booleans()):
+            needle = needle.swapcase()
+    else:
+        needle = draw(_TEXT)
+    return values, needle
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=_values_and_needle())
+def test_the_text_pre_filter_never_changes_an_answer(
+        case: tuple[list[str | None], str]) -> None:
+    """Property: with the pre-filter on the stored JSON text (the fast path), each string
+    operator selects exactly the events plain Python string tests select."""
+    values, needle = case
+    store = Store()  # in memory: a fresh one per example costs about a millisecond
+    try:
+        store.add_events("p", [{"i": i, "s": v} if v is not None else {"i": i}
+                               for i, v in enumerate(values)])
+        literal = json.dumps(needle)
+
+        def got(op: str) -> list[int]:
+            answer = store.query(f"['p'] | where s {op} {literal} | project i", fmt="tabular")
+            return sorted(answer["tables"][0]["columns"][0])
+
+        strings = [(i, v) for i, v in enumerate(values) if v is not None]
+        low = _lower(needle)
+        expected = {
+            "==": [i for i, v in strings if v == needle],
+            "!=": [i for i, v in enumerate(values) if v != needle],
+            "=~": [i for i, v in strings if _lower(v) == low],
+            "contains": [i for i, v in strings if low in _lower(v)],
+            "!contains": [i for i, v in enumerate(values) if v is None or low not in _lower(v)],
+            "contains_cs": [i for i, v in strings if needle in v],
+            "startswith": [i for i, v in strings if _lower(v).startswith(low)],
+            "endswith": [i for i, v in strings if _lower(v).endswith(low)],
+            "startswith_cs": [i for i, v in strings if v.startswith(needle)],
+        }
+        for op, want in expected.items():
+            assert got(op) == want, (op, values, needle)
+    finally:
+        store.close()
