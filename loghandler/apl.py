@@ -43,6 +43,10 @@ __all__ = [
     "run",
 ]
 
+# Expressions nest at most this deep (parentheses, calls, unary minus), and a query has at most
+# this many binary operators: the compiler recurses through both.
+MAX_DEPTH = 64
+MAX_OPERATORS = 200
 # At most this many rows in one answer, like the real service's cap on a query's result.
 MAX_ROWS = 65_000
 
@@ -279,6 +283,8 @@ class _Parser:
         self.text = text
         self.toks = tokenize(text)
         self.i = 0
+        self.depth = 0
+        self.operators = 0
 
     # -- helpers
     def peek(self, k: int = 0) -> Token:
@@ -474,18 +480,35 @@ class _Parser:
         return name, e
 
     # -- expressions
+    def bin(self, op: str, left: Any, right: Any, pos: int) -> Bin:
+        # A chain of and/or/+ is a left-deep tree that the compiler walks recursively: bound
+        # the operators per query as the nesting is bounded.
+        self.operators += 1
+        if self.operators > MAX_OPERATORS:
+            raise AplError(f"the query has more than {MAX_OPERATORS} operators in its "
+                           f"expressions; split it")
+        return Bin(op, left, right, pos)
+
     def expr(self) -> Any:
-        left = self.and_expr()
-        while self.at_word("or"):
-            tok = self.next()
-            left = Bin("or", left, self.and_expr(), tok.pos)
-        return left
+        # Parentheses, unary minus and calls recurse through here: bound the depth, so a
+        # hostile query is a 400, not a RecursionError (and SQLite's own limit is 1000).
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"the expression nests more than {MAX_DEPTH} levels deep")
+        try:
+            left = self.and_expr()
+            while self.at_word("or"):
+                tok = self.next()
+                left = self.bin("or", left, self.and_expr(), tok.pos)
+            return left
+        finally:
+            self.depth -= 1
 
     def and_expr(self) -> Any:
         left = self.cmp_expr()
         while self.at_word("and"):
             tok = self.next()
-            left = Bin("and", left, self.cmp_expr(), tok.pos)
+            left = self.bin("and", left, self.cmp_expr(), tok.pos)
         return left
 
     def cmp_expr(self) -> Any:
@@ -493,7 +516,7 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "op" and tok.value in _CMP:
             self.next()
-            return Bin(tok.value, left, self.add_expr(), tok.pos)
+            return self.bin(tok.value, left, self.add_expr(), tok.pos)
         negated = False
         if tok.kind == "op" and tok.value == "!" and self.peek(1).kind == "ident":
             negated = True
@@ -503,7 +526,7 @@ class _Parser:
             word = tok.value.lower()
             if word in _STRING_OPS:
                 self.next()
-                return Bin(("!" if negated else "") + word, left, self.add_expr(), tok.pos)
+                return self.bin(("!" if negated else "") + word, left, self.add_expr(), tok.pos)
             if word == "in":
                 self.next()
                 insensitive = False
@@ -528,21 +551,30 @@ class _Parser:
         left = self.mul_expr()
         while self.at("op", "+") or self.at("op", "-"):
             tok = self.next()
-            left = Bin(tok.value, left, self.mul_expr(), tok.pos)
+            left = self.bin(tok.value, left, self.mul_expr(), tok.pos)
         return left
 
     def mul_expr(self) -> Any:
         left = self.unary()
         while self.at("op", "*") or self.at("op", "/") or self.at("op", "%"):
             tok = self.next()
-            left = Bin(tok.value, left, self.unary(), tok.pos)
+            left = self.bin(tok.value, left, self.unary(), tok.pos)
         return left
 
     def unary(self) -> Any:
         if self.at("op", "-"):
             tok = self.next()
-            return Bin("-", Lit(0, "value"), self.unary(), tok.pos)
+            return self.bin("-", Lit(0, "value"), self.expr_unary(), tok.pos)
         return self.primary()
+
+    def expr_unary(self) -> Any:
+        self.depth += 1  # - - - - x: the same bound as nesting
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"the expression nests more than {MAX_DEPTH} levels deep")
+        try:
+            return self.unary()
+        finally:
+            self.depth -= 1
 
     def primary(self) -> Any:
         tok = self.peek()

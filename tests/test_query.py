@@ -568,3 +568,50 @@ def test_the_text_pre_filter_never_changes_an_answer(
             assert got(op) == want, (op, values, needle)
     finally:
         store.close()
+
+
+_PIECES = ["['p']", "p", "|", "where", "project", "extend", "summarize", "count", "count()",
+           "by", "bin(_time, 1h)", "bin_auto(_time)", "sort", "order", "top", "take", "limit",
+           "distinct", "project-away", "s", "i", "_time", "_rowId", "==", "!=", "<", ">=", "=~",
+           "contains", "!contains", "startswith_cs", "in", "in~", "!in", "(", ")", ",", "=",
+           "and", "or", "not(", "isnull(", "ago(1h)", "now()", "datetime(2026-01-01)", "1",
+           "-", "+", "*", "/", "%", "1.5", "1d", "'x'", '"y"', "true", "null", "asc", "desc",
+           "[", "]", ".", "!", "~", "//", "\n", "'", "datetime(", "sum(i)", "tolower(s)"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_PIECES), max_size=14))
+def test_any_query_text_is_answered_or_refused_with_a_400(pieces: list[str]) -> None:
+    """Fuzz: whatever the query text, the service answers it or says 400; it never fails."""
+    from loghandler.service import HttpError
+
+    store = Store()
+    try:
+        store.add_events("p", [{"_time": stamp(1), "i": 1, "s": "a"}, {"i": 2}])
+        try:
+            answer = store.query(" ".join(pieces), fmt="tabular")
+        except HttpError as exc:
+            assert exc.status == 400 and exc.message
+        else:
+            assert isinstance(answer["tables"][0]["columns"], list)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("text", [
+    "['p'] | where " + "(" * 500 + "i" + ")" * 500,
+    "['p'] | where i == " + "-" * 500 + "1",
+    "['p'] | where " + " or ".join(["i == 1"] * 1000),
+])
+def test_deep_or_long_expressions_are_a_400(text: str) -> None:
+    """Nesting and operator counts are bounded: a hostile query is a 400, not a crash."""
+    store = Store()
+    try:
+        from loghandler.service import HttpError
+
+        with pytest.raises(HttpError) as info:
+            store.query(text)
+        assert info.value.status == 400
+        assert "nests more than" in info.value.message or "operators" in info.value.message
+    finally:
+        store.close()
