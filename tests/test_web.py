@@ -183,6 +183,11 @@ def test_page_shows_events_live_filters_and_opens_views(
     click(driver, "//tr[contains(., 'payment declined')]", "a click on an event")
     detail = json.loads(driver.find_element(By.ID, "detail-json").text)
     assert detail["order"] == 17 and detail["user"] == "bob" and "_rowId" in detail
+    from selenium.webdriver.common.keys import Keys
+
+    wait_until(driver, lambda d: d.find_element(By.XPATH, "//tr[contains(., 'stock low')]")
+               .send_keys(Keys.ENTER) or True, "Enter on an event")
+    assert json.loads(driver.find_element(By.ID, "detail-json").text)["message"] == "stock low"
     driver.save_screenshot(str(tmp_path / "events.png"))
 
     click(driver, "//li[@data-view='1']", "a click on the first view")

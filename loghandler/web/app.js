@@ -283,7 +283,9 @@ function renderEvents() {
     } else {
       for (const c of columns) tr.append(el("td", { text: text(row[c]) }));
     }
+    tr.tabIndex = 0; // the keyboard reaches events too: Tab to a row, Enter opens it
     tr.addEventListener("click", () => showDetail(row, key));
+    tr.addEventListener("keydown", (e) => { if (e.key === "Enter") showDetail(row, key); });
     body.append(tr);
   }
   for (const row of state.rows) state.seen.add(rowKey(row));
