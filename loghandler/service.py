@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import pathlib
 import re
 import socket
 import sqlite3
@@ -162,6 +163,14 @@ class Store:
             self._counts: dict[str, int] = {
                 name: int(n) for name, n in self._db.execute(
                     "SELECT dataset, COUNT(*) FROM events GROUP BY dataset ORDER BY MIN(seq)")}
+        # With a file (in WAL mode), queries read through their own connection: a long query
+        # then does not hold up ingest. In memory there is only the one connection.
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
+        if path:
+            uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro"
+            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                           isolation_level=None)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
@@ -176,6 +185,9 @@ class Store:
         self._db.execute("COMMIT")
 
     def close(self) -> None:
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
         with self._lock:
             self._db.close()
 
@@ -265,17 +277,20 @@ class Store:
         except apl.AplError as exc:
             raise HttpError(400, str(exc)) from None
         deadline = time.monotonic() + timeout
-        with self._lock:
-            self._db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+        db, lock = ((self._reader, self._reader_lock) if self._reader is not None
+                    else (self._db, self._lock))
+        with lock:
+            db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
             try:
-                result = apl.run(self._db, compiled)
+                result = apl.run(db, compiled)
             except sqlite3.OperationalError as exc:
                 if "interrupt" in str(exc):
                     raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
                                          f"with a time range or a where") from None
                 raise HttpError(400, f"the query cannot run: {exc}") from None
             finally:
-                self._db.set_progress_handler(None, 0)
+                db.set_progress_handler(None, 0)
+        with self._lock:
             examined = self._counts.get(compiled.dataset, 0)
         start_s = apl.format_time(start_us if start_us is not None else 0)
         end_s = apl.format_time(end_us if end_us is not None else now_us)

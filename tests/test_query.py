@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -378,6 +379,28 @@ class TestStore:
             assert reopened.count("app") == 2
         finally:
             reopened.close()
+
+    def test_with_a_file_queries_see_each_ingest_and_do_not_hold_it_up(
+            self, tmp_path: Path) -> None:
+        """With --db FILE, queries read through their own connection: each sees what was
+        stored before it, and ingest goes on while a query holds that connection."""
+        store = Store(str(tmp_path / "q.sqlite"))
+        try:
+            for n in range(1, 4):
+                store.add_events("a", [{"_time": stamp(n), "n": n}])
+                answer = store.query("['a'] | count", fmt="tabular")
+                assert answer["tables"][0]["columns"] == [[n]]
+            done = threading.Event()
+            with store._reader_lock:  # as a long query does, from start to end
+                worker = threading.Thread(target=lambda: (
+                    store.add_events("a", [{"_time": stamp(9), "n": 9}]), done.set()))
+                worker.start()
+                assert done.wait(10), "ingest waited for a query"
+            worker.join(10)
+            assert store.query("['a'] | count")["buckets"]["totals"][0]["aggregations"][0][
+                "value"] == 4
+        finally:
+            store.close()
 
     def test_a_long_query_is_stopped(self) -> None:
         """A query that runs past its time limit is stopped with a 400 that says so."""
