@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import apl
+from . import apl, aplsql
 from .apl import format_time, parse_time
 
 __all__ = [
@@ -211,7 +211,7 @@ class Store:
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
         now_us = time.time_ns() // 1000
         sys_time = format_time(now_us)
-        # This exact encoding (ASCII escapes, no spaces) is what apl's text pre-filter expects.
+        # This exact encoding (ASCII escapes, no spaces) is what aplsql's text pre-filter expects.
         dumps = json.dumps
         rows = []
         for event in events:
@@ -272,8 +272,8 @@ class Store:
                         (apl.parse_query(text).dataset,)).fetchone()
                 if first is not None:
                     data_range = (first, last + 1)
-            compiled = apl.compile_query(text, start_us=start_us, end_us=end_us, now_us=now_us,
-                                         data_range=data_range)
+            compiled = aplsql.compile_query(text, start_us=start_us, end_us=end_us,
+                                            now_us=now_us, data_range=data_range)
         except apl.AplError as exc:
             raise HttpError(400, str(exc)) from None
         deadline = time.monotonic() + timeout
@@ -282,7 +282,7 @@ class Store:
         with lock:
             db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
             try:
-                result = apl.run(db, compiled)
+                result = aplsql.run(db, compiled)
             except sqlite3.OperationalError as exc:
                 if "interrupt" in str(exc):
                     raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
@@ -294,7 +294,7 @@ class Store:
             examined = self._counts.get(compiled.dataset, 0)
         start_s = apl.format_time(start_us if start_us is not None else 0)
         end_s = apl.format_time(end_us if end_us is not None else now_us)
-        build = apl.tabular_answer if fmt == "tabular" else apl.legacy_answer
+        build = aplsql.tabular_answer if fmt == "tabular" else aplsql.legacy_answer
         return build(result, examined, start_s, end_s)
 
     # ------------------------------------------------------------------ views

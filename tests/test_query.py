@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loghandler import apl
+from loghandler import apl, aplsql
 from loghandler.errors import ApiError, ConfigurationError, service_message
 from loghandler.service import Store
 from loghandler.testing import LocalService
@@ -449,11 +449,11 @@ def test_relative_times() -> None:
 
 def test_the_filter_runs_in_sql() -> None:
     """A where right after the source is part of the indexed scan, not a Python loop."""
-    sql = apl.compile_query("['a'] | where level == 'error' | count").sql
+    sql = aplsql.compile_query("['a'] | where level == 'error' | count").sql
     assert "json_extract(body, '$.\"level\"') = 'error'" in sql
     assert "dataset = 'a'" in sql
     # The text pre-filter only applies to the stored JSON, not to a projected body.
-    projected = apl.compile_query("['a'] | project level | where level == 'error'").sql
+    projected = aplsql.compile_query("['a'] | project level | where level == 'error'").sql
     assert projected.count("instr(body") == 0
 
 
