@@ -8,18 +8,24 @@ What it does:
  3. logs an info line, a warning with extra fields and an exception;
  4. does the same through structlog with loghandler.IngestProcessor, if structlog is installed;
  5. flushes, and prints what the service received;
- 6. lists the saved views and updates one with client.views.update().
+ 6. lists the saved views and updates one with client.views.update();
+ 7. counts the events by level with an APL query (client.query);
+ 8. ends with the command to look at them in a browser and to follow them with `loghandler tail`
+    (the data is kept in a SQLite file, so `loghandler serve --db FILE` shows the same events).
 """
 
 from __future__ import annotations
 
 import logging
 import logging.config
+import os
+import tempfile
 
 import loghandler
 from loghandler.testing import LocalService
 
 DATASET = "quickstart"
+TOKEN = "quickstart"  # a throw-away token for a local service: fine to print
 
 
 def show_events(events: list[dict]) -> None:
@@ -44,7 +50,9 @@ def show_events(events: list[dict]) -> None:
 def main() -> None:
     seed = loghandler.View(name="Checkout errors", datasets=[DATASET],
                            apl_query=f"['{DATASET}'] | where level == 'error'")
-    with LocalService(views=[seed]) as service:
+    # Kept after the run, so that `loghandler serve --db` can show these events afterwards.
+    db = os.path.join(tempfile.mkdtemp(prefix="loghandler-quickstart-"), "events.sqlite")
+    with LocalService(token=TOKEN, views=[seed], db=db) as service:
         print(f"1. Local service started at {service.url}\n")
 
         # The same dictConfig you would use in production: there, url and token come from
@@ -114,18 +122,29 @@ def main() -> None:
                                           "for the on-call engineer")
             print(f"   updated view {updated.id}: description={updated.description!r}")
 
+            apl = f"['{DATASET}'] | summarize count() by level"
+            print(f"\n7. Query: {apl}")
+            for row in client.query(apl):
+                print(f"  {row['level']:<8} {row['count_']}")
+
         # Stop shipping before the service goes away.
         logging.getLogger().removeHandler(handler)
         handler.close()
         if processor is not None:
             processor.close()
 
-    print("""
+    print(f"""
+8. Look at these events in a browser, and follow new ones from a terminal:
+  loghandler serve --db {db} --token {TOKEN} --port 8080
+  then open http://127.0.0.1:8080/#token={TOKEN}
+  and run
+    LOGHANDLER_URL=http://127.0.0.1:8080 LOGHANDLER_TOKEN={TOKEN} loghandler tail {DATASET} -f
+
 What next:
   - point the handler at the real service: set LOGHANDLER_URL and LOGHANDLER_TOKEN
     (and LOGHANDLER_ORG_ID with a personal access token), then drop url=/token= above;
-  - run the local service yourself: `loghandler serve`, then `loghandler ingest DATASET FILE`
-    and `loghandler views list`;
+  - run the local service yourself: `loghandler serve`, then `loghandler ingest DATASET FILE`,
+    `loghandler query "['DATASET'] | take 10"` and `loghandler views list`;
   - in your tests, use loghandler.testing.LocalService or the `loghandler_service` fixture.""")
 
 

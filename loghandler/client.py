@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -36,6 +37,8 @@ __all__ = ["Client", "Response", "parse_reset", "parse_retry_after"]
 USER_AGENT = f"loghandler/{__version__}"
 # Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
 MAX_RESPONSE_BYTES = 1024 * 1024
+# A query answer may hold many rows (the service caps a query's result, 65,000 rows locally).
+MAX_QUERY_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -202,8 +205,11 @@ class Client:
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int = MAX_RESPONSE_BYTES,
     ) -> Response:
-        """One HTTP request; returns any answer (2xx or not); raises only ``TransportError``."""
+        """One HTTP request; returns any answer (2xx or not); raises only ``TransportError``.
+
+        An answer over ``max_bytes`` is cut there (and then is not valid JSON)."""
         all_headers = dict(self._headers)
         if body is not None:
             all_headers["Content-Type"] = "application/json"
@@ -224,8 +230,8 @@ class Client:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransportError(_transport_message(self._settings.url, exc)) from None
         try:
-            raw = resp.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
-            complete = len(raw) <= MAX_RESPONSE_BYTES
+            raw = resp.read(max_bytes + 1, decode_content=True)
+            complete = len(raw) <= max_bytes
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             resp.close()
             raise TransportError(
@@ -236,7 +242,7 @@ class Client:
             resp.release_conn()
         else:
             resp.close()  # too big to drain politely; drop the connection instead
-            raw = raw[:MAX_RESPONSE_BYTES]
+            raw = raw[:max_bytes]
         return Response(resp.status, _parse_body(raw),
                         parse_retry_after(resp.headers.get("Retry-After")), resp.headers)
 
@@ -259,6 +265,53 @@ class Client:
         resp = self.send("POST", path, body)
         raise_for_status(resp, what=f"ingest into dataset {dataset!r}", dataset=dataset)
         return resp.body
+
+    def query(self, apl: str, *, start: datetime | str | None = None,
+              end: datetime | str | None = None) -> list[dict[str, Any]]:
+        """Run an APL query (``POST /v1/datasets/_apl``); the result's rows as dicts.
+
+        ``start``/``end`` bound ``_time`` (a ``datetime``, naive meaning UTC, or an RFC 3339
+        string); rows keep the service's order. Raises the matching ``Error`` (an ``ApiError``
+        with the service's message for a query it cannot run).
+        """
+        if not isinstance(apl, str) or not apl.strip():
+            raise ConfigurationError("apl must be a non-empty query string, as in "
+                                     "\"['app'] | take 10\"")
+        body: dict[str, Any] = {"apl": apl}
+        for key, value in (("startTime", start), ("endTime", end)):
+            if value is not None:
+                body[key] = _rfc3339(value)
+        resp = self.send("POST", "/v1/datasets/_apl?format=tabular", encoding.encode(body),
+                         max_bytes=MAX_QUERY_RESPONSE_BYTES)
+        raise_for_status(resp, what="query")
+        return query_rows(resp.body)
+
+
+def _rfc3339(value: datetime | str) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, str):
+        return value
+    raise ConfigurationError(f"start and end must be datetimes or RFC 3339 strings, not "
+                             f"{type(value).__name__}")
+
+
+def query_rows(answer: Any) -> list[dict[str, Any]]:
+    """The rows of a ``format=tabular`` query answer (its first table that is not totals)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("tables"), list):
+        raise ApiError(200, answer, "the query answer is not a tabular result (no tables); "
+                                    "was it cut short? Add a take to the query")
+    for table in answer["tables"]:
+        if not isinstance(table, dict) or table.get("name") == "_totals":
+            continue
+        names = [f.get("name") for f in table.get("fields") or []]
+        columns = table.get("columns") or []
+        length = len(columns[0]) if columns else 0
+        return [{name: column[i] for name, column in zip(names, columns, strict=False)}
+                for i in range(length)]
+    return []
 
 
 # A non-JSON answer (a proxy's HTML error page) is kept only this far: enough to see what it is.

@@ -6,6 +6,8 @@ thread per connection, HTTP/1.1 keep-alive) with events and views in SQLite. It 
 the real service does, so its own clients work against it: errors are
 ``{"code": <status>, "message": "..."}``, events it cannot take are reported per event in the
 ingest status, optional rate limits and a fixed set of datasets can be rehearsed.
+Also ``POST /v1/datasets/_apl`` (a subset of APL: apl.py, aplsql.py), ``GET /v1/datasets`` and the
+web page at ``/`` (the files in ``loghandler/web``, the only answers given without a token).
 Used by ``loghandler serve`` and ``loghandler.testing``.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import pathlib
 import re
 import socket
 import sqlite3
@@ -20,19 +23,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from . import apl, aplsql
 from ._ingest import (
     HttpError,
     IngestOptions,
     decode_body,
-    format_time,
     parse_values,
     prepare_events,
 )
+from .apl import format_time, parse_time
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -68,6 +72,15 @@ _VIEW_DEFAULTS: dict[str, Any] = {name: [] if kind is list else "" for name, kin
 # Bound to every interface: clients on this machine reach it on loopback.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
+# A query that runs longer than this is stopped (and answered 400).
+QUERY_TIMEOUT = 10.0
+_QUERY_PATH = "/v1/datasets/_apl"
+# The web page: plain files shipped in the package, served without a token (the page then
+# reads everything through the authenticated API, with the token from the URL fragment).
+_STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/index.html": ("index.html", "text/html; charset=utf-8"),
+           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+           "/style.css": ("style.css", "text/css; charset=utf-8")}
 _INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
 _VIEW = re.compile(r"^/v2/views/([^/]+)$")
 
@@ -133,8 +146,10 @@ def _reject_constant(name: str) -> Any:
 class Store:
     """Events and views in SQLite: one connection shared by the handler threads, under a lock.
 
-    Each accepted ingest body is stored as one row (the validated JSON array), so an ingest is
-    one insert whatever its size; ``events()`` expands the rows in arrival order.
+    One row per event: its dataset, its ``_time`` as an integer (epoch microseconds), its
+    ``_sysTime`` (when it arrived) and the event's JSON as ingested; the row's ``seq`` is the
+    ``_rowId``. The index on (dataset, time, seq) keeps queries over a time range or the newest
+    events fast however many are stored; a batch is one ``executemany`` in one transaction.
     """
 
     def __init__(self, path: str | None = None) -> None:
@@ -148,62 +163,99 @@ class Store:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript("""
-                CREATE TABLE IF NOT EXISTS batches (
+                CREATE TABLE IF NOT EXISTS events (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    dataset TEXT NOT NULL, count INTEGER NOT NULL, body BLOB NOT NULL);
-                CREATE INDEX IF NOT EXISTS batches_dataset ON batches (dataset, seq);
+                    dataset TEXT NOT NULL, time INTEGER NOT NULL, sys TEXT NOT NULL,
+                    body TEXT NOT NULL);
+                CREATE INDEX IF NOT EXISTS events_time ON events (dataset, time, seq);
                 CREATE TABLE IF NOT EXISTS views (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
                     id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
             """)
+            self._migrate_batches_locked()
+            # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
+            # big dataset is a scan. Ordered by first arrival, as datasets() promises.
+            self._counts: dict[str, int] = {
+                name: int(n) for name, n in self._db.execute(
+                    "SELECT dataset, COUNT(*) FROM events GROUP BY dataset ORDER BY MIN(seq)")}
+        # With a file (in WAL mode), queries read through their own connection: a long query
+        # then does not hold up ingest. In memory there is only the one connection.
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
+        if path:
+            uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro"
+            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                           isolation_level=None)
+
+    def _migrate_batches_locked(self) -> None:
+        # A --db file written by an earlier version kept one row per ingest body.
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                "AND name = 'batches'").fetchone():
+            return
+        self._db.execute("BEGIN")
+        for dataset, body in self._db.execute(
+                "SELECT dataset, body FROM batches ORDER BY seq").fetchall():
+            self._insert_locked(dataset, json.loads(body))
+        self._db.execute("DROP TABLE batches")
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
         with self._lock:
             self._db.close()
 
     # ------------------------------------------------------------------ events
 
     def add_events(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        """Store already validated events, each with its ``_time`` in the stored form."""
+        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here."""
         if not events:
             return
-        body = json.dumps(events, ensure_ascii=False).encode()
         with self._lock:
-            self._db.execute("INSERT INTO batches (dataset, count, body) VALUES (?, ?, ?)",
-                             (dataset, len(events), body))
+            self._db.execute("BEGIN")
+            try:
+                self._insert_locked(dataset, events)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            self._counts[dataset] = self._counts.get(dataset, 0) + len(events)
             self._changed.notify_all()
+
+    def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
+        now_us = time.time_ns() // 1000
+        sys_time = format_time(now_us)
+        # This exact encoding (ASCII escapes, no spaces) is what aplsql's text pre-filter expects.
+        dumps = json.dumps
+        rows = []
+        for event in events:
+            t = parse_time(event.get("_time"))
+            rows.append((dataset, now_us if t is None else t, sys_time,
+                         dumps(event, separators=(",", ":"))))
+        self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
+                             rows)
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT body FROM batches WHERE dataset = ? ORDER BY seq", (dataset,)
+                "SELECT body FROM events WHERE dataset = ? ORDER BY seq", (dataset,)
             ).fetchall()
-        out: list[dict[str, Any]] = []
-        for (body,) in rows:
-            out.extend(json.loads(body))
-        return out
+        return [json.loads(body) for (body,) in rows]
 
     def count(self, dataset: str) -> int:
         with self._lock:
-            return self._count_locked(dataset)
-
-    def _count_locked(self, dataset: str) -> int:
-        row = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM batches WHERE dataset = ?",
-                               (dataset,)).fetchone()
-        return int(row[0])
+            return self._counts.get(dataset, 0)
 
     def datasets(self) -> dict[str, int]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT dataset, SUM(count) FROM batches GROUP BY dataset ORDER BY MIN(seq)"
-            ).fetchall()
-        return {name: int(n) for name, n in rows}
+            return dict(self._counts)
 
     def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
         """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._count_locked(dataset) < count:
+            while self._counts.get(dataset, 0) < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -212,7 +264,53 @@ class Store:
 
     def clear_events(self) -> None:
         with self._lock:
-            self._db.execute("DELETE FROM batches")
+            self._db.execute("DELETE FROM events")
+            self._counts.clear()
+
+    def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
+              timeout: float = QUERY_TIMEOUT) -> dict[str, Any]:
+        """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
+
+        ``HttpError(400)`` names what is outside the subset; a query is stopped after
+        ``timeout`` seconds, so one query cannot hold the store (and ingest) for long.
+        """
+        now_us = time.time_ns() // 1000
+        try:
+            start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
+            end_us = None if end in (None, "") else apl.parse_relative_time(end, now_us)
+            data_range = None
+            if "bin_auto" in text and start_us is None:
+                # Without a start, bin_auto's bins span the data's own time range.
+                with self._lock:
+                    first, last = self._db.execute(
+                        "SELECT min(time), max(time) FROM events WHERE dataset = ?",
+                        (apl.parse_query(text).dataset,)).fetchone()
+                if first is not None:
+                    data_range = (first, last + 1)
+            compiled = aplsql.compile_query(text, start_us=start_us, end_us=end_us,
+                                            now_us=now_us, data_range=data_range)
+        except apl.AplError as exc:
+            raise HttpError(400, str(exc)) from None
+        deadline = time.monotonic() + timeout
+        db, lock = ((self._reader, self._reader_lock) if self._reader is not None
+                    else (self._db, self._lock))
+        with lock:
+            db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+            try:
+                result = aplsql.run(db, compiled)
+            except sqlite3.OperationalError as exc:
+                if "interrupt" in str(exc):
+                    raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
+                                         f"with a time range or a where") from None
+                raise HttpError(400, f"the query cannot run: {exc}") from None
+            finally:
+                db.set_progress_handler(None, 0)
+        with self._lock:
+            examined = self._counts.get(compiled.dataset, 0)
+        start_s = apl.format_time(start_us if start_us is not None else 0)
+        end_s = apl.format_time(end_us if end_us is not None else now_us)
+        build = aplsql.tabular_answer if fmt == "tabular" else aplsql.legacy_answer
+        return build(result, examined, start_s, end_s)
 
     # ------------------------------------------------------------------ views
 
@@ -501,13 +599,26 @@ class _Handler(BaseHTTPRequestHandler):
         self._body_kind = None
         try:
             self._body_kind = self._framing()
+            if method == "GET" and path in _STATIC:
+                self._discard()
+                self._send_static(*_STATIC[path])
+                return
             if not self.server.token_ok(self.headers.get("Authorization")):
                 self._discard()
                 raise HttpError(403, "authentication failed: send Authorization: Bearer <token> "
                                      "with a token this service accepts")
             self._rate_limit()
             m = _INGEST.match(path)
-            if m:
+            if path == _QUERY_PATH:
+                self._allow(method, "POST")
+                status, answer = 200, self._query()
+            elif path == "/v1/datasets":
+                self._allow(method, "GET")
+                self._discard()
+                status, answer = 200, [{"name": name, "description": "", "who": "",
+                                        "created": ""}
+                                       for name in self.server.store.datasets()]
+            elif m:
                 dataset = unquote(m.group(1))
                 self._allow(method, "POST")
                 answer = self._ingest(dataset, parse_qs(parts.query))
@@ -700,7 +811,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         values = parse_values(body, self.headers.get("Content-Type"),
                               csv_delimiter=options.csv_delimiter)
-        now = format_time(datetime.now(timezone.utc))
+        now = format_time(time.time_ns() // 1000)
         events, failures = prepare_events(values, options, now)
         self.server.store.add_events(dataset, events)
         return {"ingested": len(events), "failed": len(failures), "failures": failures,
@@ -723,7 +834,30 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(404, f"view not found: no view with id {view_id!r}")
         return 200, found
 
+    def _query(self) -> dict[str, Any]:
+        data = self._parse_json(self._read_body())
+        if not isinstance(data, dict) or not isinstance(data.get("apl"), str):
+            raise HttpError(400, 'the body must be a JSON object with "apl": the query text')
+        fmt = (parse_qs(urlsplit(self.path).query).get("format") or ["legacy"])[0]
+        if fmt not in ("legacy", "tabular"):
+            raise HttpError(400, f"unsupported format {fmt!r}; use legacy or tabular")
+        return self.server.store.query(data["apl"], data.get("startTime"),
+                                       data.get("endTime"), fmt)
+
     # ------------------------------------------------------------------ response
+
+    def _send_static(self, name: str, content_type: str) -> None:
+        body = (resources.files("loghandler") / "web" / name).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache")
+        # Everything the page needs comes from this service: no external asset can load.
+        self.send_header("Content-Security-Policy",
+                         "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.end_headers()
+        self.wfile.write(body)
 
     def _send_json(self, status: int, payload: Any) -> None:
         body = b"" if status == 204 else json.dumps(payload).encode()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +22,12 @@ WITHOUT_STRUCTLOG = (
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60)
+    # The quickstart keeps its data for `loghandler serve --db`; the tests clean it up.
+    m = re.search(r"loghandler serve --db (\S+)", proc.stdout)
+    if m:
+        shutil.rmtree(os.path.dirname(m.group(1)), ignore_errors=True)
+    return proc
 
 
 def test_quickstart_without_structlog() -> None:
@@ -34,6 +42,9 @@ def test_quickstart_without_structlog() -> None:
     assert "exception: KeyError" in out
     assert "updated view 1: description=" in out
     assert "What next" in out
+    assert "error    1" in out  # the query step
+    assert "http://127.0.0.1:8080/#token=quickstart" in out
+    assert "loghandler tail quickstart -f" in out
     assert proc.stderr == ""
 
 
@@ -44,3 +55,37 @@ def test_quickstart_with_structlog() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "received 4 events" in proc.stdout
     assert "user signed in" in proc.stdout
+
+
+def test_the_commands_it_ends_with_show_its_events() -> None:
+    """`loghandler serve --db FILE` (as printed) serves the quickstart's events to `tail`."""
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_STRUCTLOG], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"loghandler serve --db (\S+) --token quickstart --port 8080", proc.stdout)
+    assert m is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    server = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--db", m.group(1),
+                               "--token", "quickstart", "--port", "0", "--quiet"],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout is not None
+        url = None
+        for _ in range(10):
+            found = re.search(r"listening on (http://\S+)", server.stdout.readline())
+            if found:
+                url = found.group(1)
+                break
+        assert url is not None
+        tail = subprocess.run([sys.executable, "-m", "loghandler", "tail", "quickstart"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**env, "LOGHANDLER_URL": url,
+                                   "LOGHANDLER_TOKEN": "quickstart"})
+        assert tail.returncode == 0, tail.stderr
+        lines = tail.stdout.splitlines()
+        assert len(lines) == 3 and "order A-1042 received" in lines[0]
+        assert "ERROR" in lines[2] and "order lookup failed" in lines[2]
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
+        shutil.rmtree(os.path.dirname(m.group(1)), ignore_errors=True)

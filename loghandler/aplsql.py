@@ -1,0 +1,649 @@
+"""APL (the subset ``apl`` parses) compiled to one SQLite query over the event store, run, and
+answered in the service's formats.
+
+The whole pipeline runs in SQLite: each tabular operator wraps the previous one as a sub-select
+over the same four columns (``seq`` the row id, ``time`` epoch microseconds, ``sys`` the
+``_sysTime``, ``body`` the event's JSON), so a ``where`` right after the source is flattened into
+the scan of the (dataset, time, seq) index and a filtered ``count`` over a million events never
+builds a Python object per event. Fields are read with ``json_extract``; ``project`` and
+``summarize`` build a new ``body`` with ``json_object`` (``extend`` and ``project-away`` edit it
+with ``json_set`` / ``json_remove``), so the operators after them work the same way. While the
+body is still the stored JSON, a comparison with a string is first tested on its text (is
+``"level":"error"`` in it?), so most events are never parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .apl import (
+    AGGREGATIONS,
+    AplError,
+    Bin,
+    Call,
+    Field,
+    InList,
+    Lit,
+    format_time,
+    parse_query,
+    parse_time,
+    position,
+    span_us,
+)
+
+__all__ = ["Compiled", "Result", "compile_query", "legacy_answer", "run", "tabular_answer"]
+
+# At most this many rows in one answer, like the real service's cap on a query's result.
+MAX_ROWS = 65_000
+
+
+def _q(s: str) -> str:
+    if "\x00" in s:
+        raise AplError("strings may not contain NUL characters")
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _path(name: str) -> str:
+    if '"' in name:
+        # SQLite's JSON paths cannot name such a key: say so rather than match nothing.
+        raise AplError(f"field names with a double quote are not supported here: {name!r}")
+    return "$." + ".".join(f'"{part}"' for part in name.split("."))
+
+
+def _fmt_sql(t: str) -> str:
+    return (f"(strftime('%Y-%m-%dT%H:%M:%S', ({t}) / 1000000, 'unixepoch') || "
+            f"printf('.%06dZ', ({t}) % 1000000))")
+
+
+@dataclass(frozen=True)
+class _Sql:
+    sql: str
+    kind: str  # value, time, span, bool
+    const: Any = None  # the Python value of a constant, else None
+    is_const: bool = False
+    field: str | None = None  # the field it reads, for a plain field of the event
+    bin_us: int | None = None  # the span, for bin(_time, span) and bin_auto(_time)
+
+
+_ROWID = "printf('%016x', seq)"
+
+
+class _Compiler:
+    def __init__(self, now_us: int, text: str) -> None:
+        self.now_us = now_us
+        self.text = text
+        self.raw_body = True  # body is still the stored JSON (no project/summarize yet)
+        self.auto_span_us = 3_600_000_000  # bin_auto's span: set from the query's time range
+
+    def field(self, name: str) -> _Sql:
+        if name == "_time":
+            return _Sql("time", "time")
+        if name == "_sysTime":
+            return _Sql("sys", "value")
+        if name == "_rowId":
+            return _Sql(f"(CASE WHEN seq IS NULL THEN NULL ELSE {_ROWID} END)", "value")
+        if "." in name:
+            return _Sql(f"coalesce(json_extract(body, {_q(_path(name))}), "
+                        f"json_extract(body, {_q(_path_flat(name))}))", "value")
+        return _Sql(f"json_extract(body, {_q(_path(name))})", "value", field=name)
+
+    def const(self, value: Any, kind: str = "value") -> _Sql:
+        if value is None:
+            sql = "NULL"
+        elif isinstance(value, bool):
+            sql = "1" if value else "0"
+        elif isinstance(value, (int, float)):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise AplError("numbers must be finite")
+            sql = repr(value)
+        else:
+            sql = _q(str(value))
+        return _Sql(sql, kind, value, True)
+
+    def expr(self, e: Any) -> _Sql:
+        if isinstance(e, Lit):
+            return self.const(e.value, e.kind)
+        if isinstance(e, Field):
+            return self.field(e.name)
+        if isinstance(e, Call):
+            return self.call(e)
+        if isinstance(e, InList):
+            left = self.expr(e.left)
+            vals = [self.expr(v) for v in e.values]
+            if left.kind == "time":
+                vals = [self.as_time(v) for v in vals]
+            if e.insensitive:
+                inner = (f"lower({left.sql}) IN ("
+                         + ", ".join(f"lower({v.sql})" for v in vals) + ")")
+            else:
+                inner = f"{left.sql} IN (" + ", ".join(v.sql for v in vals) + ")"
+            sql = f"coalesce({inner}, 0)"
+            return _Sql(f"(NOT {sql})" if e.negated else sql, "bool")
+        if isinstance(e, Bin):
+            return self.binary(e)
+        raise AplError(f"unsupported expression {e!r}")
+
+    def as_time(self, s: _Sql) -> _Sql:
+        if s.kind == "time":
+            return s
+        if s.is_const and isinstance(s.const, str):
+            t = parse_time(s.const)
+            if t is None:
+                raise AplError(f"{s.const!r} is not a time (RFC 3339, as in "
+                               f"2024-05-01T12:00:00Z)")
+            return self.const(t, "time")
+        return s
+
+    def binary(self, e: Bin) -> _Sql:
+        op = e.op
+        if op in ("and", "or"):
+            left, right = self.expr(e.left), self.expr(e.right)
+            return _Sql(f"({left.sql} {op.upper()} {right.sql})", "bool")
+        left, right = self.expr(e.left), self.expr(e.right)
+        if op in ("+", "-", "*", "/", "%"):
+            return self.arith(op, left, right, e.pos)
+        if left.kind == "time" or right.kind == "time":
+            left, right = self.as_time(left), self.as_time(right)
+        if op == "==":
+            return _Sql(_guard(self.prefilter(left, right, "=="),
+                               f"({left.sql} = {right.sql})"), "bool")
+        if op == "!=":
+            return _Sql(f"({left.sql} IS NOT {right.sql})", "bool")
+        if op in ("<", "<=", ">", ">="):
+            return _Sql(f"({left.sql} {op} {right.sql})", "bool")
+        neg = op.startswith("!")
+        base = op.lstrip("!")
+        lo = "" if base.endswith("_cs") else "lower"
+        name = base.removesuffix("_cs")
+        a, b = f"{lo}({left.sql})", f"{lo}({right.sql})"
+        pre = self.prefilter(left, right, base)
+        if base in ("=~", "~"):
+            sql = f"coalesce({a} = {b}, 0)"
+            neg = op == "!~"
+        elif name == "contains":
+            sql = _guard(pre, f"coalesce(instr({a}, {b}) > 0, 0)")
+        elif name == "startswith":
+            sql = _guard(pre, f"coalesce(substr({a}, 1, length({b})) = {b}, 0)")
+        elif name == "endswith":
+            sql = _guard(pre, f"coalesce(length({a}) >= length({b}) AND "
+                              f"substr({a}, length({a}) - length({b}) + 1) = {b}, 0)")
+        else:
+            raise AplError(f"unsupported operator '{op}'")
+        return _Sql(f"(NOT {sql})" if neg else sql, "bool")
+
+    def prefilter(self, left: _Sql, right: _Sql, op: str) -> str:
+        """A cheap necessary condition on the raw JSON text, tested before the exact one.
+
+        Parsing each event's JSON is most of a filtered scan's cost; a text search over the
+        stored body rules most rows out first. Only valid while ``body`` is the stored JSON
+        (written by ``json.dumps`` with its default ASCII escapes), so the literal's encoding
+        is the stored one.
+        """
+        if not self.raw_body or not left.sql.startswith("json_extract(body, "):
+            return ""
+        value = right.const
+        if not right.is_const or not isinstance(value, str) or not value:
+            return ""
+        if op == "==":
+            needle = json.dumps(value)
+            if left.field is not None:
+                # Stored with separators (",", ":"): a top-level "key":"value" pair is
+                # written exactly so, a much rarer text than the value alone.
+                needle = json.dumps(left.field) + ":" + needle
+            return f"instr(body, {_q(needle)}) > 0"
+        if not all(" " <= ch <= "~" and ch not in "\"\\" for ch in value):
+            return ""  # escaped in the JSON text: the raw literal would not be found there
+        if op.endswith("_cs"):
+            return f"instr(body, {_q(value)}) > 0"
+        like = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # LIKE ignores ASCII case, as lower() does: the same rows pass.
+        return f"body LIKE {_q('%' + like + '%')} ESCAPE '\\'"
+
+    def arith(self, op: str, left: _Sql, right: _Sql, pos: int) -> _Sql:
+        kinds = (left.kind, right.kind)
+        if op in ("+", "-") and kinds in (("time", "span"), ("span", "time"), ("span", "span")):
+            kind = "span" if kinds == ("span", "span") else "time"
+        elif op == "-" and kinds == ("time", "time"):
+            kind = "span"
+        elif "time" in kinds:
+            raise AplError(f"cannot use {op} on a datetime and a {right.kind} at "
+                           f"{position(self.text, pos)}")
+        else:
+            kind = "value" if "span" not in kinds else "span"
+        if left.is_const and right.is_const and isinstance(left.const, (int, float)) and (
+                isinstance(right.const, (int, float))) and op in ("+", "-"):
+            value = left.const + right.const if op == "+" else left.const - right.const
+            return self.const(value, kind)
+        return _Sql(f"({left.sql} {op} {right.sql})", kind)
+
+    def call(self, c: Call) -> _Sql:
+        name, args = c.name, c.args
+
+        def arity(n: int) -> None:
+            if len(args) != n:
+                raise AplError(f"{name}() takes {n} argument{'s' if n != 1 else ''}")
+
+        if name == "now":
+            arity(0)
+            return self.const(self.now_us, "time")
+        if name == "ago":
+            arity(1)
+            span = self.expr(args[0])
+            if span.kind != "span" or not span.is_const:
+                raise AplError("ago() takes a timespan, as in ago(1h)")
+            return self.const(self.now_us - int(span.const), "time")
+        if name == "datetime":
+            arity(1)
+            return self.as_time(self.expr(args[0]))
+        if name in ("isnull", "isnotnull", "isempty", "isnotempty"):
+            arity(1)
+            v = self.expr(args[0]).sql
+            sql = {"isnull": f"({v} IS NULL)", "isnotnull": f"({v} IS NOT NULL)",
+                   "isempty": f"(coalesce({v}, '') = '')",
+                   "isnotempty": f"(coalesce({v}, '') != '')"}[name]
+            return _Sql(sql, "bool")
+        if name == "not":
+            arity(1)
+            return _Sql(f"(NOT coalesce({self.expr(args[0]).sql}, 0))", "bool")
+        if name in ("tolower", "toupper", "strlen"):
+            arity(1)
+            fn = {"tolower": "lower", "toupper": "upper", "strlen": "length"}[name]
+            return _Sql(f"{fn}({self.expr(args[0]).sql})", "value")
+        if name == "bin":
+            arity(2)
+            x, size = self.expr(args[0]), self.expr(args[1])
+            if x.kind != "time" or size.kind != "span" or not size.is_const or size.const <= 0:
+                raise AplError("bin() is supported on _time with a timespan, as in "
+                               "bin(_time, 1h)")
+            step = int(size.const)
+            return _Sql(f"(({x.sql} / {step}) * {step})", "time", bin_us=step)
+        if name == "bin_auto":
+            arity(1)
+            x = self.expr(args[0])
+            if x.kind != "time":
+                raise AplError("bin_auto() is supported on _time, as in bin_auto(_time)")
+            step = self.auto_span_us
+            return _Sql(f"(({x.sql} / {step}) * {step})", "time", bin_us=step)
+        if name in AGGREGATIONS:
+            raise AplError(f"{name}() is an aggregation: use it in summarize")
+        raise AplError(f"unsupported function '{name}()' at {position(self.text, c.pos)}; the "
+                       f"local service supports now, ago, datetime, isnull, isnotnull, "
+                       f"isempty, isnotempty, not, tolower, toupper, strlen, bin")
+
+    def json_value(self, s: _Sql, name: str | None = None) -> str:
+        """SQL giving the value to put in a json_object (a JSON value, not its text)."""
+        if s.kind == "time":
+            if s.sql == "time":
+                return f"coalesce(body -> '$._time', json_quote({_fmt_sql('time')}))"
+            return _fmt_sql(s.sql)
+        if s.kind == "bool":
+            return f"json(CASE WHEN {s.sql} THEN 'true' ELSE 'false' END)"
+        if name is not None and s.sql.startswith("json_extract(body, "):
+            # Objects and arrays stay JSON (json_extract would give their text).
+            return f"(body -> {s.sql[len('json_extract(body, '):-1]})"
+        return s.sql
+
+    def aggregate(self, call: Call) -> str:
+        name, args = call.name, call.args
+        if name == "count":
+            if args:
+                raise AplError("count() takes no argument; use countif(predicate)")
+            return "count(*)"
+        if len(args) != 1:
+            raise AplError(f"{name}() takes 1 argument")
+        x = self.expr(args[0])
+        if name == "countif":
+            return f"sum(CASE WHEN {x.sql} THEN 1 ELSE 0 END)"
+        if name == "dcount":
+            return f"count(DISTINCT {x.sql})"
+        if x.kind == "time" and name in ("min", "max"):
+            return _fmt_sql(f"{name}({x.sql})")
+        return f"{name}({x.sql})"
+
+
+def _guard(pre: str, exact: str) -> str:
+    # CASE, not AND: inside an expression SQLite evaluates both sides of an AND, and the
+    # point of the cheap test is that the exact one (a JSON parse) mostly does not run.
+    return f"(CASE WHEN {pre} THEN {exact} ELSE 0 END)" if pre else exact
+
+
+def _path_flat(name: str) -> str:
+    _path(name)  # the same check
+    return f'$."{name}"'
+
+
+@dataclass
+class Compiled:
+    """A query ready to run: the SQL, what its rows are, and what the answer reports."""
+
+    sql: str
+    dataset: str
+    fields: list[str] | None  # None: whole events (system fields + the event's own)
+    aggregated: bool
+    groups: list[str]
+    aggregations: list[tuple[str, str]]  # (column, aggregation name)
+    order: list[tuple[str, bool]]  # (field, desc), as reported
+    bin_us: int | None  # the span of a bin(_time, ...) group
+    hidden: list[str] = field(default_factory=list)  # system fields left out of whole events
+
+
+_DEFAULT_ORDER = "time DESC, seq DESC"
+
+
+_AUTO_SPANS = [n * span_us(u) for n, u in ((1, "s"), (5, "s"), (10, "s"), (30, "s"), (1, "m"),
+                                         (5, "m"), (10, "m"), (30, "m"), (1, "h"), (3, "h"),
+                                         (6, "h"), (12, "h"), (1, "d"), (7, "d"), (30, "d"))]
+
+
+def auto_span(first_us: int, last_us: int) -> int:
+    """bin_auto's span for a time range: the smallest round span giving at most 100 bins."""
+    width = max(0, last_us - first_us)
+    return next((span for span in _AUTO_SPANS if width / span <= 100), _AUTO_SPANS[-1])
+
+
+def compile_query(text: str, *, start_us: int | None = None, end_us: int | None = None,
+                  now_us: int | None = None,
+                  data_range: tuple[int, int] | None = None) -> Compiled:
+    """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
+
+    ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
+    query has no ``start_us``/``end_us``.
+    """
+    q = parse_query(text)
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    comp = _Compiler(now, text)
+    if start_us is not None or data_range is not None:
+        first = start_us if start_us is not None else data_range[0]  # type: ignore[index]
+        last = end_us if end_us is not None else (data_range[1] if data_range else now)
+        comp.auto_span_us = auto_span(first, last)
+    cond = [f"dataset = {_q(q.dataset)}"]
+    if start_us is not None:
+        cond.append(f"time >= {int(start_us)}")
+    if end_us is not None:
+        cond.append(f"time < {int(end_us)}")
+    sql = f"SELECT seq, time, sys, body, NULL AS ord FROM events WHERE {' AND '.join(cond)}"
+    order: str | None = None  # SQL ORDER BY for the current rows, None: unordered
+    order_report: list[tuple[str, bool]] = []
+    fields: list[str] | None = None
+    aggregated = False
+    groups: list[str] = []
+    aggs: list[tuple[str, str]] = []
+    bin_us: int | None = None
+
+    def keep_order(sql: str) -> str:
+        # Before a step that rebuilds body, an order on the old body is fixed into ``ord``.
+        if order is None or order == "ord":
+            return sql
+        return (f"SELECT seq, time, sys, body, row_number() OVER (ORDER BY {order}) AS ord "
+                f"FROM ({sql})")
+
+    hidden: list[str] = []  # system fields that project-away took out of whole events
+    ops: list[tuple[Any, ...]] = []
+    for op in q.ops:
+        if op[0] == "top":  # top N by x: sort by x, take N
+            ops += [("sort", [op[2]]), ("take", op[1])]
+        else:
+            ops.append(op)
+    for op in ops:
+        kind = op[0]
+        if kind == "where":
+            c = comp.expr(op[1])
+            sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
+        elif kind == "sort":
+            parts, order_report = [], []
+            for e, desc in op[1]:
+                s = comp.expr(e)
+                parts.append(f"{s.sql} {'DESC' if desc else 'ASC'}")
+                order_report.append((e.name if isinstance(e, Field) else "expr", desc))
+            if not aggregated:
+                parts.append("seq DESC" if op[1][0][1] else "seq ASC")
+            order = ", ".join(parts)
+        elif kind == "take":
+            by = order or (None if aggregated else _DEFAULT_ORDER)
+            sql = (f"SELECT seq, time, sys, body, ord FROM ({sql})"
+                   + (f" ORDER BY {by}" if by else "") + f" LIMIT {op[1]}")
+            if order is None and not aggregated:
+                order = _DEFAULT_ORDER
+        elif kind == "project":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            items = []
+            names: list[str] = []
+            for name, e in op[1]:
+                items.append(f"{_q(name)}, {comp.json_value(comp.expr(e), name)}")
+                names.append(name)
+            sql = (f"SELECT seq, time, sys, json_object({', '.join(items)}) AS body, ord "
+                   f"FROM ({sql})")
+            fields = names
+            comp.raw_body = False
+        elif kind == "extend":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            sets = ", ".join(f"{_q(_path_flat(name))}, {comp.json_value(comp.expr(e), name)}"
+                             for name, e in op[1])
+            sql = f"SELECT seq, time, sys, json_set(body, {sets}) AS body, ord FROM ({sql})"
+            if fields is not None:
+                fields += [name for name, _ in op[1] if name not in fields]
+            comp.raw_body = False
+        elif kind == "project-away":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            gone = op[1]
+            paths = ", ".join(_q(_path_flat(name)) for name in gone)
+            sql = f"SELECT seq, time, sys, json_remove(body, {paths}) AS body, ord FROM ({sql})"
+            if fields is not None:
+                fields = [name for name in fields if name not in gone]
+            else:
+                hidden += [name for name in gone if name in ("_time", "_sysTime", "_rowId")]
+            comp.raw_body = False
+        elif kind == "count":
+            sql = (f"SELECT NULL AS seq, NULL AS time, NULL AS sys, "
+                   f"json_object('count', count(*)) AS body, NULL AS ord FROM ({sql})")
+            fields, aggregated, order, order_report = ["count"], True, None, []
+            comp.raw_body = False
+            groups, aggs = [], [("count", "count")]
+        elif kind == "summarize":
+            _, agg_list, group_list = op
+            items, group_sql, names = [], [], []
+            time_group = "NULL"
+            order_parts = []
+            bin_us = None
+            for name, e in group_list:
+                s = comp.expr(e)
+                group_sql.append(s.sql)
+                items.append(f"{_q(name)}, {comp.json_value(s)}")
+                names.append(name)
+                if s.kind == "time" and time_group == "NULL":
+                    time_group = s.sql
+                    order_parts.append("time ASC")
+                    bin_us = s.bin_us
+                else:
+                    order_parts.append(f"json_extract(body, {_q(_path_flat(name))}) ASC")
+            aggs = []
+            for name, call in agg_list:
+                items.append(f"{_q(name)}, {comp.aggregate(call)}")
+                names.append(name)
+                aggs.append((name, call.name))
+            sql = (f"SELECT NULL AS seq, {time_group} AS time, NULL AS sys, "
+                   f"json_object({', '.join(items)}) AS body, NULL AS ord FROM ({sql})"
+                   + (f" GROUP BY {', '.join(group_sql)}" if group_sql else ""))
+            fields, aggregated = names, True
+            comp.raw_body = False
+            groups = [name for name, _ in group_list]
+            order = ", ".join(order_parts) or None
+            order_report = []
+    final_order = order or (None if aggregated else _DEFAULT_ORDER)
+    if not order_report and final_order == _DEFAULT_ORDER:
+        order_report = [("_time", True)]
+    sql = (f"SELECT seq, time, sys, body FROM ({sql})"
+           + (f" ORDER BY {final_order}" if final_order else "") + f" LIMIT {MAX_ROWS}")
+    return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
+                    hidden)
+
+
+# ---------------------------------------------------------------------------- running
+
+@dataclass
+class Result:
+    """Rows of a query as dicts, with what a service answer reports about them."""
+
+    compiled: Compiled
+    rows: list[dict[str, Any]]
+    system: list[tuple[str | None, str | None, str | None]]  # (_time, _sysTime, _rowId)
+    fields: list[str]
+    elapsed_us: int
+
+
+def run(db: Any, compiled: Compiled) -> Result:
+    """Run a compiled query on a sqlite3 connection (the caller holds its lock)."""
+    started = time.perf_counter()
+    raw = db.execute(compiled.sql).fetchall()
+    rows: list[dict[str, Any]] = []
+    system: list[tuple[str | None, str | None, str | None]] = []
+    loads = json.loads
+    if compiled.fields is None:
+        seen: dict[str, None] = {"_time": None, "_sysTime": None, "_rowId": None}
+        for seq, t, sys_time, body in raw:
+            event = loads(body)
+            stamp = event.get("_time")
+            if not isinstance(stamp, str):
+                stamp = format_time(t)
+            row_id = f"{seq:016x}"
+            row = {"_time": stamp, "_sysTime": sys_time, "_rowId": row_id}
+            for k, v in event.items():
+                if k not in row:
+                    row[k] = v
+                    if k not in seen:
+                        seen[k] = None
+            rows.append(row)
+            system.append((stamp, sys_time, row_id))
+        for name in compiled.hidden:
+            seen.pop(name, None)
+            for row in rows:
+                row.pop(name, None)
+        fields = list(seen)
+    else:
+        fields = list(compiled.fields)
+        for seq, t, sys_time, body in raw:
+            data = loads(body)
+            rows.append({name: data.get(name) for name in fields})
+            system.append((None if t is None else format_time(t), sys_time,
+                           None if seq is None else f"{seq:016x}"))
+    return Result(compiled, rows, system, fields,
+                  int((time.perf_counter() - started) * 1_000_000))
+
+
+# ---------------------------------------------------------------------------- answers
+
+def _type_of(values: list[Any], name: str) -> str:
+    if name in ("_time", "_sysTime"):
+        return "datetime"
+    kinds = set()
+    for v in values:
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            kinds.add("boolean")
+        elif isinstance(v, int):
+            kinds.add("integer")
+        elif isinstance(v, float):
+            kinds.add("float")
+        elif isinstance(v, str):
+            kinds.add("string")
+        elif isinstance(v, list):
+            kinds.add("array")
+        else:
+            kinds.add("dictionary")
+    if kinds == {"integer", "float"}:
+        return "float"
+    return kinds.pop() if len(kinds) == 1 else ("unknown" if not kinds else "|".join(
+        sorted(kinds)))
+
+
+def _status(result: Result, rows_examined: int, start: str, end: str) -> dict[str, Any]:
+    c = result.compiled
+    matched = len(result.rows)
+    if c.aggregated and c.aggregations and c.aggregations[0][1] == "count":
+        matched = sum(int(r.get(c.aggregations[0][0]) or 0) for r in result.rows)
+    times = [t for t, _, _ in result.system if t]
+    row_ids = [r for _, _, r in result.system if r]
+    return {
+        "elapsedTime": result.elapsed_us,
+        "blocksExamined": 1 if rows_examined else 0,
+        "rowsExamined": rows_examined,
+        "rowsMatched": matched,
+        "numGroups": len(result.rows) if c.aggregated else 0,
+        "isPartial": len(result.rows) >= MAX_ROWS,
+        "cacheStatus": 1,
+        "minBlockTime": min(times) if times else start,
+        "maxBlockTime": max(times) if times else end,
+        "messages": [],
+        "minCursor": min(row_ids) if row_ids else "",
+        "maxCursor": max(row_ids) if row_ids else "",
+    }
+
+
+def tabular_answer(result: Result, rows_examined: int, start: str, end: str) -> dict[str, Any]:
+    """The ``format=tabular`` answer: one table, its fields and one column per field."""
+    c = result.compiled
+    columns = [[row.get(name) for row in result.rows] for name in result.fields]
+    aggs = dict(c.aggregations)
+    fields = []
+    for name, column in zip(result.fields, columns, strict=False):
+        entry: dict[str, Any] = {"name": name, "type": _type_of(column, name)}
+        if name in aggs:
+            entry["agg"] = {"name": aggs[name], "args": [], "fields": []}
+        fields.append(entry)
+    table: dict[str, Any] = {
+        "name": "0",
+        "sources": [{"name": c.dataset}],
+        "fields": fields,
+        "order": [{"field": f, "desc": d} for f, d in c.order],
+        "groups": [{"name": g} for g in c.groups],
+        "range": {"field": "_time", "start": start, "end": end},
+        "buckets": ({"field": "_time", "size": c.bin_us // 1_000_000}
+                    if c.bin_us and c.bin_us % 1_000_000 == 0 else None),
+        "columns": columns,
+    }
+    return {"format": "tabular", "status": _status(result, rows_examined, start, end),
+            "tables": [table], "datasetNames": [c.dataset], "fieldsMetaMap": {}}
+
+
+def legacy_answer(result: Result, rows_examined: int, start: str, end: str) -> dict[str, Any]:
+    """The ``format=legacy`` answer: ``matches`` for events, ``buckets`` for aggregations."""
+    c = result.compiled
+    matches: list[dict[str, Any]] = []
+    series: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    if not c.aggregated:
+        for row, (t, sys_time, row_id) in zip(result.rows, result.system, strict=False):
+            data = {k: v for k, v in row.items() if k not in ("_time", "_sysTime", "_rowId")}
+            matches.append({"_time": row.get("_time", t), "_sysTime": sys_time,
+                            "_rowId": row_id, "data": data})
+    else:
+        aggs = dict(c.aggregations)
+        by_time: dict[str, list[dict[str, Any]]] = {}
+        for row in result.rows:
+            group = {k: v for k, v in row.items() if k not in aggs and
+                     not (c.bin_us and k == "_time")}
+            entry = {"group": group,
+                     "aggregations": [{"op": name, "value": row.get(name)} for name in aggs]}
+            if c.bin_us:
+                by_time.setdefault(str(row.get("_time")), []).append(entry)
+            else:
+                totals.append(entry)
+        for stamp, entries in by_time.items():
+            bin_start = parse_time(stamp) or 0
+            series.append({"startTime": stamp,
+                           "endTime": format_time(bin_start + (c.bin_us or 0)),
+                           "groups": [{"id": i, **e} for i, e in enumerate(entries)]})
+    return {"format": "legacy", "status": _status(result, rows_examined, start, end),
+            "matches": matches, "buckets": {"series": series, "totals": totals},
+            "datasetNames": [c.dataset], "fieldsMetaMap": {}}

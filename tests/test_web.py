@@ -1,0 +1,262 @@
+"""The local service's web page, in a real headless Chromium driven by selenium.
+
+The browser comes from the distribution (``apt-get install chromium chromium-driver``); selenium
+is given the system chromedriver and never downloads anything. Without the browser these tests
+skip, unless ``LOGHANDLER_REQUIRE_BROWSER=1`` (set by ``.ci/run``): then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loghandler.client import Client
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT = 15.0  # seconds; each wait ends as soon as its condition holds
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("LOGHANDLER_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"LOGHANDLER_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("selenium is not installed (pip install -e '.[test]')")
+    binary = next((b for b in CHROMIUM if os.path.exists(b)), None) or shutil.which("chromium")
+    if not binary or not os.path.exists(CHROMEDRIVER):
+        _missing("chromium and chromedriver are not installed "
+                 "(apt-get install chromium chromium-driver)")
+    before = os.environ.get("SE_OFFLINE")
+    os.environ["SE_OFFLINE"] = "true"  # selenium-manager must not fetch anything
+    options = Options()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,900", "--no-first-run", "--disable-extensions",
+                "--disable-background-networking", "--disable-component-update"):
+        options.add_argument(arg)
+    drv = None
+    try:
+        drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        drv.set_page_load_timeout(30)
+        yield drv
+    finally:
+        if drv is not None:
+            drv.quit()
+        if before is None:
+            os.environ.pop("SE_OFFLINE", None)
+        else:
+            os.environ["SE_OFFLINE"] = before
+
+
+def wait_until(drv: Any, condition: Any, what: str) -> Any:
+    """Wait for ``condition(driver)`` to be true; the page re-renders while we look, so an
+    element gone stale in between means "look again", not a failure."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(drv, WAIT, poll_frequency=0.1, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException)).until(
+        lambda d: condition(d), message=f"timed out waiting for {what}")
+
+
+def rows(drv: Any) -> list[str]:
+    # One script call reads all rows at once: no element can go stale half-way.
+    return list(drv.execute_script(
+        "return [...document.querySelectorAll('#events tr.row')].map(r => r.innerText);"))
+
+
+def click(drv: Any, xpath: str, what: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    wait_until(drv, lambda d: d.find_element(By.XPATH, xpath).click() or True, what)
+
+
+VIEWS = [
+    {"id": "1", "name": "Payment errors",
+     "aplQuery": "['shop'] | where level == 'error' and message contains 'payment'",
+     "datasets": ["shop"], "description": "", "sharedByOrg": "", "sharedByOrgName": ""},
+    {"id": "2", "name": "Order lines",
+     "aplQuery": "['shop'] | mv-expand lines", "datasets": ["shop"], "description": "",
+     "sharedByOrg": "", "sharedByOrgName": ""},
+]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """`loghandler serve` in a subprocess: (the page's URL it prints, the token)."""
+    tmp = tmp_path_factory.mktemp("serve")
+    views = tmp / "views.json"
+    views.write_text(json.dumps(VIEWS), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                             "--quiet", "--views", str(views)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        page = None
+        for _ in range(20):
+            line = proc.stdout.readline()
+            m = re.match(r"web page: (http://127\.0\.0\.1:\d+/#token=(\S+))$", line.strip())
+            if m:
+                page, token = m.group(1), m.group(2)
+                break
+        assert page is not None, "serve printed no page URL"
+        yield page, token
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_page_shows_events_live_filters_and_opens_views(
+        driver: Any, served: tuple[str, str], tmp_path: Path) -> None:
+    """Open the printed URL; events ingested later appear without a reload; the filter
+    narrows them; a click shows the JSON; a view shows its query's rows or why not."""
+    from selenium.webdriver.common.by import By
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    client.ingest("shop", [{"level": "info", "message": "shop opened", "user": "ann"}])
+    driver.get(page)
+    wait_until(driver, lambda d: any("shop opened" in r for r in rows(d)), "the first event")
+    assert "shop" in driver.find_element(By.ID, "datasets").text
+    driver.execute_script("window.__notReloaded = true;")
+
+    client.ingest("shop", [
+        {"level": "error", "message": "payment declined", "user": "bob", "order": 17},
+        {"level": "warning", "message": "stock low", "user": "cy"},
+        {"level": "info", "message": "order shipped", "user": "ann"},
+    ])
+    wait_until(driver, lambda d: len(rows(d)) == 4, "the events ingested later")
+    assert driver.execute_script("return window.__notReloaded === true;")
+    wait_until(driver, lambda d: "4" in d.find_element(By.CSS_SELECTOR,
+                                                        "#datasets .count").text, "the count")
+    text, error_bg, info_bg, error_fg = driver.execute_script(
+        "const s = (q) => getComputedStyle(document.querySelector(q));"
+        "return [document.querySelector('#events .level.error').innerText,"
+        "        s('#events .level.error').backgroundColor,"
+        "        s('#events .level.info').backgroundColor,"
+        "        s('#events .level.error').color];")
+    assert text.lower() == "error" and error_bg != info_bg
+    assert error_fg != error_bg  # the level's name is readable on its colour
+
+    def histogram_levels(d: Any) -> set[str]:
+        return set(d.execute_script(
+            "return [...document.querySelectorAll('#histogram svg rect')]"
+            ".map(r => r.dataset.level);"))
+
+    wait_until(driver, lambda d: {"info", "error", "warning"} <= histogram_levels(d),
+               "the histogram's bars by level")
+
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("ann")
+    wait_until(driver, lambda d: len(rows(d)) == 2, "the filter")
+    assert all("ann" in r for r in rows(driver))
+    box.clear()
+    box.send_keys("x")
+    box.send_keys("\b")
+    wait_until(driver, lambda d: len(rows(d)) == 4, "the filter cleared")
+
+    click(driver, "//tr[contains(., 'payment declined')]", "a click on an event")
+    detail = json.loads(driver.find_element(By.ID, "detail-json").text)
+    assert detail["order"] == 17 and detail["user"] == "bob" and "_rowId" in detail
+    from selenium.webdriver.common.keys import Keys
+
+    wait_until(driver, lambda d: d.find_element(By.XPATH, "//tr[contains(., 'stock low')]")
+               .send_keys(Keys.ENTER) or True, "Enter on an event")
+    assert json.loads(driver.find_element(By.ID, "detail-json").text)["message"] == "stock low"
+    driver.save_screenshot(str(tmp_path / "events.png"))
+
+    click(driver, "//li[@data-view='1']", "a click on the first view")
+    wait_until(driver, lambda d: len(rows(d)) == 1 and "payment declined" in rows(d)[0],
+               "the view's rows")
+    assert "View: Payment errors" in driver.find_element(By.ID, "title").text
+    driver.save_screenshot(str(tmp_path / "view.png"))
+
+    click(driver, "//li[@data-view='2']", "a click on the second view")
+    notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
+                        and d.find_element(By.ID, "notice"), "the unsupported-view notice")
+    assert "outside the APL subset" in notice.text and "'mv-expand'" in notice.text
+    assert (tmp_path / "events.png").stat().st_size > 10_000
+    client.close()
+
+
+def test_a_wrong_token_asks_for_one(driver: Any, served: tuple[str, str]) -> None:
+    """With a token the service refuses, the page says so and asks for one."""
+    from selenium.webdriver.common.by import By
+
+    page, _ = served
+    driver.get(page.split("#", 1)[0] + "#token=wrong")
+    driver.refresh()
+    wait_until(driver, lambda d: d.find_element(By.ID, "login").is_displayed(), "the login")
+    assert "did not accept" in driver.find_element(By.ID, "login-error").text
+
+
+def test_a_token_with_url_characters_works(driver: Any) -> None:
+    """A token with + & % = in it, quoted in the fragment, reaches the API unchanged."""
+    from urllib.parse import quote
+
+    from loghandler.testing import LocalService
+
+    with LocalService(token="p+q&r%s=t") as svc:
+        svc.client().ingest("odd", [{"level": "info", "message": "odd token ok"}])
+        driver.get(svc.url + "/#token=" + quote(svc.token, safe=""))
+        wait_until(driver, lambda d: any("odd token ok" in r for r in rows(d)), "the event")
+
+
+def test_static_files_need_no_token_and_the_api_does(served: tuple[str, str]) -> None:
+    """The page's files are served without a token and with a strict CSP; data needs one."""
+    page, _ = served
+    base = page.split("/#", 1)[0]
+    for path, kind in (("/", "text/html"), ("/app.js", "javascript"), ("/style.css", "css")):
+        with urllib.request.urlopen(base + path, timeout=10) as resp:
+            assert kind in resp.headers["Content-Type"]
+            assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
+            body = resp.read().decode().replace("http://www.w3.org/2000/svg", "")
+            assert "http://" not in body and "https://" not in body  # no external assets
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(base + "/v1/datasets", timeout=10)
+    assert info.value.code == 403
+
+
+def test_page_time_budget() -> None:
+    """The page polls the query API at a bounded pace (a guard against a busy loop)."""
+    from importlib import resources
+
+    script = (resources.files("loghandler") / "web" / "app.js").read_text()
+    every = {name: int(value) for name, value in
+             re.findall(r"const (\w+_EVERY_MS) = (\d+);", script)}
+    assert every and min(every.values()) >= 1000
+
+
+def test_a_missing_browser_fails_when_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the browser: skipped, or failed when LOGHANDLER_REQUIRE_BROWSER=1 (CI)."""
+    monkeypatch.setenv("LOGHANDLER_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="REQUIRE_BROWSER"):
+        _missing("no chromium")
+    monkeypatch.delenv("LOGHANDLER_REQUIRE_BROWSER")
+    with pytest.raises(pytest.skip.Exception):
+        _missing("no chromium")
