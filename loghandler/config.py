@@ -202,6 +202,7 @@ class ShipperOptions:
     max_spool_bytes: int = 256 * MiB
     auth_retry_delay: float = 60.0
     on_error: Callable[[BaseException], Any] | None = None
+    handle_sigterm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_batch_bytes", "max_queue_size", "max_queue_bytes",
@@ -225,6 +226,10 @@ class ShipperOptions:
             raise ConfigurationError("compression_level must be between 0 and 9")
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigurationError("on_error must be a callable taking the exception")
+        if not isinstance(self.handle_sigterm, bool):
+            raise ConfigurationError(
+                f"handle_sigterm must be True or False, not {self.handle_sigterm!r}"
+            )
         if self.spool_dir is not None and not isinstance(self.spool_dir, (str, os.PathLike)):
             raise ConfigurationError("spool_dir must be a path or None")
 
