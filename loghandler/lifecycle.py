@@ -50,11 +50,14 @@ def live_shippers() -> list[Shipper]:
     return list(_live)
 
 
-def close_all(timeout: float | None = None, *, report: bool = True) -> None:
+def close_all(timeout: float | None = None, *, report: bool = True,
+              at_exit: bool = False) -> None:
     """Close every live shipper within one overall time limit, then report what was not sent.
 
     ``timeout`` defaults to the largest ``shutdown_timeout`` among them: the exit of the whole
-    process is bounded by it, not one timeout per shipper. Runs from atexit, before
+    process is bounded by it, not one timeout per shipper. With ``at_exit``, events logged after
+    this (by atexit hooks that run later) are still delivered within that bound: see
+    ``Shipper._send_late``. Runs from atexit, before
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """
@@ -69,6 +72,7 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
     deadline = now + timeout
     for s in shippers:
         s._exit_summary = report
+        s._late_ok = at_exit
         s._begin_close(min(deadline, now + s.options.shutdown_timeout))
     for s in shippers:
         s._wait_closed()
@@ -109,7 +113,7 @@ def _report_undelivered(shippers: list[Shipper]) -> None:
 
 def _at_exit() -> None:
     try:
-        close_all()
+        close_all(at_exit=True)
     except Exception:  # never disturb the interpreter's exit
         pass
 

@@ -99,6 +99,10 @@ class Shipper(Delivery):
         self._force = False
         self._closed = False
         self._close_deadline: float | None = None
+        # Closed by the exit hook: an event logged later (by an atexit hook that runs after
+        # ours) is still taken, and sent at once on the logging thread (_send_late).
+        self._late_ok = False
+        self._late_pending = False
         self._thread: threading.Thread | None = None
         self._thread_failed = False
         self._gave_up = False
@@ -180,7 +184,10 @@ class Shipper(Delivery):
     def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
         try:
             with self._lock:
-                return self._put_slow(item, size)
+                ok = self._put_slow(item, size)
+            if self._late_pending:
+                self._send_late()
+            return ok
         except Exception:
             return False
 
@@ -188,7 +195,12 @@ class Shipper(Delivery):
         # Under self._lock. Everything the fast path leaves out: closed, first event (start the
         # thread), a full batch (wake the flusher), a full queue (overflow policy), big events.
         if self._closed:
-            return self._drop_locked("closed")
+            if not self._late_ok or self._abandoned:
+                return self._drop_locked("closed")
+            self._queue.append(item)
+            self._account_locked()
+            self._late_pending = True
+            return True
         self._account_locked()
         q = self._queue
         if (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes) and (
@@ -385,6 +397,39 @@ class Shipper(Delivery):
                 self._release_client()
         except Exception:
             pass
+
+    def _send_late(self) -> None:
+        """Deliver events logged after the exit hook closed this shipper.
+
+        atexit runs hooks in reverse order of registration, so one registered before loghandler
+        was imported runs after loghandler's own, which has closed the shippers and printed its
+        summary. What such a hook logs is sent at once, on its own thread, within what is left
+        of the exit deadline (nothing else would run after it to send it); past the deadline it
+        is spooled or counted as ``dropped_shutdown``, and a line says so.
+        """
+        self._late_pending = False
+        deadline = self._close_deadline if self._close_deadline is not None else _monotonic()
+        before = self._undelivered
+        self._drain_on_this_thread(deadline)
+        with self._lock:
+            # The send lock was busy past the deadline (a flusher stuck in a request): count
+            # what is left rather than leave it queued in a process about to end.
+            self._account_locked()
+            pop = self._pop_oldest_locked
+            left = [pop() for _ in range(len(self._queue))] if not self._inflight else []
+            if left:
+                self._c["dropped"] += len(left)
+                self._c["dropped_shutdown"] += len(left)
+                self._undelivered += len(left)
+            lost = self._undelivered - before
+        if lost and "late" not in self._reported:
+            self._reported.add("late")
+            st = self.stats()
+            where = (f"spooled to {self.options.spool_dir}" if st.spooled
+                     else "counted in stats().dropped_shutdown")
+            print_line(f"loghandler: at exit: dataset {self.dataset!r}: an event logged after "
+                       f"loghandler's exit hook (by a later atexit hook) could not be delivered "
+                       f"within shutdown_timeout; it was {where}")
 
     def _release_client(self) -> None:
         # A client this library made (from plain arguments) is closed with the last shipper

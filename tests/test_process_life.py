@@ -169,3 +169,39 @@ class TestMultiprocessing:
                               env={**os.environ, "TEST_URL": receiver.url})
         assert proc.returncode == 0 and "EXIT 0" in proc.stdout, proc.stderr
         assert sorted(e["j"] for e in receiver.events) == list(range(100))
+
+
+EARLY_HOOK = """
+    import atexit, logging, sys
+    url, n = sys.argv[1], int(sys.argv[2])
+    # Registered before loghandler is imported: atexit runs it after loghandler's own hook.
+    atexit.register(lambda: [logging.getLogger("app").warning("early %%d", i) for i in range(n)])
+    import loghandler
+    handler = loghandler.IngestHandler("ds", token=%r, url=url, flush_interval=60,
+                                       shutdown_timeout=1, retry_backoff=0.05)
+    logging.getLogger("app").addHandler(handler)
+    logging.getLogger("app").warning("main")
+""" % TOKEN
+
+
+class TestAtexitOrder:
+    def test_hook_registered_before_import_is_delivered(self, receiver):
+        """An atexit hook registered before `import loghandler` runs after loghandler's exit
+        hook; what it logs is still delivered, and nothing is reported lost."""
+        proc = run(EARLY_HOOK, receiver.url, "3")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(e["message"] for e in receiver.events) == [
+            "early 0", "early 1", "early 2", "main"]
+        assert proc.stderr == ""
+
+    def test_hook_registered_before_import_is_told_when_undeliverable(self):
+        """Service down: the late events cannot be delivered in time, and a line says so
+        (the exit summary was printed before they were logged)."""
+        from conftest import closed_port_url
+
+        proc = run(EARLY_HOOK, closed_port_url(), "2")
+        assert proc.returncode == 0
+        lines = proc.stderr.splitlines()
+        assert lines[0].startswith("loghandler: at exit: dataset 'ds': 0 of 1 delivered")
+        assert len(lines) == 2 and "after loghandler's exit hook" in lines[1], proc.stderr
+        assert "dropped_shutdown" in lines[1]
