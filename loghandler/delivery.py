@@ -17,7 +17,7 @@ from . import encoding
 from .client import raise_for_status
 from .errors import ApiError, Error, TransportError, body_detail, print_line
 from .events import item_events, item_size
-from .guard import _SENDERS, _get_ident
+from .guard import _FLUSHERS, CALLBACK, HTTP, _get_ident, sending
 
 if TYPE_CHECKING:
     import threading
@@ -138,7 +138,7 @@ class Delivery:
     # ------------------------------------------------------------------ flusher side
 
     def _run(self) -> None:
-        _SENDERS.add(_get_ident())
+        _FLUSHERS.add(_get_ident())
         try:
             interval = self.options.flush_interval
             if self._spool is not None:
@@ -172,7 +172,7 @@ class Delivery:
                                      f"{type(exc).__name__}: {exc}")
             self._call_on_error(exc)
         finally:
-            _SENDERS.discard(_get_ident())
+            _FLUSHERS.discard(_get_ident())
             with self._lock:
                 self._progress.notify_all()
 
@@ -181,7 +181,7 @@ class Delivery:
         if not self._send_lock.acquire(timeout=max(0.0, deadline - _monotonic())):
             return
         ident = _get_ident()
-        _SENDERS.add(ident)
+        _FLUSHERS.add(ident)
         try:
             with self._lock:
                 if self._close_deadline is None or deadline < self._close_deadline:
@@ -190,7 +190,7 @@ class Delivery:
             if self._deadline_passed():
                 self._settle_leftovers_at_deadline()
         finally:
-            _SENDERS.discard(ident)
+            _FLUSHERS.discard(ident)
             self._send_lock.release()
 
     def _deadline_passed(self) -> bool:
@@ -413,8 +413,9 @@ class Delivery:
                     return _Outcome("shutdown")
             retry_after = None
             try:
-                resp = self._client.send("POST", self._path, body, headers=headers,
-                                         timeout=timeout)
+                with sending(HTTP):
+                    resp = self._client.send("POST", self._path, body, headers=headers,
+                                             timeout=timeout)
             except TransportError as exc:
                 error: Error = exc
             else:
@@ -536,7 +537,8 @@ class Delivery:
         if callback is None:
             return
         try:
-            callback(error)
+            with sending(CALLBACK):
+                callback(error)
         except Exception:
             pass
 

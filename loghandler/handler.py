@@ -21,7 +21,7 @@ from .events import (
     free_name,
     rfc3339,
 )
-from .guard import _SENDERS, _get_ident
+from .guard import _SENDERS, _get_ident, own_record
 from .shipper import FAST_ITEM_BYTES as _FAST_ITEM
 from .shipper import Shipper, make_shipper
 from .stats import Stats
@@ -181,8 +181,8 @@ class IngestHandler(logging.Handler):
     def handle(self, record: logging.LogRecord) -> Any:
         # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
-        # flusher thread that logs. Records our own I/O threads emit are never shipped.
-        if _get_ident() in _SENDERS:
+        # flusher thread that logs. Records our own sending causes are never shipped.
+        if _get_ident() in _SENDERS and own_record(record.name):
             return self.shipper._suppress()
         if self.filters:
             rv = self.filter(record)

@@ -119,9 +119,10 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    from .guard import _SENDERS
+    from .guard import _FLUSHERS, _SENDERS
 
     _SENDERS.clear()
+    _FLUSHERS.clear()
     for s in list(_live):
         try:
             s._after_fork_in_child()

@@ -14,7 +14,7 @@ from typing import Any
 
 from .client import Client
 from .events import add_exception, add_fields, rfc3339
-from .guard import _SENDERS, _get_ident
+from .guard import _SENDERS, _get_ident, own_record
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -136,7 +136,7 @@ class IngestProcessor:
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
-            if _get_ident() in _SENDERS:  # our own thread logging (on_error): never shipped
+            if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
                 self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)

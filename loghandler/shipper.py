@@ -39,7 +39,7 @@ from .config import ShipperOptions, resolve_dataset, split_options
 from .delivery import Delivery, _Chunk
 from .errors import ConfigurationError, print_line
 from .events import item_events, item_size
-from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
+from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .spool import Spool
 from .stats import STAT_FIELDS, Stats
 
@@ -156,7 +156,7 @@ class Shipper(Delivery):
         encoded on the flusher thread.
         """
         try:
-            if _get_ident() in _SENDERS:
+            if _get_ident() in _SENDERS and own_record(None):
                 return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
@@ -183,6 +183,12 @@ class Shipper(Delivery):
 
     def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
         try:
+            if self._lock._is_owned() and not self._closed:  # type: ignore[attr-defined]
+                # Re-entered on a thread inside one of our own locked steps: a finalizer the
+                # cyclic GC ran there logged. The bare append is as safe there as the lock-free
+                # fast path is at any time; the next locked step accounts for it.
+                self._queue.append(item)
+                return True
             with self._lock:
                 ok = self._put_slow(item, size)
             if self._late_pending:

@@ -205,3 +205,77 @@ class TestAtexitOrder:
         assert lines[0].startswith("loghandler: at exit: dataset 'ds': 0 of 1 delivered")
         assert len(lines) == 2 and "after loghandler's exit hook" in lines[1], proc.stderr
         assert "dropped_shutdown" in lines[1]
+
+
+class TestFinalizers:
+    def test_records_logged_by_finalizers_on_the_flusher_thread_ship(self, receiver):
+        """The cyclic GC runs finalizers on whichever thread allocates, the flusher included:
+        what they log is the application's and ships; only the library's own sending (urllib3,
+        on_error) is suppressed. Under load from 4 threads, every record is accounted."""
+        import gc
+        import logging
+        import threading
+
+        from loghandler import IngestHandler
+
+        handler = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05,
+                                batch_size=200)
+        log = logging.getLogger("test.finalizers")
+        log.propagate = False
+        log.setLevel(logging.DEBUG)
+        log.addHandler(handler)
+        # urllib3 at DEBUG on the same handler: its records on the flusher are still ours.
+        urllib3_log = logging.getLogger("urllib3")
+        urllib3_log.addHandler(handler)
+        old_level = urllib3_log.level
+        urllib3_log.setLevel(logging.DEBUG)
+
+        class Node:
+            def __init__(self, n: int) -> None:
+                self.n = n
+                self.me = self  # a cycle: only the cyclic GC frees it
+
+            def __del__(self) -> None:
+                log.warning("finalized", extra={"n": self.n})
+
+        class Collect:  # a value whose repr runs a full GC pass: on the flusher thread
+            def __repr__(self) -> str:
+                gc.collect()
+                return "collected"
+
+        per_thread, n_threads = 2000, 4
+        try:
+            gc.disable()
+            for i in range(500):
+                Node(i)
+            handler.shipper.submit({"trigger": Collect()})
+            assert handler.flush(10)
+            gc.enable()
+
+            def work(t: int) -> None:
+                for i in range(per_thread):
+                    Node(1000 + t * per_thread + i)
+                    log.info("app", extra={"t": t})
+
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            gc.collect()
+            assert handler.flush(10) and handler.flush(10)
+        finally:
+            gc.enable()
+            urllib3_log.setLevel(old_level)
+            urllib3_log.removeHandler(handler)
+            log.removeHandler(handler)
+            handler.close()
+        finalized = [e for e in receiver.events if e.get("message") == "finalized"]
+        on_flusher = [e for e in finalized if e["thread"].startswith("loghandler-flusher")]
+        assert len(on_flusher) >= 500
+        assert sorted(e["n"] for e in finalized) == (
+            list(range(500)) + list(range(1000, 1000 + n_threads * per_thread)))
+        st = handler.stats()
+        assert st.suppressed > 0  # urllib3's own debug lines
+        assert not any(e.get("logger", "").startswith("urllib3") for e in receiver.events)
+        assert st.submitted == st.delivered == len(receiver.events)
