@@ -20,7 +20,7 @@ import traceback
 from operator import itemgetter
 from typing import Any
 
-from .encoding import to_jsonable
+from .encoding import free_name, key_to_str, to_jsonable
 
 _PLAIN = frozenset({str, int, bool, type(None)})
 RECORD = True  # see "Queue items"
@@ -56,14 +56,21 @@ _MICROS_Z = tuple("%03dZ" % i for i in range(1000))
 
 
 def rfc3339(created: float) -> str:
-    """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``."""
-    sec = _floor(created)  # floor, not int(): right before 1970 too
-    cached = _time_cache[0]
-    if sec != cached[0]:
-        cached = (sec, _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec)))
-        _time_cache[0] = cached
-    micros = min(_floor((created - sec) * 1e6), 999_999)  # a hair under 1 s can round up
-    return cached[1] + _MILLIS[micros // 1000] + _MICROS_Z[micros % 1000]
+    """RFC 3339 UTC with microseconds, e.g. ``2026-11-21T23:52:40.123456Z``.
+
+    Never raises: a time that is no time (NaN, infinite, beyond the platform's calendar, not a
+    number) stands for now, as on the handler's fast path (``item_events``).
+    """
+    try:
+        sec = _floor(created)  # floor, not int(): right before 1970 too
+        cached = _time_cache[0]
+        if sec != cached[0]:
+            cached = (sec, _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec)))
+            _time_cache[0] = cached
+        micros = min(_floor((created - sec) * 1e6), 999_999)  # a hair under 1 s can round up
+        return cached[1] + _MILLIS[micros // 1000] + _MICROS_Z[micros % 1000]
+    except Exception:
+        return rfc3339(time.time())
 
 
 def item_events(items: Any) -> list[dict[str, Any]]:
@@ -112,15 +119,17 @@ def _fix_record_event(event: dict[str, Any]) -> None:
 def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:
     """Copy (key, value) pairs into ``event``, JSON-safe. Returns a rough size of what was added.
 
-    A key that is already in ``event`` and in ``reserved`` is renamed ``extra_<key>``: a field
-    is never silently lost.
+    A key that is already in ``event`` is renamed ``extra_<key>``: a field is never silently
+    lost, whether it clashes with one of the event's own keys (``reserved``, kept for the
+    callers that name them) or with another key once converted to a string (``1`` and ``"1"``,
+    ``None`` and ``"null"``).
     """
     size = 0
     plain = _PLAIN
     for key, value in items:
         if type(key) is not str:
-            key = str(key)
-        if key in reserved and key in event:
+            key = key_to_str(key)
+        if key in event:
             key = free_name(event, key)
         t = type(value)
         if t in plain:
@@ -135,13 +144,6 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
         event[key] = value
         size += 48  # its dict entry and a number's object (measured: tracemalloc)
     return size
-
-
-def free_name(event: dict[str, Any], key: str) -> str:
-    name = f"extra_{key}"
-    while name in event:
-        name = f"extra_{name}"
-    return name
 
 
 def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, Any] | None:

@@ -95,8 +95,56 @@ def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) 
 def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     """The event for a LogRecord, and a rough size for the queue's byte bound.
 
-    The record itself is never modified.
+    The record itself is never modified, and nothing about it makes this raise: a record class
+    whose attributes raise gets an event built one attribute at a time (``_careful_event``).
     """
+    try:
+        return _record_to_event(record)
+    except Exception:
+        return _careful_event(record)
+
+
+def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    # Each attribute on its own, so that one broken property costs only its own field.
+    def get(name: str) -> Any:
+        try:
+            return getattr(record, name)
+        except Exception as exc:
+            return f"<{name} unavailable: {type(exc).__name__}>"
+
+    try:
+        message = _message(record)
+    except Exception as exc:
+        message = f"<message unavailable: {type(exc).__name__}>"
+    levelname = get("levelname")
+    try:
+        level = _LEVELS.get(levelname) or str(levelname).lower()
+    except Exception:
+        level = to_jsonable(levelname)
+    event: dict[str, Any] = {"_time": rfc3339(get("created")), "level": level,
+                             "message": message}
+    size = _BASE_SIZE + add_fields(event, [
+        (key, get(attr)) for key, attr in (
+            ("logger", "name"), ("module", "module"), ("function", "funcName"),
+            ("line", "lineno"), ("file", "pathname"), ("process", "process"),
+            ("thread", "threadName"))])
+    try:
+        d = dict(record.__dict__)
+    except Exception:
+        d = {}
+    size += add_fields(event, [(k, v) for k, v in d.items() if k not in _STANDARD], RESERVED)
+    exc_info = d.get("exc_info")
+    if exc_info:
+        info = exception_fields(exc_info, d.get("exc_text"))
+        if info:
+            event.setdefault("exception", info)
+    stack = d.get("stack_info")
+    if stack:
+        event.setdefault("stack", to_jsonable(stack))
+    return event, size
+
+
+def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     d = record.__dict__
     msg = record.msg
     level = _LEVELS.get(record.levelname) or str(record.levelname).lower()
@@ -264,6 +312,8 @@ class IngestHandler(logging.Handler):
             event, size = record_to_event(record)
             self.shipper._put((event, size), size)
         except Exception:
+            # record_to_event does not raise; this is a bug of ours, and still an account.
+            self.shipper._count_dropped("invalid")
             self.handleError(record)
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]

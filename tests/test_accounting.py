@@ -1,0 +1,111 @@
+"""Events that used to vanish without account or lose fields (issue 15): odd records on the
+careful path, keys that collide once converted to strings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from typing import Any
+
+import pytest
+from conftest import TOKEN
+
+from loghandler import Client, IngestHandler, IngestProcessor, Shipper, encoding
+from loghandler.handler import record_to_event
+
+
+class OddRecord(logging.LogRecord):
+    """A LogRecord subclass: always the careful path (record_to_event)."""
+
+
+class BrokenProperty(logging.LogRecord):
+    @property  # type: ignore[override]
+    def module(self) -> str:
+        raise RuntimeError("no module for you")
+
+    @module.setter
+    def module(self, value: str) -> None:
+        pass
+
+
+def make(cls: type[logging.LogRecord] = OddRecord, **attrs: Any) -> logging.LogRecord:
+    record = cls("odd", logging.WARNING, "/app/x.py", 7, "hello %s", ("there",), None)
+    record.__dict__.update(attrs)
+    return record
+
+
+class TestCarefulPath:
+    @pytest.mark.parametrize("created", [math.nan, math.inf, -math.inf, 1e300, -1e20, "soon"])
+    def test_created_that_is_no_time_is_now(self, created):
+        """created NaN, infinite or out of range: the event ships with _time = now."""
+        before = time.time()
+        event, size = record_to_event(make(created=created))
+        assert event["message"] == "hello there" and size > 0
+        assert event["_time"][:4] == time.strftime("%Y", time.gmtime(before))
+
+    def test_property_that_raises_costs_only_its_field(self):
+        """A record class whose property raises still gives an event, the rest intact."""
+        event, _ = record_to_event(make(BrokenProperty, user=7))
+        assert event["message"] == "hello there" and event["user"] == 7
+        assert event["module"] == "<module unavailable: RuntimeError>"
+        assert event["logger"] == "odd" and event["line"] == 7
+
+    def test_through_the_handler_every_event_is_counted(self, receiver, capsys):
+        """Shipped and counted, without a "--- Logging error ---"."""
+        h = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=60)
+        records = [make(created=math.nan), make(created=math.inf), make(BrokenProperty),
+                   make(logging.LogRecord, created=math.nan,
+                        exc_info=(ValueError, ValueError("x"), None))]
+        for r in records:
+            h.handle(r)
+        assert h.flush(5)
+        h.close()
+        st = h.stats()
+        assert st.submitted == st.delivered == len(receiver.events) == 4
+        assert "Logging error" not in capsys.readouterr().err
+        assert receiver.events[3]["exception"]["type"] == "ValueError"
+
+
+COLLIDING = {1: "a", "1": "b", None: "c", "null": "d"}
+
+
+def values_of(obj: dict[str, Any]) -> list[Any]:
+    return sorted(v for v in obj.values() if isinstance(v, str))
+
+
+class TestCollidingKeys:
+    @pytest.mark.parametrize("fast", [True, False])
+    def test_encoder_renames_never_loses(self, fast):
+        """1 and "1", None and "null": both kept (the second renamed extra_<key>), on the
+        orjson and on the stdlib path."""
+        decoded = json.loads(encoding.encode({"data": dict(COLLIDING)}, fast=fast))
+        assert values_of(decoded["data"]) == ["a", "b", "c", "d"]
+        assert set(decoded["data"]) == {"1", "extra_1", "null", "extra_null"}
+        assert values_of(encoding.to_jsonable(COLLIDING)) == ["a", "b", "c", "d"]
+
+    def test_submit_top_level_keys(self, receiver):
+        """Shipper.submit with colliding top-level keys: all four arrive."""
+        s = Shipper(Client(TOKEN, url=receiver.url), "ds", flush_interval=60)
+        s.submit(dict(COLLIDING))
+        assert s.flush(5)
+        s.close()
+        assert values_of(receiver.events[0]) == ["a", "b", "c", "d"]
+
+    def test_extra_and_processor(self, receiver):
+        """A handler's extra holding such a dict, and a structlog event dict with such keys."""
+        h = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=60)
+        log = logging.getLogger("test.colliding")
+        log.propagate = False
+        log.addHandler(h)
+        log.warning("x", extra={"data": dict(COLLIDING)})
+        log.removeHandler(h)
+        p = IngestProcessor(shipper=h.shipper)
+        p(None, "info", {"event": "y", **COLLIDING})
+        assert h.flush(5)
+        h.close()
+        first, second = receiver.events
+        assert values_of(first["data"]) == ["a", "b", "c", "d"]
+        assert sorted(second[k] for k in ("1", "extra_1", "null", "extra_null")) == [
+            "a", "b", "c", "d"]
