@@ -109,3 +109,83 @@ class TestCollidingKeys:
         assert values_of(first["data"]) == ["a", "b", "c", "d"]
         assert sorted(second[k] for k in ("1", "extra_1", "null", "extra_null")) == [
             "a", "b", "c", "d"]
+
+
+class TrickleServer:
+    """A raw-socket service that answers one byte every ``pause`` seconds, for ever."""
+
+    def __init__(self, pause: float = 0.2) -> None:
+        import socket
+        import threading
+
+        self.pause = pause
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: Any) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                conn.recv(65536)
+                for byte in answer:
+                    if self.stop.wait(self.pause):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+class TestWholeRequestTimeout:
+    def test_trickling_answer_ends_at_timeout(self):
+        """Client(timeout=1): a service sending one byte every 0.2 s (each read succeeds) is
+        given up after 1 s, with a message saying the whole request is bounded."""
+        from loghandler import TransportError
+
+        server = TrickleServer(0.2)
+        try:
+            client = Client(TOKEN, url=server.url, timeout=1.0)
+            t0 = time.monotonic()
+            with pytest.raises(TransportError, match="within 1 s"):
+                client.send("POST", "/v1/datasets/ds/ingest", b"[]")
+            assert time.monotonic() - t0 < 2.0
+            client.close()
+        finally:
+            server.close()
+
+    def test_trickling_service_does_not_hold_the_flusher(self):
+        """A shipper facing a trickling service is not held by it: each attempt ends at the
+        client's timeout (0.5 s), so two attempts settle the batch in about a second."""
+        server = TrickleServer(0.2)
+        try:
+            s = Shipper(Client(TOKEN, url=server.url, timeout=0.5), "ds", flush_interval=60,
+                        max_retries=1, retry_backoff=0.01)
+            for i in range(1000):
+                s.submit({"i": i})
+            t0 = time.monotonic()
+            assert not s.flush(10)
+            assert time.monotonic() - t0 < 3.0
+            st = s.stats()
+            assert st.failed_retries_exhausted == 1000 and st.retried == 1 and st.queued == 0
+            s.close()
+        finally:
+            server.close()
