@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
 from . import __version__
-from .errors import ConfigurationError, Error, redact, register_secret
+from .errors import ConfigurationError, Error, clip, printable, redact, register_secret
 
 EXIT_OK, EXIT_SERVICE, EXIT_USAGE = 0, 1, 2
 
@@ -208,12 +208,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print_lock = threading.Lock()
 
     def log_request(rec: Any) -> None:
-        where = f" dataset={rec.dataset}" if rec.dataset is not None else ""
+        # Everything here comes from the client: escaped and clipped, so that a request cannot
+        # forge log lines, send terminal escapes or print 100 KB (errors.printable).
+        def safe(value: Any, limit: int = 200) -> str:
+            return clip(printable(str(value)), limit)
+
+        where = f" dataset={safe(rec.dataset)}" if rec.dataset is not None else ""
         events = f" events={rec.events}" if rec.dataset is not None else ""
-        why = f" ({rec.error})" if rec.error else ""
+        why = f" ({safe(rec.error, 500)})" if rec.error else ""
         with print_lock:
             try:
-                _out(f"{rec.method} {rec.path}{where}{events} -> {rec.status}{why}")
+                _out(f"{safe(rec.method, 20)} {safe(rec.path, 300)}{where}{events} -> "
+                     f"{rec.status}{why}")
             except (OSError, ValueError):
                 pass
 

@@ -32,7 +32,9 @@ from .errors import (
     RateLimitError,
     TransportError,
     body_detail,
+    redact,
     service_message,
+    shown,
 )
 from .views import Views
 
@@ -73,6 +75,11 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 def dataset_path(dataset: str) -> str:
     if not isinstance(dataset, str) or not dataset:
         raise ConfigurationError("the dataset name must be a non-empty string")
+    if dataset in (".", ".."):
+        # quote() leaves dots alone, and a "." or ".." path segment is removed (urllib3, every
+        # proxy): the request would go to another address than the dataset's.
+        raise ConfigurationError(f"{dataset!r} is not a dataset name: choose a name with other "
+                                 "characters than dots")
     return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
 
 
@@ -117,7 +124,8 @@ class Client:
 
     def __repr__(self) -> str:
         org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
-        return f"Client(url={self._settings.url!r}{org}, token=***)"
+        # The token may hide anywhere the user typed it (a URL path, an org id): scrubbed.
+        return redact(f"Client(url={self._settings.url!r}{org}, token=***)")
 
     # ------------------------------------------------------------------ connection pool
 
@@ -244,7 +252,7 @@ class Client:
             )
         body = b"[" + b",".join(encoding.encode(e) for e in events) + b"]"
         resp = self.send("POST", path, body)
-        raise_for_status(resp, what=f"ingest into dataset {dataset!r}", dataset=dataset)
+        raise_for_status(resp, what=f"ingest into dataset {shown(dataset)}", dataset=dataset)
         return resp.body
 
 
@@ -324,8 +332,8 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None) -
                              retry_after=resp.retry_after)
     if status == 404:
         if dataset is not None:
-            msg = (f"dataset {dataset!r} not found (HTTP 404){said}: create it in the service, "
-                   "or check the dataset name and the base address (LOGHANDLER_URL)")
+            msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it in the "
+                   "service, or check the dataset name and the base address (LOGHANDLER_URL)")
         else:
             msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
         raise NotFoundError(status, body, msg)

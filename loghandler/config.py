@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import ConfigurationError, register_secret
+from .errors import ConfigurationError, redact, register_secret
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"
@@ -58,7 +58,7 @@ class Settings:
     timeout: float = 10.0
 
     def __repr__(self) -> str:
-        return (
+        return redact(
             f"Settings(url={self.url!r}, region={self.region!r}, org_id={self.org_id!r}, "
             f"timeout={self.timeout!r}, token=***)"
         )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import encoding
 from .client import raise_for_status
-from .errors import ApiError, Error, TransportError, body_detail, print_line
+from .errors import ApiError, Error, TransportError, body_detail, print_line, shown
 from .events import item_events, item_size
 from .guard import _FLUSHERS, CALLBACK, HTTP, _get_ident, sending
 
@@ -426,7 +426,7 @@ class Delivery:
                         self._c["batches"] += 1
                     return _Outcome("delivered")
                 try:
-                    raise_for_status(resp, what=f"ingest into dataset {self.dataset!r}",
+                    raise_for_status(resp, what=f"ingest into dataset {shown(self.dataset)}",
                                      dataset=self.dataset)
                 except ApiError as exc:
                     error = exc
@@ -515,14 +515,14 @@ class Delivery:
             ended = self._reported - _EVENT_CAUSES
             self._reported &= _EVENT_CAUSES
             self._auth_delay = self.options.auth_retry_delay
-            print_line(f"loghandler: dataset {self.dataset!r}: delivering again "
+            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
                     f"(after: {', '.join(sorted(ended))})")
 
     def _report(self, cause: str, message: str) -> None:
         """One stderr line per cause, until delivery recovers."""
         if cause not in self._reported:
             self._reported.add(cause)
-            print_line(f"loghandler: dataset {self.dataset!r}: {message}")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
 
     def _report_or_defer(self, cause: str, message: str) -> None:
         # During the exit hook's close, the hook's summary line says it (one line at exit).

@@ -9,6 +9,7 @@ from typing import Any
 
 from .client import Client
 from .encoding import to_jsonable
+from .errors import shown
 from .events import (
     INIT_KEYS,
     LEVELS,
@@ -224,7 +225,7 @@ class IngestHandler(logging.Handler):
 
     def __repr__(self) -> str:
         level = logging.getLevelName(self.level)
-        return f"<IngestHandler dataset={self.shipper.dataset!r} ({level})>"
+        return f"<IngestHandler dataset={shown(self.shipper.dataset)} ({level})>"
 
     def handle(self, record: logging.LogRecord) -> Any:
         # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import print_line
+from .errors import print_line, shown
 
 if TYPE_CHECKING:
     from .shipper import Shipper
@@ -105,7 +105,7 @@ def _report_undelivered(shippers: list[Shipper]) -> None:
             if st.spooled:
                 bits.append(f"{st.spooled} spooled to {s.options.spool_dir} for later delivery")
             cause = f" ({s._exit_cause})" if s._exit_cause else ""
-            parts.append(f"dataset {s.dataset!r}: {st.delivered} of {st.submitted} delivered, "
+            parts.append(f"dataset {shown(s.dataset)}: {st.delivered} of {st.submitted} delivered, "
                          + ", ".join(bits) + cause)
     if parts:
         print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")

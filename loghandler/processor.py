@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .client import Client
+from .errors import shown
 from .events import add_exception, add_fields, rfc3339
 from .guard import _SENDERS, _get_ident, own_record
 from .shipper import Shipper, make_shipper
@@ -151,7 +152,7 @@ class IngestProcessor:
         return event_dict
 
     def __repr__(self) -> str:
-        return f"<IngestProcessor dataset={self.shipper.dataset!r}>"
+        return f"<IngestProcessor dataset={shown(self.shipper.dataset)}>"
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).

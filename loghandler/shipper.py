@@ -37,7 +37,7 @@ from . import encoding, lifecycle
 from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
 from .delivery import Delivery, _Chunk
-from .errors import ConfigurationError, print_line
+from .errors import ConfigurationError, print_line, redact, shown
 from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .spool import Spool
@@ -140,7 +140,7 @@ class Shipper(Delivery):
         self._reset_state()
 
     def __repr__(self) -> str:
-        return f"Shipper(dataset={self.dataset!r}, url={self._client.url!r})"
+        return redact(f"Shipper(dataset={shown(self.dataset)}, url={self._client.url!r})")
 
     @property
     def client(self) -> Client:
@@ -433,7 +433,7 @@ class Shipper(Delivery):
             st = self.stats()
             where = (f"spooled to {self.options.spool_dir}" if st.spooled
                      else "counted in stats().dropped_shutdown")
-            print_line(f"loghandler: at exit: dataset {self.dataset!r}: an event logged after "
+            print_line(f"loghandler: at exit: dataset {shown(self.dataset)}: an event logged after "
                        f"loghandler's exit hook (by a later atexit hook) could not be delivered "
                        f"within shutdown_timeout; it was {where}")
 

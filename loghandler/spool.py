@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigurationError, print_line
+from .errors import ConfigurationError, print_line, redact, shown
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolCorrupt", "dataset_dir", "decode_file",
            "encode_file"]
@@ -230,7 +230,7 @@ class Spool:
         self._skip: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"Spool(path={self.path!r}, max_bytes={self.max_bytes})"
+        return redact(f"Spool(path={self.path!r}, max_bytes={self.max_bytes})")
 
     def _setup(self, root: str) -> None:
         try:
@@ -298,9 +298,9 @@ class Spool:
             self._pending = True
         if dropped and not self._full_reported:
             self._full_reported = True
-            print_line(f"loghandler: dataset {self.dataset!r}: the spool is full (max_spool_bytes="
-                       f"{self.max_bytes}); its oldest events are deleted and counted in "
-                       "stats().spool_dropped")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: the spool is full "
+                       f"(max_spool_bytes={self.max_bytes}); its oldest events are deleted "
+                       "and counted in stats().spool_dropped")
         return dropped
 
     def _chunks(self, parts: list[bytes]) -> Iterator[list[bytes]]:
@@ -573,8 +573,8 @@ class Spool:
             shipper._bump("spool_corrupt", 1)
         except Exception:
             pass
-        print_line(f"loghandler: dataset {self.dataset!r}: spool file {name} is damaged ({exc}); "
-                   f"{where}. Replay goes on with the other files")
+        print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
+                   f"({exc}); {where}. Replay goes on with the other files")
 
 
 def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> list[bytes]:

@@ -189,3 +189,88 @@ class TestWholeRequestTimeout:
             s.close()
         finally:
             server.close()
+
+
+class TestSecurityAndNoise:
+    def test_repr_never_shows_the_token(self):
+        """The token in the URL's path or in the dataset name: no repr shows it."""
+        from loghandler import IngestHandler, IngestProcessor
+
+        client = Client(TOKEN, url=f"http://127.0.0.1:9/{TOKEN}/")
+        shipper = Shipper(client, f"ds-{TOKEN}")
+        handler = IngestHandler(shipper=shipper)
+        processor = IngestProcessor(shipper=shipper)
+        for obj in (client, client.settings, shipper, handler, processor):
+            assert TOKEN not in repr(obj) and "***" in repr(obj), repr(obj)
+        shipper.close()
+
+    @pytest.mark.parametrize("name", [".", ".."])
+    def test_dot_dataset_names_are_refused(self, name):
+        """"." and ".." would change the request path (dot segments are removed): refused."""
+        from loghandler import ConfigurationError, IngestHandler
+
+        client = Client(TOKEN, url="http://127.0.0.1:9")
+        with pytest.raises(ConfigurationError, match="not a dataset name"):
+            Shipper(client, name)
+        with pytest.raises(ConfigurationError, match="not a dataset name"):
+            IngestHandler(name, client=client)
+        with pytest.raises(ConfigurationError, match="not a dataset name"):
+            client.ingest(name, [{"a": 1}])
+        Shipper(client, "...").close()  # three dots are just a name
+
+    def test_long_names_and_service_messages_are_clipped(self, capsys):
+        """A 70,000-character dataset name gives a short stderr line, not a 140 KB one."""
+        from conftest import closed_port_url
+
+        s = Shipper(Client(TOKEN, url=closed_port_url()), "n" * 70_000, max_retries=0,
+                    flush_interval=60)
+        s.submit({"a": 1})
+        assert not s.flush(5)
+        s.close()
+        err = capsys.readouterr().err
+        assert err and all(len(line) <= 2000 for line in err.splitlines())
+        assert "connection refused" in err
+
+    def test_control_characters_in_service_errors_are_escaped(self, httpserver):
+        """An error body with terminal escapes and newlines cannot forge output lines."""
+        from loghandler import ApiError
+
+        evil = "bad\x1b[2J\nloghandler: FORGED\u202e" + "x" * 5000
+        httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json(
+            {"message": evil}, status=400)
+        client = Client(TOKEN, url=httpserver.url_for("").rstrip("/"))
+        with pytest.raises(ApiError) as info:
+            client.ingest("ds", [{"a": 1}])
+        text = str(info.value)
+        assert "\x1b" not in text and "\n" not in text and "\u202e" not in text
+        assert "\\x1b[2J\\x0aloghandler: FORGED" in text and len(text) < 1000
+
+    def test_serve_request_log_is_escaped(self):
+        """`loghandler serve` prints one line per request: a client cannot forge lines or send
+        terminal escapes through the path or the dataset name."""
+        import socket
+        import subprocess
+        import sys
+
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                                 "--token", TOKEN], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            url = first.split("listening on ")[1].split()[0]
+            host, port = url.removeprefix("http://").split(":")
+            for target in (b"/a\x1b[2Jb", b"/v1/datasets/x%1b%5b2J%0aFORGED/ingest"):
+                with socket.create_connection((host, int(port))) as sock:
+                    sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                                 b"Authorization: Bearer " + TOKEN.encode() +
+                                 b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]")
+                    while sock.recv(65536):
+                        pass
+        finally:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=20)
+        lines = [line for line in out.splitlines() if line.startswith("POST")]
+        assert len(lines) == 2, out
+        assert "\x1b" not in out and not any(line.startswith("FORGED") for line in out.splitlines())
+        assert "\\x1b[2J" in lines[0] and "\\x0aFORGED" in lines[1]
