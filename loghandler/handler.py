@@ -23,7 +23,8 @@ from .events import (
     rfc3339,
 )
 from .guard import _SENDERS, _get_ident, own_record
-from .shipper import FAST_ITEM_BYTES as _FAST_ITEM
+from .ledger import FAST_ITEM_BYTES as _FAST_ITEM
+from .ledger import Fate
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -221,6 +222,7 @@ class IngestHandler(logging.Handler):
     ) -> None:
         super().__init__(level)
         self.shipper = make_shipper(dataset, client, shipper, options)
+        self._ledger = self.shipper.ledger
         self._owns_shipper = shipper is None
 
     def __repr__(self) -> str:
@@ -232,7 +234,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
         # flusher thread that logs. Records our own sending causes are never shipped.
         if _get_ident() in _SENDERS and own_record(record.name):
-            return self.shipper._suppress()
+            return self.shipper.suppress()
         if self.filters:
             rv = self.filter(record)
             if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
@@ -297,12 +299,13 @@ class IngestHandler(logging.Handler):
                             self._put_event(record)
                             return
                         event[key] = value
-                shipper = self.shipper
-                q = shipper._queue
-                if len(q) < shipper._fast_len and size <= _FAST_ITEM:
+                # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
+                ledger = self._ledger
+                q = ledger.queue
+                if len(q) < ledger.fast_len and size <= _FAST_ITEM:
                     q.append((event, size, RECORD))
                 else:
-                    shipper._put_locked((event, size, RECORD), size)
+                    ledger.put((event, size, RECORD), size)
             else:
                 self._put_event(record)
         except Exception:
@@ -311,10 +314,10 @@ class IngestHandler(logging.Handler):
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self.shipper._put((event, size), size)
+            self._ledger.offer((event, size), size)
         except Exception:
             # record_to_event does not raise; this is a bug of ours, and still an account.
-            self.shipper._count_dropped("invalid")
+            self._ledger.drop(Fate.DROPPED_INVALID)
             self.handleError(record)
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import print_line, shown
+from .reporter import print_exit_summary
 
 if TYPE_CHECKING:
     from .shipper import Shipper
@@ -63,7 +63,7 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     """
     # Closed ones whose flusher still works are waited for too: a SIGTERM that interrupts a
     # close in progress (multiprocessing's finalizer, then Pool.terminate()) must not cut it.
-    shippers = [s for s in list(_live) if not s._closed or _thread_alive(s)]
+    shippers = [s for s in list(_live) if not s.closed or s.flusher_alive()]
     if not shippers:
         return
     now = time.monotonic()
@@ -71,44 +71,12 @@ def close_all(timeout: float | None = None, *, report: bool = True,
         timeout = max(s.options.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
-        s._exit_summary = report
-        s._late_ok = at_exit
-        s._begin_close(min(deadline, now + s.options.shutdown_timeout))
+        s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
+                      late_events=at_exit)
     for s in shippers:
-        s._wait_closed()
+        s.wait_closed()
     if report:
-        _report_undelivered(shippers)
-
-
-def _thread_alive(shipper: Shipper) -> bool:
-    thread = shipper._thread
-    return thread is not None and thread.is_alive()
-
-
-def _report_undelivered(shippers: list[Shipper]) -> None:
-    parts = []
-    for s in shippers:
-        st = s.stats()
-        lost = st.dropped + st.failed + st.queued
-        if lost or st.spooled:
-            bits = []
-            if st.dropped:
-                reasons = [f"{n} {r}" for r, n in (
-                    ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
-                    ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
-                    ("invalid", st.dropped_invalid)) if n]
-                bits.append(f"{st.dropped} dropped ({', '.join(reasons)})")
-            if st.failed:
-                bits.append(f"{st.failed} failed")
-            if st.queued:
-                bits.append(f"{st.queued} still queued")
-            if st.spooled:
-                bits.append(f"{st.spooled} spooled to {s.options.spool_dir} for later delivery")
-            cause = f" ({s._exit_cause})" if s._exit_cause else ""
-            parts.append(f"dataset {shown(s.dataset)}: {st.delivered} of {st.submitted} delivered, "
-                         + ", ".join(bits) + cause)
-    if parts:
-        print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
+        print_exit_summary([part for s in shippers if (part := s.exit_summary())])
 
 
 def _at_exit() -> None:
@@ -125,7 +93,7 @@ def _after_fork_in_child() -> None:
     _FLUSHERS.clear()
     for s in list(_live):
         try:
-            s._after_fork_in_child()
+            s.after_fork_in_child()
         except Exception:
             pass
 

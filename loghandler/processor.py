@@ -16,6 +16,7 @@ from .client import Client
 from .errors import shown
 from .events import add_exception, add_fields, rfc3339
 from .guard import _SENDERS, _get_ident, own_record
+from .ledger import Fate
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -133,20 +134,20 @@ class IngestProcessor:
                  shipper: Shipper | None = None, **options: Any) -> None:
         self.shipper = make_shipper(dataset, client, shipper, options)
         self._owns_shipper = shipper is None
-        self._put = self.shipper._put
+        self._put = self.shipper.ledger.offer
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
             if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
-                self.shipper._suppress()
+                self.shipper.suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
                 self._put((event, size), size)
             else:
-                self.shipper._count_dropped("invalid")
+                self.shipper.ledger.drop(Fate.DROPPED_INVALID)
         except Exception:
             try:
-                self.shipper._count_dropped("invalid")
+                self.shipper.ledger.drop(Fate.DROPPED_INVALID)
             except Exception:
                 pass  # never break the application's logging chain
         return event_dict

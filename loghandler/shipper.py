@@ -1,25 +1,17 @@
-"""The shipping engine shared by the logging handler and the structlog processor.
+"""``Shipper``: the engine shared by the logging handler and the structlog processor.
 
 One ``Shipper`` per dataset: a bounded queue that application threads append to in O(1), and one
 daemon flusher thread that cuts batches, encodes them, compresses them and posts them, retrying
 with backoff. Nothing here ever blocks an application thread on I/O or raises into it.
 
-Accounting invariant, true of every ``stats()`` snapshot::
+The engine is split by who owns the data:
 
-    submitted == delivered + dropped + failed + spooled + queued
-
-Sequence numbers: the events that entered the queue are numbered in queue order. Events leave
-it only from the front, under the lock (``_taken`` have left so far), so the queue holds the
-numbers ``_taken + 1 .. _taken + len(queue)``, and the events in flight (taken by the flusher,
-not yet settled) are the contiguous range that starts at ``_inflight_first``. So "everything up
-to N is settled" is a comparison, with no per-event bookkeeping.
-
-The application's fast path takes no lock: ``deque.append`` and ``len`` are atomic, and while
-the queue is shorter than ``_fast_len`` one comparison decides. Sizes (for ``max_queue_bytes``)
-are added up later, under the lock, by whoever next needs them (``_account_locked``): the fast
-path admits only events of at most ``FAST_ITEM_BYTES``, and ``_fast_len`` leaves room for that
-many of them, so the bounds hold. (Threads racing past the same check at the same instant may
-each add one event over ``max_queue_size``; the next locked step corrects it.)
+- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+  the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
+- ``sender.py``: the flusher thread's work (batches, requests, the delivery policy);
+- ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
+- ``spool.py``: the disk spool;
+- this module: the facade that wires them, starts the flusher, and flushes, closes and forks.
 """
 
 from __future__ import annotations
@@ -28,31 +20,30 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
-from itertools import islice
 from typing import Any
 
-from . import encoding, lifecycle
+from . import lifecycle
 from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
-from .delivery import Delivery, _Chunk
 from .errors import ConfigurationError, print_line, redact, shown
-from .events import item_events, item_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
+from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .reporter import Reporter
+from .sender import Sender
 from .spool import Spool
-from .stats import STAT_FIELDS, Stats
+from .stats import Stats
 
 __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 
 _monotonic = time.monotonic
-# The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
-FAST_ITEM_BYTES = 8 * 1024
 
-class Shipper(Delivery):
+
+class Shipper:
     """Queue events and ship them in the background to one dataset.
 
     ``Shipper(client, dataset, **options)``; the options are listed in README "Options".
+    ``ledger`` is the queue the front ends append to (``ledger.offer(item, size)``).
     """
 
     def __init__(self, client: Client, dataset: str | None = None, **options: Any) -> None:
@@ -61,7 +52,6 @@ class Shipper(Delivery):
         self._client = client
         self._owns_client = False  # set by make_shipper for a client built from arguments
         self.dataset = resolve_dataset(dataset)
-        self._path = dataset_path(self.dataset)
         try:
             self.options = ShipperOptions(**options)
         except TypeError as exc:
@@ -73,71 +63,31 @@ class Shipper(Delivery):
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
-        self._reset_state()
+        self.ledger = Ledger(self.options, self._ensure_flusher_locked)
+        self.ledger.on_late = self._send_late
+        self._reporter = Reporter(self.dataset, self.options.on_error)
+        self._sender = Sender(self.ledger, self._reporter, client, self.dataset,
+                              dataset_path(self.dataset), self.options, self._spool)
+        self._thread: threading.Thread | None = None
+        self._thread_failed = False
+        self._pid = os.getpid()
         lifecycle.register(self)
         if self._spool is not None and self._spool.has_waiting():
             # A restarted process that logs nothing must still deliver what an earlier one
             # spooled: start the flusher now rather than on the first event.
-            with self._lock:
-                self._start_thread_locked()
+            with self.ledger.lock:
+                self._start_flusher_locked()
 
-    # ------------------------------------------------------------------ state
-
-    def _reset_state(self) -> None:
-        self._lock = threading.RLock()
-        self._progress = threading.Condition(self._lock)
-        self._space = threading.Condition(self._lock)
-        self._wake = threading.Event()
-        self._interrupt = threading.Event()
-        self._queue: deque[tuple[Any, ...]] = deque()
-        self._queue_bytes = 0  # sizes of the accounted events still queued
-        self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
-        self._accounted = 0  # events, in queue order, whose sizes are in _queue_bytes, ever
-        self._inflight = 0
-        self._inflight_first = 1
-        self._wake_pending = False
-        self._force = False
-        self._closed = False
-        self._close_deadline: float | None = None
-        # Closed by the exit hook: an event logged later (by an atexit hook that runs after
-        # ours) is still taken, and sent at once on the logging thread (_send_late).
-        self._late_ok = False
-        self._late_pending = False
-        self._thread: threading.Thread | None = None
-        self._thread_failed = False
-        self._gave_up = False
-        self._abandoned = False
-        # What the flusher holds while it sends, so _abandon() can take it over.
-        self._posting: _Chunk | None = None
-        self._stack: list[_Chunk] = []
-        self._carry: list[bytes] = []
-        self._last_replay = 0.0
-        self._send_lock = threading.Lock()
-        self._paused_until = 0.0
-        self._auth_delay = self.options.auth_retry_delay
-        self._reported: set[str] = set()
-        # Set by the exit hook before it closes this shipper: a batch that fails from then on is
-        # told in the hook's one summary line (_exit_cause), not in a line of its own.
-        self._exit_summary = False
-        self._exit_cause: str | None = None
+    def after_fork_in_child(self) -> None:
+        """Called in a forked child (lifecycle.py): the parent's queue belongs to the parent
+        (it delivers it); the child starts empty, with new locks (the parent's may have been
+        held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
-        self._c = dict.fromkeys(STAT_FIELDS, 0)
-        self._undelivered = 0
-        self._max_batch = self.options.batch_size
-        self._max_batch_bytes = self.options.max_batch_bytes
-        # Queued sizes are memory estimates, about three times the encoded JSON: wake up for a
-        # byte-full batch at twice max_batch_bytes of them (the real cut is on encoded bytes).
-        self._wake_bytes = 2 * self._max_batch_bytes
-        self._max_size = self.options.max_queue_size
-        self._max_bytes = self.options.max_queue_bytes
-        self._overflow = self.options.overflow
-        self._fast_len = 0  # see _update_fast_path_locked
-
-    def _after_fork_in_child(self) -> None:
-        # The parent's queue belongs to the parent (it delivers it); the child starts empty,
-        # with new locks (the parent's may have been held by another thread at fork) and no
-        # thread (threads do not survive fork).
-        self._reset_state()
+        self._thread = None
+        self._thread_failed = False
+        self.ledger.reset()  # in place: the front ends' cached references stay valid
+        self._sender.reset()
+        self._reporter.reset()
 
     def __repr__(self) -> str:
         return redact(f"Shipper(dataset={shown(self.dataset)}, url={self._client.url!r})")
@@ -145,6 +95,11 @@ class Shipper(Delivery):
     @property
     def client(self) -> Client:
         return self._client
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` began; later submits are dropped."""
+        return self.ledger.closed
 
     # ------------------------------------------------------------------ application side
 
@@ -157,189 +112,45 @@ class Shipper(Delivery):
         """
         try:
             if _get_ident() in _SENDERS and own_record(None):
-                return self._suppress()
+                return self.suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
-                    return self._count_dropped("invalid")
+                    return self.ledger.drop(Fate.DROPPED_INVALID)
                 event = dict(event)
             else:
                 event = event.copy()
             size = _estimate(event)
-            return self._put((event, size), size)
+            return self.ledger.offer((event, size), size)
         except Exception:
             return False
 
-    def _put(self, item: tuple[Any, ...], size: int) -> bool:
-        """Queue an item the caller built (see events.py "Queue items"; ``size`` is item[1]).
+    def suppress(self) -> bool:
+        """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""
+        self.ledger.count(Count.SUPPRESSED)
+        return False
 
-        The caller has checked ``in_sender_thread()``. This is the hot path of every log call
-        (the handler inlines it): below ``_fast_len``, one comparison and an append.
-        """
-        q = self._queue
-        if len(q) < self._fast_len and size <= FAST_ITEM_BYTES:
-            q.append(item)
-            return True
-        return self._put_locked(item, size)
-
-    def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
-        try:
-            if self._lock._is_owned() and not self._closed:  # type: ignore[attr-defined]
-                # Re-entered on a thread inside one of our own locked steps: a finalizer the
-                # cyclic GC ran there logged. The bare append is as safe there as the lock-free
-                # fast path is at any time; the next locked step accounts for it.
-                self._queue.append(item)
-                return True
-            with self._lock:
-                ok = self._put_slow(item, size)
-            if self._late_pending:
-                self._send_late()
-            return ok
-        except Exception:
-            return False
-
-    def _put_slow(self, item: tuple[Any, ...], size: int) -> bool:
-        # Under self._lock. Everything the fast path leaves out: closed, first event (start the
-        # thread), a full batch (wake the flusher), a full queue (overflow policy), big events.
-        if self._closed:
-            if not self._late_ok or self._abandoned:
-                return self._drop_locked("closed")
-            self._queue.append(item)
-            self._account_locked()
-            self._late_pending = True
-            return True
-        self._account_locked()
-        q = self._queue
-        if (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes) and (
-            not self._make_room_locked(size)
-        ):
-            return False
-        q.append(item)
-        self._account_locked()
+    def _ensure_flusher_locked(self) -> None:
+        # The ledger calls this after each event its slow path queues.
         thread = self._thread
-        if thread is None or (not thread.is_alive() and not self._closed):
+        if thread is None or (not thread.is_alive() and not self.ledger.closed):
             # First event, or the flusher died on an internal error (reported once): start one.
-            self._start_thread_locked()
-        # Wake the flusher once per full batch, not per event: setting an Event costs more
-        # than everything else here.
-        if not self._wake_pending and (
-            len(q) >= self._max_batch or self._queue_bytes >= self._wake_bytes
-        ):
-            self._wake_pending = True
-            self._wake.set()
-        self._update_fast_path_locked()
-        return True
+            self._start_flusher_locked()
 
-    def _account_locked(self) -> None:
-        """Add the sizes of the events the fast path appended since the last call."""
-        q = self._queue
-        tail: list[tuple[Any, ...]] = []
-        new = 0
-        for _ in range(8):
-            new = self._taken + len(q) - self._accounted
-            if new <= 0:
-                return
-            try:
-                # C calls only: no other thread runs while the list is copied.
-                tail = list(islice(reversed(q), new))
-            except RuntimeError:  # appended to while being read (free-threaded builds)
-                tail = []
-                continue
-            if self._taken + len(q) - self._accounted == new:
-                break
-        if not tail:
-            return  # raced every time: the next locked step accounts for them
-        # (After eight races in a row, the sizes of the newest events stand in for the ones
-        # just before them: the count stays exact, the byte estimate is off by a few events.)
-        self._queue_bytes += sum(map(item_size, tail))
-        self._accounted += new
-
-    def _pop_oldest_locked(self) -> tuple[Any, ...]:
-        item = self._queue.popleft()
-        if self._accounted > self._taken:
-            self._queue_bytes -= item[1]
-        else:
-            self._accounted += 1
-        self._taken += 1
-        if self._accounted == self._taken:
-            self._queue_bytes = 0  # exact again whenever nothing accounted is left
-        return item
-
-    def _update_fast_path_locked(self) -> None:
-        """Set the queue length under which _put may skip the lock: room, by count and by
-        bytes, for events of up to FAST_ITEM_BYTES each beyond those accounted for."""
-        if self._closed or (self._thread is None and not self._thread_failed):
-            self._fast_len = 0
-            return
-        if self._wake_pending:
-            max_n, max_b = self._max_size, self._max_bytes
-        else:  # up to the next wake-up of the flusher
-            max_n = min(self._max_size, self._max_batch)
-            max_b = min(self._max_bytes, self._wake_bytes)
-        held = self._accounted - self._taken
-        room = min(max_n - held, (max_b - self._queue_bytes) // FAST_ITEM_BYTES)
-        self._fast_len = held + room if room > 0 else 0
-
-    def _suppress(self) -> bool:
-        with self._lock:
-            self._c["suppressed"] += 1
-        return False
-
-    def _make_room_locked(self, size: int) -> bool:
-        if size > self._max_bytes:
-            return self._drop_locked("too_large")
-        policy = self._overflow
-        if policy == "block" and not in_sender_thread():
-            deadline = _monotonic() + self.options.block_timeout
-            self._wake.set()
-            while True:
-                self._account_locked()
-                if (len(self._queue) < self._max_size
-                        and self._queue_bytes + size <= self._max_bytes):
-                    break
-                now = _monotonic()
-                remaining = deadline - now
-                # Sending is paused (Retry-After, a bad token) past our bound: no room will
-                # come in time, so do not make the application wait for nothing.
-                if remaining <= 0 or self._closed or self._paused_until > deadline:
-                    return self._drop_locked("closed" if self._closed else "queue_full")
-                self._space.wait(remaining)
-            return True
-        if policy == "drop_oldest":
-            q = self._queue
-            while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
-                self._pop_oldest_locked()
-                self._c["dropped"] += 1
-                self._c["dropped_queue_full"] += 1
-                self._undelivered += 1
-            return True
-        return self._drop_locked("queue_full")
-
-    def _drop_locked(self, reason: str) -> bool:
-        # Refused at the door: counted as submitted here, since it never gets a sequence number.
-        self._c["submitted"] += 1
-        self._c["dropped"] += 1
-        self._c["dropped_" + reason] += 1
-        self._undelivered += 1
-        return False
-
-    def _count_dropped(self, reason: str) -> bool:
-        with self._lock:
-            return self._drop_locked(reason)
-
-    def _start_thread_locked(self) -> None:
+    def _start_flusher_locked(self) -> None:
         if self._thread_failed:
             return
-        thread = threading.Thread(target=self._run, name=f"loghandler-flusher:{self.dataset}",
-                                  daemon=True)
+        thread = threading.Thread(target=self._sender.run,
+                                  name=f"loghandler-flusher:{self.dataset}", daemon=True)
         try:
             thread.start()
         except RuntimeError:
             # "can't create new thread at interpreter shutdown": the exit hook sends what is
             # queued on its own thread instead.
             self._thread_failed = True
-            return
-        self._thread = thread
-        _warn_if_uwsgi_without_threads()
+        else:
+            self._thread = thread
+            _warn_if_uwsgi_without_threads()
+        self.ledger.flusher_started = True
 
     # ------------------------------------------------------------------ flush / close / stats
 
@@ -356,38 +167,39 @@ class Shipper(Delivery):
 
     def _flush(self, timeout: float | None) -> bool:
         if os.getpid() != self._pid:
-            self._after_fork_in_child()
+            self.after_fork_in_child()
         if in_sender_thread():
             return False  # waiting for ourselves would never end
+        ledger = self.ledger
         timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
         deadline = _monotonic() + timeout
-        if self._close_deadline is not None:
+        if ledger.close_deadline is not None:
             # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
             # second shutdown_timeout to the exit.
-            deadline = min(deadline, self._close_deadline + 0.2)
-        with self._lock:
-            target = self._taken + len(self._queue)
-            before = self._undelivered
-            if self._settled_through_locked() >= target:
+            deadline = min(deadline, ledger.close_deadline + 0.2)
+        with ledger.lock:
+            target = ledger.taken + len(ledger.queue)
+            before = ledger.undelivered
+            if ledger.settled_through_locked() >= target:
                 return True
-            self._force = True
+            ledger.force = True
             thread_ok = self._thread is not None and self._thread.is_alive()
-            if not thread_ok and not self._closed and not self._thread_failed:
+            if not thread_ok and not ledger.closed and not self._thread_failed:
                 self._thread = None
-                self._start_thread_locked()
+                self._start_flusher_locked()
                 thread_ok = self._thread is not None
-        self._wake.set()
+        ledger.wake.set()
         if not thread_ok:
-            self._drain_on_this_thread(deadline)
+            self._sender.drain_on_this_thread(deadline)
         elif logging_lock_held():
             return False
-        with self._lock:
-            while self._settled_through_locked() < target:
+        with ledger.lock:
+            while ledger.settled_through_locked() < target:
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     return False
-                self._progress.wait(min(remaining, 0.25))
-            return self._undelivered == before
+                ledger.progress.wait(min(remaining, 0.25))
+            return ledger.undelivered == before
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the flusher thread. Idempotent; bounded by ``timeout``.
@@ -397,45 +209,12 @@ class Shipper(Delivery):
         """
         try:
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
-            self._begin_close(_monotonic() + timeout)
+            self.begin_close(_monotonic() + timeout)
             if not logging_lock_held():
-                self._wait_closed()
+                self.wait_closed()
                 self._release_client()
         except Exception:
             pass
-
-    def _send_late(self) -> None:
-        """Deliver events logged after the exit hook closed this shipper.
-
-        atexit runs hooks in reverse order of registration, so one registered before loghandler
-        was imported runs after loghandler's own, which has closed the shippers and printed its
-        summary. What such a hook logs is sent at once, on its own thread, within what is left
-        of the exit deadline (nothing else would run after it to send it); past the deadline it
-        is spooled or counted as ``dropped_shutdown``, and a line says so.
-        """
-        self._late_pending = False
-        deadline = self._close_deadline if self._close_deadline is not None else _monotonic()
-        before = self._undelivered
-        self._drain_on_this_thread(deadline)
-        with self._lock:
-            # The send lock was busy past the deadline (a flusher stuck in a request): count
-            # what is left rather than leave it queued in a process about to end.
-            self._account_locked()
-            pop = self._pop_oldest_locked
-            left = [pop() for _ in range(len(self._queue))] if not self._inflight else []
-            if left:
-                self._c["dropped"] += len(left)
-                self._c["dropped_shutdown"] += len(left)
-                self._undelivered += len(left)
-            lost = self._undelivered - before
-        if lost and "late" not in self._reported:
-            self._reported.add("late")
-            st = self.stats()
-            where = (f"spooled to {self.options.spool_dir}" if st.spooled
-                     else "counted in stats().dropped_shutdown")
-            print_line(f"loghandler: at exit: dataset {shown(self.dataset)}: an event logged after "
-                       f"loghandler's exit hook (by a later atexit hook) could not be delivered "
-                       f"within shutdown_timeout; it was {where}")
 
     def _release_client(self) -> None:
         # A client this library made (from plain arguments) is closed with the last shipper
@@ -447,76 +226,84 @@ class Shipper(Delivery):
         if thread is not None and thread.is_alive():
             return  # still sending (close() under logging's lock): the exit hook cleans up
         others = [s for s in lifecycle.live_shippers()
-                  if s is not self and s._client is self._client and not s._closed]
+                  if s is not self and s._client is self._client and not s.closed]
         if not others:
             self._client.close()
 
-    def _begin_close(self, deadline: float) -> None:
-        if os.getpid() != self._pid:
-            self._after_fork_in_child()
-        with self._lock:
-            if self._close_deadline is None or deadline < self._close_deadline:
-                self._close_deadline = deadline
-            self._closed = True
-            self._force = True
-            self._update_fast_path_locked()
-            self._space.notify_all()
-        self._interrupt.set()
-        self._wake.set()
+    def begin_close(self, deadline: float, *, at_exit: bool = False,
+                    late_events: bool = False) -> None:
+        """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
-    def _wait_closed(self) -> None:
-        deadline = self._close_deadline if self._close_deadline is not None else _monotonic()
+        ``at_exit``: the exit hook closes this shipper and prints one summary line for all
+        (``exit_summary``), so failures from now on are told there, not in lines of their own.
+        ``late_events``: events submitted later are still taken, and sent at once on the
+        submitting thread within ``deadline`` (``_send_late``): the exit hook's close, after
+        which atexit hooks registered before ``import loghandler`` still run and may log.
+        """
+        if os.getpid() != self._pid:
+            self.after_fork_in_child()
+        if at_exit:
+            self._reporter.begin_exit_summary()
+        ledger = self.ledger
+        with ledger.lock:
+            ledger.set_close_deadline_locked(deadline)
+            ledger.late_ok = late_events
+            ledger.closed = True
+            ledger.force = True
+            ledger.update_fast_path_locked()
+            ledger.space.notify_all()
+        ledger.interrupt.set()
+        ledger.wake.set()
+
+    def wait_closed(self) -> None:
+        """Wait for the flusher until the close deadline (``begin_close``), then take over
+        what it still holds; or send on this thread when there is no flusher."""
+        ledger = self.ledger
+        deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             # A little grace past the deadline: the flusher settles the rest as "shutdown"
             # right at the deadline and needs a moment to do it.
             thread.join(max(0.0, deadline - _monotonic()) + 0.2)
             if thread.is_alive():
-                self._abandon()
+                self._sender.abandon()
         elif not in_sender_thread():
-            self._drain_on_this_thread(deadline)
+            self._sender.drain_on_this_thread(deadline)
 
-    def _abandon(self) -> None:
-        """The flusher is stuck past the deadline in one request (a service that accepts and
-        never answers): take its events over on this thread, spool them or count them, and let
-        the flusher count nothing more. The batch in flight may then arrive twice: the request
-        might still succeed (at-least-once)."""
-        with self._lock:
-            if self._abandoned:
-                return
-            self._abandoned = True
-            self._account_locked()
-            pop = self._pop_oldest_locked
-            queued = [pop() for _ in range(len(self._queue))]
-            n = self._inflight + len(queued)
-            chunks = [c for c in (self._posting, *reversed(self._stack)) if c is not None]
-            carry = list(self._carry)
-            self._inflight = 0
-            self._inflight_first = self._taken + 1
-            group, reason = "dropped", "shutdown"
-        if n and self._spool is not None:
-            parts = [p for c in chunks for p in c.as_parts()] + carry
-            parts.extend(encoding.encode(e) for e in item_events(queued))
-            try:
-                self._bump("spool_dropped", self._spool.write(parts))
-                group, reason = "spooled", ""
-            except Exception as exc:
-                self._report("spool_write", f"could not write to the spool: {exc}")
-        with self._lock:
-            self._c[group] += n
-            if reason:  # "spooled" has no breakdown by reason
-                self._c[f"{group}_{reason}"] += n
-            self._undelivered += n
-            self._progress.notify_all()
+    def flusher_alive(self) -> bool:
+        """True while a flusher thread runs (also after close() began, until it is done)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _send_late(self) -> None:
+        """Deliver events submitted after the exit hook closed this shipper (``begin_close``'s
+        ``late_events``; the ledger calls this after queueing one, outside its lock).
+
+        atexit runs hooks in reverse order of registration, so one registered before loghandler
+        was imported runs after loghandler's own, which has closed the shippers and printed its
+        summary. What such a hook logs is sent at once, on its own thread, within what is left
+        of the exit deadline (nothing else would run after it to send it); past the deadline it
+        is spooled or counted as ``dropped_shutdown``, and a line says so.
+        """
+        ledger = self.ledger
+        deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
+        before = ledger.undelivered
+        self._sender.drain_on_this_thread(deadline)
+        ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
+        if ledger.undelivered > before:
+            where = ("spooled" if self.stats().spooled
+                     else "counted in stats().dropped_shutdown")
+            self._reporter.report(
+                "late", f"an event logged after loghandler's exit hook (by a later atexit "
+                        f"hook) could not be delivered within shutdown_timeout; it was {where}")
+
+    def exit_summary(self) -> str | None:
+        """This shipper's part of the exit hook's line: None when everything was delivered."""
+        return self._reporter.exit_summary(self.stats(), self.options.spool_dir)
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
-        with self._lock:
-            values = dict(self._c)
-            queued = len(self._queue)
-            values["submitted"] += self._taken + queued
-            values["queued"] = queued + self._inflight
-        return Stats(**values)
+        return self.ledger.snapshot()
 
     def __enter__(self) -> Shipper:
         return self
@@ -524,10 +311,6 @@ class Shipper(Delivery):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _settled_through_locked(self) -> int:
-        if self._inflight:
-            return self._inflight_first - 1
-        return self._taken
 
 _uwsgi_checked = False
 
@@ -545,7 +328,7 @@ def _warn_if_uwsgi_without_threads() -> None:
         opt = getattr(uwsgi, "opt", {}) or {}
         keys = ("enable-threads", b"enable-threads", "threads", b"threads")
         if not any(opt.get(k) for k in keys):
-            print_line("loghandler: uWSGI runs without --enable-threads: the background thread "
+            print_line("loghandler: uWSGI runs without --enable-threads: the flusher thread "
                        "that ships events will not run. Start uWSGI with --enable-threads")
     except Exception:
         pass

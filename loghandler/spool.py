@@ -1,6 +1,6 @@
 """The disk spool: events the service could not take, kept on disk and delivered later.
 
-The engine (``shipper.py``) writes a batch here when it cannot deliver it (retries exhausted,
+The engine (``sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
 authentication refused, dataset not found, shutdown deadline) and replays the spool from its
 flusher thread, at start and about every ``flush_interval``. Several processes may share one
 spool directory: a file is claimed by an atomic rename before it is sent, so no two processes
@@ -31,12 +31,13 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from .errors import ConfigurationError, print_line, redact, shown
+from .ledger import Count
 
-__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolCorrupt", "dataset_dir", "decode_file",
-           "encode_file"]
+__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt", "dataset_dir",
+           "decode_file", "encode_file"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_SPOOL_BYTES = 256 * MiB  # the engine's default for max_spool_bytes
@@ -77,6 +78,26 @@ _last_time_ns = 0
 
 class SpoolCorrupt(Exception):
     """A spool file that cannot be read back (the message says why)."""
+
+
+class ReplayTarget(Protocol):
+    """What ``Spool.replay`` sends through (the engine's sender; a fake in tests)."""
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        """Deliver encoded events (one request's worth); return those still undelivered."""
+        ...
+
+    def stopping(self) -> bool:
+        """True when replay must stop (the shipper is closing)."""
+        ...
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        """Add to one of the shipper's counters (``Count.SPOOL_CORRUPT``)."""
+        ...
+
+    def progress(self) -> int:
+        """A number that grows whenever events are delivered: replay resumes at once then."""
+        ...
 
 
 # --------------------------------------------------------------------------- file format
@@ -200,8 +221,10 @@ class Spool:
     """The on-disk spool of one dataset.
 
     ``Spool(spool_dir, dataset, max_bytes=256 MiB)``: ``write(parts)`` stores encoded events,
-    ``replay(shipper)`` sends stored ones back through ``shipper.replay_parts``. ``max_bytes``
-    bounds the dataset's directory; when a write would exceed it the oldest files go first.
+    ``replay(target)`` sends stored ones back through ``target.send`` (a ``ReplayTarget``).
+    ``max_bytes`` bounds the dataset's directory; when a write would exceed it the oldest files
+    go first. ``max_file_events`` and ``max_file_bytes`` bound one file, and one replayed
+    request (the shipper passes its ``batch_size`` and ``max_batch_bytes``).
     Raises ``ConfigurationError`` when the directory cannot be created or is not ours.
     """
 
@@ -489,36 +512,37 @@ class Spool:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, shipper: Any) -> None:
-        """One bounded round: re-send the oldest files through ``shipper.replay_parts``.
+    def replay(self, target: ReplayTarget) -> None:
+        """One bounded round: re-send the oldest files through ``target.send``.
 
         Stops at the first file the service does not take completely (it stays, with only
-        what is left, for a later round) and backs off until the shipper delivers again.
+        what is left, for a later round) and backs off until the target delivers again
+        (``target.progress()`` grows).
         """
         self._check_fork()
         if self._retry_at and _monotonic() < self._retry_at \
-                and _delivered(shipper) == self._delivered_mark:
+                and _progress(target) == self._delivered_mark:
             return
         if not self.pending():
             return
         files = nbytes = 0
         while files < ROUND_FILES and nbytes < ROUND_BYTES:
-            if getattr(shipper, "_closed", False):
+            if target.stopping():
                 return
             claimed = self._claim_next()
             if claimed is None:
                 break
             files += 1
-            done, size = self._replay_file(*claimed, shipper)
+            done, size = self._replay_file(*claimed, target)
             nbytes += size
             if not done:
                 self._backoff = min(MAX_REPLAY_BACKOFF, max(1.0, self._backoff * 2))
                 self._retry_at = _monotonic() + self._backoff
-                self._delivered_mark = _delivered(shipper)
+                self._delivered_mark = _progress(target)
                 return
         self._retry_at = self._backoff = 0.0
 
-    def _replay_file(self, name: str, claim: str, shipper: Any) -> tuple[bool, int]:
+    def _replay_file(self, name: str, claim: str, target: ReplayTarget) -> tuple[bool, int]:
         """Send one claimed file. (True when it is gone: delivered or quarantined, size)."""
         try:
             try:
@@ -531,13 +555,13 @@ class Spool:
             except FileNotFoundError:
                 return True, 0  # taken back by another process as stale; it sends it
             except (OSError, SpoolCorrupt) as exc:
-                self._quarantine(name, claim, exc, shipper)
+                self._quarantine(name, claim, exc, target)
                 return True, 0
-            opts = shipper.options
             i = 0
             while i < len(parts):
-                chunk = _cut(parts, i, opts.batch_size, opts.max_batch_bytes - 2)
-                remaining = shipper.replay_parts(chunk)
+                # One request at a time, within the batch limits (brackets included).
+                chunk = _cut(parts, i, self.max_file_events, self.max_file_bytes - 2)
+                remaining = target.send(chunk)
                 i += len(chunk)
                 rest = remaining + parts[i:]
                 if not rest:
@@ -557,11 +581,12 @@ class Spool:
         finally:
             self._release(claim)
 
-    def _quarantine(self, name: str, claim: str, exc: BaseException, shipper: Any) -> None:
-        target = os.path.join(self.path, name + CORRUPT)
+    def _quarantine(self, name: str, claim: str, exc: BaseException,
+                    target: ReplayTarget) -> None:
+        aside = os.path.join(self.path, name + CORRUPT)
         try:
-            os.rename(claim, target)
-            where = f"moved aside to {target}"
+            os.rename(claim, aside)
+            where = f"moved aside to {aside}"
         except OSError:
             try:
                 os.unlink(claim)
@@ -570,7 +595,7 @@ class Spool:
                 self._skip.add(name)
                 where = "left in place and skipped"
         try:
-            shipper._bump("spool_corrupt", 1)
+            target.count(Count.SPOOL_CORRUPT, 1)
         except Exception:
             pass
         print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
@@ -588,8 +613,8 @@ def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> lis
     return parts[start:end]
 
 
-def _delivered(shipper: Any) -> int:
+def _progress(target: ReplayTarget) -> int:
     try:
-        return int(shipper.stats().delivered)
+        return int(target.progress())
     except Exception:
         return -1

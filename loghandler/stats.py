@@ -40,7 +40,7 @@ class Stats:
     replay_rejected: int = 0  # events from the spool the service refused for good
     spool_dropped: int = 0  # spooled events deleted to keep the spool under max_spool_bytes
     spool_corrupt: int = 0  # spool files found damaged and moved aside
-    # records our own I/O threads emitted and that were deliberately not shipped
+    # records the flusher thread (or a thread sending at exit) logged, deliberately not shipped
     suppressed: int = 0
 
 

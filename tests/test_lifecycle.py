@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 import pytest
 from conftest import TOKEN, closed_port_url
 
-from loghandler import Client, Shipper
+from loghandler import Client, IngestHandler, Shipper
 
 CHILD = textwrap.dedent("""
     import logging, sys, time
@@ -185,6 +186,37 @@ class TestFork:
         who = [e["who"] for e in receiver.events]
         assert who.count("child") == 1 and who.count("parent") == 500
         s.close()
+
+
+    def test_handler_fast_path_appends_to_the_childs_queue(self, receiver):
+        """The handler's cached ledger is reset in place: the child's records go to the child's
+        queue (not the parent's deque), and are delivered by the child's flusher."""
+        h = IngestHandler("ds", client=Client(TOKEN, url=receiver.url), flush_interval=60)
+        log = logging.getLogger("fork-cached-ledger")
+        log.propagate = False
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        for i in range(20):
+            log.info("parent %d", i)
+        ledger = h.shipper.ledger
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                fresh = ledger.queue
+                log.info("child")  # the inline fast path, then the slow path starts a flusher
+                log.info("child")
+                same = h.shipper.ledger is ledger and ledger.queue is fresh
+                code = 0 if same and h.flush(5) and h.stats().delivered == 2 else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert h.flush(5)
+        messages = [e["message"] for e in receiver.events]
+        assert messages.count("child") == 2 and len(messages) == 22
+        log.removeHandler(h)
+        h.close()
 
 
 class TestUwsgi:

@@ -383,7 +383,7 @@ class TestIngestProcessor:
         with IngestProcessor("ds", url=receiver.url, token=TOKEN, flush_interval=60) as proc:
             proc(None, "info", {"event": "ctx"})
         assert [e["event"] for e in receiver.events] == ["ctx"]
-        assert proc.shipper._closed
+        assert proc.shipper.closed
 
     def test_configuration_errors(self, receiver: Receiver,
                                   monkeypatch: pytest.MonkeyPatch) -> None:

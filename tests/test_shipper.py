@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import time
+from dataclasses import fields
 
 import pytest
 from conftest import TOKEN, closed_port_url, run_in_threads
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
+from loghandler.config import ShipperOptions
+from loghandler.ledger import Count, Fate, Ledger
 
 
 def make(url: str, **options) -> Shipper:
@@ -194,7 +197,7 @@ class TestBounds:
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
             # What is queued (the fast path's unaccounted tail included) stays in bounds.
-            assert sum(item[1] for item in s._queue) <= 20_000
+            assert sum(item[1] for item in s.ledger.queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
         s.close(timeout=0.5)
@@ -211,18 +214,18 @@ class TestBounds:
             for i in range(5000):
                 s.submit({"t": t, "i": i, "text": "z" * (i % 300)})
                 if i % 50 == 0:
-                    items = list(s._queue)
+                    items = list(s.ledger.queue)
                     peak[0] = max(peak[0], len(items))
                     peak[1] = max(peak[1], sum(item[1] for item in items))
 
         run_in_threads(work, 8)
         st = s.stats()
         assert st.submitted == 40_000 and balanced(st)
-        assert st.queued == len(s._queue) and st.dropped_queue_full == 40_000 - st.queued
+        assert st.queued == len(s.ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
         assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
-        with s._lock:
-            s._account_locked()
-            assert s._queue_bytes == sum(item[1] for item in s._queue)
+        with s.ledger.lock:
+            s.ledger.account_locked()
+            assert s.ledger.queue_bytes == sum(item[1] for item in s.ledger.queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
@@ -431,15 +434,39 @@ class TestSelfHealing:
         s = make(receiver.url, batch_size=5, flush_interval=60)
         s.submit({"i": 0})
         old = s._thread
-        s._begin_close(time.monotonic() + 5)  # stop the thread the normal way...
+        s.begin_close(time.monotonic() + 5)  # stop the thread the normal way...
         old.join(5)
-        with s._lock:  # ...then pretend it died while the shipper stayed open
-            s._closed = False
-            s._close_deadline = None
-            s._update_fast_path_locked()
+        with s.ledger.lock:  # ...then pretend it died while the shipper stayed open
+            s.ledger.closed = False
+            s.ledger.close_deadline = None
+            s.ledger.update_fast_path_locked()
         for i in range(1, 7):  # the 6th fills a batch: the slow path checks the thread
             s.submit({"i": i})
         assert s._thread is not old and s._thread.is_alive()
         assert s.flush(5)
         assert sorted(e["i"] for e in receiver.events) == list(range(7))
         s.close()
+
+
+class TestLedger:
+    def test_counters_are_the_stats_fields(self):
+        """One Count member per Stats counter (queued is computed): no name built from parts."""
+        assert {c.value for c in Count} == {f.name for f in fields(Stats)} - {"queued"}
+        assert all(f.total.value in ("delivered", "spooled", "dropped", "failed") for f in Fate)
+
+    def test_take_and_settle_keep_the_invariant(self):
+        """Events taken are queued (in flight) until settled; settled_through follows."""
+        ledger = Ledger(ShipperOptions(batch_size=4), lambda: None)
+        for i in range(6):
+            assert ledger.put(({"i": i}, 10), 10)
+        items = ledger.take(4, partial=False)
+        assert [e["i"] for e, _ in items] == [0, 1, 2, 3]
+        assert ledger.snapshot().queued == 6
+        ledger.settle(3, Fate.DELIVERED)
+        with ledger.lock:
+            assert ledger.settled_through_locked() == 3
+        ledger.settle(1, Fate.FAILED_REJECTED)
+        st = ledger.snapshot()
+        assert (st.submitted, st.delivered, st.failed_rejected, st.queued) == (6, 3, 1, 2)
+        assert ledger.take(4, partial=False) is None  # less than a batch
+        assert len(ledger.drain()) == 2 and balanced(ledger.snapshot())

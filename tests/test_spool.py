@@ -23,6 +23,7 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler import spool as spool_mod
+from loghandler.ledger import Count
 from loghandler.spool import Spool, SpoolCorrupt, decode_file, encode_file
 
 DATASET = "orders-prod"
@@ -344,6 +345,72 @@ class TestSpoolFull:
 
 # --------------------------------------------------------------------------- replay
 
+class FakeTarget:
+    """A ``ReplayTarget`` without HTTP: takes ``accept`` events per call, then nothing."""
+
+    def __init__(self, accept: int = 10**9, stop_after: int = 10**9) -> None:
+        self.sent: list[list[bytes]] = []
+        self.accept, self.stop_after = accept, stop_after
+        self.counts: collections.Counter[Count] = collections.Counter()
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        self.sent.append(parts)
+        taken, self.accept = parts[:self.accept], max(0, self.accept - len(parts))
+        return parts[len(taken):]
+
+    def stopping(self) -> bool:
+        return len(self.sent) >= self.stop_after
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        self.counts[counter] += n
+
+    def progress(self) -> int:
+        return sum(len(p) for p in self.sent)
+
+
+class TestReplayTarget:
+    """Spool.replay against a fake target: the narrow protocol, without a shipper."""
+
+    def test_replays_every_file_in_order_in_batch_sized_requests(self, tmp_path):
+        """Each file goes out oldest first, cut to the spool's per-request bounds."""
+        ids = prefill(tmp_path, files=3, per_file=5)
+        spool = Spool(tmp_path, DATASET, max_file_events=2)
+        target = FakeTarget()
+        spool.replay(target)
+        assert [len(p) for p in target.sent] == [2, 2, 1] * 3
+        assert [json.loads(e)["id"] for p in target.sent for e in p] == ids
+        assert left_in_spool(tmp_path) == []
+
+    def test_a_refused_rest_stays_spooled_and_replay_backs_off(self, tmp_path):
+        """What the target returns stays on disk, in order; the next round waits for progress."""
+        ids = prefill(tmp_path, files=2, per_file=5)
+        spool = Spool(tmp_path, DATASET)
+        target = FakeTarget(accept=3)
+        spool.replay(target)
+        assert len(target.sent) == 1  # stopped at the first file not taken completely
+        assert spooled_ids(tmp_path) == ids[3:]
+        spool.replay(target)  # no progress since: backing off, nothing sent
+        assert len(target.sent) == 1
+
+    def test_stopping_ends_the_round_between_files(self, tmp_path):
+        """A closing target gets no further file."""
+        ids = prefill(tmp_path, files=3, per_file=4)
+        target = FakeTarget(stop_after=1)
+        Spool(tmp_path, DATASET).replay(target)
+        assert len(target.sent) == 1
+        assert spooled_ids(tmp_path) == ids[4:]
+
+    def test_damaged_file_counted_through_the_target(self, tmp_path):
+        """A damaged file is quarantined and counted with the target's count()."""
+        ids = prefill(tmp_path, files=1, per_file=3)
+        (ds_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        (ds_dir / f"{1:020d}-{1:010d}-{0:010d}.spool").write_bytes(b"garbage")
+        target = FakeTarget()
+        Spool(tmp_path, DATASET).replay(target)
+        assert target.counts == {Count.SPOOL_CORRUPT: 1}
+        assert [json.loads(e)["id"] for p in target.sent for e in p] == ids
+
+
 class TestReplay:
     def test_dead_service_then_new_process_delivers_exactly_n(self, tmp_path, receiver):
         """Service down: a process spools N events privately at exit; the next delivers N."""
@@ -395,7 +462,7 @@ class TestReplay:
         before = {f.name: f.read_bytes() for f in spool_files(tmp_path)}
         shipper = make_shipper(closed_port_url(), tmp_path)
         try:
-            shipper._spool.replay(shipper)
+            shipper._spool.replay(shipper._sender)
             assert shipper.stats().replayed == 0
         finally:
             shipper.close()
@@ -408,7 +475,7 @@ class TestReplay:
         receiver.script = [200, 500]
         shipper = make_shipper(receiver.url, tmp_path, batch_size=10)
         try:
-            shipper._spool.replay(shipper)
+            shipper._spool.replay(shipper._sender)
         finally:
             shipper.close()
         assert receiver.ids == [f"s{i}" for i in range(10)]
@@ -435,8 +502,8 @@ class TestReplay:
             assert shipper.flush(5)
             # a few more replay rounds: nothing is reported twice
             for _ in range(3):
-                last = shipper._last_replay
-                assert wait_until(lambda last=last: shipper._last_replay > last)
+                last = shipper._sender.last_replay
+                assert wait_until(lambda last=last: shipper._sender.last_replay > last)
             st = shipper.stats()
         assert st.spool_corrupt == len(damaged)
         assert collections.Counter(receiver.ids) == collections.Counter([*good, "new"])

@@ -1,0 +1,116 @@
+"""What a shipper tells people: one stderr line per cause, ``on_error``, the exit summary.
+
+A failing service must not turn into a storm of lines: each cause (``auth``, ``not_found``,
+``retries_exhausted``, ...) is printed once, until delivery recovers ("delivering again"). Causes
+about single events (a rejected or too-large event) say nothing about the service, so they are
+printed once for the shipper's life. While the exit hook closes shippers, a batch that fails is
+told in the hook's one summary line instead (``defer``), so an exit prints at most one line per
+process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import print_line, shown
+from .guard import CALLBACK, sending
+from .stats import Stats
+
+__all__ = ["EVENT_CAUSES", "Reporter", "print_exit_summary"]
+
+# Report causes about single events rather than about the service being reachable.
+EVENT_CAUSES = frozenset({"rejected", "too_large"})
+
+
+class Reporter:
+    """The reports of one shipper of ``dataset``; ``on_error`` is the user's callback or None."""
+
+    __slots__ = ("_exit_cause", "_exit_summary", "_reported", "dataset", "on_error")
+
+    def __init__(self, dataset: str, on_error: Callable[[BaseException], Any] | None) -> None:
+        self.dataset = dataset
+        self.on_error = on_error
+        self.reset()
+
+    def reset(self) -> None:
+        self._reported: set[str] = set()
+        # Set by the exit hook before it closes the shipper: a batch that fails from then on is
+        # told in the hook's one summary line (_exit_cause), not in a line of its own.
+        self._exit_summary = False
+        self._exit_cause: str | None = None
+
+    def report(self, cause: str, message: str) -> None:
+        """One stderr line per cause, until delivery recovers."""
+        if cause not in self._reported:
+            self._reported.add(cause)
+            print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
+
+    def report_or_defer(self, cause: str, message: str) -> None:
+        """``report``, except during the exit hook's close: its summary line says it."""
+        if self._exit_summary:
+            if self._exit_cause is None and cause not in self._reported:
+                self._exit_cause = message
+        else:
+            self.report(cause, message)
+
+    def note_shutdown_error(self, error: BaseException) -> None:
+        """The last error of a batch given up at the close deadline, for the exit summary."""
+        if self._exit_summary and self._exit_cause is None:
+            self._exit_cause = f"last error: {error}"
+
+    def recovered(self) -> bool:
+        """A batch was delivered: outages are over. True when one was reported (and is now
+        told to be over)."""
+        reported = self._reported
+        if reported and not reported <= EVENT_CAUSES:
+            ended = reported - EVENT_CAUSES
+            self._reported = reported & EVENT_CAUSES
+            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
+                       f"(after: {', '.join(sorted(ended))})")
+            return True
+        return False
+
+    def error(self, error: BaseException) -> None:
+        """Hand ``error`` to the user's ``on_error``; what it raises is ignored."""
+        callback = self.on_error
+        if callback is None:
+            return
+        try:
+            with sending(CALLBACK):  # what it logs is ours: never shipped
+                callback(error)
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ at exit
+
+    def begin_exit_summary(self) -> None:
+        self._exit_summary = True
+
+    def exit_summary(self, st: Stats, spool_dir: str | None) -> str | None:
+        """This shipper's part of the exit line, or None when everything was delivered."""
+        lost = st.dropped + st.failed + st.queued
+        if not (lost or st.spooled):
+            return None
+        bits = []
+        if st.dropped:
+            reasons = [f"{n} {r}" for r, n in (
+                ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
+                ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
+                ("invalid", st.dropped_invalid)) if n]
+            bits.append(f"{st.dropped} dropped ({', '.join(reasons)})")
+        if st.failed:
+            bits.append(f"{st.failed} failed")
+        if st.queued:
+            bits.append(f"{st.queued} still queued")
+        if st.spooled:
+            bits.append(f"{st.spooled} spooled to {spool_dir} for later delivery")
+        cause = f" ({self._exit_cause})" if self._exit_cause else ""
+        return (f"dataset {shown(self.dataset)}: {st.delivered} of {st.submitted} delivered, "
+                + ", ".join(bits) + cause)
+
+
+def print_exit_summary(parts: list[str]) -> None:
+    """The exit hook's one line for every shipper that did not deliver everything."""
+    if parts:
+        print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")

@@ -1,0 +1,550 @@
+"""The sender: the flusher thread's work. It cuts batches from the ledger, posts them, and applies
+the delivery policy; it spools what cannot be delivered and replays the spool.
+
+The policy is data and pure functions, in the style of urllib3's ``Retry``: ``classify()`` turns
+one answer into an ``Outcome`` (and a pause), ``backoff()`` computes the wait before a retry, and
+each ``Outcome`` carries where its events end (a ``Fate``), its report cause and whether it may
+be spooled. ``Sender`` does the I/O around them, never holding the ledger's lock across any.
+
+One split loop (``_bisect``) serves delivery and spool replay alike: a 413 halves a batch until
+its events fit (a single event too large is dropped), a 400 halves it to find the bad events.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from . import encoding
+from .client import Client, raise_for_status
+from .config import ShipperOptions
+from .errors import ApiError, Error, TransportError, body_detail, shown
+from .events import item_events
+from .guard import _FLUSHERS, HTTP, _get_ident, sending
+from .ledger import Count, Fate, Ledger
+from .reporter import Reporter
+from .spool import Spool
+
+__all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify"]
+
+_monotonic = time.monotonic
+# No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
+MAX_PAUSE = 3600.0
+
+
+class Outcome(Enum):
+    """What one answer (or its absence) means for the events of a request.
+
+    Each carries ``fate`` (where the events end when this outcome is final; None for outcomes
+    that are not), ``cause`` (its report cause), ``spoolable`` (whether, with a spool, the
+    events go to disk instead) and ``splits`` (whether a batch of more than one event is halved
+    and each half sent again).
+    """
+
+    DELIVERED = (Fate.DELIVERED, "delivered", False, False)
+    TOO_LARGE = (Fate.DROPPED_TOO_LARGE, "too_large", False, True)  # 413
+    REJECTED = (Fate.FAILED_REJECTED, "rejected", False, True)  # 400
+    AUTH = (Fate.FAILED_AUTH, "auth", True, False)  # 401, 403
+    NOT_FOUND = (Fate.FAILED_NOT_FOUND, "not_found", True, False)  # 404
+    CLIENT_ERROR = (Fate.FAILED_CLIENT_ERROR, "client_error", False, False)  # other 3xx/4xx
+    RETRY = (None, "retry", False, False)  # 408, 5xx, no answer: try again after a backoff
+    THROTTLED = (None, "throttled", False, False)  # 429 / 503 with Retry-After: pause all
+    RETRIES_EXHAUSTED = (Fate.FAILED_RETRIES_EXHAUSTED, "retries_exhausted", True, False)
+    SHUTDOWN = (Fate.DROPPED_SHUTDOWN, "shutdown", True, False)  # the close deadline came
+
+    def __init__(self, fate: Fate | None, cause: str, spoolable: bool, splits: bool) -> None:
+        self.fate = fate
+        self.cause = cause
+        self.spoolable = spoolable
+        self.splits = splits
+
+
+def classify(status: int, retry_after: float | None) -> tuple[Outcome, float | None]:
+    """The outcome of an HTTP answer, and the pause it asks for (seconds, or None).
+
+    ``retry_after`` is the answer's Retry-After in seconds (None when absent). A pause of a
+    ``THROTTLED`` outcome stops all sending; that of a ``RETRY`` is the least wait before the
+    next try of this request.
+    """
+    if 200 <= status < 300:
+        return Outcome.DELIVERED, None
+    if status == 413:
+        return Outcome.TOO_LARGE, None
+    if status == 400:
+        return Outcome.REJECTED, None
+    if status in (401, 403):
+        return Outcome.AUTH, None
+    if status == 404:
+        return Outcome.NOT_FOUND, None
+    if status in (408, 429) or status >= 500:
+        pause = None if retry_after is None else min(retry_after, MAX_PAUSE)
+        if pause is not None and status in (429, 503):
+            return Outcome.THROTTLED, pause
+        return Outcome.RETRY, pause
+    return Outcome.CLIENT_ERROR, None
+
+
+def backoff(attempt: int, base: float, cap: float, *,
+            rand: Callable[[float, float], float] = random.uniform) -> float:
+    """The wait before retry number ``attempt`` (1 for the first): exponential, capped, with
+    full jitter (a uniform draw up to the exponential step)."""
+    return rand(0, min(cap, base * (2 ** (attempt - 1))))
+
+
+class Chunk:
+    """Events on their way: dicts encoded as one body (the fast path), or encoded one by one.
+
+    Encoding a whole batch in one call is several times cheaper than event by event; the
+    per-event form is needed only to cut by bytes, to split (413 / 400) and to spool.
+    """
+
+    __slots__ = ("_body", "events", "parts")
+
+    def __init__(self, events: list[dict[str, Any]] | None = None,
+                 parts: list[bytes] | None = None, body: bytes | None = None) -> None:
+        self.events = events
+        self.parts = parts
+        self._body = body
+
+    def __len__(self) -> int:
+        return len(self.parts) if self.parts is not None else len(self.events or ())
+
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = b"[" + b",".join(self.as_parts()) + b"]"
+        return self._body
+
+    def as_parts(self) -> list[bytes]:
+        if self.parts is None:
+            encode = encoding.encode
+            self.parts = [encode(e) for e in self.events or ()]
+        return self.parts
+
+    def halves(self) -> tuple[Chunk, Chunk]:
+        if self.events is not None:
+            mid = len(self.events) // 2
+            return Chunk(self.events[:mid]), Chunk(self.events[mid:])
+        parts = self.as_parts()
+        mid = len(parts) // 2
+        return Chunk(parts=parts[:mid]), Chunk(parts=parts[mid:])
+
+
+# What _bisect does with a piece that reached a final outcome: True to go on with the rest.
+_Settle = Callable[[Chunk, Outcome, "Error | None"], bool]
+
+
+class Sender:
+    """Posts the ledger's events to one dataset (see the module docstring).
+
+    ``Sender(ledger, reporter, client, dataset, path, options, spool)``. ``run()`` is the
+    flusher thread's body; ``drain_on_this_thread()`` does the same work on a closing thread
+    when no flusher can run. As the spool's replay target it offers ``send``, ``stopping``,
+    ``count`` and ``progress``.
+    """
+
+    def __init__(self, ledger: Ledger, reporter: Reporter, client: Client, dataset: str,
+                 path: str, options: ShipperOptions, spool: Spool | None) -> None:
+        self.ledger = ledger
+        self.reporter = reporter
+        self.client = client
+        self.dataset = dataset
+        self.path = path
+        self.options = options
+        self.spool = spool
+        self.reset()
+
+    def reset(self) -> None:
+        """Fresh state: at construction and in a forked child."""
+        self.send_lock = threading.Lock()
+        # What the flusher holds while it sends, so abandon() can take it over.
+        self.posting: Chunk | None = None
+        self.stack: list[Chunk] = []
+        self.carry: list[bytes] = []
+        self.last_replay = 0.0
+        self.gave_up = False
+        self.auth_delay = self.options.auth_retry_delay
+
+    # ------------------------------------------------------------------ the flusher thread
+
+    def run(self) -> None:
+        """The flusher thread: wait for a full batch, flush() or close(), or the interval."""
+        ledger = self.ledger
+        _FLUSHERS.add(_get_ident())
+        try:
+            interval = self.options.flush_interval
+            if self.spool is not None:
+                self._replay_spool()
+            while True:
+                timed_out = False
+                if not ledger.closed:
+                    timed_out = not ledger.wake.wait(interval)
+                with ledger.lock:
+                    ledger.wake.clear()
+                    ledger.wake_pending = False
+                    ledger.update_fast_path_locked()
+                    force, ledger.force = ledger.force or timed_out, False
+                    closed = ledger.closed
+                with self.send_lock:
+                    self._send_available(partial=force or closed)
+                    if closed:
+                        if self._deadline_passed():
+                            self._settle_leftovers_at_deadline()
+                        with ledger.lock:
+                            if ledger.idle_locked():
+                                return
+                if self.spool is not None and not closed and (
+                    _monotonic() - self.last_replay >= interval
+                ):
+                    # Time-based, not on idle wake-ups only: under steady load the flusher is
+                    # never idle, and the spool must still drain, interleaved with new events.
+                    self._replay_spool()
+        except BaseException as exc:  # never let the thread die silently
+            self.reporter.report("internal", f"the flusher thread stopped on an internal error: "
+                                             f"{type(exc).__name__}: {exc}")
+            self.reporter.error(exc)
+        finally:
+            _FLUSHERS.discard(_get_ident())
+            with ledger.lock:
+                ledger.progress.notify_all()
+
+    def drain_on_this_thread(self, deadline: float) -> None:
+        """Send on the calling thread: used when no flusher thread can run (interpreter exit)."""
+        if not self.send_lock.acquire(timeout=max(0.0, deadline - _monotonic())):
+            return
+        ident = _get_ident()
+        _FLUSHERS.add(ident)
+        try:
+            with self.ledger.lock:
+                self.ledger.set_close_deadline_locked(deadline)
+            self._send_available(partial=True)
+            if self._deadline_passed():
+                self._settle_leftovers_at_deadline()
+        finally:
+            _FLUSHERS.discard(ident)
+            self.send_lock.release()
+
+    def _deadline_passed(self) -> bool:
+        d = self.ledger.close_deadline
+        return d is not None and (self.gave_up or _monotonic() >= d)
+
+    def _send_available(self, partial: bool) -> None:
+        """Send batches until the queue is drained (or only a partial batch is left)."""
+        carry: list[bytes] = []
+        self.carry = carry
+        try:
+            while not self._deadline_passed():
+                batch = self._take_batch(carry, partial)
+                if batch is None:
+                    break
+                self._deliver(batch)
+        finally:
+            if carry:  # only when the close deadline cut the loop short
+                self._fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
+
+    def _take_batch(self, carry: list[bytes], partial: bool) -> Chunk | None:
+        """Cut the next batch: up to ``batch_size`` events and ``max_batch_bytes`` encoded bytes.
+
+        ``carry`` holds encoded events already taken from the queue (in flight) that did not fit
+        in the previous batch; they go first.
+        """
+        ledger = self.ledger
+        max_n = ledger.max_batch
+        limit = ledger.max_batch_bytes
+        while True:
+            if carry:
+                items = ledger.take(max_n - len(carry), partial=True) or []
+            else:
+                taken = ledger.take(max_n, partial)
+                if taken is None:
+                    return None
+                items = taken
+            events = item_events(items)
+            if not carry:
+                body = encoding.encode_many(events)
+                if body is not None and len(body) <= limit:
+                    return Chunk(events, body=body)
+            # Too big for one request, or a value the fast path refused: event by event.
+            parts = carry[:]
+            carry.clear()
+            encode = encoding.encode
+            parts.extend(encode(event) for event in events)
+            batch: list[bytes] = []
+            total = 2  # the brackets
+            for i, part in enumerate(parts):
+                size = len(part) + (1 if batch else 0)
+                if total + size > limit:
+                    if not batch:
+                        # One event bigger than a whole batch: the service could never take it.
+                        # It is the oldest event in flight, so settling it now keeps the order.
+                        ledger.settle(1, Fate.DROPPED_TOO_LARGE)
+                        continue
+                    carry.extend(parts[i:])
+                    break
+                batch.append(part)
+                total += size
+            if batch:
+                return Chunk(parts=batch)
+
+    def _deliver(self, batch: Chunk) -> None:
+        self._bisect(batch, self.options.max_retries, self._settle_delivery, track=True)
+
+    def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        if outcome is Outcome.DELIVERED:
+            self.ledger.settle(len(chunk), Fate.DELIVERED)
+            self._recovered()
+        elif outcome.splits:  # down to one event
+            assert outcome.fate is not None
+            self.ledger.settle(1, outcome.fate)
+            self._single_refused(outcome, error)
+        else:
+            self._fail(chunk, outcome, error)
+        return True
+
+    def _bisect(self, batch: Chunk, max_retries: int, settle: _Settle, *,
+                track: bool = False) -> list[Chunk]:
+        """Post ``batch``; halve what the service refuses by halves (``Outcome.splits``), first
+        half first, until single events. ``settle`` is told each piece's final outcome and says
+        whether to go on; the pieces not sent when it says no are returned, in order.
+
+        ``track``: keep the pieces where ``abandon`` can take them over.
+        """
+        stack = [batch]
+        if track:
+            self.stack = stack
+        while stack:
+            chunk = stack.pop()
+            if track:
+                self.posting = chunk
+            outcome, error = self._post(chunk, max_retries)
+            if track:
+                self.posting = None
+            if outcome.splits and len(chunk) > 1:
+                first, second = chunk.halves()
+                stack.append(second)
+                stack.append(first)
+            elif not settle(chunk, outcome, error):
+                return [chunk, *reversed(stack)]
+        return []
+
+    def _single_refused(self, outcome: Outcome, error: Error | None) -> None:
+        if error is not None:
+            self.reporter.error(error)
+        if outcome is Outcome.TOO_LARGE:
+            self.reporter.report("too_large", "the service refused an event as too large "
+                                 "(HTTP 413); it was dropped and counted in "
+                                 "stats().dropped_too_large")
+        else:
+            self.reporter.report("rejected", f"the service rejected an event (HTTP 400)"
+                                 f"{_said(error)}; the rest of its batch was delivered. "
+                                 "Rejected events are counted in stats().failed_rejected")
+
+    def _fail(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> None:
+        """``chunk`` is undeliverable: spool it when the outcome allows, else count it."""
+        if self.ledger.abandoned:
+            return
+        fate = outcome.fate
+        assert fate is not None
+        if self.spool is not None and outcome.spoolable:
+            try:
+                dropped = self.spool.write(chunk.as_parts())
+            except Exception as exc:
+                self.reporter.report("spool_write", f"could not write to the spool: {exc}")
+                self.reporter.error(exc)
+            else:
+                self.ledger.settle(len(chunk), Fate.SPOOLED)
+                if dropped:
+                    self.ledger.count(Count.SPOOL_DROPPED, dropped)
+                return
+        if outcome is Outcome.SHUTDOWN:
+            self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
+            if error is not None:
+                self.reporter.note_shutdown_error(error)
+            self.ledger.settle(len(chunk), fate)
+        else:
+            self.ledger.settle(len(chunk), fate)
+            if error is not None:
+                self.reporter.error(error)
+
+    def _settle_leftovers_at_deadline(self) -> None:
+        """The close deadline passed: spool or drop everything still queued, at once."""
+        items = self.ledger.drain()
+        if items:
+            self._fail(Chunk(item_events(items)), Outcome.SHUTDOWN, None)
+
+    def abandon(self) -> None:
+        """The flusher is stuck past the deadline in one request (a service that accepts and
+        never answers): take its events over on this thread, spool them or count them, and let
+        the flusher count nothing more. The batch in flight may then arrive twice: the request
+        might still succeed (at-least-once)."""
+        ledger = self.ledger
+        with ledger.lock:
+            taken = ledger.abandon()
+            if taken is None:
+                return
+            n, queued = taken
+            chunks = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
+            carry = list(self.carry)
+        fate = Fate.DROPPED_SHUTDOWN
+        if n and self.spool is not None:
+            parts = [p for c in chunks for p in c.as_parts()] + carry
+            parts.extend(encoding.encode(e) for e in item_events(queued))
+            try:
+                ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
+                fate = Fate.SPOOLED
+            except Exception as exc:
+                self.reporter.report("spool_write", f"could not write to the spool: {exc}")
+        ledger.settle_abandoned(n, fate)
+
+    # ------------------------------------------------------------------ one request, retried
+
+    def _post(self, chunk: Chunk, max_retries: int) -> tuple[Outcome, Error | None]:
+        opts = self.options
+        ledger = self.ledger
+        body = chunk.body()
+        headers = None
+        if opts.compression == "gzip":
+            comp = zlib.compressobj(opts.compression_level, zlib.DEFLATED, 31)
+            body = comp.compress(body) + comp.flush()
+            headers = {"Content-Encoding": "gzip"}
+        attempt = 0
+        while True:
+            if not self._wait_until(ledger.paused_until):
+                return Outcome.SHUTDOWN, None
+            timeout = None
+            if ledger.close_deadline is not None:
+                timeout = ledger.close_deadline - _monotonic()
+                if timeout <= 0:
+                    return Outcome.SHUTDOWN, None
+            pause = None
+            try:
+                with sending(HTTP):
+                    resp = self.client.send("POST", self.path, body, headers=headers,
+                                            timeout=timeout)
+            except TransportError as exc:
+                error: Error = exc
+            else:
+                outcome, pause = classify(resp.status, resp.retry_after)
+                if outcome is Outcome.DELIVERED:
+                    with ledger.lock:
+                        ledger.counts[Count.BYTES_SENT] += len(body)
+                        ledger.counts[Count.BATCHES] += 1
+                    return outcome, None
+                try:
+                    raise_for_status(resp, what=f"ingest into dataset {shown(self.dataset)}",
+                                     dataset=self.dataset)
+                except ApiError as exc:
+                    error = exc
+                if outcome is Outcome.AUTH:
+                    self._auth_failed(error)
+                    return outcome, error
+                if outcome is Outcome.NOT_FOUND:
+                    self.reporter.report("not_found", str(error))
+                    return outcome, error
+                if outcome is Outcome.CLIENT_ERROR:
+                    self.reporter.report(f"http_{resp.status}", str(error))
+                    return outcome, error
+                if outcome.fate is not None:  # TOO_LARGE, REJECTED: split by the caller
+                    return outcome, error
+                if outcome is Outcome.THROTTLED and pause is not None:
+                    # The service asked everyone to wait: pause all sending, not just this batch.
+                    ledger.pause_until(_monotonic() + pause)
+            attempt += 1
+            if attempt > max_retries:
+                self.reporter.report_or_defer(
+                    "retries_exhausted", f"could not deliver a batch of {len(chunk)} events "
+                                         f"after {attempt} attempts: {error}")
+                return Outcome.RETRIES_EXHAUSTED, error
+            ledger.count(Count.RETRIED)
+            delay = backoff(attempt, opts.retry_backoff, opts.max_retry_delay)
+            if pause is not None:
+                delay = max(delay, pause)
+            if not self._wait_until(_monotonic() + delay):
+                return Outcome.SHUTDOWN, error
+
+    def _auth_failed(self, error: Error) -> None:
+        self.reporter.error(error)
+        where = "spooled" if self.spool is not None else "counted in stats().failed_auth"
+        self.reporter.report("auth", f"{error}. The batch was {where}; new events stay queued "
+                             f"(bounded) and sending pauses {self.auth_delay:g} s before the "
+                             "next try")
+        # Back off hard instead of hammering the service with a bad token; double each time.
+        self.ledger.pause_until(_monotonic() + self.auth_delay)
+        self.auth_delay = min(self.auth_delay * 2, 600.0)
+
+    def _wait_until(self, until: float) -> bool:
+        """Sleep until ``until``. False when close()'s deadline comes first: give up now."""
+        while True:
+            now = _monotonic()
+            if now >= until:
+                return True
+            deadline = self.ledger.close_deadline
+            if deadline is not None:
+                if until > deadline:
+                    return False
+                time.sleep(until - now)
+                return True
+            # close() sets the interrupt so that a long backoff is re-measured against its
+            # deadline at once.
+            self.ledger.interrupt.wait(until - now)
+
+    def _recovered(self) -> None:
+        if self.reporter.recovered():
+            self.auth_delay = self.options.auth_retry_delay
+
+    # ------------------------------------------------------------------ the spool
+
+    def _replay_spool(self) -> None:
+        """Re-send spooled batches, oldest first, one file at a time, while delivery works."""
+        spool = self.spool
+        self.last_replay = _monotonic()
+        if spool is None or self.ledger.closed:
+            return
+        try:
+            spool.replay(self)
+        except Exception as exc:
+            self.reporter.report("spool_replay", f"spool replay failed: {exc}")
+            self.reporter.error(exc)
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        """Send encoded events read back from the spool, one attempt per request.
+
+        Returns what is still undelivered (empty when done). Events the service refuses for
+        good (400 / 413 down to one event, other client errors) are counted in
+        ``replay_rejected`` and not returned.
+        """
+        left = self._bisect(Chunk(parts=parts), 0, self._settle_replay)
+        return [part for c in left for part in c.as_parts()]
+
+    def _settle_replay(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        if outcome is Outcome.DELIVERED:
+            self.ledger.count(Count.REPLAYED, len(chunk))
+            self._recovered()
+            return True
+        if outcome.splits or outcome is Outcome.CLIENT_ERROR:
+            self.ledger.count(Count.REPLAY_REJECTED, len(chunk))
+            self._single_refused(outcome, error)
+            return True
+        return False
+
+    def stopping(self) -> bool:
+        """Whether the shipper is closing (replay stops between files)."""
+        return self.ledger.closed
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        self.ledger.count(counter, n)
+
+    def progress(self) -> int:
+        """Events delivered so far: grows when the service takes events again."""
+        with self.ledger.lock:
+            return self.ledger.counts[Count.DELIVERED]
+
+
+def _said(error: BaseException | None) -> str:
+    if isinstance(error, ApiError):
+        return body_detail(error.body)
+    return ""
