@@ -28,7 +28,7 @@ from .events import item_events
 from .guard import _FLUSHERS, HTTP, _get_ident, sending
 from .ledger import Count, Fate, Ledger
 from .reporter import Reporter
-from .spool import Spool
+from .spool import Spool, SpoolWriteError
 
 __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify"]
 
@@ -355,6 +355,14 @@ class Sender:
             except Exception as exc:
                 self.reporter.report("spool_write", f"could not write to the spool: {exc}")
                 self.reporter.error(exc)
+                stored, dropped = _spool_failure(exc)
+                if dropped:
+                    self.ledger.count(Count.SPOOL_DROPPED, dropped)
+                if stored:  # on disk all the same: a later replay delivers them
+                    self.ledger.settle(stored, Fate.SPOOLED)
+                    chunk = Chunk(parts=chunk.as_parts()[stored:])
+                    if not len(chunk):
+                        return
             else:
                 self.ledger.settle(len(chunk), Fate.SPOOLED)
                 if dropped:
@@ -398,6 +406,11 @@ class Sender:
                 fate = Fate.SPOOLED
             except Exception as exc:
                 self.reporter.report("spool_write", f"could not write to the spool: {exc}")
+                stored, dropped = _spool_failure(exc)
+                ledger.count(Count.SPOOL_DROPPED, dropped)
+                if stored:
+                    ledger.settle_abandoned(stored, Fate.SPOOLED)
+                    n -= stored
         ledger.settle_abandoned(n, fate)
 
     # ------------------------------------------------------------------ one request, retried
@@ -542,6 +555,13 @@ class Sender:
         """Events delivered so far: grows when the service takes events again."""
         with self.ledger.lock:
             return self.ledger.counts[Count.DELIVERED]
+
+
+def _spool_failure(exc: BaseException) -> tuple[int, int]:
+    """(events stored, spooled events deleted) of a failed spool write."""
+    if isinstance(exc, SpoolWriteError):
+        return exc.stored, exc.dropped
+    return 0, 0
 
 
 def _said(error: BaseException | None) -> str:
