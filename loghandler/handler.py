@@ -15,6 +15,7 @@ from .events import (
     LEVELS,
     RECORD,
     RESERVED,
+    SIZE,
     STANDARD,
     add_exception,
     add_fields,
@@ -43,6 +44,8 @@ _STANDARD = STANDARD
 _SPECIAL = STANDARD | RESERVED
 _FORMATTER = STANDARD - _INIT_SET
 _LEVELS = LEVELS
+_RECORD = RECORD
+_SIZE = SIZE
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 # Rough memory costs (see Shipper max_queue_bytes), measured with tracemalloc and RSS: an event
 # built by record_to_event; one from the fast path (its dict of ten fields, the queue item, the
@@ -277,6 +280,7 @@ class IngestHandler(logging.Handler):
                     "file": d["pathname"],
                     "process": d["process"],
                     "thread": d["threadName"],
+                    _RECORD: True,
                 }
                 if len(d) > _N_INIT:
                     # makeRecord() adds extras after __init__'s attributes: only the tail can
@@ -302,10 +306,11 @@ class IngestHandler(logging.Handler):
                 # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
                 ledger = self._ledger
                 q = ledger.queue
+                event[_SIZE] = size
                 if len(q) < ledger.fast_len and size <= _FAST_ITEM:
-                    q.append((event, size, RECORD))
+                    q.append(event)
                 else:
-                    ledger.put((event, size, RECORD), size)
+                    ledger.put(event, size)
             else:
                 self._put_event(record)
         except Exception:
@@ -314,7 +319,8 @@ class IngestHandler(logging.Handler):
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self._ledger.offer((event, size), size)
+            event[_SIZE] = size
+            self._ledger.offer(event, size)
         except Exception:
             # record_to_event does not raise; this is a bug of ours, and still an account.
             self._ledger.drop(Fate.DROPPED_INVALID)

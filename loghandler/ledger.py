@@ -41,7 +41,7 @@ from itertools import islice
 from typing import Any
 
 from .config import ShipperOptions
-from .events import item_size
+from .events import SIZE, item_size
 from .guard import in_sender_thread
 from .stats import Stats
 
@@ -145,7 +145,7 @@ class Ledger:
         self.space = threading.Condition(self.lock)  # room in the queue (overflow="block")
         self.wake = threading.Event()  # the flusher: a batch is full, or flush/close
         self.interrupt = threading.Event()  # the flusher: close() came, re-measure waits
-        self.queue: deque[tuple[Any, ...]] = deque()
+        self.queue: deque[dict[Any, Any]] = deque()
         self.queue_bytes = 0  # sizes of the accounted events still queued
         self.taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
         self.accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
@@ -166,8 +166,9 @@ class Ledger:
 
     # ------------------------------------------------------------------ application side
 
-    def offer(self, item: tuple[Any, ...], size: int) -> bool:
-        """Queue an item the caller built (see events.py "Queue items"; ``size`` is item[1]).
+    def offer(self, item: dict[Any, Any], size: int) -> bool:
+        """Queue an item the caller built (see events.py "Queue items"; ``size`` is
+        ``item[SIZE]``).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
         (the handler inlines it): below ``fast_len``, one comparison and an append.
@@ -178,7 +179,7 @@ class Ledger:
             return True
         return self.put(item, size)
 
-    def put(self, item: tuple[Any, ...], size: int) -> bool:
+    def put(self, item: dict[Any, Any], size: int) -> bool:
         """The slow path of ``offer``: takes the lock. False when the item was dropped."""
         try:
             if self.lock._is_owned() and not self.closed:  # type: ignore[attr-defined]
@@ -196,7 +197,7 @@ class Ledger:
         except Exception:
             return False
 
-    def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
+    def _put_locked(self, item: dict[Any, Any], size: int) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
         # batch (wake the flusher), a full queue (overflow policy), big events.
         if self.closed:
@@ -275,7 +276,7 @@ class Ledger:
     def account_locked(self) -> None:
         """Add the sizes of the events the fast path appended since the last call."""
         q = self.queue
-        tail: list[tuple[Any, ...]] = []
+        tail: list[dict[Any, Any]] = []
         new = 0
         for _ in range(8):
             new = self.taken + len(q) - self.accounted
@@ -296,10 +297,10 @@ class Ledger:
         self.queue_bytes += sum(map(item_size, tail))
         self.accounted += new
 
-    def _pop_oldest_locked(self) -> tuple[Any, ...]:
+    def _pop_oldest_locked(self) -> dict[Any, Any]:
         item = self.queue.popleft()
         if self.accounted > self.taken:
-            self.queue_bytes -= item[1]
+            self.queue_bytes -= item[SIZE]
         else:
             self.accounted += 1
         self.taken += 1
@@ -324,7 +325,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ flusher side
 
-    def take(self, limit: int, partial: bool) -> list[tuple[Any, ...]] | None:
+    def take(self, limit: int, partial: bool) -> list[dict[Any, Any]] | None:
         """Take up to ``limit`` accounted events from the front into flight.
 
         None when there is nothing to take, or (unless ``partial``) less than a full batch.
@@ -353,7 +354,7 @@ class Ledger:
                 self.space.notify_all()
             return items
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[dict[Any, Any]]:
         """Take everything queued into flight at once (the close deadline passed)."""
         with self.lock:
             self.account_locked()
@@ -388,7 +389,7 @@ class Ledger:
             self.inflight_first += n
             self.progress.notify_all()
 
-    def abandon(self) -> tuple[int, list[tuple[Any, ...]]] | None:
+    def abandon(self) -> tuple[int, list[dict[Any, Any]]] | None:
         """Take over from a stuck flusher: everything in flight and queued ends with the caller,
         who settles it with ``settle_abandoned``; the flusher's later ``settle`` calls count
         nothing. Returns (how many events, the queued items), or None when already done."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from .client import Client
 from .errors import shown
+from .events import SIZE as _SIZE
 from .events import add_exception, add_fields, rfc3339
 from .guard import _SENDERS, _get_ident, own_record
 from .ledger import Fate
@@ -142,7 +143,8 @@ class IngestProcessor:
                 self.shipper.suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
-                self._put((event, size), size)
+                event[_SIZE] = size
+                self._put(event, size)
             else:
                 self.shipper.ledger.drop(Fate.DROPPED_INVALID)
         except Exception:

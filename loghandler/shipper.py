@@ -27,6 +27,7 @@ from . import lifecycle
 from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
 from .errors import ConfigurationError, print_line, redact, shown
+from .events import SIZE as _SIZE
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
 from .reporter import Reporter
@@ -120,7 +121,8 @@ class Shipper:
             else:
                 event = event.copy()
             size = _estimate(event)
-            return self.ledger.offer((event, size), size)
+            event[_SIZE] = size
+            return self.ledger.offer(event, size)
         except Exception:
             return False
 
