@@ -36,6 +36,7 @@ from .errors import (
     service_message,
     shown,
 )
+from .guard import block_sigterm_in_this_thread
 from .views import Views
 
 __all__ = ["Client", "Response", "parse_retry_after"]
@@ -429,6 +430,7 @@ class _Watchdog:
             raise TimeoutError("the request's deadline passed")
 
     def _run(self) -> None:
+        block_sigterm_in_this_thread()
         heap = self._heap
         with self._cond:
             while True:

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .guard import block_sigterm_in_this_thread
 from .reporter import print_exit_summary
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ def close_all(timeout: float | None = None, *, report: bool = True,
         timeout = max(s.options.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
-        s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
-                      late_events=at_exit)
+        if not s.closed:  # one closing already has its deadline: only wait for it
+            s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
+                          late_events=at_exit)
     for s in shippers:
         s.wait_closed()
     if report:
@@ -126,6 +128,8 @@ def _install_sigterm_handler() -> None:
     _sigterm_decided = False
     if os.environ.get(ENV_HANDLE_SIGTERM, "").strip().lower() in ("0", "false", "no", "off"):
         return
+    if _in_multiprocessing_child():
+        return
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
@@ -136,17 +140,24 @@ def _install_sigterm_handler() -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    # Runs on the main thread between two bytecodes of whatever it was doing. close_all() takes
-    # only loghandler's own locks (re-entrant, so a log call interrupted on the main thread does
-    # not deadlock it) and is bounded by shutdown_timeout.
     global _terminating
     if _terminating:
         return  # a second SIGTERM while closing: the first one finishes the job
     _terminating = True
     try:
-        close_all()
-    except Exception:
-        pass
+        # This runs on the main thread between two bytecodes of whatever it was doing, which
+        # may hold a lock that closing needs (an Event's own lock while it sets it; the exit
+        # hook's close in progress): re-entering it would hang for ever. So the shippers are
+        # closed on a thread of their own, and waiting for it is bounded.
+        limit = max((s.options.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
+        closer = threading.Thread(target=_close_quietly, name="loghandler-sigterm",
+                                  daemon=True)
+        try:
+            closer.start()
+        except RuntimeError:  # interpreter shutdown: no new thread; close here
+            _close_quietly()
+        else:
+            closer.join(limit)
     finally:
         # Die of SIGTERM exactly as without us: the parent (a shell, a supervisor, Pool) sees
         # the same status (-15 from subprocess, 143 from a shell). Nothing after this runs:
@@ -156,6 +167,15 @@ def _on_sigterm(signum: int, frame: object) -> None:
         except (ValueError, OSError):
             pass
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _close_quietly() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        block_sigterm_in_this_thread()
+    try:
+        close_all()
+    except Exception:
+        pass
 
 
 # ---------------------------------------------------------------------------- multiprocessing
@@ -196,6 +216,18 @@ def _arm_multiprocessing() -> None:
 
 def _mp_after_fork(_key: object) -> None:
     # In a child that multiprocessing just forked, after it cleared the inherited finalizers.
+    global _sigterm_decided
+    if _sigterm_decided:
+        # SIGTERM is how the parent ends its workers (Pool.terminate()), and nothing may stand
+        # in its way there: a Python-level handler runs only when the main thread gets back to
+        # bytecode, and a worker blocked for good in a semaphore wait (the pool holds its
+        # queue's lock while terminating) would never die, and the pool would hang for ever.
+        _sigterm_decided = False
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None and _live:
         try:
@@ -204,10 +236,18 @@ def _mp_after_fork(_key: object) -> None:
             pass
 
 
+def _in_multiprocessing_child() -> bool:
+    mp_process = sys.modules.get("multiprocessing.process")
+    try:
+        return mp_process is not None and mp_process.parent_process() is not None
+    except Exception:
+        return False
+
+
 def _arm_finalizer(mp_util: Any) -> None:
     global _mp_armed_pid
     pid = os.getpid()
-    if _mp_armed_pid == pid and _mp_armed_pid is not None:
+    if _mp_armed_pid == pid:
         return
     _mp_armed_pid = pid
     # The lowest priority: after the application's own finalizers, which may log.

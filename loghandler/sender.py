@@ -25,7 +25,7 @@ from .client import Client, raise_for_status
 from .config import ShipperOptions
 from .errors import ApiError, Error, TransportError, body_detail, shown
 from .events import item_events
-from .guard import _FLUSHERS, HTTP, _get_ident, sending
+from .guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
 from .ledger import Count, Fate, Ledger
 from .reporter import Reporter
 from .spool import Spool, SpoolWriteError
@@ -174,6 +174,7 @@ class Sender:
     def run(self) -> None:
         """The flusher thread: wait for a full batch, flush() or close(), or the interval."""
         ledger = self.ledger
+        block_sigterm_in_this_thread()
         _FLUSHERS.add(_get_ident())
         try:
             interval = self.options.flush_interval

@@ -108,6 +108,12 @@ def work(task):
     return task
 
 
+def sigterm_is_default(task):
+    import signal
+    setup()
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def child():
     for j in range(100):
         logging.getLogger("child").info("c", extra={"task": "child", "j": j})
@@ -130,6 +136,8 @@ if __name__ == "__main__":
     else:  # the context manager's exit: Pool.terminate()
         with ctx.Pool(2, initializer=setup) as pool:
             print(sorted(pool.map(work, range(4), chunksize=1)), flush=True)
+            print("DEFAULT", all(pool.map(sigterm_is_default, range(4), chunksize=1)),
+                  flush=True)
 """ % TOKEN
 
 
@@ -153,14 +161,16 @@ class TestMultiprocessing:
         assert got == [(t, j) for t in range(4) for j in range(100)]
 
     @pytest.mark.parametrize("method", ["fork", "forkserver"])
-    def test_pool_terminate_still_delivers(self, receiver, pool_script, method):
-        """The context manager's exit (terminate(): SIGTERM to each worker): the workers' SIGTERM
-        handler closes their shippers before they die, so nothing is lost there either."""
+    def test_pool_terminate_is_left_alone(self, receiver, pool_script, method):
+        """The context manager's exit (terminate(): SIGTERM to each worker) must end at once:
+        no SIGTERM handler of ours in multiprocessing children (a Python-level handler can
+        hang Pool.terminate() for ever). README says to call close() + join() instead."""
         proc = subprocess.run([sys.executable, str(pool_script), method, "terminate"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "TEST_URL": receiver.url})
         assert proc.returncode == 0, proc.stderr
-        assert len(receiver.events) == 400
+        assert "DEFAULT True" in proc.stdout
+        assert len(receiver.events) <= 400
 
     def test_fork_process_inheriting_the_handler_delivers(self, receiver, pool_script):
         """A fork Process that inherits the parent's handler ships its events before os._exit."""
