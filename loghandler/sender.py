@@ -35,6 +35,9 @@ __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify"]
 _monotonic = time.monotonic
 # No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
 MAX_PAUSE = 3600.0
+# How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
+# encoded for the spool (see Sender.abandon).
+ABANDON_GRACE = 0.5
 
 
 class Outcome(Enum):
@@ -386,10 +389,15 @@ class Sender:
             self._fail(Chunk(item_events(items)), Outcome.SHUTDOWN, None)
 
     def abandon(self) -> None:
-        """The flusher is stuck past the deadline in one request (a service that accepts and
-        never answers): take its events over on this thread, spool them or count them, and let
-        the flusher count nothing more. The batch in flight may then arrive twice: the request
-        might still succeed (at-least-once)."""
+        """The flusher is stuck past the deadline (in a request to a service that never answers,
+        or in a value's ``__repr__`` while encoding): take its events over on this thread, spool
+        them or count them, and let the flusher count nothing more. The batch in flight may then
+        arrive twice: the request might still succeed (at-least-once).
+
+        Only what reaches the disk counts as spooled: events the flusher held where they cannot
+        be taken over (being encoded, being written), and events whose encoding does not finish
+        within ``ABANDON_GRACE``, count as ``dropped_shutdown``.
+        """
         ledger = self.ledger
         with ledger.lock:
             taken = ledger.abandon()
@@ -398,21 +406,60 @@ class Sender:
             n, queued = taken
             chunks = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
             carry = list(self.carry)
-        fate = Fate.DROPPED_SHUTDOWN
         if n and self.spool is not None:
-            parts = [p for c in chunks for p in c.as_parts()] + carry
-            parts.extend(encoding.encode(e) for e in item_events(queued))
+            parts = self._encode_in_time(chunks, carry, queued)[:n]
+            written = 0
+            if parts:
+                try:
+                    ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
+                    written = len(parts)
+                except Exception as exc:
+                    self.reporter.report("spool_write", f"could not write to the spool: {exc}")
+                    written, dropped = _spool_failure(exc)
+                    ledger.count(Count.SPOOL_DROPPED, dropped)
+            if written:
+                ledger.settle_abandoned(written, Fate.SPOOLED)
+                n -= written
+        ledger.settle_abandoned(n, Fate.DROPPED_SHUTDOWN)
+
+    def _encode_in_time(self, chunks: list[Chunk], carry: list[bytes],
+                        queued: list[dict[Any, Any]]) -> list[bytes]:
+        """The encoded events of what ``abandon`` took over, in order, as far as encoding got
+        within ``ABANDON_GRACE``. Encoding calls into the application (a value's ``__repr__``,
+        which may hang), so it runs on a helper thread, and the exiting thread waits for it no
+        longer than that."""
+        parts: list[bytes] = []
+
+        def work() -> None:
+            block_sigterm_in_this_thread()
+            encode = encoding.encode
+            append = parts.append
             try:
-                ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
-                fate = Fate.SPOOLED
-            except Exception as exc:
-                self.reporter.report("spool_write", f"could not write to the spool: {exc}")
-                stored, dropped = _spool_failure(exc)
-                ledger.count(Count.SPOOL_DROPPED, dropped)
-                if stored:
-                    ledger.settle_abandoned(stored, Fate.SPOOLED)
-                    n -= stored
-        ledger.settle_abandoned(n, fate)
+                for c in chunks:
+                    if c.parts is not None:
+                        parts.extend(c.parts)
+                    else:
+                        for e in c.events or ():
+                            append(encode(e))
+                parts.extend(carry)
+                for e in item_events(queued):
+                    append(encode(e))
+            except Exception:
+                pass  # encode never raises; item_events on an odd record: stop there
+
+        helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
+        try:
+            helper.start()
+        except RuntimeError:  # interpreter shutdown: no new thread; what is encoded is none
+            return []
+        helper.join(ABANDON_GRACE)
+        done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
+        if helper.is_alive():
+            self.reporter.report(
+                "encode_hang", f"encoding the events left at exit did not finish within "
+                               f"{ABANDON_GRACE:g} s (a value whose __repr__ hangs?); "
+                               f"{len(done)} were spooled, the rest counted as dropped_shutdown")
+        return done
 
     # ------------------------------------------------------------------ one request, retried
 

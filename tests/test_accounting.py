@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,3 +276,75 @@ class TestSecurityAndNoise:
         assert len(lines) == 2, out
         assert "\x1b" not in out and not any(line.startswith("FORGED") for line in out.splitlines())
         assert "\\x1b[2J" in lines[0] and "\\x0aFORGED" in lines[1]
+
+
+class TestHangingRepr:
+    def test_close_is_bounded_and_only_what_reaches_disk_counts_as_spooled(self, receiver,
+                                                                          tmp_path):
+        """A value whose __repr__ hangs: the flusher is stuck encoding it. close() still returns
+        within shutdown_timeout (+ the grace to encode the rest for the spool); events the
+        flusher was encoding count as dropped_shutdown, not spooled (they never reach disk);
+        the queued rest is encoded on a helper thread until a second hanging value, and exactly
+        what was written counts as spooled."""
+        import threading
+
+        from loghandler.spool import READY, dataset_dir, decode_file
+
+        release = threading.Event()
+
+        class Hang:
+            def __repr__(self) -> str:
+                release.wait(30)
+                return "released"
+
+        s = Shipper(Client(TOKEN, url=receiver.url), "ds", flush_interval=60, batch_size=10,
+                    shutdown_timeout=1, spool_dir=str(tmp_path))
+        try:
+            for i in range(10):
+                s.submit({"i": i})
+            assert s.flush(5)
+            for i in range(10, 20):  # the flusher takes these ten and hangs on one
+                s.submit({"i": i, "v": Hang() if i == 15 else i})
+            assert not s.flush(0.5)
+            for i in range(20, 51):  # queued behind it; one more hanging value among them
+                s.submit({"i": i, "v": Hang() if i == 40 else i})
+            t0 = time.monotonic()
+            s.close()
+            took = time.monotonic() - t0
+        finally:
+            release.set()
+        assert took < 1 + 0.2 + 0.5 + 0.5, took
+        st = s.stats()
+        path = dataset_dir(tmp_path, "ds")
+        on_disk = [e for n in os.listdir(path) if n.endswith(READY)
+                   for e in decode_file(Path(path, n).read_bytes())]
+        assert [json.loads(e)["i"] for e in on_disk] == list(range(20, 40))
+        assert (st.submitted, st.delivered, st.spooled, st.dropped_shutdown, st.queued) == (
+            51, 10, 20, 21, 0)
+
+    def test_exit_is_bounded(self, receiver, tmp_path):
+        """Through atexit too: the process ends within shutdown_timeout and the grace, not
+        when the __repr__ returns (never), and the exit line accounts for every event."""
+        import subprocess
+        import sys
+        import textwrap
+
+        code = textwrap.dedent(f"""
+            import threading, time, loghandler
+            class Hang:
+                def __repr__(self):
+                    threading.Event().wait()
+            s = loghandler.Shipper(loghandler.Client({TOKEN!r}, url={receiver.url!r}), "ds",
+                                   flush_interval=60, batch_size=10, shutdown_timeout=1,
+                                   spool_dir={str(tmp_path)!r})
+            for i in range(30):
+                s.submit({{"i": i, "v": Hang() if i == 5 else i}})
+            s.flush(0.3)
+            print("LAST", time.monotonic(), flush=True)
+        """)
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert time.monotonic() - t0 < 1 + 0.2 + 0.5 + 2.0
+        assert proc.returncode == 0, proc.stderr
+        assert "0 of 30 delivered, 10 dropped (10 at exit), 20 spooled" in proc.stderr
