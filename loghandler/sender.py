@@ -35,6 +35,9 @@ __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify"]
 _monotonic = time.monotonic
 # No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
 MAX_PAUSE = 3600.0
+# With a spool, during an outage: how often one batch is tried against the service, while the
+# others go straight to disk (see Sender._spilling).
+OUTAGE_PROBE = 1.0
 # How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
 # encoded for the spool (see Sender.abandon).
 ABANDON_GRACE = 0.5
@@ -170,6 +173,10 @@ class Sender:
         self.carry: list[bytes] = []
         self.last_replay = 0.0
         self.gave_up = False
+        # With a spool: an outage is known (a batch was spilled), so batches go to disk at once
+        # but one try every OUTAGE_PROBE seconds, until a batch is delivered.
+        self.outage = False
+        self.next_probe = 0.0
         self.auth_delay = self.options.auth_retry_delay
 
     # ------------------------------------------------------------------ the flusher thread
@@ -295,7 +302,32 @@ class Sender:
                 return Chunk(parts=batch)
 
     def _deliver(self, batch: Chunk) -> None:
+        if self.outage and self.spool is not None and _monotonic() < self.next_probe:
+            # The service is known to be down: to disk at once, at the rate events come, so
+            # the queue never fills (and drops) while the disk has room.
+            self._fail(batch, Outcome.RETRIES_EXHAUSTED, None)
+            return
         self._bisect(batch, self.options.max_retries, self._settle_delivery, track=True)
+
+    def _pressed(self) -> bool:
+        """The queue is half full (by count or by bytes): waiting longer would soon drop."""
+        ledger = self.ledger
+        return (len(ledger.queue) * 2 >= ledger.max_size
+                or ledger.queue_bytes * 2 >= ledger.max_bytes)
+
+    def _spilling(self, chunk: Chunk, error: Error | None) -> bool:
+        """After a failed try of a delivery, with a spool: give up on the batch now (it goes to
+        disk, oldest first, so replay keeps the order) when an outage is known already, or
+        when the queue would fill while we wait to retry. True when it does."""
+        if self.spool is None or not (self.outage or self._pressed()):
+            return False
+        if not self.outage:
+            self.outage = True
+            self.reporter.report("spilling", f"the service is unreachable ({error}) and events "
+                                 "keep coming: they go to the spool until it is back, then are "
+                                 "delivered from there in order")
+        self.next_probe = _monotonic() + OUTAGE_PROBE
+        return True
 
     def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
         if outcome is Outcome.DELIVERED:
@@ -324,7 +356,7 @@ class Sender:
             chunk = stack.pop()
             if track:
                 self.posting = chunk
-            outcome, error = self._post(chunk, max_retries)
+            outcome, error = self._post(chunk, max_retries, spill=track)
             if track:
                 self.posting = None
             if outcome.splits and len(chunk) > 1:
@@ -463,7 +495,8 @@ class Sender:
 
     # ------------------------------------------------------------------ one request, retried
 
-    def _post(self, chunk: Chunk, max_retries: int) -> tuple[Outcome, Error | None]:
+    def _post(self, chunk: Chunk, max_retries: int,
+              spill: bool = False) -> tuple[Outcome, Error | None]:
         opts = self.options
         ledger = self.ledger
         body = chunk.body()
@@ -515,6 +548,8 @@ class Sender:
                     # The service asked everyone to wait: pause all sending, not just this batch.
                     ledger.pause_until(_monotonic() + pause)
             attempt += 1
+            if spill and self._spilling(chunk, error):
+                return Outcome.RETRIES_EXHAUSTED, error
             if attempt > max_retries:
                 self.reporter.report_or_defer(
                     "retries_exhausted", f"could not deliver a batch of {len(chunk)} events "
@@ -524,7 +559,10 @@ class Sender:
             delay = backoff(attempt, opts.retry_backoff, opts.max_retry_delay)
             if pause is not None:
                 delay = max(delay, pause)
-            if not self._wait_until(_monotonic() + delay):
+            waited = self._wait_until(_monotonic() + delay, spill=spill)
+            if waited is None and self._spilling(chunk, error):
+                return Outcome.RETRIES_EXHAUSTED, error
+            if not waited:
                 return Outcome.SHUTDOWN, error
 
     def _auth_failed(self, error: Error) -> None:
@@ -537,12 +575,24 @@ class Sender:
         self.ledger.pause_until(_monotonic() + self.auth_delay)
         self.auth_delay = min(self.auth_delay * 2, 600.0)
 
-    def _wait_until(self, until: float) -> bool:
-        """Sleep until ``until``. False when close()'s deadline comes first: give up now."""
+    def _wait_until(self, until: float, spill: bool = False) -> bool | None:
+        """Sleep until ``until``. False when close()'s deadline comes first: give up now.
+
+        ``spill`` (a delivery's backoff, with a spool): None as soon as the queue is half full,
+        for the caller to spill instead of waiting (``_spilling``).
+        """
+        spill = spill and self.spool is not None
         while True:
             now = _monotonic()
             if now >= until:
                 return True
+            if spill:
+                if self._pressed():
+                    return None
+                until_step = min(until, now + 0.05)
+                if not self._wait_until(until_step):
+                    return False
+                continue
             deadline = self.ledger.close_deadline
             if deadline is not None:
                 if until > deadline:
@@ -554,6 +604,7 @@ class Sender:
             self.ledger.interrupt.wait(until - now)
 
     def _recovered(self) -> None:
+        self.outage = False
         if self.reporter.recovered():
             self.auth_delay = self.options.auth_retry_delay
 
