@@ -43,6 +43,8 @@ def _parse() -> argparse.Namespace:
                    help="shutdown_timeout for loghandler rows (default: the library's)")
     p.add_argument("--exit-timeout", type=float, default=None,
                    help="seconds before an exiting child is reported as hung")
+    p.add_argument("--outage", type=float, default=None,
+                   help="seconds of scenario 4's outage (default 60, 6 with --quick)")
     p.add_argument("--json", default=None, help="also write every raw result to this file")
     a = p.parse_args()
     quick = a.quick
@@ -50,6 +52,7 @@ def _parse() -> argparse.Namespace:
     a.scale = a.scale or (0.1 if quick else 1.0)
     a.cap = a.cap or (0.5 if quick else 5.0)
     a.exit_timeout = a.exit_timeout or (2.5 if quick else 25.0)
+    a.outage = a.outage or (6.0 if quick else 60.0)
     if quick and a.shutdown_timeout is None:
         a.shutdown_timeout = 1.0
     a.scenarios = a.scenarios or ("1,2,3,4,5,6" if quick else "1,2,3,4,5,6,7")
@@ -176,9 +179,10 @@ def run_all(a: argparse.Namespace) -> Runner:
                 r.repeated("3", rows, lambda x: r._cfg(x, "slow", "slow", n=r.n(20_000),
                                                        rate=5000), a.reps)
             elif s == "4":
+                # A 60 s outage at full speed (6 s with --quick): the queue fills, then drops.
                 r.repeated("4", [x for x in rows if x not in UNBOUNDED],
-                           lambda x: r._cfg(x, "down", "down", n=r.n(500_000),
-                                            cap=a.cap * 2), 1)
+                           lambda x: r._cfg(x, "down", "down", n=r.n(100_000_000),
+                                            cap=a.cap * 2, duration=a.outage), 1)
             elif s == "5":
                 for mode in ("up", "down"):
                     for row in [x for x in rows if x not in UNBOUNDED]:

@@ -144,12 +144,29 @@ def _rss_now() -> int:
 
 
 def service_down(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Scenario 4: peak RSS growth after many calls with nothing to send them to."""
+    """Scenario 4: an outage of ``duration`` seconds at full speed (or ``n`` calls): the
+    slowest call (a full GC pass over what is queued shows here) and the peak RSS growth."""
     before = _rss_now()
-    calls, wall = _loop(row, cfg["n"], 1, cfg["cap"])
+    log = row.log
+    now = _now
+    slowest = 0.0
+    n, i = cfg["n"], 0
+    start = now()
+    end = start + cfg.get("duration", cfg["cap"])
+    while i < n:
+        for j in range(i, i + 1000):
+            t0 = now()
+            log(j)
+            took = now() - t0
+            if took > slowest:
+                slowest = took
+        i += 1000
+        if now() > end:
+            break
+    wall = now() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    out = {"calls": calls, "ns_per_call": wall / calls * 1e9, "rss_growth": peak - before,
-           "stats": row.stats()}
+    out = {"calls": i, "ns_per_call": wall / i * 1e9, "rss_growth": peak - before,
+           "slowest_ms": slowest * 1e3, "seconds": wall, "stats": row.stats()}
     if "max_queue_bytes" in row.options:
         out["max_queue_bytes"] = row.options["max_queue_bytes"]
         out["max_queue_size"] = row.options["max_queue_size"]

@@ -23,7 +23,7 @@ from typing import IO, Any, NoReturn
 
 from . import __version__
 from .errors import ConfigurationError, Error
-from .output import register_secret, stderr_line
+from .output import clip, printable, register_secret, stderr_line
 
 EXIT_OK, EXIT_SERVICE, EXIT_USAGE = 0, 1, 2
 
@@ -304,14 +304,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def log_request(rec: Any) -> None:
         if rec.status < 400 and rec.path in ("/v1/datasets/_apl", "/v1/datasets"):
             return  # the web page reads several times a second: only failed reads are news
-        where = f" dataset={rec.dataset}" if rec.dataset is not None else ""
+
+        # Everything here comes from the client: escaped and clipped, so that a request cannot
+        # forge log lines, send terminal escapes or print 100 KB (output.printable).
+        def safe(value: Any, limit: int = 200) -> str:
+            return clip(printable(str(value)), limit)
+
+        where = f" dataset={safe(rec.dataset)}" if rec.dataset is not None else ""
         events = f" events={rec.events}" if rec.dataset is not None else ""
         if rec.failed:
             events += f" failed={rec.failed}"
-        why = f" ({rec.error})" if rec.error else ""
+        why = f" ({safe(rec.error, 500)})" if rec.error else ""
         with print_lock:
             try:
-                _out(f"{rec.method} {rec.path}{where}{events} -> {rec.status}{why}")
+                _out(f"{safe(rec.method, 20)} {safe(rec.path, 300)}{where}{events} -> "
+                     f"{rec.status}{why}")
             except (OSError, ValueError):
                 pass
 

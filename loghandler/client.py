@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import heapq
+import itertools
 import json
 import os
 import socket
@@ -17,6 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from . import encoding
 from ._version import __version__
@@ -29,7 +33,8 @@ from .errors import (
     RateLimitError,
     TransportError,
 )
-from .output import body_detail, service_message
+from .guard import block_sigterm_in_this_thread
+from .output import body_detail, redact, service_message, shown
 from .views import Views
 
 __all__ = ["Client", "Response", "parse_reset", "parse_retry_after"]
@@ -93,6 +98,11 @@ def parse_reset(headers: Mapping[str, str], now: float | None = None) -> float |
 def dataset_path(dataset: str) -> str:
     if not isinstance(dataset, str) or not dataset:
         raise ConfigurationError("the dataset name must be a non-empty string")
+    if dataset in (".", ".."):
+        # quote() leaves dots alone, and a "." or ".." path segment is removed (urllib3, every
+        # proxy): the request would go to another address than the dataset's.
+        raise ConfigurationError(f"{dataset!r} is not a dataset name: choose a name with other "
+                                 "characters than dots")
     return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
 
 
@@ -154,7 +164,8 @@ class Client:
 
     def __repr__(self) -> str:
         org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
-        return f"Client(url={self._settings.url!r}{org}, token=***)"
+        # The token may hide anywhere the user typed it (a URL path, an org id): scrubbed.
+        return redact(f"Client(url={self._settings.url!r}{org}, token=***)")
 
     # ------------------------------------------------------------------ connection pool
 
@@ -165,7 +176,7 @@ class Client:
         with self._pool_lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pid = os.getpid()
-                self._pool = urllib3.PoolManager(
+                pool = urllib3.PoolManager(
                     num_pools=4,
                     maxsize=8,
                     retries=False,
@@ -174,6 +185,10 @@ class Client:
                         connect=min(self._settings.timeout, 10.0), read=self._settings.timeout
                     ),
                 )
+                # Connections the watchdog can end: timeout= bounds a whole request.
+                pool.pool_classes_by_scheme = {"http": _WatchedHTTPPool,
+                                               "https": _WatchedHTTPSPool}
+                self._pool = pool
             return self._pool
 
     def _reset_after_fork(self) -> None:
@@ -216,35 +231,52 @@ class Client:
         if headers:
             all_headers.update(headers)
         url = self._settings.url + path
+        # timeout= bounds the whole request: connecting, sending, and the answer to its last
+        # byte. urllib3's timeouts bound each socket operation only (a service trickling one
+        # byte a second would never time out), so the watchdog ends a request at its deadline.
+        limit = self._settings.timeout if timeout is None else min(
+            max(0.001, timeout), self._settings.timeout)
         kwargs: dict[str, Any] = {}
         if timeout is not None:
-            t = max(0.001, timeout)
-            kwargs["timeout"] = urllib3.Timeout(
-                connect=min(t, self._settings.timeout), read=min(t, self._settings.timeout)
-            )
+            kwargs["timeout"] = urllib3.Timeout(connect=min(limit, 10.0), read=limit)
+        watch = _watchdog.arm(time.monotonic() + limit)
         try:
-            resp = self._get_pool().urlopen(
-                method, url, body=body, headers=all_headers, redirect=False,
-                retries=False, preload_content=False, **kwargs,
-            )
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(_transport_message(self._settings.url, exc)) from None
-        try:
-            raw = resp.read(max_bytes + 1, decode_content=True)
-            complete = len(raw) <= max_bytes
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            resp.close()
-            raise TransportError(
-                f"the connection to {self._settings.url} broke while reading the answer: "
-                f"{_short(exc)}"
-            ) from None
-        if complete:
+            try:
+                resp = self._get_pool().urlopen(
+                    method, url, body=body, headers=all_headers, redirect=False,
+                    retries=False, preload_content=False, **kwargs,
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if watch is not None and watch.fired:
+                    raise TransportError(self._too_slow(limit)) from None
+                raise TransportError(_transport_message(self._settings.url, exc)) from None
+            try:
+                raw = resp.read(max_bytes + 1, decode_content=True)
+                complete = len(raw) <= max_bytes
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                resp.close()
+                if watch is not None and watch.fired:
+                    raise TransportError(self._too_slow(limit)) from None
+                raise TransportError(
+                    f"the connection to {self._settings.url} broke while reading the answer: "
+                    f"{_short(exc)}"
+                ) from None
+        finally:
+            _watchdog.disarm(watch)
+        if complete and not (watch is not None and watch.fired):
             resp.release_conn()
         else:
-            resp.close()  # too big to drain politely; drop the connection instead
+            # Too big to drain politely, or shut down by the watchdog just as the answer
+            # completed: drop the connection instead.
+            resp.close()
             raw = raw[:max_bytes]
         return Response(resp.status, _parse_body(raw),
                         parse_retry_after(resp.headers.get("Retry-After")), resp.headers)
+
+    def _too_slow(self, limit: float) -> str:
+        return (f"no answer from {self._settings.url} in time: none complete within "
+                f"{limit:g} s (timeout= bounds the whole request: connecting, sending and the "
+                "answer)")
 
     def request(self, method: str, path: str, body: Any = None, *,
                 timeout: float | None = None) -> Any:
@@ -263,7 +295,7 @@ class Client:
             )
         body = b"[" + b",".join(encoding.encode(e) for e in events) + b"]"
         resp = self.send("POST", path, body)
-        raise_for_status(resp, what=f"ingest into dataset {dataset!r}", dataset=dataset)
+        raise_for_status(resp, what=f"ingest into dataset {shown(dataset)}", dataset=dataset)
         return resp.body
 
     def query(self, apl: str, *, start: datetime | str | None = None,
@@ -394,8 +426,8 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None) -
                                            f"{wait}", retry_after=retry_after)
     if status == 404:
         if dataset is not None:
-            msg = (f"dataset {dataset!r} not found (HTTP 404){said}: create it in the service, "
-                   "or check the dataset name and the base address (LOGHANDLER_URL)")
+            msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it in the "
+                   "service, or check the dataset name and the base address (LOGHANDLER_URL)")
         else:
             msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
         raise NotFoundError(status, body, msg)
@@ -426,7 +458,130 @@ def shared_client(**client_args: Any) -> Client:
         return client
 
 
+class _Watch:
+    __slots__ = ("conn", "deadline", "done", "fired")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.conn: HTTPConnection | None = None
+        self.done = False
+        self.fired = False
+
+
+class _Watchdog:
+    """Ends requests that outlive their deadline, by shutting their socket down.
+
+    One daemon thread for the process, started with the first request. A request is armed
+    before urllib3 takes a connection, and the connection is attached to it when urllib3 connects
+    or sends on it (``_Watched``), on the requesting thread. At the deadline the socket is shut
+    down: whatever the request is blocked in (send, the status line, a trickling body) fails at
+    once, and the request raises ``TransportError``.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+
+    def arm(self, deadline: float) -> _Watch | None:
+        watch = _Watch(deadline)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._run, name="loghandler-watchdog",
+                                          daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # interpreter shutdown: urllib3's timeouts only
+                    return None
+                self._thread = thread
+            heapq.heappush(self._heap, (deadline, next(self._order), watch))
+            if self._heap[0][2] is watch:
+                self._cond.notify()
+        self._local.watch = watch
+        return watch
+
+    def disarm(self, watch: _Watch | None) -> None:
+        self._local.watch = None
+        if watch is not None:
+            with self._cond:
+                watch.done = True
+                watch.conn = None
+
+    def attach(self, conn: HTTPConnection) -> None:
+        watch = getattr(self._local, "watch", None)
+        if watch is None:
+            return
+        with self._cond:
+            watch.conn = conn
+            fired = watch.fired
+        if fired:
+            raise TimeoutError("the request's deadline passed")
+
+    def _run(self) -> None:
+        block_sigterm_in_this_thread()
+        heap = self._heap
+        with self._cond:
+            while True:
+                while heap and heap[0][2].done:
+                    heapq.heappop(heap)
+                if not heap:
+                    self._cond.wait()
+                    continue
+                remaining = heap[0][0] - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                watch = heapq.heappop(heap)[2]
+                watch.fired = True
+                conn, watch.conn = watch.conn, None
+                sock = getattr(conn, "sock", None)
+                if isinstance(sock, socket.socket):
+                    try:
+                        # The plain socket's shutdown, also under TLS: it ends the blocked
+                        # read or write at once without touching the TLS object in use.
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+
+_watchdog = _Watchdog()
+
+
+class _Watched:
+    """A urllib3 connection that attaches itself to its thread's armed request (``_Watchdog``)."""
+
+    def connect(self) -> None:
+        _watchdog.attach(self)  # type: ignore[arg-type]
+        super().connect()  # type: ignore[misc]
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watchdog.attach(self)  # type: ignore[arg-type]
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _WatchedHTTPConnection(_Watched, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
 def _after_fork_in_child() -> None:
+    _watchdog._reset()  # the parent's thread is gone, and its lock may have been held
     for client in list(_live_clients):
         client._reset_after_fork()
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
-from .output import register_secret
+from .output import redact, register_secret
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"
@@ -79,7 +79,7 @@ class Settings:
     timeout: float = 10.0
 
     def __repr__(self) -> str:
-        return (
+        return redact(
             f"Settings(url={self.url!r}, region={self.region!r}, org_id={self.org_id!r}, "
             f"timeout={self.timeout!r}, token=***)"
         )
@@ -219,6 +219,7 @@ class ShipperOptions:
     max_spool_bytes: int = 256 * MiB
     auth_retry_delay: float = 60.0
     on_error: Callable[[BaseException], Any] | None = None
+    handle_sigterm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_batch_bytes", "max_queue_size", "max_queue_bytes",
@@ -247,6 +248,10 @@ class ShipperOptions:
             raise ConfigurationError("compression_level must be between 0 and 9")
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigurationError("on_error must be a callable taking the exception")
+        if not isinstance(self.handle_sigterm, bool):
+            raise ConfigurationError(
+                f"handle_sigterm must be True or False, not {self.handle_sigterm!r}"
+            )
         if self.spool_dir is not None and not isinstance(self.spool_dir, (str, os.PathLike)):
             raise ConfigurationError("spool_dir must be a path or None")
 

@@ -6,7 +6,9 @@ Rules (identical with and without the optional ``orjson`` accelerator; tests com
   UUID -> string; bytes -> UTF-8 text (undecodable bytes backslash-escaped);
   set / frozenset / tuple / deque -> list; Enum -> its value; dataclass -> object of its fields;
   NaN / Infinity -> null (JSON has no such numbers and a service would reject the whole batch);
-  non-string keys -> ``str(key)``; a cycle -> the string ``"<cycle>"``;
+  non-string keys -> strings (``1`` -> ``"1"``, ``None`` -> ``"null"``), and a key that then
+  collides with another is renamed ``extra_<key>`` (``free_name``), never lost;
+  a cycle -> the string ``"<cycle>"``;
   anything else -> ``repr(obj)``, or ``"<unrepresentable T>"`` when ``repr`` itself raises.
 - Encoding never raises.
 
@@ -27,7 +29,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["dumps", "encode", "json_default", "to_jsonable"]
+__all__ = ["dumps", "encode", "free_name", "json_default", "key_to_str", "to_jsonable"]
 
 _PRIMITIVES = (str, bool, type(None))
 _MAX_DEPTH = 64
@@ -82,11 +84,11 @@ def json_default(obj: Any) -> Any:
         if isinstance(obj, str):
             return str.__str__(obj)
         if isinstance(obj, dict):
-            return dict(obj)
+            return _str_keyed(list(obj.items()))
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
         if isinstance(obj, Mapping):
-            return dict(obj.items())
+            return _str_keyed(list(obj.items()))
     except Exception:
         pass
     return _repr(obj)
@@ -127,9 +129,13 @@ def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> A
         _seen.add(key)
         try:
             if isinstance(value, dict):
-                return {
-                    _key(k): to_jsonable(v, _depth + 1, _seen) for k, v in list(value.items())
-                }
+                out: dict[str, Any] = {}
+                for k, v in list(value.items()):
+                    name = _key(k)
+                    if name in out:  # 1 and "1", None and "null": rename, never lose
+                        name = free_name(out, name)
+                    out[name] = to_jsonable(v, _depth + 1, _seen)
+                return out
             if dataclasses.is_dataclass(value):
                 return to_jsonable(json_default(value), _depth + 1, _seen)
             return [to_jsonable(v, _depth + 1, _seen) for v in list(value)]
@@ -146,6 +152,31 @@ def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> A
 def _repr_short(value: Any) -> str:
     text = _repr(value)
     return text if len(text) <= 200 else text[:199] + "…"
+
+
+def free_name(event: dict[str, Any], key: str) -> str:
+    """A name for ``key`` that ``event`` does not have yet: ``extra_<key>``, ``extra_extra_...``."""
+    name = f"extra_{key}"
+    while name in event:
+        name = f"extra_{name}"
+    return name
+
+
+def _str_keyed(items: list[tuple[Any, Any]]) -> dict[str, Any]:
+    # One level, for json_default: keys as strings, collisions renamed; values left to the
+    # encoder that called us.
+    out: dict[str, Any] = {}
+    for k, v in items:
+        name = k if type(k) is str else _key(k)
+        if name in out:
+            name = free_name(out, name)
+        out[name] = v
+    return out
+
+
+def key_to_str(key: Any) -> str:
+    """A dict key as JSON needs it: a string (``1`` -> ``"1"``, ``None`` -> ``"null"``)."""
+    return _key(key)
 
 
 def _key(key: Any) -> str:
@@ -180,7 +211,27 @@ _safe_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def _encode_std(value: Any) -> bytes:
+    # The stdlib encoder turns int/float/bool/None keys into strings by itself, so 1 and "1"
+    # would both become "1" and one of them be lost: such values take the exact path instead.
+    if not _str_keys_only(value, 0):
+        raise TypeError("non-string keys")
     return _std_encoder.encode(value).encode("utf-8")
+
+
+def _str_keys_only(value: Any, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        return True  # the encoder refuses such depth anyway (and the exact path takes it)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            if isinstance(v, (dict, list, tuple)) and not _str_keys_only(v, depth + 1):
+                return False
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, (dict, list, tuple)) and not _str_keys_only(v, depth + 1):
+                return False
+    return True
 
 
 def _encode_safe(value: Any) -> bytes:

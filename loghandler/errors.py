@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from .output import body_detail, redact, redact_value
+from .output import MAX_LINE, body_detail, clip, printable, redact, redact_value
 
 __all__ = [
     "ApiError",
@@ -36,7 +36,7 @@ class Error(Exception):
     """Base class of every error raised by loghandler."""
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(redact(str(message)))
+        super().__init__(clip(printable(redact(str(message))), MAX_LINE))
 
 
 class ConfigurationError(Error, ValueError):

@@ -1,25 +1,75 @@
-"""Which threads are loghandler's own, and whether logging's lock is held.
+"""What loghandler's own sending causes, and whether logging's lock is held.
 
-Records logged on our own threads are never shipped (no feedback loops); waits are skipped where
-they could deadlock against logging's module lock.
+Records that loghandler's own sending causes are never shipped (no feedback loops), and only
+those: while a thread is inside loghandler's HTTP call, the records of its HTTP stack's loggers
+(urllib3's debug lines); while it runs the user's ``on_error``, everything that logs. Anything
+else logged on the flusher thread -- a ``__del__`` the cyclic GC happens to run there, a value's
+``__repr__`` while a batch is encoded -- is the application's, and ships.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 
-__all__ = ["in_sender_thread", "logging_lock_held"]
+__all__ = ["in_sender_thread", "logging_lock_held", "own_record"]
 
-# Threads currently doing loghandler's own I/O (the flusher threads, and a closing thread that
-# sends synchronously at interpreter exit). Anything they log -- urllib3's debug lines, a user's
-# on_error callback -- is never shipped: that is how a handler on the root logger at DEBUG
-# avoids shipping its own HTTP logs, forever.
-_SENDERS: set[int] = set()
+HTTP = 1  # inside loghandler's HTTP call: urllib3's records are ours
+CALLBACK = 2  # inside on_error: everything logged is ours
+
+# Threads doing loghandler's own sending right now: ident -> HTTP or CALLBACK. Set only around
+# the call itself, so the check on the hot path (`ident in _SENDERS`) is almost always False.
+_SENDERS: dict[int, int] = {}
+# Threads running a shipper's sending loop (flusher threads, a closing thread that sends at
+# interpreter exit): they must never wait for a flusher, which would be waiting for themselves.
+_FLUSHERS: set[int] = set()
 _get_ident = threading.get_ident
+_OWN_LOGGERS = ("urllib3",)
 
 
 def in_sender_thread() -> bool:
-    return _get_ident() in _SENDERS
+    """True on a thread running a shipper's sending loop (never wait for a flusher there)."""
+    return _get_ident() in _FLUSHERS
+
+
+def own_record(name: str | None) -> bool:
+    """True when a record (logger ``name``; None for an event without one) logged now on this
+    thread was caused by loghandler's own sending. Call only when ``ident in _SENDERS``."""
+    mode = _SENDERS.get(_get_ident())
+    if mode is None:
+        return False
+    if mode == CALLBACK:
+        return True
+    return isinstance(name, str) and name.split(".", 1)[0] in _OWN_LOGGERS
+
+
+class sending:
+    """``with sending(HTTP):`` marks this thread as doing loghandler's own sending (nestable)."""
+
+    __slots__ = ("_ident", "_mode", "_prev")
+
+    def __init__(self, mode: int) -> None:
+        self._mode = mode
+
+    def __enter__(self) -> None:
+        self._ident = ident = _get_ident()
+        self._prev = _SENDERS.get(ident)
+        _SENDERS[ident] = max(self._mode, self._prev or 0)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._prev is None:
+            _SENDERS.pop(self._ident, None)
+        else:
+            _SENDERS[self._ident] = self._prev
+
+
+def block_sigterm_in_this_thread() -> None:
+    """Called first by each of loghandler's own threads: the kernel then hands a process-wide
+    SIGTERM to another thread (the main one, where Python runs its handler), never to ours."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # not POSIX
+        pass
 
 
 def logging_lock_held() -> bool:

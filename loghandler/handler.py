@@ -14,6 +14,7 @@ from .events import (
     LEVELS,
     RECORD,
     RESERVED,
+    SIZE,
     STANDARD,
     add_exception,
     add_fields,
@@ -21,8 +22,10 @@ from .events import (
     free_name,
     rfc3339,
 )
-from .guard import _SENDERS, _get_ident
+from .guard import _SENDERS, _get_ident, own_record
 from .ledger import FAST_ITEM_BYTES as _FAST_ITEM
+from .ledger import Fate
+from .output import shown
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -41,6 +44,8 @@ _STANDARD = STANDARD
 _SPECIAL = STANDARD | RESERVED
 _FORMATTER = STANDARD - _INIT_SET
 _LEVELS = LEVELS
+_RECORD = RECORD
+_SIZE = SIZE
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 # Rough memory costs (see Shipper max_queue_bytes), measured with tracemalloc and RSS: an event
 # built by record_to_event; one from the fast path (its dict of ten fields, the queue item, the
@@ -95,8 +100,56 @@ def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) 
 def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     """The event for a LogRecord, and a rough size for the queue's byte bound.
 
-    The record itself is never modified.
+    The record itself is never modified, and nothing about it makes this raise: a record class
+    whose attributes raise gets an event built one attribute at a time (``_careful_event``).
     """
+    try:
+        return _record_to_event(record)
+    except Exception:
+        return _careful_event(record)
+
+
+def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    # Each attribute on its own, so that one broken property costs only its own field.
+    def get(name: str) -> Any:
+        try:
+            return getattr(record, name)
+        except Exception as exc:
+            return f"<{name} unavailable: {type(exc).__name__}>"
+
+    try:
+        message = _message(record)
+    except Exception as exc:
+        message = f"<message unavailable: {type(exc).__name__}>"
+    levelname = get("levelname")
+    try:
+        level = _LEVELS.get(levelname) or str(levelname).lower()
+    except Exception:
+        level = to_jsonable(levelname)
+    event: dict[str, Any] = {"_time": rfc3339(get("created")), "level": level,
+                             "message": message}
+    size = _BASE_SIZE + add_fields(event, [
+        (key, get(attr)) for key, attr in (
+            ("logger", "name"), ("module", "module"), ("function", "funcName"),
+            ("line", "lineno"), ("file", "pathname"), ("process", "process"),
+            ("thread", "threadName"))])
+    try:
+        d = dict(record.__dict__)
+    except Exception:
+        d = {}
+    size += add_fields(event, [(k, v) for k, v in d.items() if k not in _STANDARD], RESERVED)
+    exc_info = d.get("exc_info")
+    if exc_info:
+        info = exception_fields(exc_info, d.get("exc_text"))
+        if info:
+            event.setdefault("exception", info)
+    stack = d.get("stack_info")
+    if stack:
+        event.setdefault("stack", to_jsonable(stack))
+    return event, size
+
+
+def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     d = record.__dict__
     msg = record.msg
     level = _LEVELS.get(record.levelname) or str(record.levelname).lower()
@@ -205,9 +258,13 @@ class IngestHandler(logging.Handler):
             Default 256 MiB.
         auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
             10 minutes. Default 60.
-        on_error (callable | None): called with each terminal failure (an ``ApiError`` or a
-            ``TransportError``) on the background thread; its own logs are not shipped.
-            Default None.
+        on_error (callable | None): called once per batch outcome that is not a delivery (an
+            ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
+            turned down some events of a 2xx answer) on the flusher thread; its own logs are
+            not shipped. Default None.
+        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
+            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
+            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
 
     Raises:
         ConfigurationError: a missing token, address or dataset, an unknown option (with a
@@ -238,13 +295,13 @@ class IngestHandler(logging.Handler):
 
     def __repr__(self) -> str:
         level = logging.getLevelName(self.level)
-        return f"<IngestHandler dataset={self.shipper.dataset!r} ({level})>"
+        return f"<IngestHandler dataset={shown(self.shipper.dataset)} ({level})>"
 
     def handle(self, record: logging.LogRecord) -> Any:
         # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
-        # flusher thread that logs. Records the flusher logs itself are never shipped.
-        if _get_ident() in _SENDERS:
+        # flusher thread that logs. Records our own sending causes are never shipped.
+        if _get_ident() in _SENDERS and own_record(record.name):
             return self.shipper.suppress()
         if self.filters:
             rv = self.filter(record)
@@ -288,6 +345,7 @@ class IngestHandler(logging.Handler):
                     "file": d["pathname"],
                     "process": d["process"],
                     "thread": d["threadName"],
+                    _RECORD: True,
                 }
                 if len(d) > _N_INIT:
                     # makeRecord() adds extras after __init__'s attributes: only the tail can
@@ -313,10 +371,11 @@ class IngestHandler(logging.Handler):
                 # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
                 ledger = self._ledger
                 q = ledger.queue
+                event[_SIZE] = size
                 if len(q) < ledger.fast_len and size <= _FAST_ITEM:
-                    q.append((event, size, RECORD))
+                    q.append(event)
                 else:
-                    ledger.put((event, size, RECORD), size)
+                    ledger.put(event, size)
             else:
                 self._put_event(record)
         except Exception:
@@ -325,8 +384,11 @@ class IngestHandler(logging.Handler):
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self._ledger.offer((event, size), size)
+            event[_SIZE] = size
+            self._ledger.offer(event, size)
         except Exception:
+            # record_to_event does not raise; this is a bug of ours, and still an account.
+            self._ledger.drop(Fate.DROPPED_INVALID)
             self.handleError(record)
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]

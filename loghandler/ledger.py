@@ -41,7 +41,7 @@ from itertools import islice
 from typing import Any
 
 from .config import ShipperOptions
-from .events import item_size
+from .events import SIZE, item_size
 from .guard import in_sender_thread
 from .stats import Stats
 
@@ -117,13 +117,17 @@ class Ledger:
     __slots__ = (
         "abandoned", "accounted", "block_timeout", "close_deadline", "closed", "counts",
         "fast_len", "flusher_started", "force", "inflight", "inflight_first", "interrupt",
-        "lock", "max_batch", "max_batch_bytes", "max_bytes", "max_size", "on_put", "overflow",
-        "paused_until", "progress", "queue", "queue_bytes", "refused_too_large", "space", "taken",
-        "undelivered", "wake", "wake_bytes", "wake_pending",
+        "late_ok", "late_pending", "lock", "max_batch", "max_batch_bytes", "max_bytes",
+        "max_size", "on_late", "on_put", "overflow", "paused_until", "progress", "queue",
+        "queue_bytes", "refused_too_large", "space", "taken", "undelivered", "wake",
+        "wake_bytes", "wake_pending",
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None]) -> None:
         self.on_put = on_put
+        # Called outside the lock after the slow path queued an event while closed with
+        # late_ok (the shipper sends it at once: Shipper._send_late).
+        self.on_late: Callable[[], None] | None = None
         self.max_batch = options.batch_size
         self.max_batch_bytes = options.max_batch_bytes
         # Queued sizes are memory estimates, about three times the encoded JSON: wake up for a
@@ -144,7 +148,7 @@ class Ledger:
         self.space = threading.Condition(self.lock)  # room in the queue (overflow="block")
         self.wake = threading.Event()  # the flusher: a batch is full, or flush/close
         self.interrupt = threading.Event()  # the flusher: close() came, re-measure waits
-        self.queue: deque[tuple[Any, ...]] = deque()
+        self.queue: deque[dict[Any, Any]] = deque()
         self.queue_bytes = 0  # sizes of the accounted events still queued
         self.taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
         self.accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
@@ -154,6 +158,8 @@ class Ledger:
         self.force = False
         self.closed = False
         self.close_deadline: float | None = None
+        self.late_ok = False  # closed, but events are still taken (Shipper.begin_close)
+        self.late_pending = False
         self.paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
         self.abandoned = False
         self.flusher_started = False
@@ -166,8 +172,9 @@ class Ledger:
 
     # ------------------------------------------------------------------ application side
 
-    def offer(self, item: tuple[Any, ...], size: int) -> bool:
-        """Queue an item the caller built (see events.py "Queue items"; ``size`` is item[1]).
+    def offer(self, item: dict[Any, Any], size: int) -> bool:
+        """Queue an item the caller built (see events.py "Queue items"; ``size`` is
+        ``item[SIZE]``).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
         (the handler inlines it): below ``fast_len``, one comparison and an append.
@@ -178,20 +185,35 @@ class Ledger:
             return True
         return self.put(item, size)
 
-    def put(self, item: tuple[Any, ...], size: int) -> bool:
+    def put(self, item: dict[Any, Any], size: int) -> bool:
         """The slow path of ``offer``: takes the lock. False when the item was dropped."""
         try:
+            if self.lock._is_owned() and not self.closed:  # type: ignore[attr-defined]
+                # Re-entered on a thread inside one of our own locked steps: a finalizer the
+                # cyclic GC ran there logged. The bare append is as safe there as the lock-free
+                # fast path is at any time; the next locked step accounts for it.
+                self.queue.append(item)
+                return True
             with self.lock:
-                return self._put_locked(item, size)
+                ok = self._put_locked(item, size)
+            if self.late_pending and self.on_late is not None:
+                self.late_pending = False
+                self.on_late()
+            return ok
         except Exception:
             return False
 
-    def _put_locked(self, item: tuple[Any, ...], size: int) -> bool:
+    def _put_locked(self, item: dict[Any, Any], size: int) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
         # batch (wake the flusher), a full queue (overflow policy), big events.
         if self.closed:
-            return self.drop_locked(Fate.DROPPED_CLOSED)
-        if size > self.max_batch_bytes and _encoded_floor(item[0]) > self.max_batch_bytes - 2:
+            if not self.late_ok or self.abandoned:
+                return self.drop_locked(Fate.DROPPED_CLOSED)
+            self.queue.append(item)
+            self.account_locked()
+            self.late_pending = True
+            return True
+        if size > self.max_batch_bytes and _encoded_floor(item) > self.max_batch_bytes - 2:
             # It could never be sent (not even alone in a request): refuse it now, rather than
             # let it push sendable events out of the queue and be dropped by the flusher later.
             self.refused_too_large += 1
@@ -265,7 +287,7 @@ class Ledger:
     def account_locked(self) -> None:
         """Add the sizes of the events the fast path appended since the last call."""
         q = self.queue
-        tail: list[tuple[Any, ...]] = []
+        tail: list[dict[Any, Any]] = []
         new = 0
         for _ in range(8):
             new = self.taken + len(q) - self.accounted
@@ -286,10 +308,10 @@ class Ledger:
         self.queue_bytes += sum(map(item_size, tail))
         self.accounted += new
 
-    def _pop_oldest_locked(self) -> tuple[Any, ...]:
+    def _pop_oldest_locked(self) -> dict[Any, Any]:
         item = self.queue.popleft()
         if self.accounted > self.taken:
-            self.queue_bytes -= item[1]
+            self.queue_bytes -= item[SIZE]
         else:
             self.accounted += 1
         self.taken += 1
@@ -314,7 +336,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ flusher side
 
-    def take(self, limit: int, partial: bool) -> list[tuple[Any, ...]] | None:
+    def take(self, limit: int, partial: bool) -> list[dict[Any, Any]] | None:
         """Take up to ``limit`` accounted events from the front into flight.
 
         None when there is nothing to take, or (unless ``partial``) less than a full batch.
@@ -343,7 +365,7 @@ class Ledger:
                 self.space.notify_all()
             return items
 
-    def drain(self) -> list[tuple[Any, ...]]:
+    def drain(self) -> list[dict[Any, Any]]:
         """Take everything queued into flight at once (the close deadline passed)."""
         with self.lock:
             self.account_locked()
@@ -356,6 +378,18 @@ class Ledger:
                 self.inflight += len(items)
             return items
 
+    def count_leftovers(self, fate: Fate) -> int:
+        """Settle as ``fate`` whatever is still queued with nothing in flight (a late event no
+        sender could take); returns how many."""
+        with self.lock:
+            if self.inflight:
+                return 0
+            self.account_locked()
+            pop = self._pop_oldest_locked
+            n = len([pop() for _ in range(len(self.queue))])
+            self._record_locked(n, fate)
+            return n
+
     def settle(self, n: int, fate: Fate) -> None:
         """The oldest ``n`` events in flight have met their fate."""
         with self.lock:
@@ -366,7 +400,7 @@ class Ledger:
             self.inflight_first += n
             self.progress.notify_all()
 
-    def abandon(self) -> tuple[int, list[tuple[Any, ...]]] | None:
+    def abandon(self) -> tuple[int, list[dict[Any, Any]]] | None:
         """Take over from a stuck flusher: everything in flight and queued ends with the caller,
         who settles it with ``settle_abandoned``; the flusher's later ``settle`` calls count
         nothing. Returns (how many events, the queued items), or None when already done."""
@@ -432,6 +466,9 @@ def _encoded_floor(event: Any) -> int:
     braces, quotes, colons and commas. (The flusher only ever adds to an event.)"""
     n = 1
     for key, value in event.items():
-        n += (len(key) if type(key) is str else 0) + 4
+        if type(key) is not str:
+            continue  # the queue item's own bookkeeping (events.py "Queue items"), or a key
+            # the encoder converts: leaving it out keeps this a lower bound
+        n += len(key) + 4
         n += len(value) + 2 if type(value) is str else 1
     return n

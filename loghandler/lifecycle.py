@@ -1,6 +1,18 @@
-"""Process-wide lifecycle of shippers: one exit hook, and a fresh start in a forked child.
+"""Process-wide lifecycle of shippers: the ways a process ends, and a fresh start after fork.
 
-Both hold shippers through weak references, so registering never keeps one alive.
+A process can end in four ways that matter here, and each closes every live shipper within
+``shutdown_timeout``:
+
+- a normal exit: one atexit hook;
+- ``os._exit`` at the end of a multiprocessing child (fork and forkserver ``Process`` and
+  ``Pool`` workers skip atexit): a ``multiprocessing.util.Finalize``, which multiprocessing runs
+  in the child just before ``os._exit``;
+- SIGTERM with the default disposition (``docker stop``, Kubernetes, ``Pool.terminate()``): a
+  handler that closes the shippers, restores the default and re-raises the signal, so the exit
+  status a supervisor sees is unchanged. Installed only when it replaces nothing;
+- SIGKILL, OOM, power loss: nothing can run (README "Delivery guarantee").
+
+Everything here holds shippers through weak references, so registering never keeps one alive.
 """
 
 from __future__ import annotations
@@ -8,11 +20,15 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import signal
+import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .guard import block_sigterm_in_this_thread
 from .reporter import print_exit_summary
 
 if TYPE_CHECKING:
@@ -21,23 +37,34 @@ if TYPE_CHECKING:
 _live: weakref.WeakSet[Shipper] = weakref.WeakSet()
 
 
+ENV_HANDLE_SIGTERM = "LOGHANDLER_HANDLE_SIGTERM"
+
+
 def register(shipper: Shipper) -> None:
     _live.add(shipper)
+    _arm_multiprocessing()
+    if shipper.options.handle_sigterm:
+        _install_sigterm_handler()
 
 
 def live_shippers() -> list[Shipper]:
     return list(_live)
 
 
-def close_all(timeout: float | None = None, *, report: bool = True) -> None:
+def close_all(timeout: float | None = None, *, report: bool = True,
+              at_exit: bool = False) -> None:
     """Close every live shipper within one overall time limit, then report what was not sent.
 
     ``timeout`` defaults to the largest ``shutdown_timeout`` among them: the exit of the whole
-    process is bounded by it, not one timeout per shipper. Runs from atexit, before
+    process is bounded by it, not one timeout per shipper. With ``at_exit``, events logged after
+    this (by atexit hooks that run later) are still delivered within that bound: see
+    ``Shipper._send_late``. Runs from atexit, before
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """
-    shippers = [s for s in list(_live) if not s.closed]
+    # Closed ones whose flusher still works are waited for too: a SIGTERM that interrupts a
+    # close in progress (multiprocessing's finalizer, then Pool.terminate()) must not cut it.
+    shippers = [s for s in list(_live) if not s.closed or s.flusher_alive()]
     if not shippers:
         return
     now = time.monotonic()
@@ -45,7 +72,9 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
         timeout = max(s.options.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
-        s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report)
+        if not s.closed:  # one closing already has its deadline: only wait for it
+            s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
+                          late_events=at_exit)
     for s in shippers:
         s.wait_closed()
     if report:
@@ -54,15 +83,16 @@ def close_all(timeout: float | None = None, *, report: bool = True) -> None:
 
 def _at_exit() -> None:
     try:
-        close_all()
+        close_all(at_exit=True)
     except Exception:  # never disturb the interpreter's exit
         pass
 
 
 def _after_fork_in_child() -> None:
-    from .guard import _SENDERS
+    from .guard import _FLUSHERS, _SENDERS
 
     _SENDERS.clear()
+    _FLUSHERS.clear()
     for s in list(_live):
         try:
             s.after_fork_in_child()
@@ -71,7 +101,157 @@ def _after_fork_in_child() -> None:
 
 
 atexit.register(_at_exit)
-os.register_at_fork(after_in_child=_after_fork_in_child)
+# Before a fork: multiprocessing may have been imported after the shippers were made.
+os.register_at_fork(before=lambda: _arm_multiprocessing(),
+                    after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------------------- SIGTERM
+
+# None: not decided yet; True: our handler is installed; False: decided against (the
+# application has its own handler, or the user turned it off).
+_sigterm_decided: bool | None = None
+_terminating = False
+
+
+def _install_sigterm_handler() -> None:
+    """Install the SIGTERM handler if SIGTERM still has its default disposition.
+
+    Decided once, by the first shipper made on the main thread (signal handlers can only be set
+    there). An application's own handler is never replaced, and one the application sets later
+    replaces ours: it is then the application's to close the shippers (``close()`` /
+    ``logging.shutdown()``).
+    """
+    global _sigterm_decided
+    if _sigterm_decided is not None or threading.current_thread() is not threading.main_thread():
+        return
+    _sigterm_decided = False
+    if os.environ.get(ENV_HANDLE_SIGTERM, "").strip().lower() in ("0", "false", "no", "off"):
+        return
+    if _in_multiprocessing_child():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # not the main interpreter, no SIGTERM
+        return
+    _sigterm_decided = True
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _terminating
+    if _terminating:
+        return  # a second SIGTERM while closing: the first one finishes the job
+    _terminating = True
+    try:
+        # This runs on the main thread between two bytecodes of whatever it was doing, which
+        # may hold a lock that closing needs (an Event's own lock while it sets it; the exit
+        # hook's close in progress): re-entering it would hang for ever. So the shippers are
+        # closed on a thread of their own, and waiting for it is bounded.
+        limit = max((s.options.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
+        closer = threading.Thread(target=_close_quietly, name="loghandler-sigterm",
+                                  daemon=True)
+        try:
+            closer.start()
+        except RuntimeError:  # interpreter shutdown: no new thread; close here
+            _close_quietly()
+        else:
+            closer.join(limit)
+    finally:
+        # Die of SIGTERM exactly as without us: the parent (a shell, a supervisor, Pool) sees
+        # the same status (-15 from subprocess, 143 from a shell). Nothing after this runs:
+        # the default disposition ends the process without atexit, as it always did.
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _close_quietly() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        block_sigterm_in_this_thread()
+    try:
+        close_all()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------- multiprocessing
+
+_mp_armed_pid: int | None = None
+_mp_after_fork_registered = False
+
+
+class _MpKey:
+    """A weak-referenceable key for multiprocessing's after-fork registry (it holds it weakly)."""
+
+
+_MP_KEY = _MpKey()
+
+
+def _arm_multiprocessing() -> None:
+    """Close the shippers in multiprocessing's own exit, in a multiprocessing child.
+
+    Such a child ends with ``os._exit`` (fork and forkserver), which skips atexit; just before
+    it, multiprocessing runs its finalizers. It clears them when a child starts, then runs its
+    after-fork callbacks: one of ours arms the finalizer again in every forked child. Nothing is
+    imported here: a program that does not use multiprocessing pays nothing.
+    """
+    global _mp_after_fork_registered
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is None or not _live:
+        return
+    try:
+        import multiprocessing.util as mp_util  # cheap, and imported by any Process start
+        if not _mp_after_fork_registered:
+            _mp_after_fork_registered = True
+            mp_util.register_after_fork(_MP_KEY, _mp_after_fork)
+        if mp_process.parent_process() is not None:
+            _arm_finalizer(mp_util)
+    except Exception:
+        pass
+
+
+def _mp_after_fork(_key: object) -> None:
+    # In a child that multiprocessing just forked, after it cleared the inherited finalizers.
+    global _sigterm_decided
+    if _sigterm_decided:
+        # SIGTERM is how the parent ends its workers (Pool.terminate()), and nothing may stand
+        # in its way there: a Python-level handler runs only when the main thread gets back to
+        # bytecode, and a worker blocked for good in a semaphore wait (the pool holds its
+        # queue's lock while terminating) would never die, and the pool would hang for ever.
+        _sigterm_decided = False
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None and _live:
+        try:
+            _arm_finalizer(mp_util)
+        except Exception:
+            pass
+
+
+def _in_multiprocessing_child() -> bool:
+    mp_process = sys.modules.get("multiprocessing.process")
+    try:
+        return mp_process is not None and mp_process.parent_process() is not None
+    except Exception:
+        return False
+
+
+def _arm_finalizer(mp_util: Any) -> None:
+    global _mp_armed_pid
+    pid = os.getpid()
+    if _mp_armed_pid == pid:
+        return
+    _mp_armed_pid = pid
+    # The lowest priority: after the application's own finalizers, which may log.
+    mp_util.Finalize(None, _at_exit, exitpriority=-(2**30))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

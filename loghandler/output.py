@@ -55,6 +55,37 @@ def redact_value(value: Any, _depth: int = 0) -> Any:
     return value
 
 
+# Characters that must never reach a terminal or a log line from text we echo (a service's
+# error body, a dataset name, a client's request line): C0 and C1 controls (escape sequences,
+# carriage returns and newlines that forge lines), DEL, line and paragraph separators, and the
+# bidirectional overrides that reorder what a reader sees.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                     "\u2066-\u2069]")
+# The longest line or message we print: a 70,000-character dataset name or a megabyte of error
+# body must not become a 140 KB stderr line.
+MAX_LINE = 2000
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters with a "…" when longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(name: object, limit: int = 80) -> str:
+    """A name (dataset, path) as shown in messages: quoted, escaped, clipped, token scrubbed."""
+    return repr(clip(redact(str(name)), limit))
+
+
 _WS = re.compile(r"\s+")
 _TAGS = re.compile(r"<[^>]*>")
 
@@ -65,14 +96,14 @@ def service_message(body: Any) -> str | None:
         for key in ("message", "error", "detail", "msg"):
             value = body.get(key)
             if isinstance(value, str) and value:
-                return value
+                return clip(printable(value), 500)
     return None
 
 
 def excerpt(text: str, limit: int = 200) -> str:
     """A short one-line excerpt of a non-JSON body (HTML tags and whitespace folded)."""
-    text = _WS.sub(" ", _TAGS.sub(" ", text)).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = printable(_WS.sub(" ", _TAGS.sub(" ", text)).strip())
+    return clip(text, limit)
 
 
 def body_detail(body: Any) -> str:
@@ -105,7 +136,7 @@ def print_line(line: str) -> None:
     """One diagnostic line on stderr (or to ``captured_lines``), token scrubbed; never raises."""
     captured = _capture
     if captured is not None:
-        captured.append(redact(line))
+        captured.append(clip(printable(redact(line)), MAX_LINE))
         return
     stderr_line(line)
 
@@ -115,7 +146,7 @@ def stderr_line(line: str) -> None:
     try:
         stream = sys.stderr
         if stream is not None:
-            stream.write(redact(line) + "\n")
+            stream.write(clip(printable(redact(line)), MAX_LINE) + "\n")
             stream.flush()
     except Exception:
         pass

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .client import Client
+from .events import SIZE as _SIZE
 from .events import add_exception, add_fields, rfc3339
-from .guard import _SENDERS, _get_ident
+from .guard import _SENDERS, _get_ident, own_record
 from .ledger import Fate
+from .output import shown
 from .shipper import Shipper, make_shipper
 from .stats import Stats
 
@@ -166,9 +168,13 @@ class IngestProcessor:
             Default 256 MiB.
         auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
             10 minutes. Default 60.
-        on_error (callable | None): called with each terminal failure (an ``ApiError`` or a
-            ``TransportError``) on the background thread; its own logs are not shipped.
-            Default None.
+        on_error (callable | None): called once per batch outcome that is not a delivery (an
+            ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
+            turned down some events of a 2xx answer) on the flusher thread; its own logs are
+            not shipped. Default None.
+        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
+            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
+            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
 
     Raises:
         ConfigurationError: a missing token, address or dataset, an unknown option (with a
@@ -185,11 +191,12 @@ class IngestProcessor:
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
-            if _get_ident() in _SENDERS:  # our own thread logging (on_error): never shipped
+            if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
                 self.shipper.suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
-                self._put((event, size), size)
+                event[_SIZE] = size
+                self._put(event, size)
             else:
                 self.shipper.ledger.drop(Fate.DROPPED_INVALID)
         except Exception:
@@ -200,7 +207,7 @@ class IngestProcessor:
         return event_dict
 
     def __repr__(self) -> str:
-        return f"<IngestProcessor dataset={self.shipper.dataset!r}>"
+        return f"<IngestProcessor dataset={shown(self.shipper.dataset)}>"
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .output import print_line
+from .guard import CALLBACK, sending
+from .output import print_line, shown
 from .stats import Stats
 
 __all__ = ["LASTING_CAUSES", "Reporter", "print_exit_summary"]
@@ -44,7 +45,7 @@ class Reporter:
         """One stderr line per cause, until delivery recovers."""
         if cause not in self._reported:
             self._reported.add(cause)
-            print_line(f"loghandler: dataset {self.dataset!r}: {message}")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
 
     def report_or_defer(self, cause: str, message: str) -> None:
         """``report``, except during the exit hook's close: its summary line says it."""
@@ -66,7 +67,7 @@ class Reporter:
         if reported and not reported <= LASTING_CAUSES:
             ended = reported - LASTING_CAUSES
             self._reported = reported & LASTING_CAUSES
-            print_line(f"loghandler: dataset {self.dataset!r}: delivering again "
+            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
                        f"(after: {', '.join(sorted(ended))})")
             return True
         return False
@@ -77,7 +78,8 @@ class Reporter:
         if callback is None:
             return
         try:
-            callback(error)
+            with sending(CALLBACK):  # what it logs is ours: never shipped
+                callback(error)
         except Exception:
             pass
 
@@ -105,7 +107,7 @@ class Reporter:
         if st.spooled:
             bits.append(f"{st.spooled} spooled to {spool_dir} for later delivery")
         cause = f" ({self._exit_cause})" if self._exit_cause else ""
-        return (f"dataset {self.dataset!r}: {st.delivered} of {st.submitted} delivered, "
+        return (f"dataset {shown(self.dataset)}: {st.delivered} of {st.submitted} delivered, "
                 + ", ".join(bits) + cause)
 
 

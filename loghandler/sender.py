@@ -43,11 +43,11 @@ from .client import Client, parse_reset, parse_retry_after, raise_for_status
 from .config import ShipperOptions
 from .errors import ApiError, Error, PartialIngestError, TransportError
 from .events import item_events
-from .guard import _SENDERS, _get_ident
+from .guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
 from .ledger import Count, Fate, Ledger
-from .output import body_detail
+from .output import body_detail, shown
 from .reporter import Reporter
-from .spool import Spool
+from .spool import Spool, SpoolWriteError
 
 __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify", "give_up_after",
            "ingest_status"]
@@ -55,6 +55,12 @@ __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify", "gi
 _monotonic = time.monotonic
 # No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
 MAX_PAUSE = 3600.0
+# With a spool, during an outage: how often one batch is tried against the service, while the
+# others go straight to disk (see Sender._spilling).
+OUTAGE_PROBE = 1.0
+# How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
+# encoded for the spool (see Sender.abandon).
+ABANDON_GRACE = 0.5
 
 
 class Outcome(Enum):
@@ -281,6 +287,10 @@ class Sender:
         self.carry: list[bytes] = []
         self.last_replay = 0.0
         self.gave_up = False
+        # With a spool: an outage is known (a batch was spilled), so batches go to disk at once
+        # but one try every OUTAGE_PROBE seconds, until a batch is delivered.
+        self.outage = False
+        self.next_probe = 0.0
         self.auth_delay = self.options.auth_retry_delay
 
     # ------------------------------------------------------------------ the flusher thread
@@ -288,7 +298,8 @@ class Sender:
     def run(self) -> None:
         """The flusher thread: wait for a full batch, flush() or close(), or the interval."""
         ledger = self.ledger
-        _SENDERS.add(_get_ident())
+        block_sigterm_in_this_thread()
+        _FLUSHERS.add(_get_ident())
         try:
             interval = self.options.flush_interval
             if self.spool is not None:
@@ -322,7 +333,7 @@ class Sender:
                                              f"{type(exc).__name__}: {exc}")
             self.reporter.error(exc)
         finally:
-            _SENDERS.discard(_get_ident())
+            _FLUSHERS.discard(_get_ident())
             with ledger.lock:
                 ledger.progress.notify_all()
 
@@ -331,7 +342,7 @@ class Sender:
         if not self.send_lock.acquire(timeout=max(0.0, deadline - _monotonic())):
             return
         ident = _get_ident()
-        _SENDERS.add(ident)
+        _FLUSHERS.add(ident)
         try:
             with self.ledger.lock:
                 self.ledger.set_close_deadline_locked(deadline)
@@ -339,7 +350,7 @@ class Sender:
             if self._deadline_passed():
                 self._settle_leftovers_at_deadline()
         finally:
-            _SENDERS.discard(ident)
+            _FLUSHERS.discard(ident)
             self.send_lock.release()
 
     def _deadline_passed(self) -> bool:
@@ -405,9 +416,34 @@ class Sender:
                 return Chunk(parts=batch)
 
     def _deliver(self, batch: Chunk) -> None:
+        if self.outage and self.spool is not None and _monotonic() < self.next_probe:
+            # The service is known to be down: to disk at once, at the rate events come, so
+            # the queue never fills (and drops) while the disk has room.
+            self._fail(batch, Outcome.RETRIES_EXHAUSTED, None)
+            return
         _, tally = self._bisect(batch, self.options.max_retries, self._settle_delivery,
                                 track=True)
         self._conclude(tally, replay=False)
+
+    def _pressed(self) -> bool:
+        """The queue is half full (by count or by bytes): waiting longer would soon drop."""
+        ledger = self.ledger
+        return (len(ledger.queue) * 2 >= ledger.max_size
+                or ledger.queue_bytes * 2 >= ledger.max_bytes)
+
+    def _spilling(self, chunk: Chunk, error: Error | None) -> bool:
+        """After a failed try of a delivery, with a spool: give up on the batch now (it goes to
+        disk, oldest first, so replay keeps the order) when an outage is known already, or
+        when the queue would fill while we wait to retry. True when it does."""
+        if self.spool is None or not (self.outage or self._pressed()):
+            return False
+        if not self.outage:
+            self.outage = True
+            self.reporter.report("spilling", f"the service is unreachable ({error}) and events "
+                                 "keep coming: they go to the spool until it is back, then are "
+                                 "delivered from there in order")
+        self.next_probe = _monotonic() + OUTAGE_PROBE
+        return True
 
     def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
         ledger = self.ledger
@@ -447,7 +483,7 @@ class Sender:
             chunk = stack.pop()
             if track:
                 self.posting = chunk
-            outcome, error = self._post(chunk, max_retries, patient)
+            outcome, error = self._post(chunk, max_retries, patient, spill=track)
             if track:
                 self.posting = None
             tally.requests += 1
@@ -517,6 +553,14 @@ class Sender:
             except Exception as exc:
                 self.reporter.report("spool_write", f"could not write to the spool: {exc}")
                 self.reporter.error(exc)
+                stored, dropped = _spool_failure(exc)
+                if dropped:
+                    self.ledger.count(Count.SPOOL_DROPPED, dropped)
+                if stored:  # on disk all the same: a later replay delivers them
+                    self.ledger.settle(stored, Fate.SPOOLED)
+                    chunk = Chunk(parts=chunk.as_parts()[stored:])
+                    if not len(chunk):
+                        return
             else:
                 spooled = True
                 self.ledger.settle(len(chunk), Fate.SPOOLED)
@@ -543,10 +587,15 @@ class Sender:
             self._fail(Chunk(item_events(items)), Outcome.SHUTDOWN, None)
 
     def abandon(self) -> None:
-        """The flusher is stuck past the deadline in one request (a service that accepts and
-        never answers): take its events over on this thread, spool them or count them, and let
-        the flusher count nothing more. The batch in flight may then arrive twice: the request
-        might still succeed (at-least-once)."""
+        """The flusher is stuck past the deadline (in a request to a service that never answers,
+        or in a value's ``__repr__`` while encoding): take its events over on this thread, spool
+        them or count them, and let the flusher count nothing more. The batch in flight may then
+        arrive twice: the request might still succeed (at-least-once).
+
+        Only what reaches the disk counts as spooled: events the flusher held where they cannot
+        be taken over (being encoded, being written), and events whose encoding does not finish
+        within ``ABANDON_GRACE``, count as ``dropped_shutdown``.
+        """
         ledger = self.ledger
         with ledger.lock:
             taken = ledger.abandon()
@@ -555,24 +604,71 @@ class Sender:
             n, queued = taken
             chunks = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
             carry = list(self.carry)
-        fate = Fate.DROPPED_SHUTDOWN
         if n and self.spool is not None:
-            parts = [p for c in chunks for p in c.as_parts()] + carry
-            parts.extend(encoding.encode(e) for e in item_events(queued))
+            parts = self._encode_in_time(chunks, carry, queued)[:n]
+            written = 0
+            if parts:
+                try:
+                    ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
+                    written = len(parts)
+                except Exception as exc:
+                    self.reporter.report("spool_write", f"could not write to the spool: {exc}")
+                    written, dropped = _spool_failure(exc)
+                    ledger.count(Count.SPOOL_DROPPED, dropped)
+            if written:
+                ledger.settle_abandoned(written, Fate.SPOOLED)
+                n -= written
+        ledger.settle_abandoned(n, Fate.DROPPED_SHUTDOWN)
+
+    def _encode_in_time(self, chunks: list[Chunk], carry: list[bytes],
+                        queued: list[dict[Any, Any]]) -> list[bytes]:
+        """The encoded events of what ``abandon`` took over, in order, as far as encoding got
+        within ``ABANDON_GRACE``. Encoding calls into the application (a value's ``__repr__``,
+        which may hang), so it runs on a helper thread, and the exiting thread waits for it no
+        longer than that."""
+        parts: list[bytes] = []
+
+        def work() -> None:
+            block_sigterm_in_this_thread()
+            encode = encoding.encode
+            append = parts.append
             try:
-                ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
-                fate = Fate.SPOOLED
-            except Exception as exc:
-                self.reporter.report("spool_write", f"could not write to the spool: {exc}")
-        ledger.settle_abandoned(n, fate)
+                for c in chunks:
+                    if c.parts is not None:
+                        parts.extend(c.parts)
+                    else:
+                        for e in c.events or ():
+                            append(encode(e))
+                parts.extend(carry)
+                for e in item_events(queued):
+                    append(encode(e))
+            except Exception:
+                pass  # encode never raises; item_events on an odd record: stop there
+
+        helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
+        try:
+            helper.start()
+        except RuntimeError:  # interpreter shutdown: no new thread; what is encoded is none
+            return []
+        helper.join(ABANDON_GRACE)
+        done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
+        if helper.is_alive():
+            self.reporter.report(
+                "encode_hang", f"encoding the events left at exit did not finish within "
+                               f"{ABANDON_GRACE:g} s (a value whose __repr__ hangs?); "
+                               f"{len(done)} were spooled, the rest counted as dropped_shutdown")
+        return done
 
     # ------------------------------------------------------------------ one request, retried
 
     def _post(self, chunk: Chunk, max_retries: int,
-              patient: bool = True) -> tuple[Outcome, Error | None]:
+              patient: bool = True, spill: bool = False) -> tuple[Outcome, Error | None]:
         """Post one request until it has a final outcome (see ``classify``): retried at most
         ``max_retries`` times; the service's limits waited out without spending a retry, unless
-        not ``patient`` (then ``LIMITED`` is returned, and sending stays paused)."""
+        not ``patient`` (then ``LIMITED`` is returned, and sending stays paused). With ``spill``
+        (a delivery, with a spool) a failed try gives up on the batch at once when the service
+        is known to be down or the queue would fill while waiting (``_spilling``): the caller
+        spools it."""
         opts = self.options
         ledger = self.ledger
         body = chunk.body()
@@ -592,8 +688,9 @@ class Sender:
                     return Outcome.SHUTDOWN, None
             pause = None
             try:
-                resp = self.client.send("POST", self.path, body, headers=headers,
-                                        timeout=timeout)
+                with sending(HTTP):
+                    resp = self.client.send("POST", self.path, body, headers=headers,
+                                            timeout=timeout)
             except TransportError as exc:
                 error: Error = exc
                 outcome = Outcome.RETRY
@@ -607,7 +704,7 @@ class Sender:
                         return outcome, None
                     return outcome, self._partial(resp.body, len(chunk))
                 try:
-                    raise_for_status(resp, what=f"ingest into dataset {self.dataset!r}",
+                    raise_for_status(resp, what=f"ingest into dataset {shown(self.dataset)}",
                                      dataset=self.dataset)
                 except ApiError as exc:
                     error = exc
@@ -635,6 +732,8 @@ class Sender:
                 delay = max(pause, backoff(limited, opts.retry_backoff, opts.max_retry_delay))
             else:
                 attempt += 1
+                if spill and self._spilling(chunk, error):
+                    return Outcome.RETRIES_EXHAUSTED, error
                 if attempt > max_retries:
                     self.reporter.report_or_defer(
                         "retries_exhausted", f"could not deliver a batch of {len(chunk)} "
@@ -644,7 +743,12 @@ class Sender:
                 if pause is not None:
                     delay = max(delay, pause)
             ledger.count(Count.RETRIED)
-            if not self._wait_until(_monotonic() + delay):
+            # A limit's window is the service's schedule, not an outage: no spilling during it.
+            waited = self._wait_until(_monotonic() + delay,
+                                      spill=spill and outcome is not Outcome.LIMITED)
+            if waited is None and self._spilling(chunk, error):
+                return Outcome.RETRIES_EXHAUSTED, error
+            if not waited:
                 return Outcome.SHUTDOWN, error
 
     def _partial(self, body: Any, n: int) -> PartialIngestError:
@@ -672,12 +776,24 @@ class Sender:
         self.ledger.pause_until(_monotonic() + self.auth_delay)
         self.auth_delay = min(self.auth_delay * 2, 600.0)
 
-    def _wait_until(self, until: float) -> bool:
-        """Sleep until ``until``. False when close()'s deadline comes first: give up now."""
+    def _wait_until(self, until: float, spill: bool = False) -> bool | None:
+        """Sleep until ``until``. False when close()'s deadline comes first: give up now.
+
+        ``spill`` (a delivery's backoff, with a spool): None as soon as the queue is half full,
+        for the caller to spill instead of waiting (``_spilling``).
+        """
+        spill = spill and self.spool is not None
         while True:
             now = _monotonic()
             if now >= until:
                 return True
+            if spill:
+                if self._pressed():
+                    return None
+                until_step = min(until, now + 0.05)
+                if not self._wait_until(until_step):
+                    return False
+                continue
             deadline = self.ledger.close_deadline
             if deadline is not None:
                 if until > deadline:
@@ -689,6 +805,7 @@ class Sender:
             self.ledger.interrupt.wait(until - now)
 
     def _recovered(self) -> None:
+        self.outage = False
         if self.reporter.recovered():
             self.auth_delay = self.options.auth_retry_delay
 
@@ -747,6 +864,13 @@ class Sender:
         """Events delivered so far: grows when the service takes events again."""
         with self.ledger.lock:
             return self.ledger.counts[Count.DELIVERED]
+
+
+def _spool_failure(exc: BaseException) -> tuple[int, int]:
+    """(events stored, spooled events deleted) of a failed spool write."""
+    if isinstance(exc, SpoolWriteError):
+        return exc.stored, exc.dropped
+    return 0, 0
 
 
 def _said(error: BaseException | None) -> str:

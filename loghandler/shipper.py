@@ -27,9 +27,10 @@ from . import lifecycle
 from .client import Client, dataset_path, shared_client
 from .config import resolve_dataset, shipper_options, split_options
 from .errors import ConfigurationError
-from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
+from .events import SIZE as _SIZE
+from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
-from .output import print_line
+from .output import print_line, redact, shown
 from .reporter import Reporter
 from .sender import Sender
 from .spool import Spool
@@ -81,6 +82,9 @@ class Shipper:
             ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
             turned down some events of a 2xx answer) on the flusher thread; its own logs are
             not shipped. Default None.
+        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
+            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
+            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
 
     Raises:
         ConfigurationError: a missing dataset, an unknown or invalid option, or a Client
@@ -101,6 +105,7 @@ class Shipper:
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
         self.ledger = Ledger(self.options, self._ensure_flusher_locked)
+        self.ledger.on_late = self._send_late
         self._reporter = Reporter(self.dataset, self.options.on_error)
         self._sender = Sender(self.ledger, self._reporter, client, self.dataset,
                               dataset_path(self.dataset), self.options, self._spool)
@@ -126,7 +131,7 @@ class Shipper:
         self._reporter.reset()
 
     def __repr__(self) -> str:
-        return f"Shipper(dataset={self.dataset!r}, url={self._client.url!r})"
+        return redact(f"Shipper(dataset={shown(self.dataset)}, url={self._client.url!r})")
 
     @property
     def client(self) -> Client:
@@ -147,7 +152,7 @@ class Shipper:
         encoded on the flusher thread.
         """
         try:
-            if _get_ident() in _SENDERS:
+            if _get_ident() in _SENDERS and own_record(None):
                 return self.suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
@@ -156,7 +161,8 @@ class Shipper:
             else:
                 event = event.copy()
             size = _estimate(event)
-            return self.ledger.offer((event, size), size)
+            event[_SIZE] = size
+            return self.ledger.offer(event, size)
         except Exception:
             return False
 
@@ -268,11 +274,15 @@ class Shipper:
         if not others:
             self._client.close()
 
-    def begin_close(self, deadline: float, *, at_exit: bool = False) -> None:
+    def begin_close(self, deadline: float, *, at_exit: bool = False,
+                    late_events: bool = False) -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
         ``at_exit``: the exit hook closes this shipper and prints one summary line for all
         (``exit_summary``), so failures from now on are told there, not in lines of their own.
+        ``late_events``: events submitted later are still taken, and sent at once on the
+        submitting thread within ``deadline`` (``_send_late``): the exit hook's close, after
+        which atexit hooks registered before ``import loghandler`` still run and may log.
         """
         if os.getpid() != self._pid:
             self.after_fork_in_child()
@@ -281,6 +291,7 @@ class Shipper:
         ledger = self.ledger
         with ledger.lock:
             ledger.set_close_deadline_locked(deadline)
+            ledger.late_ok = late_events
             ledger.closed = True
             ledger.force = True
             ledger.update_fast_path_locked()
@@ -302,6 +313,33 @@ class Shipper:
                 self._sender.abandon()
         elif not in_sender_thread():
             self._sender.drain_on_this_thread(deadline)
+
+    def flusher_alive(self) -> bool:
+        """True while a flusher thread runs (also after close() began, until it is done)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _send_late(self) -> None:
+        """Deliver events submitted after the exit hook closed this shipper (``begin_close``'s
+        ``late_events``; the ledger calls this after queueing one, outside its lock).
+
+        atexit runs hooks in reverse order of registration, so one registered before loghandler
+        was imported runs after loghandler's own, which has closed the shippers and printed its
+        summary. What such a hook logs is sent at once, on its own thread, within what is left
+        of the exit deadline (nothing else would run after it to send it); past the deadline it
+        is spooled or counted as ``dropped_shutdown``, and a line says so.
+        """
+        ledger = self.ledger
+        deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
+        before = ledger.undelivered
+        self._sender.drain_on_this_thread(deadline)
+        ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
+        if ledger.undelivered > before:
+            where = ("spooled" if self.stats().spooled
+                     else "counted in stats().dropped_shutdown")
+            self._reporter.report(
+                "late", f"an event logged after loghandler's exit hook (by a later atexit "
+                        f"hook) could not be delivered within shutdown_timeout; it was {where}")
 
     def exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""

@@ -35,10 +35,10 @@ from typing import Protocol
 
 from .errors import ConfigurationError
 from .ledger import Count
-from .output import print_line
+from .output import print_line, redact, shown
 
-__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt", "dataset_dir",
-           "decode_file", "encode_file"]
+__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
+           "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_SPOOL_BYTES = 256 * MiB  # the engine's default for max_spool_bytes
@@ -218,6 +218,21 @@ class _Entry:
 
 # --------------------------------------------------------------------------- the spool
 
+class SpoolWriteError(OSError):
+    """A spool write the disk refused, in part or in whole.
+
+    ``stored``: events of the write that are on disk all the same (or were cut for
+    ``max_bytes``, which counts them in ``dropped``); the others are not stored. ``dropped``:
+    spooled events deleted to make room (``stats().spool_dropped``).
+    """
+
+    def __init__(self, cause: OSError, *, stored: int, dropped: int) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.filename = cause.filename
+        self.stored = stored
+        self.dropped = dropped
+
+
 class Spool:
     """The on-disk spool of one dataset.
 
@@ -254,7 +269,7 @@ class Spool:
         self._skip: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"Spool(path={self.path!r}, max_bytes={self.max_bytes})"
+        return redact(f"Spool(path={self.path!r}, max_bytes={self.max_bytes})")
 
     def _setup(self, root: str) -> None:
         try:
@@ -289,7 +304,12 @@ class Spool:
     def write(self, parts: list[bytes]) -> int:
         """Store encoded events, crash-safely. Returns how many older spooled events were
         deleted to stay within ``max_bytes`` (or events of this write when it alone is larger).
-        Raises ``OSError`` when nothing could be stored.
+
+        Raises ``SpoolWriteError`` (an ``OSError``) when the disk refused part or all of it
+        (ENOSPC, EIO, ...); it says how many of these events are on disk regardless (``stored``:
+        the files written before the failure, which a later replay delivers) and how many
+        spooled events were deleted (``dropped``, as the return value would), so that no event
+        is counted twice or not at all.
         """
         self._check_fork()
         # Compact JSON has no raw newline; outside strings one is whitespace, so a space is
@@ -315,16 +335,25 @@ class Spool:
                 parts = parts[max(k, 1):]
                 if not parts:
                     return dropped
-            dropped += self._make_room(need)
-            for blob in blobs:
-                self._write_file(os.path.join(self.path, self._new_name()), blob)
+            own = dropped  # this write's own events cut for the bound: "stored", then deleted
+            stored = 0
+            try:
+                dropped += self._make_room(need)
+                for blob, chunk in zip(blobs, self._chunks(parts), strict=True):
+                    self._write_file(os.path.join(self.path, self._new_name()), blob)
+                    stored += len(chunk)
+            except OSError as exc:
+                if stored:
+                    self._fsync_dir()
+                    self._pending = True
+                raise SpoolWriteError(exc, stored=own + stored, dropped=dropped) from None
             self._fsync_dir()
             self._pending = True
         if dropped and not self._full_reported:
             self._full_reported = True
-            print_line(f"loghandler: dataset {self.dataset!r}: the spool is full (max_spool_bytes="
-                       f"{self.max_bytes}); its oldest events are deleted and counted in "
-                       "stats().spool_dropped")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: the spool is full "
+                       f"(max_spool_bytes={self.max_bytes}); its oldest events are deleted "
+                       "and counted in stats().spool_dropped")
         return dropped
 
     def _chunks(self, parts: list[bytes]) -> Iterator[list[bytes]]:
@@ -361,6 +390,8 @@ class Spool:
                 os.unlink(path)
             except FileNotFoundError:
                 continue  # claimed or deleted by another process meanwhile
+            except OSError:
+                break  # the write that follows says what is wrong; count what went so far
             total -= e.size
             dropped += count
         return dropped
@@ -599,8 +630,8 @@ class Spool:
             target.count(Count.SPOOL_CORRUPT, 1)
         except Exception:
             pass
-        print_line(f"loghandler: dataset {self.dataset!r}: spool file {name} is damaged ({exc}); "
-                   f"{where}. Replay goes on with the other files")
+        print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
+                   f"({exc}); {where}. Replay goes on with the other files")
 
 
 def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> list[bytes]:

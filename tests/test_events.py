@@ -7,7 +7,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from loghandler.events import RECORD, item_events, rfc3339
+from loghandler.events import RECORD, SIZE, item_events, rfc3339
 
 
 def _reference(created: float) -> str:
@@ -34,7 +34,7 @@ def test_rfc3339_matches_the_reference_on_edges_and_random_times() -> None:
 def test_item_events_formats_record_items_like_rfc3339() -> None:
     rng = random.Random(11)
     values = EDGES + [1_790_000_000 + rng.random() * 3 for _ in range(5_000)]
-    items = [({"_time": c, "level": "WARNING"}, 1, RECORD) for c in values]
+    items = [{"_time": c, "level": "WARNING", SIZE: 1, RECORD: True} for c in values]
     events = item_events(items)
     assert [e["_time"] for e in events] == [_reference(c) for c in values]
     assert {e["level"] for e in events} == {"warning"}
@@ -42,7 +42,7 @@ def test_item_events_formats_record_items_like_rfc3339() -> None:
 
 def test_item_events_first_time_before_1970() -> None:
     for created in (-1.0, -1.5, -0.25):
-        (event,) = item_events([({"_time": created, "level": "INFO"}, 1, RECORD)])
+        (event,) = item_events([{"_time": created, "level": "INFO", SIZE: 1, RECORD: True}])
         assert event["_time"] == _reference(created)
 
 

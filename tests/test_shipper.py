@@ -11,6 +11,7 @@ from helpers import TOKEN, closed_port_url, run_in_threads
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 from loghandler.config import ShipperOptions
+from loghandler.events import SIZE
 from loghandler.ledger import Count, Fate, Ledger
 
 
@@ -224,7 +225,7 @@ class TestBounds:
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
             # What is queued (the fast path's unaccounted tail included) stays in bounds.
-            assert sum(item[1] for item in s.ledger.queue) <= 20_000
+            assert sum(item[SIZE] for item in s.ledger.queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
         s.close(timeout=0.5)
@@ -243,7 +244,7 @@ class TestBounds:
                 if i % 50 == 0:
                     items = list(s.ledger.queue)
                     peak[0] = max(peak[0], len(items))
-                    peak[1] = max(peak[1], sum(item[1] for item in items))
+                    peak[1] = max(peak[1], sum(item[SIZE] for item in items))
 
         run_in_threads(work, 8)
         st = s.stats()
@@ -252,7 +253,7 @@ class TestBounds:
         assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
         with s.ledger.lock:
             s.ledger.account_locked()
-            assert s.ledger.queue_bytes == sum(item[1] for item in s.ledger.queue)
+            assert s.ledger.queue_bytes == sum(item[SIZE] for item in s.ledger.queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
@@ -485,9 +486,9 @@ class TestLedger:
         """Events taken are queued (in flight) until settled; settled_through follows."""
         ledger = Ledger(ShipperOptions(batch_size=4), lambda: None)
         for i in range(6):
-            assert ledger.put(({"i": i}, 10), 10)
+            assert ledger.put({"i": i, SIZE: 10}, 10)
         items = ledger.take(4, partial=False)
-        assert [e["i"] for e, _ in items] == [0, 1, 2, 3]
+        assert [e["i"] for e in items] == [0, 1, 2, 3]
         assert ledger.snapshot().queued == 6
         ledger.settle(3, Fate.DELIVERED)
         with ledger.lock:
