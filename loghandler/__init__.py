@@ -12,6 +12,7 @@ from .errors import (
     ConfigurationError,
     Error,
     NotFoundError,
+    PartialIngestError,
     RateLimitError,
     TransportError,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "IngestHandler",
     "IngestProcessor",
     "NotFoundError",
+    "PartialIngestError",
     "RateLimitError",
     "Shipper",
     "Stats",

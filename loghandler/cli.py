@@ -424,7 +424,7 @@ def _iter_array(stream: IO[str], first: str, first_line: int, name: str,
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .errors import ApiError
+    from .errors import ApiError, PartialIngestError
     from .shipper import Shipper
 
     files = args.files or ["-"]
@@ -443,10 +443,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     shippers: list[Shipper] = []
 
     def on_error(exc: BaseException) -> None:
-        # Runs on the flusher thread. A bad event (400) or a too large one (413) costs that
-        # event only; anything else (token, dataset, service down) would fail every batch after
-        # it: stop reading, and begin closing so a submit blocked on the full queue returns.
-        if isinstance(exc, ApiError) and exc.status in (400, 413):
+        # Runs on the flusher thread. A bad event (400), a too large one (413) or events the
+        # service turned down in its ingest status cost those events only; anything else
+        # (token, dataset, service down) would fail every batch after it: stop reading, and
+        # begin closing so a submit blocked on the full queue returns.
+        if isinstance(exc, PartialIngestError) or (
+            isinstance(exc, ApiError) and exc.status in (400, 413)
+        ):
             return
         counts.fatal = counts.fatal or exc
         stop_reading.set()
@@ -497,7 +500,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def _summarize(dataset: str, counts: _Counts, st: Any) -> int:
     # The engine has already printed the reason of a service failure on stderr (once).
-    rejected = st.failed_rejected + st.dropped_too_large
+    rejected = st.failed_rejected + st.dropped_too_large + st.failed_by_service
     undelivered = counts.read - st.delivered - rejected
     parts = [f"{counts.read} events read", f"{st.delivered} delivered to {dataset!r}"]
     if rejected:

@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -39,7 +39,7 @@ from .errors import (
 from .guard import block_sigterm_in_this_thread
 from .views import Views
 
-__all__ = ["Client", "Response", "parse_retry_after"]
+__all__ = ["Client", "Response", "parse_reset", "parse_retry_after"]
 
 USER_AGENT = f"loghandler/{__version__}"
 # Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
@@ -51,6 +51,8 @@ class Response:
     status: int
     body: Any
     retry_after: float | None
+    # The answer's headers (case-insensitive): the limit answers' reset times are read there.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -71,6 +73,26 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if seconds != seconds:  # NaN
         return None
     return max(0.0, seconds)
+
+
+# The epoch-seconds reset times of the service's rate limit (429) and ingest limit (430).
+RESET_HEADERS = ("X-RateLimit-Reset", "X-IngestLimit-Reset")
+
+
+def parse_reset(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds until the limit named in a reset header resets (0 when past), or None."""
+    for name in RESET_HEADERS:
+        value = headers.get(name)
+        if not value:
+            continue
+        try:
+            when = float(value.strip())
+        except ValueError:
+            continue
+        if when != when or when in (float("inf"), float("-inf")):
+            continue
+        return max(0.0, when - (time.time() if now is None else now))
+    return None
 
 
 def dataset_path(dataset: str) -> str:
@@ -229,7 +251,7 @@ class Client:
             resp.close()
             raw = raw[:MAX_RESPONSE_BYTES]
         return Response(resp.status, _parse_body(raw),
-                        parse_retry_after(resp.headers.get("Retry-After")))
+                        parse_retry_after(resp.headers.get("Retry-After")), resp.headers)
 
     def _too_slow(self, limit: float) -> str:
         return (f"no answer from {self._settings.url} in time: none complete within "
@@ -327,10 +349,14 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None) -
             "(LOGHANDLER_TOKEN): it must be valid, and allowed to do this; a personal access "
             "token also needs org_id (LOGHANDLER_ORG_ID)",
         )
-    if status == 429:
-        wait = f"; retry after {resp.retry_after:g} s" if resp.retry_after is not None else ""
-        raise RateLimitError(status, body, f"rate limited on {what} (HTTP 429){said}{wait}",
-                             retry_after=resp.retry_after)
+    if status in (429, 430):
+        retry_after = resp.retry_after
+        if retry_after is None:
+            retry_after = parse_reset(resp.headers)
+        wait = f"; retry after {retry_after:g} s" if retry_after is not None else ""
+        limit = "rate" if status == 429 else "ingest"
+        raise RateLimitError(status, body, f"{limit} limited on {what} (HTTP {status}){said}"
+                                           f"{wait}", retry_after=retry_after)
     if status == 404:
         if dataset is not None:
             msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it in the "

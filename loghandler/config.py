@@ -178,6 +178,8 @@ def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = Non
 # --------------------------------------------------------------------------- shipping options
 
 OVERFLOW_POLICIES = ("drop_oldest", "drop_newest", "block")
+# The service takes at most this many events per ingest request.
+MAX_BATCH_SIZE = 10_000
 MiB = 1024 * 1024
 
 
@@ -208,6 +210,11 @@ class ShipperOptions:
         for name in ("batch_size", "max_batch_bytes", "max_queue_size", "max_queue_bytes",
                      "max_spool_bytes"):
             _check_number(name, getattr(self, name), integer=True, minimum=1)
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ConfigurationError(
+                f"batch_size must be at most {MAX_BATCH_SIZE:,}, the most events the service "
+                f"takes in one request, not {self.batch_size!r}"
+            )
         _check_number("max_retries", self.max_retries, integer=True, minimum=0)
         _check_number("compression_level", self.compression_level, integer=True, minimum=0)
         for name in ("flush_interval", "max_retry_delay", "auth_retry_delay"):

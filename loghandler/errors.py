@@ -3,9 +3,11 @@
     Error
     ├── ConfigurationError (also a ValueError)   bad or missing settings, at construction
     ├── TransportError                           refused, reset, time-out, TLS: no HTTP answer
+    ├── PartialIngestError (.ingested, .failed,  a 2xx whose ingest status says the service
+    │   .failures)                               turned down some events of a batch
     └── ApiError (.status, .body)                a non-2xx answer from the service
         ├── AuthenticationError                  401 / 403
-        ├── RateLimitError (.retry_after)        429
+        ├── RateLimitError (.retry_after)        429, 430 (the rate and ingest limits)
         └── NotFoundError                        404
 
 Messages never contain the token: every message built here is passed through ``redact``.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "ApiError",
@@ -23,6 +25,7 @@ __all__ = [
     "ConfigurationError",
     "Error",
     "NotFoundError",
+    "PartialIngestError",
     "RateLimitError",
     "TransportError",
 ]
@@ -137,7 +140,9 @@ class AuthenticationError(ApiError):
 
 
 class RateLimitError(ApiError):
-    """429: too many requests. ``retry_after`` is the wait the service asked for, in seconds."""
+    """429 (rate limit) or 430 (ingest limit). ``retry_after`` is the wait the service asked
+    for, in seconds: its ``Retry-After``, else the time left until its limit resets
+    (``X-RateLimit-Reset`` / ``X-IngestLimit-Reset``), else None."""
 
     def __init__(
         self, status: int, body: Any = None, message: str | None = None,
@@ -151,7 +156,28 @@ class NotFoundError(ApiError):
     """404: the dataset, view or path does not exist."""
 
 
-def _rebuild(cls: type[ApiError], state: dict[str, Any], args: tuple[Any, ...]) -> ApiError:
+class PartialIngestError(Error):
+    """The service answered 2xx, but its ingest status says it turned down ``failed`` events
+    of the batch (and stored ``ingested``). ``failures`` is its list of ``{"timestamp",
+    "error"}`` (at most the first 100); it carries no index, so which events failed is unknown.
+    Passed to ``on_error``; the events are counted in ``stats().failed_by_service``."""
+
+    def __init__(self, message: str = "", *, ingested: int = 0, failed: int = 0,
+                 failures: list[Any] | None = None) -> None:
+        self.ingested = ingested
+        self.failed = failed
+        failures = list(failures or ())[:100]
+        self.failures = redact_value(failures) if _SECRETS_ORDERED else failures
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__dict__.copy(), self.args))
+
+
+_E = TypeVar("_E", bound=Error)
+
+
+def _rebuild(cls: type[_E], state: dict[str, Any], args: tuple[Any, ...]) -> _E:
     error = cls.__new__(cls)
     error.__dict__.update(state)
     error.args = args

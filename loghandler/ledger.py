@@ -41,7 +41,7 @@ from itertools import islice
 from typing import Any
 
 from .config import ShipperOptions
-from .events import SIZE, item_size
+from .events import RECORD, SIZE, item_size
 from .guard import in_sender_thread
 from .stats import Stats
 
@@ -73,6 +73,7 @@ class Count(Enum):
     FAILED_NOT_FOUND = "failed_not_found"
     FAILED_CLIENT_ERROR = "failed_client_error"
     FAILED_RETRIES_EXHAUSTED = "failed_retries_exhausted"
+    FAILED_BY_SERVICE = "failed_by_service"
     REPLAYED = "replayed"
     REPLAY_REJECTED = "replay_rejected"
     SPOOL_DROPPED = "spool_dropped"
@@ -95,6 +96,7 @@ class Fate(Enum):
     FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
     FAILED_CLIENT_ERROR = (Count.FAILED, Count.FAILED_CLIENT_ERROR)
     FAILED_RETRIES_EXHAUSTED = (Count.FAILED, Count.FAILED_RETRIES_EXHAUSTED)
+    FAILED_BY_SERVICE = (Count.FAILED, Count.FAILED_BY_SERVICE)
 
     def __init__(self, total: Count, reason: Count | None) -> None:
         self.total = total
@@ -117,7 +119,8 @@ class Ledger:
         "fast_len", "flusher_started", "force", "inflight", "inflight_first", "interrupt",
         "late_ok", "late_pending", "lock", "max_batch", "max_batch_bytes", "max_bytes",
         "max_size", "on_late", "on_put", "overflow", "paused_until", "progress", "queue",
-        "queue_bytes", "space", "taken", "undelivered", "wake", "wake_bytes", "wake_pending",
+        "queue_bytes", "refused_too_large", "space", "taken", "undelivered", "wake",
+        "wake_bytes", "wake_pending",
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None]) -> None:
@@ -162,6 +165,9 @@ class Ledger:
         self.flusher_started = False
         self.counts = dict.fromkeys(Count, 0)
         self.undelivered = 0  # events settled other than delivered, ever: flush()'s answer
+        # Events refused at submit as too large since the last flush(), which answers False for
+        # them as it would had the flusher dropped them.
+        self.refused_too_large = 0
         self.fast_len = 0  # see update_fast_path_locked
 
     # ------------------------------------------------------------------ application side
@@ -207,6 +213,11 @@ class Ledger:
             self.account_locked()
             self.late_pending = True
             return True
+        if size > self.max_batch_bytes and _encoded_floor(item) > self.max_batch_bytes - 2:
+            # It could never be sent (not even alone in a request): refuse it now, rather than
+            # let it push sendable events out of the queue and be dropped by the flusher later.
+            self.refused_too_large += 1
+            return self.drop_locked(Fate.DROPPED_TOO_LARGE)
         self.account_locked()
         q = self.queue
         if (len(q) >= self.max_size or self.queue_bytes + size > self.max_bytes) and (
@@ -448,3 +459,15 @@ class Ledger:
             values["queued"] = queued + self.inflight
         return Stats(**values)
 
+
+def _encoded_floor(event: Any) -> int:
+    """A lower bound of an event's encoded JSON size, in bytes: each character of a top-level
+    key or string encodes to at least one byte, any other value to at least one byte; plus the
+    braces, quotes, colons and commas. (The flusher only ever adds to an event.)"""
+    n = 1
+    for key, value in event.items():
+        if key is SIZE or key is RECORD:
+            continue  # the queue's own keys (events.py "Queue items"), never encoded
+        n += (len(key) if type(key) is str else 0) + 4
+        n += len(value) + 2 if type(value) is str else 1
+    return n

@@ -2,10 +2,10 @@
 
 A failing service must not turn into a storm of lines: each cause (``auth``, ``not_found``,
 ``retries_exhausted``, ...) is printed once, until delivery recovers ("delivering again"). Causes
-about single events (a rejected or too-large event) say nothing about the service, so they are
-printed once for the shipper's life. While the exit hook closes shippers, a batch that fails is
-told in the hook's one summary line instead (``defer``), so an exit prints at most one line per
-process.
+about single events (rejected, too large, turned down in an ingest status) or the service's
+normal limits say nothing about an outage, so they are printed once for the shipper's life.
+While the exit hook closes shippers, a batch that fails is told in the hook's one summary line
+instead (``defer``), so an exit prints at most one line per process.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from .errors import print_line, shown
 from .guard import CALLBACK, sending
 from .stats import Stats
 
-__all__ = ["EVENT_CAUSES", "Reporter", "print_exit_summary"]
+__all__ = ["LASTING_CAUSES", "Reporter", "print_exit_summary"]
 
-# Report causes about single events rather than about the service being reachable.
-EVENT_CAUSES = frozenset({"rejected", "too_large"})
+# Report causes about single events or the service's limits rather than about the service being
+# reachable: told once for the shipper's life, never "over" when a batch is delivered.
+LASTING_CAUSES = frozenset({"rejected", "too_large", "partial", "rate_limited"})
 
 
 class Reporter:
@@ -63,9 +64,9 @@ class Reporter:
         """A batch was delivered: outages are over. True when one was reported (and is now
         told to be over)."""
         reported = self._reported
-        if reported and not reported <= EVENT_CAUSES:
-            ended = reported - EVENT_CAUSES
-            self._reported = reported & EVENT_CAUSES
+        if reported and not reported <= LASTING_CAUSES:
+            ended = reported - LASTING_CAUSES
+            self._reported = reported & LASTING_CAUSES
             print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
                        f"(after: {', '.join(sorted(ended))})")
             return True

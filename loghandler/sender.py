@@ -6,8 +6,24 @@ one answer into an ``Outcome`` (and a pause), ``backoff()`` computes the wait be
 each ``Outcome`` carries where its events end (a ``Fate``), its report cause and whether it may
 be spooled. ``Sender`` does the I/O around them, never holding the ledger's lock across any.
 
-One split loop (``_bisect``) serves delivery and spool replay alike: a 413 halves a batch until
-its events fit (a single event too large is dropped), a 400 halves it to find the bad events.
+What the service's answers mean:
+
+- 2xx: delivered; but when its body is the service's ingest status with ``failed`` > 0, that
+  many events of the request were turned down (``PARTIAL``): counted ``failed_by_service``,
+  never retried (the service has answered for good). The status carries no index: which
+  events failed is unknown, only how many and why.
+- 429 / 430 (rate and ingest limits) with ``Retry-After`` or a reset header (epoch seconds):
+  all sending pauses until then (``LIMITED``), without spending ``max_retries``; without either,
+  an ordinary retry.
+- 408, 5xx, no answer: retried with backoff, at most ``max_retries`` times.
+- 413 / 400: the request is halved (``splits``) to isolate the events refused; 401 / 403, 404,
+  other 4xx: final for the request.
+
+One split loop (``_bisect``) serves delivery and spool replay alike, and it is bounded: a batch
+of n events answered 400 to every request costs at most ``2 * ceil(log2 n) + 2`` requests, since
+that many 400s in a row (with nothing accepted between) mean the batch is refused as a whole.
+One or two bad events never make such a streak: each refused request on the way down to a bad
+event is followed by its first half, which holds no bad event unless the streak goes on down.
 """
 
 from __future__ import annotations
@@ -16,21 +32,24 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
+import urllib3
+
 from . import encoding
-from .client import Client, raise_for_status
+from .client import Client, parse_reset, parse_retry_after, raise_for_status
 from .config import ShipperOptions
-from .errors import ApiError, Error, TransportError, body_detail, shown
+from .errors import ApiError, Error, PartialIngestError, TransportError, body_detail, shown
 from .events import item_events
 from .guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
 from .ledger import Count, Fate, Ledger
 from .reporter import Reporter
 from .spool import Spool, SpoolWriteError
 
-__all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify"]
+__all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify", "give_up_after",
+           "ingest_status"]
 
 _monotonic = time.monotonic
 # No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
@@ -52,14 +71,16 @@ class Outcome(Enum):
     and each half sent again).
     """
 
-    DELIVERED = (Fate.DELIVERED, "delivered", False, False)
+    DELIVERED = (Fate.DELIVERED, "delivered", False, False)  # 2xx
+    PARTIAL = (Fate.FAILED_BY_SERVICE, "partial", False, False)  # 2xx, ingest status failed > 0
     TOO_LARGE = (Fate.DROPPED_TOO_LARGE, "too_large", False, True)  # 413
     REJECTED = (Fate.FAILED_REJECTED, "rejected", False, True)  # 400
     AUTH = (Fate.FAILED_AUTH, "auth", True, False)  # 401, 403
     NOT_FOUND = (Fate.FAILED_NOT_FOUND, "not_found", True, False)  # 404
     CLIENT_ERROR = (Fate.FAILED_CLIENT_ERROR, "client_error", False, False)  # other 3xx/4xx
-    RETRY = (None, "retry", False, False)  # 408, 5xx, no answer: try again after a backoff
-    THROTTLED = (None, "throttled", False, False)  # 429 / 503 with Retry-After: pause all
+    RETRY = (None, "retry", False, False)  # 408, 5xx, no answer, 429/430 without a time
+    THROTTLED = (None, "throttled", False, False)  # 503 with Retry-After: pause all, a retry
+    LIMITED = (None, "rate_limited", False, False)  # 429/430 with a time: pause all, no retry
     RETRIES_EXHAUSTED = (Fate.FAILED_RETRIES_EXHAUSTED, "retries_exhausted", True, False)
     SHUTDOWN = (Fate.DROPPED_SHUTDOWN, "shutdown", True, False)  # the close deadline came
 
@@ -70,15 +91,31 @@ class Outcome(Enum):
         self.splits = splits
 
 
-def classify(status: int, retry_after: float | None) -> tuple[Outcome, float | None]:
-    """The outcome of an HTTP answer, and the pause it asks for (seconds, or None).
+def ingest_status(body: Any) -> tuple[int, int, list[Any]] | None:
+    """(ingested, failed, failures) from a 2xx body that is the service's ingest status and
+    reports failed events; None for any other body (then the whole request was delivered)."""
+    if not isinstance(body, dict):
+        return None
+    failed = body.get("failed")
+    if type(failed) is not int or failed <= 0:
+        return None
+    ingested = body.get("ingested")
+    failures = body.get("failures")
+    return (ingested if type(ingested) is int and ingested >= 0 else 0, failed,
+            failures if isinstance(failures, list) else [])
 
-    ``retry_after`` is the answer's Retry-After in seconds (None when absent). A pause of a
-    ``THROTTLED`` outcome stops all sending; that of a ``RETRY`` is the least wait before the
-    next try of this request.
+
+def classify(status: int, headers: Mapping[str, str] | None = None, body: Any = None, *,
+             now: float | None = None) -> tuple[Outcome, float | None]:
+    """The outcome of one HTTP answer, and the pause it asks for (seconds, or None).
+
+    ``headers`` are the answer's (any case); ``body`` its parsed JSON; ``now`` the wall clock
+    for HTTP dates and reset times (default: ``time.time()``). The pause of ``LIMITED`` and
+    ``THROTTLED`` stops all sending; that of a ``RETRY`` is the least wait before this request's
+    next try. Every pause is capped at ``MAX_PAUSE``.
     """
     if 200 <= status < 300:
-        return Outcome.DELIVERED, None
+        return (Outcome.DELIVERED if ingest_status(body) is None else Outcome.PARTIAL), None
     if status == 413:
         return Outcome.TOO_LARGE, None
     if status == 400:
@@ -87,12 +124,22 @@ def classify(status: int, retry_after: float | None) -> tuple[Outcome, float | N
         return Outcome.AUTH, None
     if status == 404:
         return Outcome.NOT_FOUND, None
-    if status in (408, 429) or status >= 500:
-        pause = None if retry_after is None else min(retry_after, MAX_PAUSE)
-        if pause is not None and status in (429, 503):
-            return Outcome.THROTTLED, pause
-        return Outcome.RETRY, pause
-    return Outcome.CLIENT_ERROR, None
+    if not (status in (408, 429, 430) or status >= 500):
+        return Outcome.CLIENT_ERROR, None
+    if headers is None:
+        headers = {}
+    elif not isinstance(headers, urllib3.HTTPHeaderDict):
+        headers = urllib3.HTTPHeaderDict(headers)
+    wait = parse_retry_after(headers.get("Retry-After"), now)
+    if status in (429, 430):
+        if wait is None:
+            wait = parse_reset(headers, now)
+        if wait is None:
+            return Outcome.RETRY, None
+        return Outcome.LIMITED, min(wait, MAX_PAUSE)
+    if wait is None:
+        return Outcome.RETRY, None
+    return (Outcome.THROTTLED if status == 503 else Outcome.RETRY), min(wait, MAX_PAUSE)
 
 
 def backoff(attempt: int, base: float, cap: float, *,
@@ -100,6 +147,12 @@ def backoff(attempt: int, base: float, cap: float, *,
     """The wait before retry number ``attempt`` (1 for the first): exponential, capped, with
     full jitter (a uniform draw up to the exponential step)."""
     return rand(0, min(cap, base * (2 ** (attempt - 1))))
+
+
+def give_up_after(n: int) -> int:
+    """How many 400 answers in a row, with nothing accepted between, mean that a batch of ``n``
+    events is refused as a whole: twice the depth of its bisection, plus two."""
+    return 2 * max(1, (n - 1).bit_length()) + 2
 
 
 class Chunk:
@@ -142,6 +195,66 @@ class Chunk:
 
 # What _bisect does with a piece that reached a final outcome: True to go on with the rest.
 _Settle = Callable[[Chunk, Outcome, "Error | None"], bool]
+
+
+class _Tally:
+    """What became of one batch's events through its split loop, for one report of it."""
+
+    __slots__ = ("delivered", "failures", "gave_up", "ingested", "partial_failed", "rejected",
+                 "rejected_error", "requests", "size", "streak", "too_large", "too_large_error")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.requests = self.delivered = self.gave_up = self.streak = 0
+        self.rejected = self.too_large = 0
+        self.rejected_error: Error | None = None
+        self.too_large_error: Error | None = None
+        self.ingested = self.partial_failed = 0
+        self.failures: list[Any] = []
+
+    def add(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> None:
+        n = len(chunk)
+        if outcome is Outcome.DELIVERED:
+            self.delivered += n
+        elif outcome is Outcome.PARTIAL and isinstance(error, PartialIngestError):
+            self.delivered += n - error.failed
+            self.ingested += error.ingested
+            self.partial_failed += error.failed
+            self.failures.extend(error.failures[:100 - len(self.failures)])
+        elif outcome is Outcome.TOO_LARGE:
+            self.too_large += n
+            self.too_large_error = self.too_large_error or error
+        elif outcome is Outcome.REJECTED:
+            self.rejected += n
+            self.rejected_error = self.rejected_error or error
+
+    def partial(self) -> PartialIngestError | None:
+        """The batch's events turned down inside 2xx answers, as one error (or None)."""
+        if not self.partial_failed:
+            return None
+        return partial_error(self.ingested, self.partial_failed, self.failures,
+                             self.size if self.size > 1 else None)
+
+
+def partial_error(ingested: int, failed: int, failures: list[Any],
+                  of: int | None = None) -> PartialIngestError:
+    """The error for ``failed`` events turned down in a 2xx ingest status."""
+    batch = f" of a batch of {of}" if of else ""
+    return PartialIngestError(
+        f"the service turned down {_events(failed)}{batch} in its ingest status "
+        f"(ingested {ingested}, failed {failed}){_first_failure(failures)}",
+        ingested=ingested, failed=failed, failures=failures)
+
+
+def _events(n: int) -> str:
+    return "1 event" if n == 1 else f"{n} events"
+
+
+def _first_failure(failures: list[Any]) -> str:
+    for failure in failures:
+        if isinstance(failure, dict) and isinstance(failure.get("error"), str):
+            return f": {failure['error'][:300]}"
+    return ""
 
 
 class Sender:
@@ -307,7 +420,9 @@ class Sender:
             # the queue never fills (and drops) while the disk has room.
             self._fail(batch, Outcome.RETRIES_EXHAUSTED, None)
             return
-        self._bisect(batch, self.options.max_retries, self._settle_delivery, track=True)
+        _, tally = self._bisect(batch, self.options.max_retries, self._settle_delivery,
+                                track=True)
+        self._conclude(tally, replay=False)
 
     def _pressed(self) -> bool:
         """The queue is half full (by count or by bytes): waiting longer would soon drop."""
@@ -323,32 +438,45 @@ class Sender:
             return False
         if not self.outage:
             self.outage = True
-            self.reporter.report("spilling", f"the service is unreachable ({error}) and events "
-                                 "keep coming: they go to the spool until it is back, then are "
-                                 "delivered from there in order")
+            why = f"the service is unreachable ({error})" if error is not None else \
+                "sending is paused (the service asked to wait)"
+            self.reporter.report("spilling", f"{why} and events keep coming: they go to the "
+                                 "spool until it takes them again, then are delivered from "
+                                 "there in order")
         self.next_probe = _monotonic() + OUTAGE_PROBE
         return True
 
     def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        ledger = self.ledger
         if outcome is Outcome.DELIVERED:
-            self.ledger.settle(len(chunk), Fate.DELIVERED)
+            ledger.settle(len(chunk), Fate.DELIVERED)
             self._recovered()
-        elif outcome.splits:  # down to one event
+        elif outcome is Outcome.PARTIAL:
+            failed = error.failed if isinstance(error, PartialIngestError) else 0
+            ledger.settle(len(chunk) - failed, Fate.DELIVERED)
+            ledger.settle(failed, Fate.FAILED_BY_SERVICE)
+            self._recovered()
+        elif outcome.splits:  # one event, or a batch refused as a whole
             assert outcome.fate is not None
-            self.ledger.settle(1, outcome.fate)
-            self._single_refused(outcome, error)
+            ledger.settle(len(chunk), outcome.fate)
         else:
             self._fail(chunk, outcome, error)
         return True
 
     def _bisect(self, batch: Chunk, max_retries: int, settle: _Settle, *,
-                track: bool = False) -> list[Chunk]:
+                track: bool = False, patient: bool = True) -> tuple[list[Chunk], _Tally]:
         """Post ``batch``; halve what the service refuses by halves (``Outcome.splits``), first
-        half first, until single events. ``settle`` is told each piece's final outcome and says
-        whether to go on; the pieces not sent when it says no are returned, in order.
+        half first, down to single events, until ``give_up_after(len(batch))`` 400s in a row
+        say the batch is refused as a whole. ``settle`` is told each piece's final outcome and
+        says whether to go on; the pieces not sent when it says no are returned, in order,
+        with the tally of the batch for ``_conclude``.
 
-        ``track``: keep the pieces where ``abandon`` can take them over.
+        ``track``: keep the pieces where ``abandon`` can take them over. ``patient``: wait out
+        the service's limits (429 / 430) instead of returning them as not final.
         """
+        tally = _Tally(len(batch))
+        limit = give_up_after(len(batch))
+        streak = 0
         stack = [batch]
         if track:
             self.stack = stack
@@ -356,28 +484,62 @@ class Sender:
             chunk = stack.pop()
             if track:
                 self.posting = chunk
-            outcome, error = self._post(chunk, max_retries, spill=track)
+            outcome, error = self._post(chunk, max_retries, patient, spill=track)
             if track:
                 self.posting = None
+            tally.requests += 1
+            streak = streak + 1 if outcome is Outcome.REJECTED else 0
+            if outcome is Outcome.REJECTED and streak >= limit and len(stack) + len(chunk) > 1:
+                # Refused as a whole: fail this piece and the rest untried, splitting no more.
+                rest = [chunk, *reversed(stack)]
+                stack.clear()
+                tally.gave_up = sum(map(len, rest))
+                tally.streak = streak
+                for piece in rest:
+                    tally.add(piece, outcome, error)
+                    settle(piece, outcome, error)
+                break
             if outcome.splits and len(chunk) > 1:
                 first, second = chunk.halves()
                 stack.append(second)
                 stack.append(first)
-            elif not settle(chunk, outcome, error):
-                return [chunk, *reversed(stack)]
-        return []
+                continue
+            tally.add(chunk, outcome, error)
+            if not settle(chunk, outcome, error):
+                return [chunk, *reversed(stack)], tally
+        return [], tally
 
-    def _single_refused(self, outcome: Outcome, error: Error | None) -> None:
-        if error is not None:
-            self.reporter.error(error)
-        if outcome is Outcome.TOO_LARGE:
-            self.reporter.report("too_large", "the service refused an event as too large "
-                                 "(HTTP 413); it was dropped and counted in "
-                                 "stats().dropped_too_large")
-        else:
-            self.reporter.report("rejected", f"the service rejected an event (HTTP 400)"
-                                 f"{_said(error)}; the rest of its batch was delivered. "
-                                 "Rejected events are counted in stats().failed_rejected")
+    def _conclude(self, tally: _Tally, *, replay: bool) -> None:
+        """Report what the service refused of one batch: one line per cause (the reporter
+        prints each once), one ``on_error`` call per kind of refusal."""
+        report = self.reporter.report
+        n = tally.size
+        counted = "stats().replay_rejected" if replay else "stats().failed_rejected"
+        if tally.too_large:
+            report("too_large", f"the service refused {_events(tally.too_large)} as too large "
+                                f"(HTTP 413); dropped and counted in stats().dropped_too_large")
+        if tally.gave_up:
+            report("refused_whole", f"the service answered HTTP 400{_said(tally.rejected_error)} "
+                                    f"to {tally.streak} requests in a row for a batch of {n} "
+                                    f"events ({tally.requests} requests in all), halving it "
+                                    f"each time: the batch looks refused as "
+                                    f"a whole (a proxy, or a body the service cannot read), so "
+                                    f"it was not split further. {tally.delivered} of its {n} "
+                                    f"events were delivered; {tally.rejected} are counted in "
+                                    f"{counted}")
+        elif tally.rejected:
+            report("rejected", f"the service rejected {_events(tally.rejected)} of a batch of "
+                               f"{n} (HTTP 400){_said(tally.rejected_error)}; {tally.delivered} "
+                               f"of the batch were delivered. Rejected events are counted in "
+                               f"{counted}")
+        partial = tally.partial()
+        if partial is not None:
+            report("partial", f"{partial}; counted in "
+                              + ("stats().replay_rejected" if replay
+                                 else "stats().failed_by_service"))
+        for error in (tally.too_large_error, tally.rejected_error, partial):
+            if error is not None:
+                self.reporter.error(error)
 
     def _fail(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> None:
         """``chunk`` is undeliverable: spool it when the outcome allows, else count it."""
@@ -385,6 +547,7 @@ class Sender:
             return
         fate = outcome.fate
         assert fate is not None
+        spooled = False
         if self.spool is not None and outcome.spoolable:
             try:
                 dropped = self.spool.write(chunk.as_parts())
@@ -400,19 +563,23 @@ class Sender:
                     if not len(chunk):
                         return
             else:
+                spooled = True
                 self.ledger.settle(len(chunk), Fate.SPOOLED)
                 if dropped:
                     self.ledger.count(Count.SPOOL_DROPPED, dropped)
-                return
         if outcome is Outcome.SHUTDOWN:
             self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
             if error is not None:
                 self.reporter.note_shutdown_error(error)
+            if not spooled:
+                self.ledger.settle(len(chunk), fate)
+            return
+        if not spooled:
             self.ledger.settle(len(chunk), fate)
-        else:
-            self.ledger.settle(len(chunk), fate)
-            if error is not None:
-                self.reporter.error(error)
+        # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
+        # worth telling at once (it will not heal by itself).
+        if error is not None and (not spooled or outcome is Outcome.AUTH):
+            self.reporter.error(error)
 
     def _settle_leftovers_at_deadline(self) -> None:
         """The close deadline passed: spool or drop everything still queued, at once."""
@@ -496,7 +663,12 @@ class Sender:
     # ------------------------------------------------------------------ one request, retried
 
     def _post(self, chunk: Chunk, max_retries: int,
-              spill: bool = False) -> tuple[Outcome, Error | None]:
+              patient: bool = True, spill: bool = False) -> tuple[Outcome, Error | None]:
+        """Post one request until it has a final outcome (see ``classify``): retried at most
+        ``max_retries`` times; the service's limits waited out without spending a retry, unless
+        not ``patient`` (then ``LIMITED`` is returned, and sending stays paused). ``spill``
+        (a delivery, with a spool): give the batch up to the spool as soon as waiting longer
+        would let the queue fill (``_spilling``)."""
         opts = self.options
         ledger = self.ledger
         body = chunk.body()
@@ -505,9 +677,12 @@ class Sender:
             comp = zlib.compressobj(opts.compression_level, zlib.DEFLATED, 31)
             body = comp.compress(body) + comp.flush()
             headers = {"Content-Encoding": "gzip"}
-        attempt = 0
+        attempt = limited = 0
         while True:
-            if not self._wait_until(ledger.paused_until):
+            waited = self._wait_until(ledger.paused_until, spill=spill)
+            if waited is None and self._spilling(chunk, None):
+                return Outcome.RETRIES_EXHAUSTED, None  # a long pause while the queue fills
+            if not waited:
                 return Outcome.SHUTDOWN, None
             timeout = None
             if ledger.close_deadline is not None:
@@ -521,13 +696,16 @@ class Sender:
                                             timeout=timeout)
             except TransportError as exc:
                 error: Error = exc
+                outcome = Outcome.RETRY
             else:
-                outcome, pause = classify(resp.status, resp.retry_after)
-                if outcome is Outcome.DELIVERED:
+                outcome, pause = classify(resp.status, resp.headers, resp.body)
+                if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
                     with ledger.lock:
                         ledger.counts[Count.BYTES_SENT] += len(body)
                         ledger.counts[Count.BATCHES] += 1
-                    return outcome, None
+                    if outcome is Outcome.DELIVERED:
+                        return outcome, None
+                    return outcome, self._partial(resp.body, len(chunk))
                 try:
                     raise_for_status(resp, what=f"ingest into dataset {shown(self.dataset)}",
                                      dataset=self.dataset)
@@ -544,29 +722,53 @@ class Sender:
                     return outcome, error
                 if outcome.fate is not None:  # TOO_LARGE, REJECTED: split by the caller
                     return outcome, error
-                if outcome is Outcome.THROTTLED and pause is not None:
+                if pause is not None and outcome is not Outcome.RETRY:
                     # The service asked everyone to wait: pause all sending, not just this batch.
                     ledger.pause_until(_monotonic() + pause)
-            attempt += 1
-            if spill and self._spilling(chunk, error):
-                return Outcome.RETRIES_EXHAUSTED, error
-            if attempt > max_retries:
-                self.reporter.report_or_defer(
-                    "retries_exhausted", f"could not deliver a batch of {len(chunk)} events "
-                                         f"after {attempt} attempts: {error}")
-                return Outcome.RETRIES_EXHAUSTED, error
+            if outcome is Outcome.LIMITED and pause is not None:
+                # An announced wait is the service's schedule, not a failure: no retry spent.
+                # The backoff floor only guards against a reset that is always "now".
+                limited += 1
+                self._report_limit(error, pause)
+                if not patient:
+                    return outcome, error
+                delay = max(pause, backoff(limited, opts.retry_backoff, opts.max_retry_delay))
+            else:
+                attempt += 1
+                if spill and self._spilling(chunk, error):
+                    return Outcome.RETRIES_EXHAUSTED, error
+                if attempt > max_retries:
+                    self.reporter.report_or_defer(
+                        "retries_exhausted", f"could not deliver a batch of {len(chunk)} "
+                                             f"events after {attempt} attempts: {error}")
+                    return Outcome.RETRIES_EXHAUSTED, error
+                delay = backoff(attempt, opts.retry_backoff, opts.max_retry_delay)
+                if pause is not None:
+                    delay = max(delay, pause)
             ledger.count(Count.RETRIED)
-            delay = backoff(attempt, opts.retry_backoff, opts.max_retry_delay)
-            if pause is not None:
-                delay = max(delay, pause)
             waited = self._wait_until(_monotonic() + delay, spill=spill)
             if waited is None and self._spilling(chunk, error):
                 return Outcome.RETRIES_EXHAUSTED, error
             if not waited:
                 return Outcome.SHUTDOWN, error
 
+    def _partial(self, body: Any, n: int) -> PartialIngestError:
+        status = ingest_status(body)
+        assert status is not None
+        ingested, failed, failures = status
+        # More failures than events sent would break the account: the count is capped.
+        return partial_error(ingested, min(failed, n), failures)
+
+    def _report_limit(self, error: Error, pause: float) -> None:
+        status = error.status if isinstance(error, ApiError) else 429
+        which = "rate limit" if status == 429 else "ingest limit"
+        self.reporter.report(
+            "rate_limited", f"the service's {which} was reached (HTTP {status}): all sending "
+                            f"pauses until it resets ({pause:g} s), without spending "
+                            "max_retries; new events keep queueing (bounded)")
+
     def _auth_failed(self, error: Error) -> None:
-        self.reporter.error(error)
+        # on_error is called once, with the batch's outcome (_fail).
         where = "spooled" if self.spool is not None else "counted in stats().failed_auth"
         self.reporter.report("auth", f"{error}. The batch was {where}; new events stay queued "
                              f"(bounded) and sending pauses {self.auth_delay:g} s before the "
@@ -626,20 +828,29 @@ class Sender:
         """Send encoded events read back from the spool, one attempt per request.
 
         Returns what is still undelivered (empty when done). Events the service refuses for
-        good (400 / 413 down to one event, other client errors) are counted in
-        ``replay_rejected`` and not returned.
+        good (400 / 413 down to one event, other client errors, turned down in a 2xx ingest
+        status) are counted in ``replay_rejected`` and not returned.
         """
-        left = self._bisect(Chunk(parts=parts), 0, self._settle_replay)
+        left, tally = self._bisect(Chunk(parts=parts), 0, self._settle_replay, patient=False)
+        self._conclude(tally, replay=True)
         return [part for c in left for part in c.as_parts()]
 
     def _settle_replay(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        ledger = self.ledger
         if outcome is Outcome.DELIVERED:
-            self.ledger.count(Count.REPLAYED, len(chunk))
+            ledger.count(Count.REPLAYED, len(chunk))
+            self._recovered()
+            return True
+        if outcome is Outcome.PARTIAL:
+            failed = error.failed if isinstance(error, PartialIngestError) else 0
+            ledger.count(Count.REPLAYED, len(chunk) - failed)
+            ledger.count(Count.REPLAY_REJECTED, failed)
             self._recovered()
             return True
         if outcome.splits or outcome is Outcome.CLIENT_ERROR:
-            self.ledger.count(Count.REPLAY_REJECTED, len(chunk))
-            self._single_refused(outcome, error)
+            ledger.count(Count.REPLAY_REJECTED, len(chunk))
+            if outcome is Outcome.CLIENT_ERROR and error is not None:
+                self.reporter.error(error)
             return True
         return False
 

@@ -161,6 +161,7 @@ class Shipper:
 
         Returns True when everything queued at the call was delivered; False when any of it was
         dropped, failed or spooled, or when ``timeout`` (default: ``shutdown_timeout``) passed.
+        An event refused since the last flush as too large for any request also makes it False.
         """
         try:
             return self._flush(timeout)
@@ -182,8 +183,9 @@ class Shipper:
         with ledger.lock:
             target = ledger.taken + len(ledger.queue)
             before = ledger.undelivered
+            refused, ledger.refused_too_large = ledger.refused_too_large, 0
             if ledger.settled_through_locked() >= target:
-                return True
+                return not refused
             ledger.force = True
             thread_ok = self._thread is not None and self._thread.is_alive()
             if not thread_ok and not ledger.closed and not self._thread_failed:
@@ -201,7 +203,7 @@ class Shipper:
                 if remaining <= 0:
                     return False
                 ledger.progress.wait(min(remaining, 0.25))
-            return ledger.undelivered == before
+            return ledger.undelivered == before and not refused
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the flusher thread. Idempotent; bounded by ``timeout``.

@@ -35,6 +35,7 @@ class Stats:
     failed_not_found: int = 0
     failed_client_error: int = 0
     failed_retries_exhausted: int = 0
+    failed_by_service: int = 0  # turned down inside a 2xx answer (the ingest status's "failed")
     # spool
     replayed: int = 0  # events delivered from the spool (not part of the invariant above)
     replay_rejected: int = 0  # events from the spool the service refused for good

@@ -19,6 +19,7 @@ DOCUMENTED = {
     "IngestHandler",
     "IngestProcessor",
     "NotFoundError",
+    "PartialIngestError",
     "RateLimitError",
     "Shipper",
     "Stats",

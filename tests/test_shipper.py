@@ -181,6 +181,33 @@ class TestBounds:
         st = s.stats()
         assert st.queued == 0 and st.delivered == 0 and balanced(st)
 
+    def test_event_over_the_batch_limit_is_refused_at_submit(self, receiver):
+        """An event that could never be sent (over max_batch_bytes, under max_queue_bytes) is
+        counted dropped_too_large when submitted: it pushes no queued event out."""
+        s = make(receiver.url, max_batch_bytes=4000, max_queue_bytes=20_000, flush_interval=60,
+                 batch_size=1000, overflow="drop_oldest")
+        # Nine events of about 860 estimated bytes: under the flusher's wake-up (twice
+        # max_batch_bytes), so they stay queued; the big one would need the room of all nine.
+        for i in range(9):
+            assert s.submit({"i": i, "pad": "p" * 300})
+        assert s.submit({"big": "x" * 15_000}) is False
+        st = s.stats()
+        assert st.dropped_too_large == 1 and st.dropped_queue_full == 0 and st.queued == 9
+        assert balanced(st)
+        assert s.flush(5) is False  # an event submitted before the call was not delivered
+        assert [e["i"] for e in receiver.events] == list(range(9))
+        assert s.submit({"i": 9}) and s.flush(5) is True  # told once
+        s.close()
+
+    def test_event_estimated_over_the_batch_limit_but_small_is_sent(self, receiver):
+        """The check is on a lower bound of the encoded size, not on the memory estimate: many
+        small fields (a large estimate, a small JSON) still go."""
+        s = make(receiver.url, max_batch_bytes=1000, batch_size=1000, compression=None)
+        event = {f"k{i}": i for i in range(30)}  # estimate > 2,000; JSON about 300 bytes
+        assert s.submit(event)
+        assert s.flush(5) is True and receiver.events == [event]
+        s.close()
+
     def test_drop_oldest_keeps_the_newest(self, receiver):
         """drop_oldest delivers the last max_queue_size events."""
         s = make(receiver.url, max_queue_size=10, flush_interval=60, batch_size=1000)
@@ -193,7 +220,7 @@ class TestBounds:
 
     def test_queue_byte_bound_is_respected(self):
         """The estimated bytes held never exceed max_queue_bytes."""
-        s = make(closed_port_url(), max_queue_bytes=20_000, flush_interval=60, batch_size=10**6,
+        s = make(closed_port_url(), max_queue_bytes=20_000, flush_interval=60, batch_size=10_000,
                  overflow="drop_newest")
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
@@ -208,7 +235,7 @@ class TestBounds:
         """Eight threads appending without a lock: the queue stays within its bounds (give or
         take one event per thread racing at the same instant), and every event is accounted."""
         s = make(closed_port_url(), max_queue_size=500, max_queue_bytes=100_000,
-                 flush_interval=60, batch_size=10**6, overflow=overflow)
+                 flush_interval=60, batch_size=10_000, overflow=overflow)
         peak = [0, 0]
 
         def work(t: int) -> None:
