@@ -41,7 +41,7 @@ from itertools import islice
 from typing import Any
 
 from .config import ShipperOptions
-from .events import SIZE, item_size
+from .events import RECORD, SIZE, item_size
 from .guard import in_sender_thread
 from .stats import Stats
 
@@ -466,9 +466,8 @@ def _encoded_floor(event: Any) -> int:
     braces, quotes, colons and commas. (The flusher only ever adds to an event.)"""
     n = 1
     for key, value in event.items():
-        if type(key) is not str:
-            continue  # the queue item's own bookkeeping (events.py "Queue items"), or a key
-            # the encoder converts: leaving it out keeps this a lower bound
-        n += len(key) + 4
+        if key is SIZE or key is RECORD:
+            continue  # the queue's own keys (events.py "Queue items"), never encoded
+        n += (len(key) if type(key) is str else 0) + 4
         n += len(value) + 2 if type(value) is str else 1
     return n

@@ -7,10 +7,13 @@ A process can end in four ways that matter here, and each closes every live ship
 - ``os._exit`` at the end of a multiprocessing child (fork and forkserver ``Process`` and
   ``Pool`` workers skip atexit): a ``multiprocessing.util.Finalize``, which multiprocessing runs
   in the child just before ``os._exit``;
-- SIGTERM with the default disposition (``docker stop``, Kubernetes, ``Pool.terminate()``): a
-  handler that closes the shippers, restores the default and re-raises the signal, so the exit
-  status a supervisor sees is unchanged. Installed only when it replaces nothing;
-- SIGKILL, OOM, power loss: nothing can run (README "Delivery guarantee").
+- SIGTERM with the default disposition (``docker stop``, Kubernetes, systemd): a handler that
+  closes the shippers on a helper thread, restores the default and re-raises the signal, so the
+  exit status a supervisor sees is unchanged. Installed only when it replaces nothing, and never
+  in a multiprocessing child (SIGTERM is how ``Pool.terminate()`` ends workers; see
+  ``_mp_after_fork``);
+- SIGKILL, OOM, power loss, ``Pool.terminate()``: nothing can run (README "Delivery
+  guarantee").
 
 Everything here holds shippers through weak references, so registering never keeps one alive.
 """

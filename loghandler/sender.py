@@ -439,9 +439,11 @@ class Sender:
             return False
         if not self.outage:
             self.outage = True
-            self.reporter.report("spilling", f"the service is unreachable ({error}) and events "
-                                 "keep coming: they go to the spool until it is back, then are "
-                                 "delivered from there in order")
+            why = f"the service is unreachable ({error})" if error is not None else \
+                "sending is paused (the service asked to wait)"
+            self.reporter.report("spilling", f"{why} and events keep coming: they go to the "
+                                 "spool until it takes them again, then are delivered from "
+                                 "there in order")
         self.next_probe = _monotonic() + OUTAGE_PROBE
         return True
 
@@ -679,7 +681,10 @@ class Sender:
             headers = {"Content-Encoding": "gzip"}
         attempt = limited = 0
         while True:
-            if not self._wait_until(ledger.paused_until):
+            waited = self._wait_until(ledger.paused_until, spill=spill)
+            if waited is None and self._spilling(chunk, None):
+                return Outcome.RETRIES_EXHAUSTED, None  # a long pause while the queue fills
+            if not waited:
                 return Outcome.SHUTDOWN, None
             timeout = None
             if ledger.close_deadline is not None:
