@@ -244,7 +244,7 @@ class Delivery:
                     self._update_fast_path_locked()
                     if self._overflow == "block":
                         self._space.notify_all()
-            events = item_events(items)
+            events = item_events(items, self.options.fields)
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= limit:
@@ -388,7 +388,8 @@ class Delivery:
                     self._inflight_first = first
                 self._inflight += len(items)
         if items:
-            self._fail(_Chunk(item_events(items)), "shutdown", None)
+            events = item_events(items, self.options.fields)
+            self._fail(_Chunk(events), "shutdown", None)
 
     # ------------------------------------------------------------------ one request, retried
 

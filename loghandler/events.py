@@ -8,7 +8,10 @@ Queue items. The shipper's queue holds tuples ``(event, size, ...)``: an event d
 size (for ``max_queue_bytes``). A third element, ``RECORD``, marks an event from the handler's
 fast path, whose ``_time`` is still ``record.created`` and whose ``level`` is still
 ``record.levelname``: ``item_events`` formats both on the flusher thread, so that the caller's
-thread does not.
+thread does not (False there: an event already formatted). A fourth element, when present, is
+the caller's context snapshot ``(fields, trace_id, span_id)`` (``_context.snapshot``, taken on
+the caller's thread only when a ``loghandler.context`` was ever entered or OpenTelemetry is
+imported): ``item_events`` adds those the event lacks, then the shipper's ``fields=``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import logging
 import math
 import time
 import traceback
+from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
 
+from ._context import merge as _merge_context
 from .encoding import to_jsonable
 
 _PLAIN = frozenset({str, int, bool, type(None)})
@@ -66,17 +71,25 @@ def rfc3339(created: float) -> str:
     return cached[1] + _MILLIS[micros // 1000] + _MICROS_Z[micros % 1000]
 
 
-def item_events(items: Any) -> list[dict[str, Any]]:
-    """The events of queue items (see "Queue items"), on the flusher thread."""
+def item_events(items: Any, fields: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The events of queue items (see "Queue items"), on the flusher thread.
+
+    ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
+    item's context: the event's own fields win, then the context, then ``fields``.
+    """
     out: list[dict[str, Any]] = []
     append = out.append
     levels = LEVELS
     millis, micros_z, floor = _MILLIS, _MICROS_Z, _floor
     seen: int | None = None
     prefix = ""
+    static = tuple(fields.items()) if fields else ()
     for item in items:
         event = item[0]
-        if len(item) == 3:
+        n = len(item)
+        if n == 4:
+            _merge_context(event, item[3])
+        if n > 2 and item[2]:
             try:
                 created = event["_time"]
                 sec = floor(created)
@@ -91,6 +104,10 @@ def item_events(items: Any) -> list[dict[str, Any]]:
                 event["_time"] = ts
             except Exception:
                 _fix_record_event(event)
+        if static:
+            for key, value in static:
+                if key not in event:
+                    event[key] = value
         append(event)
     return out
 

@@ -7,6 +7,9 @@ import logging
 import sys
 from typing import Any
 
+from ._context import OTEL_TRACE as _OTEL_TRACE
+from ._context import USED as _CONTEXT_USED
+from ._context import snapshot as _snapshot
 from .client import Client
 from .encoding import to_jsonable
 from .events import (
@@ -29,6 +32,7 @@ from .stats import Stats
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
 _LogRecord = logging.LogRecord
+_modules = sys.modules
 _INIT_KEYS = INIT_KEYS
 _INIT_SET = frozenset(_INIT_KEYS)
 _N_INIT = len(_INIT_KEYS)
@@ -250,10 +254,18 @@ class IngestHandler(logging.Handler):
                         event[key] = value
                 shipper = self.shipper
                 q = shipper._queue
-                if len(q) < shipper._fast_len and size <= _FAST_ITEM:
-                    q.append((event, size, RECORD))
+                if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
+                    # The caller's context and span, taken here by reference (two loads
+                    # decide it for an application that uses neither); merged on the flusher.
+                    snap = _snapshot(shipper.options.trace_context)
+                    item: tuple[Any, ...] = ((event, size, RECORD, snap) if snap
+                                             else (event, size, RECORD))
                 else:
-                    shipper._put_locked((event, size, RECORD), size)
+                    item = (event, size, RECORD)
+                if len(q) < shipper._fast_len and size <= _FAST_ITEM:
+                    q.append(item)
+                else:
+                    shipper._put_locked(item, size)
             else:
                 self._put_event(record)
         except Exception:
@@ -262,7 +274,11 @@ class IngestHandler(logging.Handler):
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
-            self.shipper._put((event, size), size)
+            shipper = self.shipper
+            snap = None
+            if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
+                snap = _snapshot(shipper.options.trace_context)
+            shipper._put((event, size, False, snap) if snap else (event, size), size)
         except Exception:
             self.handleError(record)
 

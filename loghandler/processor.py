@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from ._context import OTEL_TRACE as _OTEL_TRACE
+from ._context import USED as _CONTEXT_USED
+from ._context import snapshot as _snapshot
 from .client import Client
 from .events import add_exception, add_fields, rfc3339
 from .guard import _SENDERS, _get_ident
@@ -23,6 +27,7 @@ __all__ = ["IngestProcessor", "event_dict_to_event"]
 # The event dict and its queue item, before fields (see add_fields; measured with tracemalloc).
 _BASE_SIZE = 240
 _UTC = _dt.timezone.utc
+_modules = sys.modules
 # structlog method names that are not level names (structlog's own add_log_level maps the first
 # two the same way; "msg" is the info-level method of PrintLogger and friends).
 _METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
@@ -140,6 +145,11 @@ class IngestProcessor:
                 self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
+                if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
+                    snap = _snapshot(self.shipper.options.trace_context)
+                    if snap:
+                        self._put((event, size, False, snap), size)
+                        return event_dict
                 self._put((event, size), size)
             else:
                 self.shipper._count_dropped("invalid")

@@ -445,7 +445,7 @@ class Shipper(Delivery):
             group, reason = "dropped", "shutdown"
         if n and self._spool is not None:
             parts = [p for c in chunks for p in c.as_parts()] + carry
-            parts.extend(encoding.encode(e) for e in item_events(queued))
+            parts.extend(encoding.encode(e) for e in item_events(queued, self.options.fields))
             try:
                 self._bump("spool_dropped", self._spool.write(parts))
                 group, reason = "spooled", ""

@@ -25,6 +25,7 @@ DOCUMENTED = {
     "TransportError",
     "View",
     "__version__",
+    "context",
     "flushing",
 }
 
