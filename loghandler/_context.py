@@ -3,7 +3,8 @@
 The context lives in one ``ContextVar`` holding the merged fields of every ``context()`` entered
 (each thread and asyncio task sees its own); a nested context stores a new merged dict, so a
 stored dict is never changed and the caller's thread takes it by reference: its snapshot costs
-nothing. The fields are merged into the event on the flusher thread (events.py "Queue items").
+nothing. The fields are merged into the event on the flusher thread (events.py "Queue items",
+``merge_context``).
 
 Nothing here runs on the application's thread until a context is used or the application imports
 ``opentelemetry.trace``: the front ends test ``USED[0]`` and ``OTEL_TRACE in sys.modules`` first,
@@ -21,6 +22,7 @@ from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
 from .encoding import to_jsonable
+from .events import PLAIN
 
 __all__ = ["context"]
 
@@ -36,7 +38,7 @@ _TOKENS: ContextVar[tuple[Token[dict[str, Any]], ...]] = ContextVar("loghandler_
 USED = [False]
 OTEL_TRACE = "opentelemetry.trace"
 _modules = sys.modules
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+_PLAIN = PLAIN
 
 
 class context:
@@ -116,17 +118,3 @@ def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:
     if trace_id or fields:
         return fields, trace_id, span_id
     return None
-
-
-def merge(event: dict[str, Any], snap: tuple[dict[str, Any], int, int]) -> None:
-    """On the flusher thread: add a snapshot's fields and trace ids the event lacks."""
-    fields, trace_id, span_id = snap
-    if trace_id:
-        # The span's ids are the live ones: they win over a context field of the same name.
-        if "trace_id" not in event:
-            event["trace_id"] = format(trace_id, "032x")
-        if "span_id" not in event:
-            event["span_id"] = format(span_id, "016x")
-    for key, value in fields.items():
-        if key not in event:
-            event[key] = value

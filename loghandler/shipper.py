@@ -38,7 +38,7 @@ from .client import Client, dataset_path, shared_client
 from .config import ShipperOptions, resolve_dataset, split_options
 from .delivery import Delivery, _Chunk
 from .errors import ConfigurationError, print_line
-from .events import item_events, item_size
+from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, item_events, item_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held
 from .spool import Spool
 from .stats import STAT_FIELDS, Stats
@@ -500,16 +500,11 @@ def _warn_if_uwsgi_without_threads() -> None:
         pass
 
 
-# Rough memory cost of a queued event: a dict and its values. Used for max_queue_bytes, which
-# bounds memory; the real encoded size is measured later, on the flusher thread.
-EVENT_OVERHEAD = 400
-FIELD_OVERHEAD = 80
-
-
 def _estimate(event: dict[str, Any]) -> int:
-    size = EVENT_OVERHEAD
+    # Rough memory cost of a queued event (events.py, "the memory model").
+    size = SUBMIT_EVENT_SIZE
     for value in event.values():
-        size += FIELD_OVERHEAD
+        size += SUBMIT_FIELD_SIZE
         if type(value) is str:
             size += len(value)
     return size
