@@ -113,6 +113,8 @@ def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:
                 span_context = otel.get_current_span().get_span_context()
                 if span_context.is_valid:
                     trace_id, span_id = span_context.trace_id, span_context.span_id
+                    if type(trace_id) is not int or type(span_id) is not int:
+                        trace_id = span_id = 0  # not what the flusher can format
             except Exception:
                 pass  # an odd OpenTelemetry (or a stub): no ids, never an error
     if trace_id or fields:

@@ -124,7 +124,10 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None) -> list[dic
         event = item[0]
         n = len(item)
         if n == 4:
-            merge_context(event, item[3])
+            try:
+                merge_context(event, item[3])
+            except Exception:
+                pass  # the event goes out without its context rather than not at all
         if n > 2 and item[2]:
             try:
                 created = event["_time"]

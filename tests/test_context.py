@@ -412,6 +412,37 @@ class TestTraceIds:
             assert event["request_id"] == "r-3"
 
 
+    def test_an_odd_opentelemetry_costs_no_event(self, make_logger: Any, receiver: Receiver,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """A stub opentelemetry.trace that raises, or gives ids that are no ints: every event
+        still ships, without ids, and nothing reaches the application."""
+        class Odd:
+            is_valid = True
+            trace_id = "not-a-number"
+            span_id = None
+
+            def get_span_context(self) -> Any:
+                return self
+
+        class Stub:
+            calls = 0
+
+            def get_current_span(self) -> Any:
+                self.calls += 1
+                if self.calls % 2:
+                    raise RuntimeError("no tracer here")
+                return Odd()
+
+        monkeypatch.setitem(sys.modules, "opentelemetry.trace", Stub())
+        log, handler = make_logger()
+        for n in range(4):
+            log.info("event %d", n)
+        log.info("slow path", stack_info=True)
+        events = shipped(handler, receiver)
+        assert len(events) == 5
+        assert not any("trace_id" in e or "span_id" in e for e in events)
+
+
 class TestCommandLine:
     def test_ingest_field_flag(self, receiver: Receiver, tmp_path: Path) -> None:
         """loghandler ingest --field KEY=VALUE (repeatable) adds fields the lines lack."""
