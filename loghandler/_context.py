@@ -7,8 +7,9 @@ nothing. The fields are merged into the event on the flusher thread (events.py "
 ``merge_context``).
 
 Nothing here runs on the application's thread until a context is used or the application imports
-``opentelemetry.trace``: the front ends test ``USED[0]`` and ``OTEL_TRACE in sys.modules`` first,
-two loads, before calling ``snapshot``. OpenTelemetry is never imported here: it is looked up in
+``opentelemetry.trace``: the front ends test a flag (``USED``, or the handler's own module global
+set through ``on_first_use``) and ``OTEL_TRACE in sys.modules`` first, before calling
+``snapshot``. OpenTelemetry is never imported here: it is looked up in
 ``sys.modules``, where the application put it.
 """
 
@@ -34,8 +35,10 @@ _get = _VAR.get
 _TOKENS: ContextVar[tuple[Token[dict[str, Any]], ...]] = ContextVar("loghandler_context_tokens",
                                                                    default=())
 # Set once, by the first context() entered, and never cleared: until then the front ends skip the
-# context entirely (one list read per event).
+# context entirely (one list read per event; the handler keeps a module global of its own,
+# set through on_first_use, which its inlined emit() reads cheaper still).
 USED = [False]
+_FIRST_USE: list[Callable[[], None]] = []
 OTEL_TRACE = "opentelemetry.trace"
 _modules = sys.modules
 _PLAIN = PLAIN
@@ -61,7 +64,10 @@ class context:
         self._fields = {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in fields.items()}
 
     def __enter__(self) -> context:
-        USED[0] = True
+        if not USED[0]:
+            USED[0] = True
+            for callback in _FIRST_USE:
+                callback()
         outer = _get()
         merged = {**outer, **self._fields} if outer else self._fields
         # The tokens are kept per context (thread, task), not on self: one instance may be
@@ -94,6 +100,13 @@ class context:
 
     def __repr__(self) -> str:
         return f"loghandler.context({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
+
+
+def on_first_use(callback: Callable[[], None]) -> None:
+    """Call ``callback`` when the first context is entered (now, if one was)."""
+    _FIRST_USE.append(callback)
+    if USED[0]:
+        callback()
 
 
 def current() -> dict[str, Any]:

@@ -7,8 +7,7 @@ import logging
 import sys
 from typing import Any
 
-from ._context import OTEL_TRACE as _OTEL_TRACE
-from ._context import USED as _CONTEXT_USED
+from ._context import on_first_use as _on_first_use
 from ._context import snapshot as _snapshot
 from .client import Client
 from .events import (
@@ -45,6 +44,17 @@ _ITEM_SIZE = FAST_EVENT_SIZE  # sizes: events.py, "the memory model"
 _EXTRA_SIZE = FAST_EXTRA_SIZE
 _message = record_message
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
+# True once a loghandler.context was entered anywhere: a module global, the cheapest test emit()
+# can make (_context sets it through _context_used).
+_context_on = False
+
+
+def _context_used() -> None:
+    global _context_on
+    _context_on = True
+
+
+_on_first_use(_context_used)
 
 
 class IngestHandler(logging.Handler):
@@ -143,31 +153,36 @@ class IngestHandler(logging.Handler):
                             self._put_event(record)
                             return
                         event[key] = value
+                if _context_on or "opentelemetry.trace" in _modules:
+                    # A context was entered once, or the application uses OpenTelemetry: the
+                    # caller's context and span go with the event (out of line: the plain path
+                    # pays these two checks only).
+                    self._put_in_context(event, size)
+                    return
                 shipper = self.shipper
                 q = shipper._queue
-                if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
-                    # The caller's context and span, taken here by reference (two loads
-                    # decide it for an application that uses neither); merged on the flusher.
-                    snap = _snapshot(shipper.options.trace_context)
-                    item: tuple[Any, ...] = ((event, size, RECORD, snap) if snap
-                                             else (event, size, RECORD))
-                else:
-                    item = (event, size, RECORD)
                 if len(q) < shipper._fast_len and size <= _FAST_ITEM:
-                    q.append(item)
+                    q.append((event, size, RECORD))
                 else:
-                    shipper._put_locked(item, size)
+                    shipper._put_locked((event, size, RECORD), size)
             else:
                 self._put_event(record)
         except Exception:
             self._put_event(record)
+
+    def _put_in_context(self, event: dict[str, Any], size: int) -> None:
+        # The fast path's event, with the snapshot of the caller's context (events.py "Queue
+        # items"), taken here on the caller's thread; the flusher merges it.
+        shipper = self.shipper
+        snap = _snapshot(shipper.options.trace_context)
+        shipper._put((event, size, RECORD, snap) if snap else (event, size, RECORD), size)
 
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
             shipper = self.shipper
             snap = None
-            if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
+            if _context_on or "opentelemetry.trace" in _modules:
                 snap = _snapshot(shipper.options.trace_context)
             shipper._put((event, size, False, snap) if snap else (event, size), size)
         except Exception:
