@@ -52,7 +52,8 @@ class context:
     key) and live in ``contextvars``: each thread and each asyncio task sees its own. As a
     decorator (sync or ``async def``) every call runs inside a fresh context. Applies to
     ``IngestHandler`` and ``IngestProcessor`` events; an event's own fields (extras, structlog
-    keys) win over the context, which wins over the shipper's ``fields=``.
+    keys) win, then the current span's ``trace_id`` / ``span_id``, then the context, then the
+    shipper's ``fields=``.
 
     Values of the plain JSON types are kept as they are; any other value is copied JSON-safe
     once, here, not per event.
