@@ -13,8 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._context import OTEL_TRACE as _OTEL_TRACE
-from ._context import USED as _CONTEXT_USED
+from ._context import on_first_use as _on_first_use
 from ._context import snapshot as _snapshot
 from .client import Client
 from .events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
@@ -26,6 +25,16 @@ __all__ = ["IngestProcessor", "event_dict_to_event"]
 
 _UTC = _dt.timezone.utc
 _modules = sys.modules
+# True once a loghandler.context was entered anywhere (see handler.py's twin).
+_context_on = False
+
+
+def _context_used() -> None:
+    global _context_on
+    _context_on = True
+
+
+_on_first_use(_context_used)
 # Keys that steer a processing step and carry no data of their own: ``exc_info`` becomes the
 # ``exception`` object; the other two are the bookkeeping ProcessorFormatter adds to its copy.
 _NOT_FIELDS = frozenset({"exc_info", "_record", "_from_structlog"})
@@ -140,7 +149,7 @@ class IngestProcessor:
                 self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
-                if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
+                if _context_on or "opentelemetry.trace" in _modules:
                     snap = _snapshot(self.shipper.options.trace_context)
                     if snap:
                         self._put((event, size, False, snap), size)
