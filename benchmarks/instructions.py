@@ -7,11 +7,17 @@ Each row runs the same ``logger.info("user %s logged in", i, extra={...})`` loop
 fresh process, with 1,000 and with 6,000 calls; the difference divided by 5,000 is the cost of
 one call, start-up excluded. The loghandler rows measure the application thread alone (the
 flusher is parked: the largest batch size and a huge interval), and then the whole process with
-a live receiver (``ingest-live``: app thread plus flusher thread, gzip off).
+a live receiver (``ingest-live``: app thread plus flusher thread, gzip off). The ``:fields``,
+``:context`` and ``:span`` variants add ``fields=`` of four keys, an active
+``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column divides each
+by the plain row of the same run. ``python -m benchmarks.instructions null ingest`` runs only the
+rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes):
+to compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -21,6 +27,25 @@ import tempfile
 
 CHILD = r"""
 import logging, os, sys
+def setup(loghandler, opts):
+    # The variants' set-up lives in this function, and the module code below is the same as for
+    # the plain rows: the frame's line number, which findCaller asks for on every call, is
+    # found by scanning the module's line table from its start, so each line of module code
+    # above the loop makes every call dearer (+4,000 instructions with this set-up inline).
+    variant = sys.argv[4] if len(sys.argv) > 4 else ""
+    if variant == "fields":
+        opts["fields"] = {"service": "checkout", "env": "prod", "version": "1.4.2",
+                          "host": "web-7"}
+    elif variant == "context":
+        loghandler.context(user_id=7, tenant="acme").__enter__()
+    elif variant == "span":
+        from opentelemetry import trace
+        span = trace.NonRecordingSpan(trace.SpanContext(
+            trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7,
+            is_remote=False, trace_flags=trace.TraceFlags(1)))
+        active = trace.use_span(span)
+        active.__enter__()
+        return active  # kept: a generator dropped unfinished would leave the span
 mode, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 log = logging.getLogger("bench")
 log.propagate = False
@@ -37,6 +62,7 @@ else:
                     max_queue_bytes=10**12, max_batch_bytes=10**12)
     else:
         opts = dict(compression=None)
+    keep = setup(loghandler, opts)
     handler = loghandler.IngestHandler("bench", token="t", url=url, **opts)
     log.addHandler(handler)
 for i in range(n):
@@ -51,13 +77,20 @@ ROWS = [
     ("queue", "stdlib QueueHandler, enqueue only (no listener)"),
     ("ingest", "loghandler IngestHandler, application thread only"),
     ("ingest-live", "loghandler IngestHandler, whole process, live receiver"),
+    # Issue 16's variants (each beside the plain row above; ":span" needs opentelemetry-api).
+    ("ingest:fields", "IngestHandler fields= of four keys, application thread only"),
+    ("ingest:context", "IngestHandler in a loghandler.context of two keys, app thread only"),
+    ("ingest:span", "IngestHandler in an OpenTelemetry span, application thread only"),
+    ("ingest-live:fields", "IngestHandler fields= of four keys, whole process"),
+    ("ingest-live:context", "IngestHandler in a loghandler.context of two keys, whole process"),
+    ("ingest-live:span", "IngestHandler in an OpenTelemetry span, whole process"),
 ]
 
 
 def _count(script: str, mode: str, n: int, url: str) -> int:
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         script, mode, str(n), url],
+         script, *mode.split(":")[:1], str(n), url, *mode.split(":")[1:]],
         capture_output=True, text=True, timeout=900,
     )
     match = re.search(r"Collected : (\d+)", proc.stderr)
@@ -66,7 +99,9 @@ def _count(script: str, mode: str, n: int, url: str) -> int:
     return int(match.group(1))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.instructions [MODE ...]``: every row, or only the rows named."""
+    only = set(sys.argv[1:] if argv is None else argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install valgrind")
         return 1
@@ -78,15 +113,24 @@ def main() -> int:
             f.write(CHILD)
         url = f"{base}/t/instructions"
         results = {}
-        for mode, label in ROWS:
+        rows = [(m, label) for m, label in ROWS if m in only] if only else ROWS
+        for mode, label in rows:
+            if mode.endswith(":span") and importlib.util.find_spec("opentelemetry") is None:
+                print(f"  skipped {label}: opentelemetry-api is not installed", file=sys.stderr)
+                continue
             per_call = (_count(script, mode, 6000, url) - _count(script, mode, 1000, url)) / 5000
             results[mode] = per_call
             print(f"  measured {label}", file=sys.stderr)
-    floor = results["null"]
-    print("| row | instructions per call | x NullHandler |")
-    print("|---|---|---|")
-    for mode, label in ROWS:
-        print(f"| {label} | {results[mode]:,.0f} | {results[mode] / floor:.2f}x |")
+    floor = results.get("null")
+    print("| row | instructions per call | x NullHandler | x plain IngestHandler |")
+    print("|---|---|---|---|")
+    for mode, label in rows:
+        if mode not in results:
+            continue
+        plain = results.get(mode.partition(":")[0]) if ":" in mode else None
+        print(f"| {label} | {results[mode]:,.0f} | "
+              f"{f'{results[mode] / floor:.2f}x' if floor else '–'} | "
+              f"{f'{results[mode] / plain:.3f}x' if plain else '–'} |")
     return 0
 
 

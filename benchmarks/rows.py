@@ -14,15 +14,20 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "structlog", "processor", "otel",
-        "logtail")
+ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "ingest-fields", "ingest-context",
+        "ingest-span", "structlog", "processor", "otel", "logtail")
 SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "logtail")
+# Variants of the ingest row (issue 16): measured in scenarios 1 and 2 only, beside it.
+VARIANTS = ("ingest-fields", "ingest-context", "ingest-span")
 LABELS = {
     "null": "logging.NullHandler (floor)",
     "queue": "stdlib QueueHandler + QueueListener (floor)",
     "copy": "copy + JSON on a thread, nothing else (floor of any shipper)",
     "ingest": "loghandler IngestHandler (gzip)",
     "ingest-nogzip": "loghandler IngestHandler (compression=None)",
+    "ingest-fields": "loghandler IngestHandler, fields= of four keys",
+    "ingest-context": "loghandler IngestHandler in a loghandler.context of two keys",
+    "ingest-span": "loghandler IngestHandler in an OpenTelemetry span",
     "structlog": "structlog pipeline alone (floor)",
     "processor": "loghandler IngestProcessor (structlog)",
     "otel": "OpenTelemetry LoggingHandler + BatchLogRecordProcessor + OTLP/HTTP",
@@ -30,6 +35,9 @@ LABELS = {
 }
 # Precomputed so that building the arguments costs every row the same, and almost nothing.
 REQUEST_IDS = [f"req-{i:08x}-{(i * 2654435761) % 2**32:08x}" for i in range(1024)]
+
+
+_KEEP: list[Any] = []
 
 
 class Unavailable(Exception):
@@ -169,6 +177,39 @@ def _ingest_nogzip(base: str, opts: dict[str, Any]) -> Row:
     return row
 
 
+def _ingest_fields(base: str, opts: dict[str, Any]) -> Row:
+    row = _ingest(base, opts, fields={"service": "checkout", "env": "prod", "version": "1.4.2",
+                                      "host": "web-7"})
+    row.name = "ingest-fields"
+    return row
+
+
+def _ingest_context(base: str, opts: dict[str, Any]) -> Row:
+    import loghandler
+
+    row = _ingest(base, opts)
+    row.name = "ingest-context"
+    # Entered for good on the thread that makes the calls (scenarios 1 and 2: one thread).
+    loghandler.context(user_id=7, tenant="acme").__enter__()
+    return row
+
+
+def _ingest_span(base: str, opts: dict[str, Any]) -> Row:
+    try:
+        from opentelemetry import trace
+    except ImportError as exc:
+        raise Unavailable(f"opentelemetry-api not installed ({exc})") from None
+    row = _ingest(base, opts)
+    row.name = "ingest-span"
+    span = trace.NonRecordingSpan(trace.SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7,
+        is_remote=False, trace_flags=trace.TraceFlags(1)))
+    active = trace.use_span(span)
+    active.__enter__()
+    _KEEP.append(active)  # a generator dropped unfinished would leave the span at once
+    return row
+
+
 def _structlog(base: str, opts: dict[str, Any], processor: Any = None) -> Row:
     try:
         import structlog
@@ -235,7 +276,8 @@ def _logtail(base: str, opts: dict[str, Any]) -> Row:
 
 BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
     "null": _null, "queue": _queue, "copy": _copy, "ingest": _ingest,
-    "ingest-nogzip": _ingest_nogzip,
+    "ingest-nogzip": _ingest_nogzip, "ingest-fields": _ingest_fields,
+    "ingest-context": _ingest_context, "ingest-span": _ingest_span,
     "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
 }
 

@@ -1,6 +1,8 @@
 """A service's logging configuration with loghandler, through dictConfig.
 
-Console output for humans, every record at INFO and above shipped to a dataset. Run it as is to
+Console output for humans; every record at INFO and above shipped to a dataset, but for health
+checks (a filter on the ingest handler), with the service and environment on every event
+(``fields``). Run it as is to
 try it against the package's local service, or set LOGHANDLER_URL / LOGHANDLER_TOKEN /
 LOGHANDLER_DATASET to ship to the real service.
 """
@@ -18,10 +20,18 @@ def report_error(exc: BaseException) -> None:
     print(f"[log shipping] {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
+class NoHealthChecks(logging.Filter):
+    """Keeps load-balancer health checks out of the dataset (the console still shows them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.args and record.args[0] == "/health")
+
+
 def configure(dataset: str, **ingest_options: object) -> None:
     logging.config.dictConfig({
         "version": 1,
         "disable_existing_loggers": False,
+        "filters": {"no_health_checks": {"()": NoHealthChecks}},
         "formatters": {
             "console": {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"},
         },
@@ -32,6 +42,9 @@ def configure(dataset: str, **ingest_options: object) -> None:
                 "class": "loghandler.IngestHandler",
                 "level": "INFO",
                 "dataset": dataset,
+                "filters": ["no_health_checks"],
+                # On every event; an event's own extra of the same name wins.
+                "fields": {"service": "shop-api", "env": os.environ.get("APP_ENV", "dev")},
                 # Token and address come from LOGHANDLER_TOKEN / LOGHANDLER_URL unless given.
                 "flush_interval": 1.0,
                 "shutdown_timeout": 3.0,
@@ -69,7 +82,11 @@ def main() -> int:
         serve_some_requests()
         handler = next(h for h in logging.getLogger().handlers if hasattr(h, "stats"))
         delivered = handler.flush(timeout=5)
-        print(f"\ndelivered: {delivered}; the service stored {len(svc.events('shop'))} events; "
+        events = svc.events("shop")
+        no_health = all(e.get("message") != "GET /health" for e in events)
+        print(f"\ndelivered: {delivered}; the service stored {len(events)} events "
+              f"(health checks filtered out: {no_health}; "
+              f"service={events[0]['service'] if events else None}); "
               f"stats: {handler.stats().delivered} delivered, {handler.stats().dropped} dropped")
         logging.getLogger().removeHandler(handler)
         handler.close()

@@ -4,6 +4,7 @@ Importing this package is cheap: it starts no thread, opens no connection and im
 structlog nor the command line.
 """
 
+from ._context import context
 from ._version import __version__
 from .client import Client
 from .errors import (
@@ -38,5 +39,6 @@ __all__ = [
     "TransportError",
     "View",
     "__version__",
+    "context",
     "flushing",
 ]

@@ -120,6 +120,9 @@ def build_parser() -> _Parser:
                         help="retries of a failed request (default 5); a refused connection "
                              "at the start is retried twice within 1.5 s, then ingest stops")
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ingest.add_argument("--field", action="append", type=_field_arg, default=[],
+                        metavar="KEY=VALUE", help="add this field (a string) to every event "
+                        "that lacks it; repeatable")
 
     views = sub.add_parser("views", help="list, show, create, update or delete views")
     vsub = views.add_subparsers(dest="views_command", metavar="ACTION", parser_class=_Parser)
@@ -790,6 +793,13 @@ def _explain(exc: BaseException, dataset: str, url: str) -> str:
     return str(exc)
 
 
+def _field_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key.strip(), value
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .errors import ApiError, PartialIngestError
     from .output import captured_lines
@@ -832,7 +842,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             client, dataset, batch_size=args.batch_size, flush_interval=0.2,
             max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
             block_timeout=600.0, shutdown_timeout=30.0, max_retries=args.max_retries,
-            on_error=on_error,
+            on_error=on_error, fields=dict(args.field) or None,
         )
         shippers.append(shipper)
         bar = _progress_bar(args, dataset)

@@ -220,8 +220,16 @@ class ShipperOptions:
     auth_retry_delay: float = 60.0
     on_error: Callable[[BaseException], Any] | None = None
     handle_sigterm: bool = True
+    fields: Mapping[str, Any] | None = None
+    trace_context: bool = True
 
     def __post_init__(self) -> None:
+        if self.fields is not None:
+            # A copy, checked once: the flusher adds it to every event as it is.
+            object.__setattr__(self, "fields", _check_fields(self.fields) or None)
+        if not isinstance(self.trace_context, bool):
+            raise ConfigurationError(
+                f"trace_context must be True or False, not {self.trace_context!r}")
         for name in ("batch_size", "max_batch_bytes", "max_queue_size", "max_queue_bytes",
                      "max_spool_bytes"):
             _check_number(name, getattr(self, name), integer=True, minimum=1)
@@ -254,6 +262,36 @@ class ShipperOptions:
             )
         if self.spool_dir is not None and not isinstance(self.spool_dir, (str, os.PathLike)):
             raise ConfigurationError("spool_dir must be a path or None")
+
+
+def _check_fields(fields: Any) -> dict[str, Any]:
+    if not isinstance(fields, Mapping):
+        raise ConfigurationError(
+            "fields must be a mapping of field names to plain JSON values, e.g. "
+            f"{{'service': 'checkout', 'env': 'prod'}}, not {type(fields).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"fields: every key must be a string, not {key!r}")
+        out[key] = _json_value(value, f"fields[{key!r}]")
+    return out
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """A copy of a JSON value (str, finite number, bool, None, lists and str-keyed dicts of
+    them); anything else is a ConfigurationError naming where it is."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+    elif isinstance(value, (list, tuple)):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    elif isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: _json_value(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise ConfigurationError(
+        f"{where} must be a plain JSON value (str, int, float, bool, None, or lists and dicts "
+        f"of them), not {value!r}")
 
 
 def _check_number(name: str, value: Any, *, integer: bool = False, minimum: float) -> None:

@@ -26,7 +26,7 @@ import json
 import math
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 __all__ = ["dumps", "encode", "free_name", "json_default", "key_to_str", "to_jsonable"]
@@ -133,7 +133,7 @@ def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> A
                 for k, v in list(value.items()):
                     name = _key(k)
                     if name in out:  # 1 and "1", None and "null": rename, never lose
-                        name = free_name(out, name)
+                        name = free_name(name, out)
                     out[name] = to_jsonable(v, _depth + 1, _seen)
                 return out
             if dataclasses.is_dataclass(value):
@@ -154,10 +154,11 @@ def _repr_short(value: Any) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
-def free_name(event: dict[str, Any], key: str) -> str:
-    """A name for ``key`` that ``event`` does not have yet: ``extra_<key>``, ``extra_extra_...``."""
+def free_name(key: str, *taken: Container[str]) -> str:
+    """The name a field gets when ``key`` is taken: ``extra_<key>``, or ``extra_extra_<key>``
+    and so on, the first that none of ``taken`` holds."""
     name = f"extra_{key}"
-    while name in event:
+    while any(name in t for t in taken):
         name = f"extra_{name}"
     return name
 
@@ -169,7 +170,7 @@ def _str_keyed(items: list[tuple[Any, Any]]) -> dict[str, Any]:
     for k, v in items:
         name = k if type(k) is str else _key(k)
         if name in out:
-            name = free_name(out, name)
+            name = free_name(name, out)
         out[name] = v
     return out
 

@@ -1,5 +1,11 @@
 """Building events, cheaply: what the application thread copies, and what the flusher builds.
 
+The one event and size model: the plain JSON types taken as they are (``PLAIN``), the level
+tables, the free-name rule for a field that clashes (``free_name``), the memory model's sizes,
+``record_to_event`` (a LogRecord's event; ``IngestHandler.emit`` inlines the same for a plain
+record, and a property test holds the two equal), and ``item_events`` (the final event, on the
+flusher thread).
+
 Values of the plain JSON types are taken as they are; anything else (a dict, a list, an object)
 is turned into a JSON-safe copy right away, because the application may change or free it after
 the call, and its ``repr`` may not be safe to run on another thread.
@@ -8,7 +14,10 @@ Queue items. The shipper's queue holds the event dicts themselves, each with pri
 field can be (unique objects, not strings): ``SIZE``, its rough size (for ``max_queue_bytes``),
 and, on an event from the handler's fast path, ``RECORD``: its ``_time`` is still
 ``record.created`` and its ``level`` still ``record.levelname``, and ``item_events`` formats both
-on the flusher thread, so that the caller's thread does not.
+on the flusher thread, so that the caller's thread does not. ``CONTEXT``, when present, is
+the caller's context snapshot ``(fields, trace_id, span_id)`` (``_context.snapshot``, taken on
+the caller's thread only when a ``loghandler.context`` was ever entered or OpenTelemetry is
+imported): ``item_events`` adds those the event lacks, then the shipper's ``fields=``.
 
 Why dicts and not tuples: a dict holding only strings, numbers and None (and these keys) holds no
 reference the cyclic GC must follow, so CPython leaves it untracked, and a full GC pass over a
@@ -19,10 +28,12 @@ outage stalled for 20-35 ms.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
 import traceback
+from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -33,7 +44,13 @@ _PLAIN = frozenset({str, int, bool, type(None)})
 # type, so a dict using them as keys can stay untracked (an instance of any class of ours is).
 SIZE: Any = object()  # see "Queue items"
 RECORD: Any = object()
+CONTEXT: Any = object()
 item_size = itemgetter(SIZE)
+
+# Immutable JSON values: taken into an event as they are (nothing to copy, nothing the
+# application can change afterwards). A float may be NaN or infinite: add_fields makes it None
+# at once; the handler leaves it to the encoder, which writes null as well.
+PLAIN = frozenset({str, int, float, bool, type(None)})
 
 # Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
 INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
@@ -47,7 +64,33 @@ RESERVED = frozenset({
     "_time", "level", "message", "logger", "module", "function", "line", "file", "process",
     "thread", "exception", "stack",
 })
+# Levels. A record's levelname is kept, lowercased ("WARN" stays "warn"); a structlog method name
+# becomes the level it logs at (structlog's add_log_level maps the first two the same way; "msg"
+# is the info-level method of PrintLogger and friends; "fatal" logs at critical).
 LEVELS = {name: name.lower() for name in logging._nameToLevel}
+METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
+
+# The memory model: rough bytes a queued event holds, for max_queue_bytes (about three times its
+# encoded JSON; measured with tracemalloc and RSS). The encoded size itself is measured on the
+# flusher thread, where it bounds the batches.
+RECORD_EVENT_SIZE = 900  # an event record_to_event built, with its queue item
+FAST_EVENT_SIZE = 600  # one the handler's fast path built: its dict of ten fields, the queue
+#                        item, the created float, the process int, the message's header
+FAST_EXTRA_SIZE = 100  # an extra on the fast path (the dict grows past ten keys; a float value
+#                        is a new object); a str also counts its length, here and below
+EXTRA_SIZE = 96  # a plain extra record_to_event takes as it is
+TAKEN_EXTRA_SIZE = 80  # a plain extra _add_extras takes (renamed, or beside a copied one)
+COPIED_EXTRA_SIZE = 144  # an extra copied JSON-safe (to_jsonable)
+STRUCTLOG_EVENT_SIZE = 240  # a structlog event dict's copy and its queue item, before fields
+FIELD_SIZE = 48  # a field add_fields copies: its dict entry and a number's object
+COPIED_FIELD_SIZE = 64  # more for a field add_fields copies JSON-safe
+SUBMIT_EVENT_SIZE = 400  # Shipper.submit's shallow copy of an event dict
+SUBMIT_FIELD_SIZE = 80  # each of its fields
+# The attributes LogRecord.__init__ sets come first in record.__dict__: makeRecord() adds the
+# extras after them.
+_N_INIT = len(INIT_KEYS)
+_INIT_SET = frozenset(INIT_KEYS)
+_islice = itertools.islice
 
 # (second, its "YYYY-MM-DDTHH:MM:SS" prefix) of the last timestamp formatted: most records in a
 # burst share it. One tuple, replaced whole, so a racing thread never pairs one second with
@@ -82,17 +125,28 @@ def rfc3339(created: float) -> str:
         return rfc3339(time.time())
 
 
-def item_events(items: Any) -> list[dict[str, Any]]:
-    """The events of queue items (see "Queue items"), on the flusher thread."""
+def item_events(items: Any, fields: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The events of queue items (see "Queue items"), on the flusher thread.
+
+    ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
+    item's context: the event's own fields win, then the context, then ``fields``.
+    """
     out: list[dict[str, Any]] = []
     append = out.append
     levels = LEVELS
     millis, micros_z, floor = _MILLIS, _MICROS_Z, _floor
     seen: int | None = None
     prefix = ""
+    static = tuple(fields.items()) if fields else ()
     pop = dict.pop
     for event in items:
         pop(event, SIZE, None)
+        snap = pop(event, CONTEXT, None)
+        if snap is not None:
+            try:
+                merge_context(event, snap)
+            except Exception:
+                pass  # the event goes out without its context rather than not at all
         if pop(event, RECORD, None) is not None:
             try:
                 created = event["_time"]
@@ -108,6 +162,10 @@ def item_events(items: Any) -> list[dict[str, Any]]:
                 event["_time"] = ts
             except Exception:
                 _fix_record_event(event)
+        if static:
+            for key, value in static:
+                if key not in event:
+                    event[key] = value
         append(event)
     return out
 
@@ -135,25 +193,39 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
     ``None`` and ``"null"``).
     """
     size = 0
-    plain = _PLAIN
+    plain = PLAIN
     for key, value in items:
         if type(key) is not str:
             key = key_to_str(key)
         if key in event:
-            key = free_name(event, key)
+            key = free_name(key, event)
         t = type(value)
-        if t in plain:
-            if t is str:
-                size += len(value)
+        if t is str:
+            size += len(value)
         elif t is float:
             if value != value or value in (float("inf"), float("-inf")):
                 value = None
-        else:
+        elif t not in plain:
             value = to_jsonable(value)
-            size += 64
+            size += COPIED_FIELD_SIZE
         event[key] = value
-        size += 48  # its dict entry and a number's object (measured: tracemalloc)
+        size += FIELD_SIZE
     return size
+
+
+def merge_context(event: dict[str, Any], snap: tuple[dict[str, Any], int, int]) -> None:
+    """On the flusher thread: add what an event lacks of a context snapshot (``_context``):
+    the span's ids (lowercase hex, W3C form), then the context's fields."""
+    fields, trace_id, span_id = snap
+    if trace_id:
+        # The span's ids are the live ones: they win over a context field of the same name.
+        if "trace_id" not in event:
+            event["trace_id"] = format(trace_id, "032x")
+        if "span_id" not in event:
+            event["span_id"] = format(span_id, "016x")
+    for key, value in fields.items():
+        if key not in event:
+            event[key] = value
 
 
 def exception_fields(exc_info: Any, text: str | None = None) -> dict[str, Any] | None:
@@ -198,3 +270,155 @@ def add_exception(event: dict[str, Any], exc: Any) -> int:
     if exc is not True and not isinstance(exc, (tuple, BaseException)):
         return add_fields(event, (("exc_info", exc),))
     return 0
+
+
+# ------------------------------------------------------------------ log records
+
+def record_message(record: logging.LogRecord) -> str:
+    """``record.getMessage()``; a record whose arguments do not fit still gives a message."""
+    try:
+        return record.getMessage()
+    except Exception as exc:
+        # Broken %-arguments must not cost the event: ship the template and the arguments.
+        try:
+            return f"{record.msg!s} % {record.args!r} (message formatting failed: " \
+                   f"{type(exc).__name__}: {exc})"
+        except Exception:
+            return f"<unformattable message: {type(exc).__name__}>"
+
+
+def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) -> int:
+    """Extras the fast path could not take as they are: a clash, a non-plain value, or a
+    formatter's attributes ("message", "asctime") among them. Returns their rough size."""
+    size = 0
+    displaced = False
+    for key, value in tail.items():
+        if key in STANDARD:
+            displaced = displaced or key in _INIT_SET
+            continue
+        if key in event:  # only the event's own keys can be there yet: rename, not lose
+            key = free_name(key, event)
+        t = type(value)
+        if t is str:
+            size += TAKEN_EXTRA_SIZE + len(value)
+        elif t not in PLAIN:
+            # Copied JSON-safe now: the caller may change or free it after the call.
+            value = to_jsonable(value)
+            size += COPIED_EXTRA_SIZE
+        else:
+            size += TAKEN_EXTRA_SIZE
+        event[key] = value
+    if displaced:
+        # A custom record factory set attributes before LogRecord.__init__ did: extras may
+        # sit anywhere. Rare; look at every key.
+        size += add_fields(event, [(k, v) for k, v in d.items()
+                                   if k not in STANDARD and k not in event], RESERVED)
+    return size
+
+
+def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    """The event for a LogRecord, and a rough size for the queue's byte bound.
+
+    The record itself is never modified, and nothing about it makes this raise: a record class
+    whose attributes raise gets an event built one attribute at a time (``_careful_event``).
+    """
+    try:
+        return _record_to_event(record)
+    except Exception:
+        return _careful_event(record)
+
+
+def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    # Each attribute on its own, so that one broken property costs only its own field.
+    def get(name: str) -> Any:
+        try:
+            return getattr(record, name)
+        except Exception as exc:
+            return f"<{name} unavailable: {type(exc).__name__}>"
+
+    try:
+        message = record_message(record)
+    except Exception as exc:
+        message = f"<message unavailable: {type(exc).__name__}>"
+    levelname = get("levelname")
+    try:
+        level = LEVELS.get(levelname) or str(levelname).lower()
+    except Exception:
+        level = to_jsonable(levelname)
+    event: dict[str, Any] = {"_time": rfc3339(get("created")), "level": level,
+                             "message": message}
+    size = RECORD_EVENT_SIZE + add_fields(event, [
+        (key, get(attr)) for key, attr in (
+            ("logger", "name"), ("module", "module"), ("function", "funcName"),
+            ("line", "lineno"), ("file", "pathname"), ("process", "process"),
+            ("thread", "threadName"))])
+    try:
+        d = dict(record.__dict__)
+    except Exception:
+        d = {}
+    size += add_fields(event, [(k, v) for k, v in d.items() if k not in STANDARD], RESERVED)
+    exc_info = d.get("exc_info")
+    if exc_info:
+        info = exception_fields(exc_info, d.get("exc_text"))
+        if info:
+            event.setdefault("exception", info)
+    stack = d.get("stack_info")
+    if stack:
+        event.setdefault("stack", to_jsonable(stack))
+    return event, size
+
+
+def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
+    d = record.__dict__
+    msg = record.msg
+    level = LEVELS.get(record.levelname) or str(record.levelname).lower()
+    if type(msg) is not str and isinstance(msg, dict):
+        # structlog routed through stdlib (ProcessorFormatter.wrap_for_formatter): the event
+        # dict's keys are the fields, as they are ("event" stays "event"; a "filename",
+        # "message" or "level" key is an ordinary field, so nothing collides); the record adds
+        # the context the dict lacks. Copied first: the application may reuse the dict.
+        event: dict[str, Any] = {}
+        fields = dict(msg)
+        exc = fields.pop("exc_info", None)
+        for key in ("_record", "_from_structlog"):  # ProcessorFormatter's bookkeeping
+            fields.pop(key, None)
+        size = RECORD_EVENT_SIZE + add_fields(event, fields.items())
+        event.setdefault("_time", rfc3339(record.created))
+        event.setdefault("level", level)
+        event.setdefault("logger", record.name)
+        for key, value in (("module", record.module), ("function", record.funcName),
+                           ("line", record.lineno), ("file", record.pathname),
+                           ("process", record.process), ("thread", record.threadName)):
+            event.setdefault(key, value)
+        if exc:
+            size += add_exception(event, exc)
+    else:
+        message = record_message(record)
+        # The slow path (the handler's fast path builds its events in emit()): attribute access,
+        # so that a record class keeping these in properties works too.
+        event = {"_time": rfc3339(record.created), "level": level, "message": message,
+                 "logger": record.name, "module": record.module,
+                 "function": record.funcName, "line": record.lineno,
+                 "file": record.pathname, "process": record.process,
+                 "thread": record.threadName}
+        size = RECORD_EVENT_SIZE + len(message)
+    if len(d) > _N_INIT:
+        # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
+        # Inlined: plain JSON values are taken as they are (the usual case); _add_extras does
+        # the rest. (A loop measured cheaper here than a chain of C-level set operations.)
+        for key in _islice(d, _N_INIT, None):
+            value = d[key]
+            if type(value) in PLAIN and key not in STANDARD and key not in event:
+                event[key] = value
+                size += EXTRA_SIZE
+            else:
+                size += _add_extras(event, d, {key: value})
+    if record.exc_info and "exception" not in event:
+        info = exception_fields(record.exc_info, record.exc_text)
+        if info:
+            event["exception"] = info
+            size += len(info["stacktrace"])
+    if record.stack_info:
+        event["stack"] = record.stack_info
+        size += len(record.stack_info)
+    return event, size

@@ -7,20 +7,21 @@ import logging
 import sys
 from typing import Any
 
+from ._context import on_first_use as _on_first_use
+from ._context import snapshot as _snapshot
 from .client import Client
-from .encoding import to_jsonable
 from .events import (
+    CONTEXT,
+    FAST_EVENT_SIZE,
+    FAST_EXTRA_SIZE,
     INIT_KEYS,
-    LEVELS,
+    PLAIN,
     RECORD,
     RESERVED,
     SIZE,
     STANDARD,
-    add_exception,
-    add_fields,
-    exception_fields,
-    free_name,
-    rfc3339,
+    record_message,
+    record_to_event,
 )
 from .guard import _SENDERS, _get_ident, own_record
 from .ledger import FAST_ITEM_BYTES as _FAST_ITEM
@@ -31,178 +32,35 @@ from .stats import Stats
 
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
+# Module globals for emit()'s inlined fast path (one dict lookup each); the event model itself,
+# record_to_event included, is events.py's.
 _LogRecord = logging.LogRecord
-_INIT_KEYS = INIT_KEYS
-_INIT_SET = frozenset(_INIT_KEYS)
-_N_INIT = len(_INIT_KEYS)
+_modules = sys.modules
+_INIT_SET = frozenset(INIT_KEYS)
+_N_INIT = len(INIT_KEYS)
 _islice = itertools.islice
-# Immutable JSON values an extra can be passed through as (floats: NaN is handled by the encoder).
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-_STANDARD = STANDARD
+_PLAIN = PLAIN
 # Extras the fast path leaves to record_to_event: event keys (renamed there), a record's own
 # attributes out of place; and the attributes formatters set, which are no extras at all.
 _SPECIAL = STANDARD | RESERVED
 _FORMATTER = STANDARD - _INIT_SET
-_LEVELS = LEVELS
 _RECORD = RECORD
 _SIZE = SIZE
+_ITEM_SIZE = FAST_EVENT_SIZE  # sizes: events.py, "the memory model"
+_EXTRA_SIZE = FAST_EXTRA_SIZE
+_message = record_message
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
-# Rough memory costs (see Shipper max_queue_bytes), measured with tracemalloc and RSS: an event
-# built by record_to_event; one from the fast path (its dict of ten fields, the queue item, the
-# created float, the process int, the message's header); one extra field (the dict grows past
-# ten keys, and the value: a float is new, a str is counted by its length too).
-_BASE_SIZE = 900
-_ITEM_SIZE = 600
-_EXTRA_SIZE = 100
+# True once a loghandler.context was entered anywhere: a module global, the cheapest test emit()
+# can make (_context sets it through _context_used).
+_context_on = False
 
 
-def _message(record: logging.LogRecord) -> str:
-    try:
-        return record.getMessage()
-    except Exception as exc:
-        # Broken %-arguments must not cost the event: ship the template and the arguments.
-        try:
-            return f"{record.msg!s} % {record.args!r} (message formatting failed: " \
-                   f"{type(exc).__name__}: {exc})"
-        except Exception:
-            return f"<unformattable message: {type(exc).__name__}>"
+def _context_used() -> None:
+    global _context_on
+    _context_on = True
 
 
-def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) -> int:
-    """Extras the fast path could not take as they are: a clash, a non-plain value, or a
-    formatter's attributes ("message", "asctime") among them. Returns their rough size."""
-    size = 0
-    displaced = False
-    for key, value in tail.items():
-        if key in _STANDARD:
-            displaced = displaced or key in _INIT_SET
-            continue
-        if key in event:  # only the event's own keys can be there yet: rename, not lose
-            key = free_name(event, key)
-        t = type(value)
-        if t is str:
-            size += 80 + len(value)
-        elif t not in _PLAIN:
-            # Copied JSON-safe now: the caller may change or free it after the call.
-            value = to_jsonable(value)
-            size += 144
-        else:
-            size += 80
-        event[key] = value
-    if displaced:
-        # A custom record factory set attributes before LogRecord.__init__ did: extras may
-        # sit anywhere. Rare; look at every key.
-        size += add_fields(event, [(k, v) for k, v in d.items()
-                                   if k not in _STANDARD and k not in event], RESERVED)
-    return size
-
-
-def record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
-    """The event for a LogRecord, and a rough size for the queue's byte bound.
-
-    The record itself is never modified, and nothing about it makes this raise: a record class
-    whose attributes raise gets an event built one attribute at a time (``_careful_event``).
-    """
-    try:
-        return _record_to_event(record)
-    except Exception:
-        return _careful_event(record)
-
-
-def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
-    # Each attribute on its own, so that one broken property costs only its own field.
-    def get(name: str) -> Any:
-        try:
-            return getattr(record, name)
-        except Exception as exc:
-            return f"<{name} unavailable: {type(exc).__name__}>"
-
-    try:
-        message = _message(record)
-    except Exception as exc:
-        message = f"<message unavailable: {type(exc).__name__}>"
-    levelname = get("levelname")
-    try:
-        level = _LEVELS.get(levelname) or str(levelname).lower()
-    except Exception:
-        level = to_jsonable(levelname)
-    event: dict[str, Any] = {"_time": rfc3339(get("created")), "level": level,
-                             "message": message}
-    size = _BASE_SIZE + add_fields(event, [
-        (key, get(attr)) for key, attr in (
-            ("logger", "name"), ("module", "module"), ("function", "funcName"),
-            ("line", "lineno"), ("file", "pathname"), ("process", "process"),
-            ("thread", "threadName"))])
-    try:
-        d = dict(record.__dict__)
-    except Exception:
-        d = {}
-    size += add_fields(event, [(k, v) for k, v in d.items() if k not in _STANDARD], RESERVED)
-    exc_info = d.get("exc_info")
-    if exc_info:
-        info = exception_fields(exc_info, d.get("exc_text"))
-        if info:
-            event.setdefault("exception", info)
-    stack = d.get("stack_info")
-    if stack:
-        event.setdefault("stack", to_jsonable(stack))
-    return event, size
-
-
-def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
-    d = record.__dict__
-    msg = record.msg
-    level = _LEVELS.get(record.levelname) or str(record.levelname).lower()
-    if type(msg) is not str and isinstance(msg, dict):
-        # structlog routed through stdlib (ProcessorFormatter.wrap_for_formatter): the event
-        # dict's keys are the fields, as they are ("event" stays "event"; a "filename",
-        # "message" or "level" key is an ordinary field, so nothing collides); the record adds
-        # the context the dict lacks. Copied first: the application may reuse the dict.
-        event: dict[str, Any] = {}
-        fields = dict(msg)
-        exc = fields.pop("exc_info", None)
-        for key in ("_record", "_from_structlog"):  # ProcessorFormatter's bookkeeping
-            fields.pop(key, None)
-        size = _BASE_SIZE + add_fields(event, fields.items())
-        event.setdefault("_time", rfc3339(record.created))
-        event.setdefault("level", level)
-        event.setdefault("logger", record.name)
-        for key, value in (("module", record.module), ("function", record.funcName),
-                           ("line", record.lineno), ("file", record.pathname),
-                           ("process", record.process), ("thread", record.threadName)):
-            event.setdefault(key, value)
-        if exc:
-            size += add_exception(event, exc)
-    else:
-        message = _message(record)
-        # The slow path (the handler's fast path builds its events in emit()): attribute access,
-        # so that a record class keeping these in properties works too.
-        event = {"_time": rfc3339(record.created), "level": level, "message": message,
-                 "logger": record.name, "module": record.module,
-                 "function": record.funcName, "line": record.lineno,
-                 "file": record.pathname, "process": record.process,
-                 "thread": record.threadName}
-        size = _BASE_SIZE + len(message)
-    if len(d) > _N_INIT:
-        # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
-        # Inlined: plain JSON values are taken as they are (the usual case); _add_extras does
-        # the rest. (A loop measured cheaper here than a chain of C-level set operations.)
-        for key in _islice(d, _N_INIT, None):
-            value = d[key]
-            if type(value) in _PLAIN and key not in _STANDARD and key not in event:
-                event[key] = value
-                size += 96
-            else:
-                size += _add_extras(event, d, {key: value})
-    if record.exc_info and "exception" not in event:
-        info = exception_fields(record.exc_info, record.exc_text)
-        if info:
-            event["exception"] = info
-            size += len(info["stacktrace"])
-    if record.stack_info:
-        event["stack"] = record.stack_info
-        size += len(record.stack_info)
-    return event, size
+_on_first_use(_context_used)
 
 
 class IngestHandler(logging.Handler):
@@ -265,6 +123,11 @@ class IngestHandler(logging.Handler):
         handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
             within ``shutdown_timeout``, then die of SIGTERM as before. Default True
             (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
+        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
+            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
+            thread. Default None.
+        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
+            span (when the application imported OpenTelemetry). Default True.
 
     Raises:
         ConfigurationError: a missing token, address or dataset, an unknown option (with a
@@ -368,6 +231,12 @@ class IngestHandler(logging.Handler):
                             self._put_event(record)
                             return
                         event[key] = value
+                if _context_on or "opentelemetry.trace" in _modules:
+                    # A context was entered once, or the application uses OpenTelemetry: the
+                    # caller's context and span go with the event (out of line: the plain path
+                    # pays these two checks only).
+                    self._put_in_context(event, size)
+                    return
                 # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
                 ledger = self._ledger
                 q = ledger.queue
@@ -381,9 +250,22 @@ class IngestHandler(logging.Handler):
         except Exception:
             self._put_event(record)
 
+    def _put_in_context(self, event: dict[Any, Any], size: int) -> None:
+        # The fast path's event, with the snapshot of the caller's context (events.py "Queue
+        # items"), taken here on the caller's thread; the flusher merges it.
+        snap = _snapshot(self.shipper.options.trace_context)
+        if snap:
+            event[CONTEXT] = snap
+        event[_SIZE] = size
+        self._ledger.offer(event, size)
+
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
             event, size = record_to_event(record)
+            if _context_on or "opentelemetry.trace" in _modules:
+                snap = _snapshot(self.shipper.options.trace_context)
+                if snap:
+                    event[CONTEXT] = snap
             event[_SIZE] = size
             self._ledger.offer(event, size)
         except Exception:

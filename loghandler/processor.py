@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from ._context import on_first_use as _on_first_use
+from ._context import snapshot as _snapshot
 from .client import Client
+from .events import CONTEXT as _CONTEXT
+from .events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
 from .events import SIZE as _SIZE
-from .events import add_exception, add_fields, rfc3339
 from .guard import _SENDERS, _get_ident, own_record
 from .ledger import Fate
 from .output import shown
@@ -23,12 +27,18 @@ from .stats import Stats
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
-# The event dict and its queue item, before fields (see add_fields; measured with tracemalloc).
-_BASE_SIZE = 240
 _UTC = _dt.timezone.utc
-# structlog method names that are not level names (structlog's own add_log_level maps the first
-# two the same way; "msg" is the info-level method of PrintLogger and friends).
-_METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
+_modules = sys.modules
+# True once a loghandler.context was entered anywhere (see handler.py's twin).
+_context_on = False
+
+
+def _context_used() -> None:
+    global _context_on
+    _context_on = True
+
+
+_on_first_use(_context_used)
 # Keys that steer a processing step and carry no data of their own: ``exc_info`` becomes the
 # ``exception`` object; the other two are the bookkeeping ProcessorFormatter adds to its copy.
 _NOT_FIELDS = frozenset({"exc_info", "_record", "_from_structlog"})
@@ -49,12 +59,12 @@ def event_dict_to_event(
         items: Any = event_dict.items()
     else:
         items = ((k, v) for k, v in event_dict.items() if k not in _NOT_FIELDS)
-    size = _BASE_SIZE + add_fields(event, items)
+    size = STRUCTLOG_EVENT_SIZE + add_fields(event, items)
     if "_time" not in event:
         event["_time"] = time_from(event_dict.get("timestamp"))
     if "level" not in event:
         name = method_name if type(method_name) is str else str(method_name)
-        event["level"] = _METHOD_LEVELS.get(name, name)
+        event["level"] = METHOD_LEVELS.get(name, name)
     if exc:
         size += add_exception(event, exc)
     return event, size
@@ -175,6 +185,11 @@ class IngestProcessor:
         handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
             within ``shutdown_timeout``, then die of SIGTERM as before. Default True
             (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
+        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
+            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
+            thread. Default None.
+        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
+            span (when the application imported OpenTelemetry). Default True.
 
     Raises:
         ConfigurationError: a missing token, address or dataset, an unknown option (with a
@@ -195,6 +210,10 @@ class IngestProcessor:
                 self.shipper.suppress()
             elif isinstance(event_dict, Mapping):
                 event, size = event_dict_to_event(method_name, event_dict)
+                if _context_on or "opentelemetry.trace" in _modules:
+                    snap = _snapshot(self.shipper.options.trace_context)
+                    if snap:
+                        event[_CONTEXT] = snap
                 event[_SIZE] = size
                 self._put(event, size)
             else:

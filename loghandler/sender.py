@@ -388,7 +388,7 @@ class Sender:
                 if taken is None:
                     return None
                 items = taken
-            events = item_events(items)
+            events = item_events(items, self.options.fields)
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= limit:
@@ -586,7 +586,7 @@ class Sender:
         """The close deadline passed: spool or drop everything still queued, at once."""
         items = self.ledger.drain()
         if items:
-            self._fail(Chunk(item_events(items)), Outcome.SHUTDOWN, None)
+            self._fail(Chunk(item_events(items, self.options.fields)), Outcome.SHUTDOWN, None)
 
     def abandon(self) -> None:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
@@ -642,7 +642,7 @@ class Sender:
                         for e in c.events or ():
                             append(encode(e))
                 parts.extend(carry)
-                for e in item_events(queued):
+                for e in item_events(queued, self.options.fields):
                     append(encode(e))
             except Exception:
                 pass  # encode never raises; item_events on an odd record: stop there

@@ -28,6 +28,7 @@ from .client import Client, dataset_path, shared_client
 from .config import resolve_dataset, shipper_options, split_options
 from .errors import ConfigurationError
 from .events import SIZE as _SIZE
+from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
 from .output import print_line, redact, shown
@@ -85,6 +86,11 @@ class Shipper:
         handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
             within ``shutdown_timeout``, then die of SIGTERM as before. Default True
             (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
+        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
+            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
+            thread. Default None.
+        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
+            span (when the application imported OpenTelemetry). Default True.
 
     Raises:
         ConfigurationError: a missing dataset, an unknown or invalid option, or a Client
@@ -378,16 +384,11 @@ def _warn_if_uwsgi_without_threads() -> None:
         pass
 
 
-# Rough memory cost of a queued event: a dict and its values. Used for max_queue_bytes, which
-# bounds memory; the real encoded size is measured later, on the flusher thread.
-EVENT_OVERHEAD = 400
-FIELD_OVERHEAD = 80
-
-
 def _estimate(event: dict[str, Any]) -> int:
-    size = EVENT_OVERHEAD
+    # Rough memory cost of a queued event (events.py, "the memory model").
+    size = SUBMIT_EVENT_SIZE
     for value in event.values():
-        size += FIELD_OVERHEAD
+        size += SUBMIT_FIELD_SIZE
         if type(value) is str:
             size += len(value)
     return size

@@ -16,6 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from .events import METHOD_LEVELS, free_name
+
 __all__ = ["LOG_KWARG_NAMES", "REFUSED_EXTRA_KEYS", "render_to_log_kwargs"]
 
 # Keyword arguments of Logger.debug() & co that structlog passes through as they are.
@@ -26,9 +28,6 @@ LOG_KWARG_NAMES = ("exc_info", "stack_info", "stacklevel")
 REFUSED_EXTRA_KEYS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message", "asctime",
 }
-
-# Method names whose record level differs from the name (structlog's map_method_name).
-_METHOD_LEVELS = {"warn": "warning", "exception": "error", "fatal": "critical"}
 
 
 def render_to_log_kwargs(logger: Any, method_name: str, event_dict: Mapping[str, Any]
@@ -55,20 +54,13 @@ def render_to_log_kwargs(logger: Any, method_name: str, event_dict: Mapping[str,
             kwargs[key] = value
             continue
         if type(value) is str and (
-            (key == "level" and value == _METHOD_LEVELS.get(method_name, method_name))
+            (key == "level" and value == METHOD_LEVELS.get(method_name, method_name))
             or (key == "logger" and value == getattr(logger, "name", None))
         ):
             continue
         if type(key) is not str:
             key = str(key)
         if key in REFUSED_EXTRA_KEYS:
-            key = _free_name(key, event_dict, extra)
+            key = free_name(key, extra, event_dict)
         extra[key] = value
     return kwargs
-
-
-def _free_name(key: str, event_dict: Mapping[str, Any], extra: dict[str, Any]) -> str:
-    name = f"extra_{key}"
-    while name in extra or name in event_dict:
-        name = f"extra_{name}"
-    return name

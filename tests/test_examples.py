@@ -19,10 +19,24 @@ def run(name: str) -> subprocess.CompletedProcess:
 
 
 def test_logging_config_example():
-    """examples/logging_config.py ships its five records to the local service."""
+    """examples/logging_config.py ships its records but the health check (its filter), each with
+    the service from fields=."""
     proc = run("logging_config.py")
     assert proc.returncode == 0, proc.stderr
-    assert "delivered: True; the service stored 5 events" in proc.stdout
+    assert "delivered: True; the service stored 4 events (health checks filtered out: True; " \
+           "service=shop-api)" in proc.stdout
+
+
+def test_web_context_example():
+    """examples/web_context.py: a Flask app over real HTTP; every event carries its request's
+    id (from loghandler.context in a middleware) and the handler's fields=."""
+    proc = run("web_context.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "delivered: True; 6 events from 3 requests, each with its request's id: True" \
+        in proc.stdout
+    proxied = [line for line in proc.stdout.splitlines() if "req-from-proxy" in line]
+    assert len(proxied) == 2 and all("/checkout" in line for line in proxied)
+    assert all("service=shop-web" in line for line in proc.stdout.splitlines()[:6])
 
 
 def test_app_events_example():

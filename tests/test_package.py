@@ -26,6 +26,7 @@ DOCUMENTED = {
     "TransportError",
     "View",
     "__version__",
+    "context",
     "flushing",
 }
 

@@ -1,0 +1,122 @@
+"""Memory the application thread leaves per logging call, by what it keeps in the queue.
+
+    python -m benchmarks.allocations
+
+Each variant runs in a fresh process: an IngestHandler whose flusher is parked, N calls, and the
+blocks (``sys.getallocatedblocks``) and bytes (``tracemalloc``) still allocated afterwards,
+divided by N: the queue item and what it holds, nothing else. Deterministic, unlike timings.
+The checks: ``fields=`` costs the caller nothing (it is added on the flusher), an unused
+``loghandler.context`` and an OpenTelemetry that is not imported cost nothing either (the queue
+item stays a 3-tuple), and an active context adds one small tuple per event (the snapshot; the
+context's dict itself is shared by reference).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+CHILD = r"""
+import gc, json, logging, sys, tracemalloc
+variant, n = sys.argv[1], int(sys.argv[2])
+import loghandler
+# batch_size is the service's largest: the flusher never wakes while fewer events are queued.
+opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
+            max_queue_bytes=10**12, max_batch_bytes=10**12)
+if variant == "fields":
+    opts["fields"] = {"service": "checkout", "env": "prod", "version": "1.4.2", "host": "web-7"}
+handler = loghandler.IngestHandler("bench", token="t", url="http://127.0.0.1:9", **opts)
+log = logging.getLogger("bench")
+log.propagate = False
+log.setLevel(logging.INFO)
+log.addHandler(handler)
+if variant == "context":
+    loghandler.context(user_id=7, tenant="acme").__enter__()
+elif variant == "span":
+    from opentelemetry import trace
+    span = trace.NonRecordingSpan(trace.SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7,
+        is_remote=False, trace_flags=trace.TraceFlags(1)))
+    active = trace.use_span(span)  # kept: a dropped generator would leave the span
+    active.__enter__()
+ids = [f"r-{i}" for i in range(n)]
+def calls(k):
+    for i in range(k):
+        log.info("user %s logged in", "ann", extra={"request_id": ids[i], "latency_ms": 1.5})
+calls(100)  # warm-up: the flusher thread, caches
+gc.collect(); gc.disable()
+tracemalloc.start()
+blocks0, bytes0 = sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
+calls(n)
+blocks1, bytes1 = sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
+from loghandler.events import CONTEXT
+q = handler.shipper.ledger.queue
+print(json.dumps({"blocks": (blocks1 - blocks0) / n, "bytes": (bytes1 - bytes0) / n,
+                  "with_context": sorted({CONTEXT in item for item in q}),
+                  "otel_imported": "opentelemetry.trace" in sys.modules}))
+"""
+
+VARIANTS = [
+    ("plain", "IngestHandler"),
+    ("fields", "IngestHandler, fields= of four keys"),
+    ("context", "IngestHandler in a loghandler.context of two keys"),
+    ("span", "IngestHandler in an OpenTelemetry span"),
+]
+
+
+def measure(variant: str, n: int = 9_000) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", CHILD, variant, str(n)], capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{variant}: {proc.stderr[-800:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def checks(results: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
+    plain = results["plain"]
+    out = [
+        ("no context, no OpenTelemetry: queue items carry no context snapshot",
+         plain["with_context"] == [False] and not plain["otel_imported"]),
+        ("fields= adds nothing on the caller's thread",
+         results["fields"]["with_context"] == [False]
+         and abs(results["fields"]["blocks"] - plain["blocks"]) < 0.05
+         and abs(results["fields"]["bytes"] - plain["bytes"]) < 8),
+        ("an active context adds one snapshot tuple per event",
+         results["context"]["with_context"] == [True]
+         and abs(results["context"]["blocks"] - plain["blocks"] - 1) < 0.05),
+    ]
+    if "span" in results:
+        out.append(("an active span adds one snapshot tuple per event (the ids: the span's ints)",
+                    results["span"]["with_context"] == [True]
+                    and abs(results["span"]["blocks"] - plain["blocks"] - 1) < 0.05))
+    return out
+
+
+def main() -> int:
+    import importlib.util
+
+    results = {}
+    for variant, _label in VARIANTS:
+        if variant == "span" and importlib.util.find_spec("opentelemetry") is None:
+            print("  skipped the span variant: opentelemetry-api is not installed",
+                  file=sys.stderr)
+            continue
+        results[variant] = measure(variant)
+    print("| row | blocks kept per call | bytes kept per call |")
+    print("|---|---|---|")
+    for variant, label in VARIANTS:
+        if variant in results:
+            r = results[variant]
+            print(f"| {label} | {r['blocks']:.2f} | {r['bytes']:,.0f} |")
+    failed = 0
+    for text, ok in checks(results):
+        print(f"- {'PASS' if ok else 'FAIL'}: {text}")
+        failed += not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

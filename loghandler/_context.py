@@ -1,0 +1,136 @@
+"""Fields on every event: ``loghandler.context(**fields)`` and OpenTelemetry trace ids.
+
+The context lives in one ``ContextVar`` holding the merged fields of every ``context()`` entered
+(each thread and asyncio task sees its own); a nested context stores a new merged dict, so a
+stored dict is never changed and the caller's thread takes it by reference: its snapshot costs
+nothing. The fields are merged into the event on the flusher thread (events.py "Queue items",
+``merge_context``).
+
+Nothing here runs on the application's thread until a context is used or the application imports
+``opentelemetry.trace``: the front ends test a flag (``USED``, or the handler's own module global
+set through ``on_first_use``) and ``OTEL_TRACE in sys.modules`` first, before calling
+``snapshot``. OpenTelemetry is never imported here: it is looked up in
+``sys.modules``, where the application put it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from typing import Any, TypeVar
+
+from .encoding import to_jsonable
+from .events import PLAIN
+
+__all__ = ["context"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EMPTY: dict[str, Any] = {}  # shared, never written: the value outside any context
+_VAR: ContextVar[dict[str, Any]] = ContextVar("loghandler_context", default=_EMPTY)
+_get = _VAR.get
+_TOKENS: ContextVar[tuple[Token[dict[str, Any]], ...]] = ContextVar("loghandler_context_tokens",
+                                                                   default=())
+# Set once, by the first context() entered, and never cleared: until then the front ends skip the
+# context entirely (one list read per event; the handler keeps a module global of its own,
+# set through on_first_use, which its inlined emit() reads cheaper still).
+USED = [False]
+_FIRST_USE: list[Callable[[], None]] = []
+OTEL_TRACE = "opentelemetry.trace"
+_modules = sys.modules
+_PLAIN = PLAIN
+
+
+class context:
+    """Add ``fields`` to every event logged inside: a context manager and a decorator.
+
+    ``with loghandler.context(request_id="r-1", user_id=7): log.info("paid")`` ships
+    ``request_id`` and ``user_id`` with the event. Contexts nest (the inner one wins on a shared
+    key) and live in ``contextvars``: each thread and each asyncio task sees its own. As a
+    decorator (sync or ``async def``) every call runs inside a fresh context. Applies to
+    ``IngestHandler`` and ``IngestProcessor`` events; an event's own fields (extras, structlog
+    keys) win, then the current span's ``trace_id`` / ``span_id``, then the context, then the
+    shipper's ``fields=``.
+
+    Values of the plain JSON types are kept as they are; any other value is copied JSON-safe
+    once, here, not per event.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in fields.items()}
+
+    def __enter__(self) -> context:
+        if not USED[0]:
+            USED[0] = True
+            for callback in _FIRST_USE:
+                callback()
+        outer = _get()
+        merged = {**outer, **self._fields} if outer else self._fields
+        # The tokens are kept per context (thread, task), not on self: one instance may be
+        # entered by several threads at once.
+        _TOKENS.set((*_TOKENS.get(), _VAR.set(merged)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        tokens = _TOKENS.get()
+        if tokens:
+            _TOKENS.set(tokens[:-1])
+            _VAR.reset(tokens[-1])
+
+    def __call__(self, func: F) -> F:
+        fields = self._fields
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with context(**fields):
+                    return await func(*args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with context(**fields):
+                return func(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"loghandler.context({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
+
+
+def on_first_use(callback: Callable[[], None]) -> None:
+    """Call ``callback`` when the first context is entered (now, if one was)."""
+    _FIRST_USE.append(callback)
+    if USED[0]:
+        callback()
+
+
+def current() -> dict[str, Any]:
+    """The merged fields of the contexts entered here (a copy)."""
+    return dict(_get())
+
+
+def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:
+    """On the caller's thread: its context (by reference) and the current span's ids (0 when
+    there is none), or None when there is neither. Never raises."""
+    fields = _get()
+    trace_id = span_id = 0
+    if trace:
+        otel = _modules.get(OTEL_TRACE)
+        if otel is not None:
+            try:
+                span_context = otel.get_current_span().get_span_context()
+                if span_context.is_valid:
+                    trace_id, span_id = span_context.trace_id, span_context.span_id
+                    if type(trace_id) is not int or type(span_id) is not int:
+                        trace_id = span_id = 0  # not what the flusher can format
+            except Exception:
+                pass  # an odd OpenTelemetry (or a stub): no ids, never an error
+    if trace_id or fields:
+        return fields, trace_id, span_id
+    return None
