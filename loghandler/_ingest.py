@@ -33,6 +33,7 @@ __all__ = [
     "decode_body",
     "format_time",
     "go_layout_to_strptime",
+    "json_kind",
     "normalize_time",
     "parse_values",
     "prepare_events",
@@ -362,7 +363,8 @@ class IngestOptions:
         self.csv_delimiter = one("csv-delimiter")
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How an error message names a JSON value's type ("an array", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -402,7 +404,7 @@ def prepare_events(values: list[Any], options: IngestOptions,
     for value in values:
         if type(value) is not dict:
             failures.append({"timestamp": now,
-                             "error": f"an event must be a JSON object, not {_kind(value)}"})
+                             "error": f"an event must be a JSON object, not {json_kind(value)}"})
             continue
         raw = value.get(field)
         if raw is None:

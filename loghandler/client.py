@@ -24,7 +24,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from . import encoding
 from ._version import __version__
-from .config import Settings, resolve_settings
+from .config import CLIENT_ARGS_DOC, Settings, documented, resolve_settings
 from .errors import (
     ApiError,
     AuthenticationError,
@@ -106,25 +106,14 @@ def dataset_path(dataset: str) -> str:
     return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
 
 
+@documented(('Args (each falls back to its environment variable; README "Configuration"):',
+             CLIENT_ARGS_DOC))
 class Client:
     """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
 
     One urllib3 PoolManager is shared by every request and by every shipper using this client;
     TLS certificates are always verified; redirects are never followed. Usable as a context
     manager (``close()`` at the end).
-
-    Args (each falls back to its environment variable; README "Configuration"):
-        token (str): an API token, or a personal access token (then also ``org_id``).
-            Default: ``LOGHANDLER_TOKEN``. Sent only as ``Authorization: Bearer``.
-        org_id (str): the organization id, needed with a personal access token.
-            Default: ``LOGHANDLER_ORG_ID``.
-        url (str): the base address, e.g. ``https://api.example.com``. Default:
-            ``LOGHANDLER_URL`` (``LOGHANDLER_EU_URL`` with ``region="eu"``).
-        region ("us" | "eu"): which default address to use. Default: ``LOGHANDLER_REGION``,
-            else "us".
-        timeout (float): seconds for one HTTP request. Default 10.
-        allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
-            would travel in clear text). Default False.
 
     Raises:
         ConfigurationError: a missing token or address, an unknown region, whitespace or

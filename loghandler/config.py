@@ -6,12 +6,14 @@ loudly where the user wrote it instead of quietly inside a background thread.
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import math
 import os
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
@@ -341,3 +343,80 @@ def shipper_options(options: Mapping[str, Any]) -> ShipperOptions:
         )
     _, shipper_args = split_options(dict(options))
     return ShipperOptions(**shipper_args)
+
+
+# The arguments every entry point takes, documented once: ``documented`` appends them to the
+# docstrings of Client, Shipper, IngestHandler and IngestProcessor, so help() and editors that
+# run the code show every argument in place (test_package checks that none is missing).
+CLIENT_ARGS_DOC = """\
+        token (str): an API token, or a personal access token (then also ``org_id``).
+            Default: ``LOGHANDLER_TOKEN``. Sent only as ``Authorization: Bearer``.
+        org_id (str): the organization id, needed with a personal access token.
+            Default: ``LOGHANDLER_ORG_ID``.
+        url (str): the base address, e.g. ``https://api.example.com``. Default:
+            ``LOGHANDLER_URL`` (``LOGHANDLER_EU_URL`` with ``region="eu"``).
+        region ("us" | "eu"): which default address to use. Default: ``LOGHANDLER_REGION``,
+            else "us".
+        timeout (float): seconds for one HTTP request. Default 10.
+        allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
+            would travel in clear text). Default False.
+
+"""
+SHIPPING_OPTIONS_DOC = """\
+        batch_size (int): events per request at most (the service takes 10,000 at most).
+            Default 5000.
+        max_batch_bytes (int): encoded bytes per request at most; one event larger than this
+            is dropped and counted in ``stats().dropped_too_large``. Default 4 MiB.
+        flush_interval (float): seconds the oldest queued event waits at most. Default 1.0.
+        max_queue_size (int): events queued at most. Default 100,000.
+        max_queue_bytes (int): estimated memory of the queued events at most. Default 64 MiB.
+        overflow ("drop_oldest" | "drop_newest" | "block"): what a full queue does with a new
+            event: drop the oldest queued one, drop the new one, or wait for room (at most
+            ``block_timeout``). Default "drop_oldest".
+        block_timeout (float): the longest ``overflow="block"`` holds the caller. Default 0.5.
+        max_retries (int): retries of a failed request after the first try. Default 5.
+        retry_backoff (float): the first backoff in seconds, doubled at each retry, with full
+            jitter. Default 0.5.
+        max_retry_delay (float): the longest single backoff, in seconds. Default 30.
+        shutdown_timeout (float): bound of the whole exit (flush and close at exit); what is
+            not delivered by then is spooled or counted as dropped. Default 5.0.
+        compression ("gzip" | None): compression of the request bodies. Default "gzip".
+        compression_level (int): gzip level, 0-9. Default 1.
+        spool_dir (str | None): a directory where batches that could not be delivered are
+            kept, and delivered later (by this process or the next). Default None.
+        max_spool_bytes (int): bound of the spool per dataset; the oldest go first.
+            Default 256 MiB.
+        auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
+            10 minutes. Default 60.
+        on_error (callable | None): called once per batch outcome that is not a delivery (an
+            ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
+            turned down some events of a 2xx answer) on the flusher thread; its own logs are
+            not shipped. Default None.
+        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
+            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
+            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
+        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
+            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
+            thread. Default None.
+        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
+            span (when the application imported OpenTelemetry). Default True.
+
+"""
+
+_T = TypeVar("_T")
+
+
+def documented(*sections: tuple[str, str]) -> Callable[[_T], _T]:
+    """Class decorator: add ``(heading, body)`` sections to the class's docstring."""
+
+    def decorate(cls: _T) -> _T:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        # Before the docstring's "Raises:", where a reader looks for arguments.
+        head, raises, tail = doc.partition("\n\nRaises:")
+        for heading, body in sections:
+            entries = textwrap.indent(textwrap.dedent(body).rstrip(), "    ")
+            head += f"\n\n{heading}\n{entries}"
+        cls.__doc__ = head + raises + tail
+        return cls
+
+    return decorate

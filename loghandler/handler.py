@@ -10,6 +10,7 @@ from typing import Any
 from ._context import on_first_use as _on_first_use
 from ._context import snapshot as _snapshot
 from .client import Client
+from .config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
 from .events import (
     CONTEXT,
     FAST_EVENT_SIZE,
@@ -63,6 +64,10 @@ def _context_used() -> None:
 _on_first_use(_context_used)
 
 
+@documented(("Client arguments (keyword; each falls back to its environment variable):",
+             CLIENT_ARGS_DOC),
+            ('Shipping options (keyword; README "Options" gives the reason behind each default):',
+             SHIPPING_OPTIONS_DOC))
 class IngestHandler(logging.Handler):
     """Ship log records to a dataset, in the background.
 
@@ -77,57 +82,6 @@ class IngestHandler(logging.Handler):
         client (Client | None): a ``Client`` to ship through, instead of the Client arguments.
         shipper (Shipper | None): a ``Shipper`` to share with other front ends, instead of
             ``dataset``, ``client`` and the options; it is flushed, not closed, by ``close()``.
-
-    Client arguments (keyword; each falls back to its environment variable):
-        token (str): an API token, or a personal access token (then also ``org_id``).
-            Default: ``LOGHANDLER_TOKEN``. Sent only as ``Authorization: Bearer``.
-        org_id (str): the organization id, needed with a personal access token.
-            Default: ``LOGHANDLER_ORG_ID``.
-        url (str): the base address, e.g. ``https://api.example.com``. Default:
-            ``LOGHANDLER_URL`` (``LOGHANDLER_EU_URL`` with ``region="eu"``).
-        region ("us" | "eu"): which default address to use. Default: ``LOGHANDLER_REGION``,
-            else "us".
-        timeout (float): seconds for one HTTP request. Default 10.
-        allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
-            would travel in clear text). Default False.
-
-    Shipping options (keyword; README "Options" gives the reason behind each default):
-        batch_size (int): events per request at most. Default 5000.
-        max_batch_bytes (int): encoded bytes per request at most; one event larger than this
-            is dropped and counted in ``stats().dropped_too_large``. Default 4 MiB.
-        flush_interval (float): seconds the oldest queued event waits at most. Default 1.0.
-        max_queue_size (int): events queued at most. Default 100,000.
-        max_queue_bytes (int): estimated memory of the queued events at most. Default 64 MiB.
-        overflow ("drop_oldest" | "drop_newest" | "block"): what a full queue does with a new
-            event: drop the oldest queued one, drop the new one, or wait for room (at most
-            ``block_timeout``). Default "drop_oldest".
-        block_timeout (float): the longest ``overflow="block"`` holds the caller. Default 0.5.
-        max_retries (int): retries of a failed request after the first try. Default 5.
-        retry_backoff (float): the first backoff in seconds, doubled at each retry, with full
-            jitter. Default 0.5.
-        max_retry_delay (float): the longest single backoff, in seconds. Default 30.
-        shutdown_timeout (float): bound of the whole exit (flush and close at exit); what is
-            not delivered by then is spooled or counted as dropped. Default 5.0.
-        compression ("gzip" | None): compression of the request bodies. Default "gzip".
-        compression_level (int): gzip level, 0-9. Default 1.
-        spool_dir (str | None): a directory where batches that could not be delivered are
-            kept, and delivered later (by this process or the next). Default None.
-        max_spool_bytes (int): bound of the spool per dataset; the oldest go first.
-            Default 256 MiB.
-        auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
-            10 minutes. Default 60.
-        on_error (callable | None): called once per batch outcome that is not a delivery (an
-            ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
-            turned down some events of a 2xx answer) on the flusher thread; its own logs are
-            not shipped. Default None.
-        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
-            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
-            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
-        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
-            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
-            thread. Default None.
-        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
-            span (when the application imported OpenTelemetry). Default True.
 
     Raises:
         ConfigurationError: a missing token, address or dataset, an unknown option (with a

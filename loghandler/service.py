@@ -33,6 +33,7 @@ from ._ingest import (
     HttpError,
     IngestOptions,
     decode_body,
+    json_kind,
     parse_values,
     prepare_events,
 )
@@ -98,20 +99,6 @@ class RequestRecord:
     failed: int = 0  # events of an ingest the service turned down (in its 200 answer)
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 # The fields a view must have, as the real service requires them in POST and PUT.
 REQUIRED_VIEW_FIELDS = ("name", "aplQuery")
 
@@ -120,7 +107,7 @@ def validate_view(data: Any) -> dict[str, Any]:
     """The six view fields of a POST or PUT body, type-checked; ``HttpError(400)`` naming the
     problem. ``name`` and ``aplQuery`` are required; the others default to empty."""
     if not isinstance(data, dict):
-        raise HttpError(400, f"the body must be a JSON object (a view), not {_kind(data)}")
+        raise HttpError(400, f"the body must be a JSON object (a view), not {json_kind(data)}")
     missing = [name for name in REQUIRED_VIEW_FIELDS if data.get(name) is None]
     if missing:
         raise HttpError(400, f"missing view field(s): {', '.join(missing)}; "
@@ -132,7 +119,7 @@ def validate_view(data: Any) -> dict[str, Any]:
             value = _VIEW_DEFAULTS[name]
         if not isinstance(value, kind):
             expected = "an array of strings" if kind is list else "a string"
-            raise HttpError(400, f"field {name} must be {expected}, not {_kind(value)}")
+            raise HttpError(400, f"field {name} must be {expected}, not {json_kind(value)}")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise HttpError(400, f"field {name} must be an array of strings")
         view[name] = list(value) if isinstance(value, list) else value

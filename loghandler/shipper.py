@@ -25,7 +25,13 @@ from typing import Any
 
 from . import lifecycle
 from .client import Client, dataset_path, shared_client
-from .config import resolve_dataset, shipper_options, split_options
+from .config import (
+    SHIPPING_OPTIONS_DOC,
+    documented,
+    resolve_dataset,
+    shipper_options,
+    split_options,
+)
 from .errors import ConfigurationError
 from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
@@ -42,6 +48,8 @@ __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 _monotonic = time.monotonic
 
 
+@documented(('Options (keyword arguments; README "Options" gives the reason behind each default):',
+             SHIPPING_OPTIONS_DOC))
 class Shipper:
     """Queue events and ship them in the background to one dataset.
 
@@ -53,44 +61,6 @@ class Shipper:
     Args:
         client (Client): the connection (token, address) to ship through; shared freely.
         dataset (str | None): the dataset to ship to. Default: ``LOGHANDLER_DATASET``.
-
-    Options (keyword arguments; README "Options" gives the reason behind each default):
-        batch_size (int): events per request at most. Default 5000.
-        max_batch_bytes (int): encoded bytes per request at most; one event larger than this
-            is dropped and counted in ``stats().dropped_too_large``. Default 4 MiB.
-        flush_interval (float): seconds the oldest queued event waits at most. Default 1.0.
-        max_queue_size (int): events queued at most. Default 100,000.
-        max_queue_bytes (int): estimated memory of the queued events at most. Default 64 MiB.
-        overflow ("drop_oldest" | "drop_newest" | "block"): what a full queue does with a new
-            event: drop the oldest queued one, drop the new one, or wait for room (at most
-            ``block_timeout``). Default "drop_oldest".
-        block_timeout (float): the longest ``overflow="block"`` holds the caller. Default 0.5.
-        max_retries (int): retries of a failed request after the first try. Default 5.
-        retry_backoff (float): the first backoff in seconds, doubled at each retry, with full
-            jitter. Default 0.5.
-        max_retry_delay (float): the longest single backoff, in seconds. Default 30.
-        shutdown_timeout (float): bound of the whole exit (flush and close at exit); what is
-            not delivered by then is spooled or counted as dropped. Default 5.0.
-        compression ("gzip" | None): compression of the request bodies. Default "gzip".
-        compression_level (int): gzip level, 0-9. Default 1.
-        spool_dir (str | None): a directory where batches that could not be delivered are
-            kept, and delivered later (by this process or the next). Default None.
-        max_spool_bytes (int): bound of the spool per dataset; the oldest go first.
-            Default 256 MiB.
-        auth_retry_delay (float): pause after a 401/403 before the next try, doubled up to
-            10 minutes. Default 60.
-        on_error (callable | None): called once per batch outcome that is not a delivery (an
-            ``ApiError``, a ``TransportError``, or a ``PartialIngestError`` when the service
-            turned down some events of a 2xx answer) on the flusher thread; its own logs are
-            not shipped. Default None.
-        handle_sigterm (bool): on SIGTERM with its default disposition, deliver what is queued
-            within ``shutdown_timeout``, then die of SIGTERM as before. Default True
-            (``LOGHANDLER_HANDLE_SIGTERM=0`` turns it off).
-        fields (Mapping[str, Any] | None): plain JSON values added to every event that lacks
-            them, e.g. ``{"service": "checkout", "env": "prod"}``; added on the flusher
-            thread. Default None.
-        trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
-            span (when the application imported OpenTelemetry). Default True.
 
     Raises:
         ConfigurationError: a missing dataset, an unknown or invalid option, or a Client
