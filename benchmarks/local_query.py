@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
-from loghandler.client import Client
-from loghandler.service import make_server
+from loghandler._client import Client
+from loghandler._service import make_server
 
 LEVELS = ("debug", "info", "info", "info", "warning", "error")
 QUERIES = [

@@ -4,10 +4,9 @@ Importing this package is cheap: it starts no thread, opens no connection and im
 structlog nor the command line.
 """
 
+from ._client import Client
 from ._context import context
-from ._version import __version__
-from .client import Client
-from .errors import (
+from ._errors import (
     ApiError,
     AuthenticationError,
     ConfigurationError,
@@ -17,11 +16,12 @@ from .errors import (
     RateLimitError,
     TransportError,
 )
-from .handler import IngestHandler
-from .lifecycle import flushing
-from .processor import IngestProcessor
-from .shipper import Shipper, Stats
-from .views import View
+from ._handler import IngestHandler
+from ._lifecycle import flushing
+from ._processor import IngestProcessor
+from ._shipper import Shipper, Stats
+from ._version import __version__
+from ._views import View
 
 __all__ = [
     "ApiError",

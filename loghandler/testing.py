@@ -18,12 +18,12 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from .client import Client
-from .config import check_token
-from .errors import ConfigurationError
-from .output import register_secret
-from .service import HttpError, RequestRecord, Server, make_server
-from .views import View
+from ._client import Client
+from ._config import check_token
+from ._errors import ConfigurationError
+from ._output import register_secret
+from ._service import HttpError, RequestRecord, Server, make_server
+from ._views import View
 
 __all__ = ["LocalService", "RequestRecord"]
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from helpers import TOKEN
 
-from loghandler import Client, IngestHandler, IngestProcessor, Shipper, encoding
-from loghandler.handler import record_to_event
+from loghandler import Client, IngestHandler, IngestProcessor, Shipper
+from loghandler import _encoding as encoding
+from loghandler._handler import record_to_event
 
 
 class OddRecord(logging.LogRecord):
@@ -295,7 +296,7 @@ class TestHangingRepr:
         what was written counts as spooled."""
         import threading
 
-        from loghandler.spool import READY, dataset_dir, decode_file
+        from loghandler._spool import READY, dataset_dir, decode_file
 
         release = threading.Event()
 

@@ -32,8 +32,8 @@ from loghandler import (
     RateLimitError,
     TransportError,
 )
-from loghandler.client import MAX_RESPONSE_BYTES, dataset_path, parse_retry_after, shared_client
-from loghandler.output import redact
+from loghandler._client import MAX_RESPONSE_BYTES, dataset_path, parse_retry_after, shared_client
+from loghandler._output import redact
 
 TOKEN = "xaat-CLIENTSECRET-93c2f1"
 

@@ -8,7 +8,7 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler import Client, ConfigurationError
-from loghandler.config import Settings, resolve_dataset, resolve_settings
+from loghandler._config import Settings, resolve_dataset, resolve_settings
 
 TOKEN = "xaat-CONFIGSECRET-5b1e0d"
 PAT = "xapt-CONFIGPAT-77aa01"

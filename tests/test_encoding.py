@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loghandler import encoding
-from loghandler.encoding import dumps, encode, json_default, to_jsonable
+from loghandler import _encoding as encoding
+from loghandler._encoding import dumps, encode, json_default, to_jsonable
 
 
 class Color(enum.Enum):

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loghandler import IngestHandler
-from loghandler.encoding import encode
-from loghandler.events import (
+from loghandler._encoding import encode
+from loghandler._events import (
     METHOD_LEVELS,
     PLAIN,
     RECORD,

@@ -48,7 +48,7 @@ print(json.dumps({
     "threads": threading.active_count(),
     "pools": len(created),
     "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("structlog", "tqdm")
-                      or m in ("loghandler.cli", "loghandler.service", "loghandler.testing")),
+                      or m in ("loghandler.cli", "loghandler._service", "loghandler.testing")),
 }))
 """
 
@@ -75,6 +75,20 @@ def test_import_alone_pulls_no_optional_library() -> None:
         "sys.modules if m.split('.')[0] in ('structlog', 'tqdm') or m == 'loghandler.cli')}))"
     )
     assert probe == {"threads": 1, "modules": []}
+
+
+def test_internal_modules_are_private() -> None:
+    """Every module but the four public ones is _-prefixed, so users can tell the surface from
+    the file list; the public names all come from the package itself."""
+    import pkgutil
+
+    public = {"cli", "testing", "pytest_plugin", "structlog_support"}
+    names = {m.name for m in pkgutil.iter_modules(loghandler.__path__)}
+    assert public <= names
+    assert {n for n in names - public if not n.startswith("_")} == set()
+    for name in loghandler.__all__:
+        module = getattr(getattr(loghandler, name), "__module__", "loghandler")
+        assert module == "loghandler" or module.startswith("loghandler._"), (name, module)
 
 
 def test_all_is_the_documented_surface() -> None:
@@ -117,7 +131,7 @@ def test_public_classes_document_their_arguments() -> None:
     import inspect
     import re
 
-    from loghandler.config import CLIENT_ARG_NAMES, SHIPPER_OPTION_NAMES
+    from loghandler._config import CLIENT_ARG_NAMES, SHIPPER_OPTION_NAMES
 
     fronts = {"dataset", "client", "shipper"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
     expected = {

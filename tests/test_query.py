@@ -17,10 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loghandler import apl, aplsql
-from loghandler.errors import ApiError, ConfigurationError
-from loghandler.output import service_message
-from loghandler.service import Store
+from loghandler import _apl as apl
+from loghandler import _aplsql as aplsql
+from loghandler._errors import ApiError, ConfigurationError
+from loghandler._output import service_message
+from loghandler._service import Store
 from loghandler.testing import LocalService
 
 TOKEN = "query-test-token"
@@ -405,7 +406,7 @@ class TestStore:
 
     def test_a_long_query_is_stopped(self) -> None:
         """A query that runs past its time limit is stopped with a 400 that says so."""
-        from loghandler.service import HttpError
+        from loghandler._service import HttpError
 
         store = Store()
         try:
@@ -607,7 +608,7 @@ _PIECES = ["['p']", "p", "|", "where", "project", "extend", "summarize", "count"
 @given(pieces=st.lists(st.sampled_from(_PIECES), max_size=14))
 def test_any_query_text_is_answered_or_refused_with_a_400(pieces: list[str]) -> None:
     """Fuzz: whatever the query text, the service answers it or says 400; it never fails."""
-    from loghandler.service import HttpError
+    from loghandler._service import HttpError
 
     store = Store()
     try:
@@ -631,7 +632,7 @@ def test_deep_or_long_expressions_are_a_400(text: str) -> None:
     """Nesting and operator counts are bounded: a hostile query is a 400, not a crash."""
     store = Store()
     try:
-        from loghandler.service import HttpError
+        from loghandler._service import HttpError
 
         with pytest.raises(HttpError) as info:
             store.query(text)

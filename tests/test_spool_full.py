@@ -15,7 +15,7 @@ import pytest
 from helpers import TOKEN, closed_port_url
 
 from loghandler import Client, Shipper
-from loghandler.spool import (
+from loghandler._spool import (
     READY,
     Spool,
     SpoolWriteError,
@@ -70,7 +70,7 @@ class TestSpoolOnAFullDisk:
         evicted events are in spool_dropped, the refused ones in failed, none in two."""
         small = [event(i) for i in range(20)]
         big = [event(i) for i in range(100, 400)]
-        from loghandler import encoding
+        from loghandler import _encoding as encoding
 
         big_bytes = len(encode_file([encoding.encode(e) for e in big]))
         s = Shipper(Client(TOKEN, url=closed_port_url()), "ds", spool_dir=str(tmpfs),

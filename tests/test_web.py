@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from loghandler.client import Client
+from loghandler._client import Client
 
 pytestmark = pytest.mark.slow
 

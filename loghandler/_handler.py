@@ -7,11 +7,11 @@ import logging
 import sys
 from typing import Any
 
+from ._client import Client
+from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
 from ._context import on_first_use as _on_first_use
 from ._context import snapshot as _snapshot
-from .client import Client
-from .config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
-from .events import (
+from ._events import (
     CONTEXT,
     FAST_EVENT_SIZE,
     FAST_EXTRA_SIZE,
@@ -24,12 +24,12 @@ from .events import (
     record_message,
     record_to_event,
 )
-from .guard import _SENDERS, _get_ident, own_record
-from .ledger import FAST_ITEM_BYTES as _FAST_ITEM
-from .ledger import Fate
-from .output import shown
-from .shipper import Shipper, make_shipper
-from .stats import Stats
+from ._guard import _SENDERS, _get_ident, own_record
+from ._ledger import FAST_ITEM_BYTES as _FAST_ITEM
+from ._ledger import Fate
+from ._output import shown
+from ._shipper import Shipper, make_shipper
+from ._stats import Stats
 
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .guard import CALLBACK, sending
-from .output import print_line, shown
-from .stats import Stats
+from ._guard import CALLBACK, sending
+from ._output import print_line, shown
+from ._stats import Stats
 
 __all__ = ["LASTING_CAUSES", "Reporter", "print_exit_summary"]
 

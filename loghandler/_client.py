@@ -22,10 +22,9 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from . import encoding
-from ._version import __version__
-from .config import CLIENT_ARGS_DOC, Settings, documented, resolve_settings
-from .errors import (
+from . import _encoding as encoding
+from ._config import CLIENT_ARGS_DOC, Settings, documented, resolve_settings
+from ._errors import (
     ApiError,
     AuthenticationError,
     ConfigurationError,
@@ -33,9 +32,10 @@ from .errors import (
     RateLimitError,
     TransportError,
 )
-from .guard import block_sigterm_in_this_thread
-from .output import body_detail, redact, service_message, shown
-from .views import Views
+from ._guard import block_sigterm_in_this_thread
+from ._output import body_detail, redact, service_message, shown
+from ._version import __version__
+from ._views import Views
 
 __all__ = ["Client", "Response", "parse_reset", "parse_retry_after"]
 

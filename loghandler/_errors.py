@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from .output import MAX_LINE, body_detail, clip, printable, redact, redact_value
+from ._output import MAX_LINE, body_detail, clip, printable, redact, redact_value
 
 __all__ = [
     "ApiError",

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .apl import (
+from ._apl import (
     AGGREGATIONS,
     AplError,
     Bin,

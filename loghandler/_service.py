@@ -28,7 +28,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import apl, aplsql
+from . import _apl as apl
+from . import _aplsql as aplsql
+from ._apl import format_time, parse_time
 from ._ingest import (
     HttpError,
     IngestOptions,
@@ -37,7 +39,6 @@ from ._ingest import (
     parse_values,
     prepare_events,
 )
-from .apl import format_time, parse_time
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

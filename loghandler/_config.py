@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
-from .errors import ConfigurationError
-from .output import redact, register_secret
+from ._errors import ConfigurationError
+from ._output import redact, register_secret
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .errors import ApiError, ConfigurationError, NotFoundError
+from ._errors import ApiError, ConfigurationError, NotFoundError
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ._client import Client
 
 __all__ = ["View", "Views"]
 
