@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import logging.config
 import os
+import shutil
+import sys
 import tempfile
 
 import loghandler
@@ -45,6 +47,18 @@ def show_events(events: list[dict]) -> None:
             exc = event["exception"]
             print(f"      exception: {exc['type']}: {exc['message']} "
                   f"(+ a {len(exc['stacktrace'].splitlines())}-line stack trace)")
+
+
+def _command() -> str:
+    """How to run the command line from here: ``loghandler`` when it is on PATH, else the one
+    installed beside this Python (a virtual environment that is not activated)."""
+    if shutil.which("loghandler"):
+        return "loghandler"
+    beside = os.path.join(os.path.dirname(sys.executable), "loghandler")
+    if os.path.exists(beside):
+        rel = os.path.relpath(beside)
+        return rel if not rel.startswith("..") else beside
+    return f"{sys.executable} -m loghandler"
 
 
 def main() -> None:
@@ -133,12 +147,13 @@ def main() -> None:
         if processor is not None:
             processor.close()
 
+    cli = _command()
     print(f"""
 8. Look at these events in a browser, and follow new ones from a terminal:
-  loghandler serve --db {db} --token {TOKEN} --port 8080
+  {cli} serve --db {db} --token {TOKEN} --port 8080
   then open http://127.0.0.1:8080/#token={TOKEN}
   and run
-    LOGHANDLER_URL=http://127.0.0.1:8080 LOGHANDLER_TOKEN={TOKEN} loghandler tail {DATASET} -f
+    LOGHANDLER_URL=http://127.0.0.1:8080 LOGHANDLER_TOKEN={TOKEN} {cli} tail {DATASET} -f
 
 What next:
   - point the handler at the real service: set LOGHANDLER_URL and LOGHANDLER_TOKEN
