@@ -33,23 +33,18 @@ from ._stats import Stats
 
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
-# Module globals for emit()'s inlined fast path (one dict lookup each); the event model itself,
-# record_to_event included, is events.py's.
+# Module globals for emit()'s inlined fast path (one dict lookup each, where an attribute or a
+# computed set would cost more); the event model itself, record_to_event and the sizes
+# ("the memory model") included, is _events.py's.
 _LogRecord = logging.LogRecord
 _modules = sys.modules
 _INIT_SET = frozenset(INIT_KEYS)
 _N_INIT = len(INIT_KEYS)
 _islice = itertools.islice
-_PLAIN = PLAIN
 # Extras the fast path leaves to record_to_event: event keys (renamed there), a record's own
 # attributes out of place; and the attributes formatters set, which are no extras at all.
 _SPECIAL = STANDARD | RESERVED
 _FORMATTER = STANDARD - _INIT_SET
-_RECORD = RECORD
-_SIZE = SIZE
-_ITEM_SIZE = FAST_EVENT_SIZE  # sizes: events.py, "the memory model"
-_EXTRA_SIZE = FAST_EXTRA_SIZE
-_message = record_message
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 # True once a loghandler.context was entered anywhere: a module global, the cheapest test emit()
 # can make (_context sets it through _context_used).
@@ -145,10 +140,10 @@ class IngestHandler(logging.Handler):
                     try:
                         message = msg % args
                     except Exception:
-                        message = _message(record)
+                        message = record_message(record)
                 else:
                     message = msg
-                size = _ITEM_SIZE + len(message)
+                size = FAST_EVENT_SIZE + len(message)
                 # "_time" and "level" hold the raw created and levelname: the flusher formats
                 # them (item_events), off the caller's thread.
                 event = {
@@ -162,7 +157,7 @@ class IngestHandler(logging.Handler):
                     "file": d["pathname"],
                     "process": d["process"],
                     "thread": d["threadName"],
-                    _RECORD: True,
+                    RECORD: True,
                 }
                 if len(d) > _N_INIT:
                     # makeRecord() adds extras after __init__'s attributes: only the tail can
@@ -178,9 +173,9 @@ class IngestHandler(logging.Handler):
                         value = d[key]
                         t = type(value)
                         if t is str:
-                            size += _EXTRA_SIZE + len(value)
-                        elif t in _PLAIN:
-                            size += _EXTRA_SIZE
+                            size += FAST_EXTRA_SIZE + len(value)
+                        elif t in PLAIN:
+                            size += FAST_EXTRA_SIZE
                         else:
                             self._put_event(record)
                             return
@@ -194,7 +189,7 @@ class IngestHandler(logging.Handler):
                 # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
                 ledger = self._ledger
                 q = ledger.queue
-                event[_SIZE] = size
+                event[SIZE] = size
                 if len(q) < ledger.fast_len and size <= _FAST_ITEM:
                     q.append(event)
                 else:
@@ -210,7 +205,7 @@ class IngestHandler(logging.Handler):
         snap = _snapshot(self.shipper.options.trace_context)
         if snap:
             event[CONTEXT] = snap
-        event[_SIZE] = size
+        event[SIZE] = size
         self._ledger.offer(event, size)
 
     def _put_event(self, record: logging.LogRecord) -> None:
@@ -220,7 +215,7 @@ class IngestHandler(logging.Handler):
                 snap = _snapshot(self.shipper.options.trace_context)
                 if snap:
                     event[CONTEXT] = snap
-            event[_SIZE] = size
+            event[SIZE] = size
             self._ledger.offer(event, size)
         except Exception:
             # record_to_event does not raise; this is a bug of ours, and still an account.

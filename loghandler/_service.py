@@ -829,6 +829,15 @@ class _Handler(BaseHTTPRequestHandler):
         fmt = (parse_qs(urlsplit(self.path).query).get("format") or ["legacy"])[0]
         if fmt not in ("legacy", "tabular"):
             raise HttpError(400, f"unsupported format {fmt!r}; use legacy or tabular")
+        allowed = self.server.datasets
+        if allowed is not None:
+            # Only the named datasets exist (serve --dataset): another one is the real 404.
+            try:
+                name: str | None = apl.parse_query(data["apl"]).dataset
+            except apl.AplError:
+                name = None  # the store's run of the query answers 400, naming what is wrong
+            if name is not None and name not in allowed:
+                raise HttpError(404, "dataset not found")
         return self.server.store.query(data["apl"], data.get("startTime"),
                                        data.get("endTime"), fmt)
 

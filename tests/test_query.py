@@ -234,6 +234,18 @@ def post_query(svc: LocalService, body: Any, fmt: str | None = "legacy",
         return exc.code, json.loads(exc.read())
 
 
+def test_strict_datasets_answer_404_for_others() -> None:
+    """With datasets=[...] (serve --dataset), a query of another dataset is the real 404; one of
+    a named dataset runs (no rows yet)."""
+    with LocalService(token=TOKEN, datasets=["app"]) as strict:
+        status, body = post_query(strict, {"apl": "['other'] | take 5"})
+        assert (status, body) == (404, {"code": 404, "message": "dataset not found"})
+        status, body = post_query(strict, {"apl": "['app'] | take 5"})
+        assert status == 200 and body["matches"] == []
+        status, body = post_query(strict, {"apl": "['app'] | parse x"})
+        assert status == 400 and "parse" in service_message(body)
+
+
 @pytest.mark.parametrize("query, words", ERRORS)
 def test_unsupported_and_invalid_queries_are_400_naming_the_part(
         svc: LocalService, query: str, words: list[str]) -> None:
