@@ -55,7 +55,9 @@ from loghandler._events import CONTEXT
 q = handler.shipper.ledger.queue
 print(json.dumps({"blocks": (blocks1 - blocks0) / n, "bytes": (bytes1 - bytes0) / n,
                   "with_context": sorted({CONTEXT in item for item in q}),
-                  "otel_imported": "opentelemetry.trace" in sys.modules}))
+                  "otel_imported": "opentelemetry.trace" in sys.modules}), flush=True)
+import os
+os._exit(0)  # nothing listens at the address: skip the exit hook's delivery attempt
 """
 
 VARIANTS = [

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import structlog
-from helpers import TOKEN, Receiver
+from helpers import TOKEN, Receiver, run_in_threads
 from opentelemetry import trace
 
 import loghandler
@@ -212,11 +212,7 @@ class TestContext:
                 ready.wait(5)  # all four contexts are entered at the same time
                 log.info("from %d", n)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_threads(work, 4)
         log.info("main")
         events = by_message(shipped(handler, receiver))
         for n in range(4):
@@ -283,11 +279,7 @@ class TestContext:
                 log.info("in %d", n)
             log.info("out %d", n)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_threads(work, 3)
         events = by_message(shipped(handler, receiver))
         for n in range(3):
             assert events[f"in {n}"]["tenant"] == "acme"
@@ -372,11 +364,7 @@ class TestTraceIds:
                 ready.wait(5)
                 log.info("thread %d", n)
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_threads(work, 2)
         events = by_message(shipped(handler, receiver))
         for n in range(2):
             assert events[f"thread {n}"]["trace_id"] == f"{n + 1:032x}"
