@@ -11,7 +11,7 @@
         └── NotFoundError                        404
 
 Messages never contain the token: every message built here is passed through ``redact``
-(output.py).
+(_output.py).
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ class Ledger:
     # ------------------------------------------------------------------ application side
 
     def offer(self, item: dict[Any, Any], size: int) -> bool:
-        """Queue an item the caller built (see events.py "Queue items"; ``size`` is
+        """Queue an item the caller built (see _events.py "Queue items"; ``size`` is
         ``item[SIZE]``).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
@@ -467,7 +467,7 @@ def _encoded_floor(event: Any) -> int:
     n = 1
     for key, value in event.items():
         if key is SIZE or key is RECORD:
-            continue  # the queue's own keys (events.py "Queue items"), never encoded
+            continue  # the queue's own keys (_events.py "Queue items"), never encoded
         n += (len(key) if type(key) is str else 0) + 4
         n += len(value) + 2 if type(value) is str else 1
     return n

@@ -30,7 +30,7 @@ __all__ = ["IngestProcessor", "event_dict_to_event"]
 
 _UTC = _dt.timezone.utc
 _modules = sys.modules
-# True once a loghandler.context was entered anywhere (see handler.py's twin).
+# True once a loghandler.context was entered anywhere (see _handler.py's twin).
 _context_on = False
 
 

@@ -6,7 +6,7 @@ thread per connection, HTTP/1.1 keep-alive) with events and views in SQLite. It 
 the real service does, so its own clients work against it: errors are
 ``{"code": <status>, "message": "..."}``, events it cannot take are reported per event in the
 ingest status, optional rate limits and a fixed set of datasets can be rehearsed.
-Also ``POST /v1/datasets/_apl`` (a subset of APL: apl.py, aplsql.py), ``GET /v1/datasets`` and the
+Also ``POST /v1/datasets/_apl`` (a subset of APL: _apl.py, _aplsql.py), ``GET /v1/datasets`` and the
 web page at ``/`` (the files in ``loghandler/web``, the only answers given without a token).
 Used by ``loghandler serve`` and ``loghandler.testing``.
 """

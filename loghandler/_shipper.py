@@ -6,11 +6,11 @@ with backoff. Nothing here ever blocks an application thread on I/O or raises in
 
 The engine is split by who owns the data:
 
-- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``_ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
-- ``sender.py``: the flusher thread's work (batches, requests, the delivery policy);
-- ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
-- ``spool.py``: the disk spool;
+- ``_sender.py``: the flusher thread's work (batches, requests, the delivery policy);
+- ``_reporter.py``: the stderr lines, ``on_error`` and the exit summary;
+- ``_spool.py``: the disk spool;
 - this module: the facade that wires them, starts the flusher, and flushes, closes and forks.
 """
 
@@ -96,7 +96,7 @@ class Shipper:
                 self._start_flusher_locked()
 
     def after_fork_in_child(self) -> None:
-        """Called in a forked child (lifecycle.py): the parent's queue belongs to the parent
+        """Called in a forked child (_lifecycle.py): the parent's queue belongs to the parent
         (it delivers it); the child starts empty, with new locks (the parent's may have been
         held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
@@ -355,7 +355,7 @@ def _warn_if_uwsgi_without_threads() -> None:
 
 
 def _estimate(event: dict[str, Any]) -> int:
-    # Rough memory cost of a queued event (events.py, "the memory model").
+    # Rough memory cost of a queued event (_events.py, "the memory model").
     size = SUBMIT_EVENT_SIZE
     for value in event.values():
         size += SUBMIT_FIELD_SIZE
