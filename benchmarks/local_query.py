@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from loghandler._client import Client
-from loghandler._service import make_server
+from loghandler._local.service import make_server
 
 LEVELS = ("debug", "info", "info", "info", "warning", "error")
 QUERIES = [

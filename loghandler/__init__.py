@@ -5,7 +5,9 @@ structlog nor the command line.
 """
 
 from ._client import Client
-from ._context import context
+from ._engine.context import context
+from ._engine.lifecycle import flushing
+from ._engine.shipper import Shipper, Stats
 from ._errors import (
     ApiError,
     AuthenticationError,
@@ -17,9 +19,7 @@ from ._errors import (
     TransportError,
 )
 from ._handler import IngestHandler
-from ._lifecycle import flushing
 from ._processor import IngestProcessor
-from ._shipper import Shipper, Stats
 from ._version import __version__
 from ._views import View
 

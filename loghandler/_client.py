@@ -7,6 +7,7 @@ import heapq
 import itertools
 import json
 import os
+import signal
 import socket
 import ssl
 import threading
@@ -32,7 +33,6 @@ from ._errors import (
     RateLimitError,
     TransportError,
 )
-from ._guard import block_sigterm_in_this_thread
 from ._output import body_detail, redact, service_message, shown
 from ._version import __version__
 from ._views import Views
@@ -44,6 +44,15 @@ USER_AGENT = f"loghandler/{__version__}"
 MAX_RESPONSE_BYTES = 1024 * 1024
 # A query answer may hold many rows (the service caps a query's result, 65,000 rows locally).
 MAX_QUERY_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+def block_sigterm_in_this_thread() -> None:
+    """Called first by each of loghandler's own threads: the kernel then hands a process-wide
+    SIGTERM to another thread (the main one, where Python runs its handler), never to ours."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # not POSIX
+        pass
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Any
 
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
-from ._context import on_first_use as _on_first_use
-from ._context import snapshot as _snapshot
-from ._events import (
+from ._engine.context import on_first_use as _on_first_use
+from ._engine.context import snapshot as _snapshot
+from ._engine.events import (
     CONTEXT,
     FAST_EVENT_SIZE,
     FAST_EXTRA_SIZE,
@@ -24,12 +24,12 @@ from ._events import (
     record_message,
     record_to_event,
 )
-from ._guard import _SENDERS, _get_ident, own_record
-from ._ledger import FAST_ITEM_BYTES as _FAST_ITEM
-from ._ledger import Fate
+from ._engine.guard import _SENDERS, _get_ident, own_record
+from ._engine.ledger import FAST_ITEM_BYTES as _FAST_ITEM
+from ._engine.ledger import Fate
+from ._engine.shipper import Shipper, make_shipper
+from ._engine.stats import Stats
 from ._output import shown
-from ._shipper import Shipper, make_shipper
-from ._stats import Stats
 
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 

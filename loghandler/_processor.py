@@ -15,16 +15,16 @@ from typing import Any
 
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
-from ._context import on_first_use as _on_first_use
-from ._context import snapshot as _snapshot
-from ._events import CONTEXT as _CONTEXT
-from ._events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
-from ._events import SIZE as _SIZE
-from ._guard import _SENDERS, _get_ident, own_record
-from ._ledger import Fate
+from ._engine.context import on_first_use as _on_first_use
+from ._engine.context import snapshot as _snapshot
+from ._engine.events import CONTEXT as _CONTEXT
+from ._engine.events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
+from ._engine.events import SIZE as _SIZE
+from ._engine.guard import _SENDERS, _get_ident, own_record
+from ._engine.ledger import Fate
+from ._engine.shipper import Shipper, make_shipper
+from ._engine.stats import Stats
 from ._output import shown
-from ._shipper import Shipper, make_shipper
-from ._stats import Stats
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 

@@ -21,8 +21,8 @@ from typing import Any
 from ._client import Client
 from ._config import check_token
 from ._errors import ConfigurationError
+from ._local.service import HttpError, RequestRecord, Server, make_server
 from ._output import register_secret
-from ._service import HttpError, RequestRecord, Server, make_server
 from ._views import View
 
 __all__ = ["LocalService", "RequestRecord"]

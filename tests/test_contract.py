@@ -25,8 +25,8 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler import Client, ConfigurationError, PartialIngestError, RateLimitError, Shipper
-from loghandler._sender import MAX_PAUSE, Outcome, backoff, classify, give_up_after
-from loghandler._spool import Spool
+from loghandler._engine.sender import MAX_PAUSE, Outcome, backoff, classify, give_up_after
+from loghandler._engine.spool import Spool
 
 DATASET = "ds"
 FAST = {"flush_interval": 0.05, "retry_backoff": 0.01, "max_retry_delay": 0.05}

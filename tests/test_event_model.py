@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from loghandler import IngestHandler
 from loghandler._encoding import encode
-from loghandler._events import (
+from loghandler._engine.events import (
     METHOD_LEVELS,
     PLAIN,
     RECORD,

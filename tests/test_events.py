@@ -7,7 +7,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from loghandler._events import RECORD, SIZE, item_events, rfc3339
+from loghandler._engine.events import RECORD, SIZE, item_events, rfc3339
 
 
 def _reference(created: float) -> str:
@@ -48,6 +48,6 @@ def test_item_events_first_time_before_1970() -> None:
 
 def test_rfc3339_first_time_before_1970() -> None:
     """The first timestamp a fresh process formats may be the second before 1970."""
-    code = "from loghandler._events import rfc3339; print(rfc3339(-0.5))"
+    code = "from loghandler._engine.events import rfc3339; print(rfc3339(-0.5))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1969-12-31T23:59:59.500000Z"

@@ -146,7 +146,7 @@ class TestEventShape:
 
     def test_big_message_takes_the_locked_path(self, receiver, make_logger):
         """A message bigger than the fast path's limit is queued, counted and delivered too."""
-        from loghandler._shipper import FAST_ITEM_BYTES
+        from loghandler._engine.shipper import FAST_ITEM_BYTES
 
         log, h = make_logger()
         log.info("x" * FAST_ITEM_BYTES)

@@ -1,4 +1,4 @@
-"""The local service's ingest rules (loghandler._ingest), as tables: body shapes, times."""
+"""The local service's ingest rules (loghandler._local.ingest), as tables: body shapes, times."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loghandler._ingest import (
+from loghandler._local.ingest import (
     HttpError,
     IngestOptions,
     decode_body,

@@ -48,7 +48,8 @@ print(json.dumps({
     "threads": threading.active_count(),
     "pools": len(created),
     "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("structlog", "tqdm")
-                      or m in ("loghandler.cli", "loghandler._service", "loghandler.testing")),
+                      or m in ("loghandler.cli", "loghandler._local.service",
+                               "loghandler.testing")),
 }))
 """
 

@@ -17,11 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loghandler import _apl as apl
-from loghandler import _aplsql as aplsql
 from loghandler._errors import ApiError, ConfigurationError
+from loghandler._local import apl, aplsql
+from loghandler._local.service import Store
 from loghandler._output import service_message
-from loghandler._service import Store
 from loghandler.testing import LocalService
 
 TOKEN = "query-test-token"
@@ -418,7 +417,7 @@ class TestStore:
 
     def test_a_long_query_is_stopped(self) -> None:
         """A query that runs past its time limit is stopped with a 400 that says so."""
-        from loghandler._service import HttpError
+        from loghandler._local.service import HttpError
 
         store = Store()
         try:
@@ -620,7 +619,7 @@ _PIECES = ["['p']", "p", "|", "where", "project", "extend", "summarize", "count"
 @given(pieces=st.lists(st.sampled_from(_PIECES), max_size=14))
 def test_any_query_text_is_answered_or_refused_with_a_400(pieces: list[str]) -> None:
     """Fuzz: whatever the query text, the service answers it or says 400; it never fails."""
-    from loghandler._service import HttpError
+    from loghandler._local.service import HttpError
 
     store = Store()
     try:
@@ -644,7 +643,7 @@ def test_deep_or_long_expressions_are_a_400(text: str) -> None:
     """Nesting and operator counts are bounded: a hostile query is a 400, not a crash."""
     store = Store()
     try:
-        from loghandler._service import HttpError
+        from loghandler._local.service import HttpError
 
         with pytest.raises(HttpError) as info:
             store.query(text)

@@ -612,7 +612,7 @@ class TestRateLimit:
 
     def test_window_resets(self) -> None:
         """A new window starts once the old one is over (fake clock)."""
-        from loghandler._service import RateLimiter
+        from loghandler._local.service import RateLimiter
 
         now = [1000.0]
         limiter = RateLimiter(2, clock=lambda: now[0])

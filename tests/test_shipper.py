@@ -11,8 +11,8 @@ from helpers import TOKEN, closed_port_url, run_in_threads
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 from loghandler._config import ShipperOptions
-from loghandler._events import SIZE
-from loghandler._ledger import Count, Fate, Ledger
+from loghandler._engine.events import SIZE
+from loghandler._engine.ledger import Count, Fate, Ledger
 
 
 def make(url: str, **options) -> Shipper:

@@ -22,9 +22,9 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 import loghandler
-from loghandler import _spool as spool_mod
-from loghandler._ledger import Count
-from loghandler._spool import Spool, SpoolCorrupt, decode_file, encode_file
+from loghandler._engine import spool as spool_mod
+from loghandler._engine.ledger import Count
+from loghandler._engine.spool import Spool, SpoolCorrupt, decode_file, encode_file
 
 DATASET = "orders-prod"
 TOKEN = "xaat-spool-secret-81d2"

@@ -15,7 +15,7 @@ import pytest
 from helpers import TOKEN, closed_port_url
 
 from loghandler import Client, Shipper
-from loghandler._spool import (
+from loghandler._engine.spool import (
     READY,
     Spool,
     SpoolWriteError,

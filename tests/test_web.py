@@ -246,7 +246,7 @@ def test_page_time_budget() -> None:
     """The page polls the query API at a bounded pace (a guard against a busy loop)."""
     from importlib import resources
 
-    script = (resources.files("loghandler") / "web" / "app.js").read_text()
+    script = (resources.files("loghandler._local") / "web" / "app.js").read_text()
     every = {name: int(value) for name, value in
              re.findall(r"const (\w+_EVERY_MS) = (\d+);", script)}
     assert every and min(every.values()) >= 1000

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._apl import (
+from .apl import (
     AGGREGATIONS,
     AplError,
     Bin,

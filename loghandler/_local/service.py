@@ -7,7 +7,7 @@ the real service does, so its own clients work against it: errors are
 ``{"code": <status>, "message": "..."}``, events it cannot take are reported per event in the
 ingest status, optional rate limits and a fixed set of datasets can be rehearsed.
 Also ``POST /v1/datasets/_apl`` (a subset of APL: _apl.py, _aplsql.py), ``GET /v1/datasets`` and the
-web page at ``/`` (the files in ``loghandler/web``, the only answers given without a token).
+web page at ``/`` (the files in ``loghandler/_local/web``, the only answers given without a token).
 Used by ``loghandler serve`` and ``loghandler.testing``.
 """
 
@@ -28,10 +28,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import _apl as apl
-from . import _aplsql as aplsql
-from ._apl import format_time, parse_time
-from ._ingest import (
+from . import apl as apl
+from . import aplsql as aplsql
+from .apl import format_time, parse_time
+from .ingest import (
     HttpError,
     IngestOptions,
     decode_body,
@@ -844,7 +844,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ response
 
     def _send_static(self, name: str, content_type: str) -> None:
-        body = (resources.files("loghandler") / "web" / name).read_bytes()
+        body = (resources.files("loghandler._local") / "web" / name).read_bytes()
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -23,25 +23,25 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import _lifecycle as lifecycle
-from ._client import Client, dataset_path, shared_client
-from ._config import (
+from .._client import Client, dataset_path, shared_client
+from .._config import (
     SHIPPING_OPTIONS_DOC,
     documented,
     resolve_dataset,
     shipper_options,
     split_options,
 )
-from ._errors import ConfigurationError
-from ._events import SIZE as _SIZE
-from ._events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
-from ._guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
-from ._ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
-from ._output import print_line, redact, shown
-from ._reporter import Reporter
-from ._sender import Sender
-from ._spool import Spool
-from ._stats import Stats
+from .._errors import ConfigurationError
+from .._output import print_line, redact, shown
+from . import lifecycle as lifecycle
+from .events import SIZE as _SIZE
+from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
+from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
+from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .reporter import Reporter
+from .sender import Sender
+from .spool import Spool
+from .stats import Stats
 
 __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 

@@ -40,10 +40,10 @@ from enum import Enum
 from itertools import islice
 from typing import Any
 
-from ._config import ShipperOptions
-from ._events import RECORD, SIZE, item_size
-from ._guard import in_sender_thread
-from ._stats import Stats
+from .._config import ShipperOptions
+from .events import RECORD, SIZE, item_size
+from .guard import in_sender_thread
+from .stats import Stats
 
 __all__ = ["FAST_ITEM_BYTES", "Count", "Fate", "Ledger"]
 

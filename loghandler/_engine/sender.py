@@ -38,16 +38,16 @@ from typing import Any
 
 import urllib3
 
-from . import _encoding as encoding
-from ._client import Client, parse_reset, parse_retry_after, raise_for_status
-from ._config import ShipperOptions
-from ._errors import ApiError, Error, PartialIngestError, TransportError
-from ._events import item_events
-from ._guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
-from ._ledger import Count, Fate, Ledger
-from ._output import body_detail, shown
-from ._reporter import Reporter
-from ._spool import Spool, SpoolWriteError
+from .. import _encoding as encoding
+from .._client import Client, parse_reset, parse_retry_after, raise_for_status
+from .._config import ShipperOptions
+from .._errors import ApiError, Error, PartialIngestError, TransportError
+from .._output import body_detail, shown
+from .events import item_events
+from .guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
+from .ledger import Count, Fate, Ledger
+from .reporter import Reporter
+from .spool import Spool, SpoolWriteError
 
 __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify", "give_up_after",
            "ingest_status"]

@@ -31,11 +31,11 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._guard import block_sigterm_in_this_thread
-from ._reporter import print_exit_summary
+from .guard import block_sigterm_in_this_thread
+from .reporter import print_exit_summary
 
 if TYPE_CHECKING:
-    from ._shipper import Shipper
+    from .shipper import Shipper
 
 _live: weakref.WeakSet[Shipper] = weakref.WeakSet()
 
@@ -92,7 +92,7 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    from ._guard import _FLUSHERS, _SENDERS
+    from .guard import _FLUSHERS, _SENDERS
 
     _SENDERS.clear()
     _FLUSHERS.clear()

@@ -33,9 +33,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from ._errors import ConfigurationError
-from ._ledger import Count
-from ._output import print_line, redact, shown
+from .._errors import ConfigurationError
+from .._output import print_line, redact, shown
+from .ledger import Count
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
            "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]

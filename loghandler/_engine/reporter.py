@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._guard import CALLBACK, sending
-from ._output import print_line, shown
-from ._stats import Stats
+from .._output import print_line, shown
+from .guard import CALLBACK, sending
+from .stats import Stats
 
 __all__ = ["LASTING_CAUSES", "Reporter", "print_exit_summary"]
 

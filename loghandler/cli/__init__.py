@@ -21,9 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
-from . import __version__
-from ._errors import ConfigurationError, Error
-from ._output import clip, printable, register_secret, stderr_line
+from .. import __version__
+from .._errors import ConfigurationError, Error
+from .._output import clip, printable, register_secret, stderr_line
 
 EXIT_OK, EXIT_SERVICE, EXIT_USAGE = 0, 1, 2
 
@@ -207,7 +207,7 @@ def _add_query_commands(sub: Any, conn: _Parser) -> tuple[_Parser, _Parser]:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ._client import Client
+    from .._client import Client
 
     token = getattr(args, "token", None)
     register_secret(token)
@@ -284,8 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import secrets
 
-    from ._config import check_token
-    from ._service import make_server
+    from .._config import check_token
+    from .._local.service import make_server
 
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
     generated = token is None
@@ -325,7 +325,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except (OSError, ValueError):
                 pass
 
-    from ._service import HttpError
+    from .._local.service import HttpError
 
     try:
         server = make_server(args.host, args.port, tokens=[token], db=args.db, views=seed,
@@ -341,7 +341,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot open the local service ({args.db or 'memory'}): "
                          f"{exc}") from None
 
-    from ._config import is_loopback
+    from .._config import is_loopback
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -767,7 +767,7 @@ def _check_reachable(url: str) -> None:
 
 def _refused_token(exc: BaseException, url: str | None = None) -> str | None:
     """A 401/403 in the command line's words (the library's speaks of arguments), else None."""
-    from ._errors import AuthenticationError
+    from .._errors import AuthenticationError
 
     if not isinstance(exc, AuthenticationError):
         return None
@@ -778,7 +778,7 @@ def _refused_token(exc: BaseException, url: str | None = None) -> str | None:
 
 def _explain(exc: BaseException, dataset: str, url: str) -> str:
     """The ingest failure in the user's words: what happened and what to do, one line."""
-    from ._errors import ApiError, NotFoundError, TransportError
+    from .._errors import ApiError, NotFoundError, TransportError
 
     refused = _refused_token(exc, url)
     if refused:
@@ -801,9 +801,9 @@ def _field_arg(text: str) -> tuple[str, str]:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ._errors import ApiError, PartialIngestError
-    from ._output import captured_lines
-    from ._shipper import Shipper
+    from .._engine.shipper import Shipper
+    from .._errors import ApiError, PartialIngestError
+    from .._output import captured_lines
 
     dataset, files = _dataset_and_files(args)
     for path in files:
@@ -945,7 +945,7 @@ _FLAG_FIELDS = ("name", "apl_query", "description", "shared_by_org", "shared_by_
 
 
 def cmd_views_update(args: argparse.Namespace) -> int:
-    from ._views import FIELDS, View
+    from .._views import FIELDS, View
 
     changes: dict[str, Any] = {}
     if args.from_json:
@@ -985,7 +985,7 @@ def cmd_views_get(args: argparse.Namespace) -> int:
 
 
 def cmd_views_create(args: argparse.Namespace) -> int:
-    from ._views import View
+    from .._views import View
 
     if not args.name.strip() or not args.apl_query.strip():
         raise UsageError("--name and --apl-query must not be empty")
@@ -1131,7 +1131,7 @@ class _Follower:
     PAGE = 2000
 
     def __init__(self, client: Any, dataset: str, lookback: float = 5.0) -> None:
-        from ._apl import format_time, parse_time
+        from .._local.apl import format_time, parse_time
 
         self._client = client
         self._source = _apl_name(dataset)

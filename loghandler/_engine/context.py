@@ -22,8 +22,8 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
-from ._encoding import to_jsonable
-from ._events import PLAIN
+from .._encoding import to_jsonable
+from .events import PLAIN
 
 __all__ = ["context"]
 

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
 
-from ._encoding import free_name, key_to_str, to_jsonable
+from .._encoding import free_name, key_to_str, to_jsonable
 
 _PLAIN = frozenset({str, int, bool, type(None)})
 # Plain object() instances: equal only to themselves, so no field name can be them, and not a GC

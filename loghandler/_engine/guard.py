@@ -9,10 +9,11 @@ else logged on the flusher thread -- a ``__del__`` the cyclic GC happens to run 
 
 from __future__ import annotations
 
-import signal
 import threading
 
-__all__ = ["in_sender_thread", "logging_lock_held", "own_record"]
+from .._client import block_sigterm_in_this_thread
+
+__all__ = ["block_sigterm_in_this_thread", "in_sender_thread", "logging_lock_held", "own_record"]
 
 HTTP = 1  # inside loghandler's HTTP call: urllib3's records are ours
 CALLBACK = 2  # inside on_error: everything logged is ours
@@ -61,15 +62,6 @@ class sending:
             _SENDERS.pop(self._ident, None)
         else:
             _SENDERS[self._ident] = self._prev
-
-
-def block_sigterm_in_this_thread() -> None:
-    """Called first by each of loghandler's own threads: the kernel then hands a process-wide
-    SIGTERM to another thread (the main one, where Python runs its handler), never to ours."""
-    try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    except (AttributeError, OSError, ValueError):  # not POSIX
-        pass
 
 
 def logging_lock_held() -> bool:
