@@ -450,6 +450,72 @@ class Ledger:
         if self.close_deadline is None or deadline < self.close_deadline:
             self.close_deadline = deadline
 
+    # ------------------------------------------------------------------ the flusher's waits
+
+    def wait_for_work(self, interval: float) -> tuple[bool, bool]:
+        """The flusher's wait: until a batch is full, flush() or close() call, or ``interval``
+        passes. Returns (force: send a partial batch too, closed)."""
+        timed_out = False
+        if not self.closed:
+            timed_out = not self.wake.wait(interval)
+        with self.lock:
+            self.wake.clear()
+            self.wake_pending = False
+            self.update_fast_path_locked()
+            force, self.force = self.force or timed_out, False
+            return force, self.closed
+
+    def flusher_gone(self) -> None:
+        """The flusher thread ends: whoever waits for progress re-checks."""
+        with self.lock:
+            self.progress.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        with self.lock:
+            return self.idle_locked()
+
+    def time_left(self) -> float | None:
+        """Seconds until the close deadline (None before close())."""
+        deadline = self.close_deadline
+        return None if deadline is None else deadline - _monotonic()
+
+    def sleep_until(self, until: float) -> bool:
+        """Sleep until ``until`` (monotonic); False, at once, when the close deadline comes
+        first. close() interrupts the sleep, so a long backoff is re-measured against its
+        deadline."""
+        while True:
+            now = _monotonic()
+            if now >= until:
+                return True
+            deadline = self.close_deadline
+            if deadline is not None:
+                if until > deadline:
+                    return False
+                time.sleep(until - now)
+                return True
+            self.interrupt.wait(until - now)
+
+    def pressed(self) -> bool:
+        """The queue is half full (by count or by bytes): waiting longer would soon drop."""
+        return (len(self.queue) * 2 >= self.max_size
+                or self.queue_bytes * 2 >= self.max_bytes)
+
+    def record_sent(self, nbytes: int) -> None:
+        """A request of ``nbytes`` was answered 2xx."""
+        with self.lock:
+            self.counts[Count.BYTES_SENT] += nbytes
+            self.counts[Count.BATCHES] += 1
+
+    def delivered(self) -> int:
+        """Events delivered so far."""
+        with self.lock:
+            return self.counts[Count.DELIVERED]
+
+    def set_close_deadline(self, deadline: float) -> None:
+        with self.lock:
+            self.set_close_deadline_locked(deadline)
+
     def snapshot(self) -> Stats:
         """A consistent snapshot of the counters."""
         with self.lock:

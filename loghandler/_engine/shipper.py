@@ -38,10 +38,12 @@ from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .policy import Cause
 from .reporter import Reporter
 from .sender import Sender
 from .spool import Spool
 from .stats import Stats
+from .transport import HttpTransport
 
 __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 
@@ -83,8 +85,9 @@ class Shipper:
         self.ledger = Ledger(self.options, self._ensure_flusher_locked)
         self.ledger.on_late = self._send_late
         self._reporter = Reporter(self.dataset, self.options.on_error)
-        self._sender = Sender(self.ledger, self._reporter, client, self.dataset,
-                              dataset_path(self.dataset), self.options, self._spool)
+        transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
+        self._sender = Sender(self.ledger, self._reporter, transport, self.dataset,
+                              self.options, self._spool)
         self._thread: threading.Thread | None = None
         self._thread_failed = False
         self._pid = os.getpid()
@@ -314,7 +317,7 @@ class Shipper:
             where = ("spooled" if self.stats().spooled
                      else "counted in stats().dropped_shutdown")
             self._reporter.report(
-                "late", f"an event logged after loghandler's exit hook (by a later atexit "
+                Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
                         f"hook) could not be delivered within shutdown_timeout; it was {where}")
 
     def exit_summary(self) -> str | None:
