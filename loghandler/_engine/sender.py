@@ -425,13 +425,12 @@ class Sender:
         within ``ABANDON_GRACE``, count as ``dropped_shutdown``.
         """
         ledger = self.ledger
-        with ledger.lock:
-            taken = ledger.abandon()
-            if taken is None:
-                return
-            n, queued = taken
-            chunks = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
-            carry = list(self.cutter.carry)
+        taken = ledger.abandon()
+        if taken is None:
+            return
+        n, queued = taken
+        chunks = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
+        carry = list(self.cutter.carry)
         if self.posting is not None:
             self.reporter.note_shutdown_error(
                 f"no answer from the service within shutdown_timeout "

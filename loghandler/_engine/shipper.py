@@ -82,8 +82,7 @@ class Shipper:
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
-        self.ledger = Ledger(self.options, self._ensure_flusher_locked)
-        self.ledger.on_late = self._send_late
+        self.ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
         self._reporter = Reporter(self.dataset, self.options.on_error)
         transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
         self._sender = Sender(self.ledger, self._reporter, transport, self.dataset,
@@ -95,8 +94,7 @@ class Shipper:
         if self._spool is not None and self._spool.has_waiting():
             # A restarted process that logs nothing must still deliver what an earlier one
             # spooled: start the flusher now rather than on the first event.
-            with self.ledger.lock:
-                self._start_flusher_locked()
+            self.ledger.start_flusher()
 
     def after_fork_in_child(self) -> None:
         """Called in a forked child (_lifecycle.py): the parent's queue belongs to the parent
@@ -171,7 +169,6 @@ class Shipper:
         else:
             self._thread = thread
             _warn_if_uwsgi_without_threads()
-        self.ledger.flusher_started = True
 
     # ------------------------------------------------------------------ flush / close / stats
 
@@ -199,30 +196,24 @@ class Shipper:
             # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
             # second shutdown_timeout to the exit.
             deadline = min(deadline, ledger.close_deadline + 0.2)
-        with ledger.lock:
-            target = ledger.taken + len(ledger.queue)
-            before = ledger.undelivered
-            refused, ledger.refused_too_large = ledger.refused_too_large, 0
-            if ledger.settled_through_locked() >= target:
-                return not refused
-            ledger.force = True
-            thread_ok = self._thread is not None and self._thread.is_alive()
-            if not thread_ok and not ledger.closed and not self._thread_failed:
-                self._thread = None
-                self._start_flusher_locked()
-                thread_ok = self._thread is not None
-        ledger.wake.set()
-        if not thread_ok:
+        ticket = ledger.begin_flush(self._flusher_for_flush_locked)
+        if ticket.done:
+            return not ticket.refused
+        if not ticket.flusher:
             self._sender.drain_on_this_thread(deadline)
         elif logging_lock_held():
             return False
-        with ledger.lock:
-            while ledger.settled_through_locked() < target:
-                remaining = deadline - _monotonic()
-                if remaining <= 0:
-                    return False
-                ledger.progress.wait(min(remaining, 0.25))
-            return ledger.undelivered == before and not refused
+        return ledger.wait_flushed(ticket, deadline)
+
+    def _flusher_for_flush_locked(self) -> bool:
+        # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
+        # replaced, unless closed (then the closing thread sends).
+        thread_ok = self._thread is not None and self._thread.is_alive()
+        if not thread_ok and not self.ledger.closed and not self._thread_failed:
+            self._thread = None
+            self._start_flusher_locked()
+            thread_ok = self._thread is not None
+        return thread_ok
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the flusher thread. Idempotent; bounded by ``timeout``.
@@ -267,16 +258,7 @@ class Shipper:
             self.after_fork_in_child()
         if at_exit:
             self._reporter.begin_exit_summary()
-        ledger = self.ledger
-        with ledger.lock:
-            ledger.set_close_deadline_locked(deadline)
-            ledger.late_ok = late_events
-            ledger.closed = True
-            ledger.force = True
-            ledger.update_fast_path_locked()
-            ledger.space.notify_all()
-        ledger.interrupt.set()
-        ledger.wake.set()
+        self.ledger.begin_close(deadline, late_events)
 
     def wait_closed(self) -> None:
         """Wait for the flusher until the close deadline (``begin_close``), then take over
@@ -310,10 +292,10 @@ class Shipper:
         """
         ledger = self.ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
-        before = ledger.undelivered
+        before = ledger.undelivered()
         self._sender.drain_on_this_thread(deadline)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
-        if ledger.undelivered > before:
+        if ledger.undelivered() > before:
             where = ("spooled" if self.stats().spooled
                      else "counted in stats().dropped_shutdown")
             self._reporter.report(
