@@ -96,7 +96,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown(), which would find a half-built one (a second, misleading traceback
         # at exit) if a ConfigurationError came after it.
         self.shipper = make_shipper(dataset, client, shipper, options)
-        self._ledger = self.shipper.ledger
+        self._ledger = self.shipper._ledger
         self._owns_shipper = shipper is None
         try:
             super().__init__(level)
@@ -114,7 +114,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
         # flusher thread that logs. Records our own sending causes are never shipped.
         if _get_ident() in _SENDERS and own_record(record.name):
-            return self.shipper.suppress()
+            return self.shipper._suppress()
         if self.filters:
             rv = self.filter(record)
             if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record

@@ -225,7 +225,7 @@ class TestBounds:
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
             # What is queued (the fast path's unaccounted tail included) stays in bounds.
-            assert sum(item[SIZE] for item in s.ledger.queue) <= 20_000
+            assert sum(item[SIZE] for item in s._ledger.queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
         s.close(timeout=0.5)
@@ -242,16 +242,16 @@ class TestBounds:
             for i in range(5000):
                 s.submit({"t": t, "i": i, "text": "z" * (i % 300)})
                 if i % 50 == 0:
-                    items = list(s.ledger.queue)
+                    items = list(s._ledger.queue)
                     peak[0] = max(peak[0], len(items))
                     peak[1] = max(peak[1], sum(item[SIZE] for item in items))
 
         run_in_threads(work, 8)
         st = s.stats()
         assert st.submitted == 40_000 and balanced(st)
-        assert st.queued == len(s.ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
+        assert st.queued == len(s._ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
         assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
-        assert s.ledger.queued_bytes() == sum(item[SIZE] for item in s.ledger.queue)
+        assert s._ledger.queued_bytes() == sum(item[SIZE] for item in s._ledger.queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
@@ -460,9 +460,9 @@ class TestSelfHealing:
         s = make(receiver.url, batch_size=5, flush_interval=60)
         s.submit({"i": 0})
         old = s._thread
-        s.begin_close(time.monotonic() + 5)  # stop the thread the normal way...
+        s._begin_close(time.monotonic() + 5)  # stop the thread the normal way...
         old.join(5)
-        s.ledger.reset()  # ...then pretend it died while the shipper stayed open
+        s._ledger.reset()  # ...then pretend it died while the shipper stayed open
         for i in range(1, 7):  # the 6th fills a batch: the slow path checks the thread
             s.submit({"i": i})
         assert s._thread is not old and s._thread.is_alive()

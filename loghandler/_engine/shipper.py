@@ -4,14 +4,18 @@ One ``Shipper`` per dataset: a bounded queue that application threads append to 
 daemon flusher thread that cuts batches, encodes them, compresses them and posts them, retrying
 with backoff. Nothing here ever blocks an application thread on I/O or raises into it.
 
-The engine is split by who owns the data:
+The engine is split by who owns the data (``docs/architecture.md``):
 
-- ``_ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
-- ``_sender.py``: the flusher thread's work (batches, requests, the delivery policy);
-- ``_reporter.py``: the stderr lines, ``on_error`` and the exit summary;
-- ``_spool.py``: the disk spool;
-- this module: the facade that wires them, starts the flusher, and flushes, closes and forks.
+- ``sender.py``: the flusher thread's loop (take a batch, hand it to the transport, settle);
+  ``batches.py`` cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py``
+  says what each answer means, ``transport.py`` carries a body to the service;
+- ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
+- ``spool.py``: the disk spool; ``lifecycle.py``: exit, fork, SIGTERM;
+- this module: the facade that wires them, starts the flusher, and flushes and closes. Its
+  public face is ``submit``, ``flush``, ``close``, ``stats`` and what users read (``dataset``,
+  ``client``, ``closed``, ``options``); the hooks ``lifecycle.py`` calls are private.
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ class Shipper:
 
     ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
     retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
-    handler; an exit hook delivers what is queued within ``shutdown_timeout``. ``ledger`` is
-    the queue the front ends append to (``ledger.offer(item, size)``).
+    handler; an exit hook delivers what is queued within ``shutdown_timeout``. (The front ends
+    append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
 
     Args:
         client (Client): the connection (token, address) to ship through; shared freely.
@@ -82,10 +86,10 @@ class Shipper:
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
-        self.ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
+        self._ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
         self._reporter = Reporter(self.dataset, self.options.on_error)
         transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
-        self._sender = Sender(self.ledger, self._reporter, transport, self.dataset,
+        self._sender = Sender(self._ledger, self._reporter, transport, self.dataset,
                               self.options, self._spool)
         self._thread: threading.Thread | None = None
         self._thread_failed = False
@@ -94,16 +98,16 @@ class Shipper:
         if self._spool is not None and self._spool.has_waiting():
             # A restarted process that logs nothing must still deliver what an earlier one
             # spooled: start the flusher now rather than on the first event.
-            self.ledger.start_flusher()
+            self._ledger.start_flusher()
 
-    def after_fork_in_child(self) -> None:
+    def _after_fork_in_child(self) -> None:
         """Called in a forked child (_lifecycle.py): the parent's queue belongs to the parent
         (it delivers it); the child starts empty, with new locks (the parent's may have been
         held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
         self._thread = None
         self._thread_failed = False
-        self.ledger.reset()  # in place: the front ends' cached references stay valid
+        self._ledger.reset()  # in place: the front ends' cached references stay valid
         self._sender.reset()
         self._reporter.reset()
 
@@ -117,7 +121,7 @@ class Shipper:
     @property
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
-        return self.ledger.closed
+        return self._ledger.closed
 
     # ------------------------------------------------------------------ application side
 
@@ -130,28 +134,28 @@ class Shipper:
         """
         try:
             if _get_ident() in _SENDERS and own_record(None):
-                return self.suppress()
+                return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
-                    return self.ledger.drop(Fate.DROPPED_INVALID)
+                    return self._ledger.drop(Fate.DROPPED_INVALID)
                 event = dict(event)
             else:
                 event = event.copy()
             size = _estimate(event)
             event[_SIZE] = size
-            return self.ledger.offer(event, size)
+            return self._ledger.offer(event, size)
         except Exception:
             return False
 
-    def suppress(self) -> bool:
+    def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""
-        self.ledger.count(Count.SUPPRESSED)
+        self._ledger.count(Count.SUPPRESSED)
         return False
 
     def _ensure_flusher_locked(self) -> None:
         # The ledger calls this after each event its slow path queues.
         thread = self._thread
-        if thread is None or (not thread.is_alive() and not self.ledger.closed):
+        if thread is None or (not thread.is_alive() and not self._ledger.closed):
             # First event, or the flusher died on an internal error (reported once): start one.
             self._start_flusher_locked()
 
@@ -186,10 +190,10 @@ class Shipper:
 
     def _flush(self, timeout: float | None) -> bool:
         if os.getpid() != self._pid:
-            self.after_fork_in_child()
+            self._after_fork_in_child()
         if in_sender_thread():
             return False  # waiting for ourselves would never end
-        ledger = self.ledger
+        ledger = self._ledger
         timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
         deadline = _monotonic() + timeout
         if ledger.close_deadline is not None:
@@ -209,7 +213,7 @@ class Shipper:
         # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
         # replaced, unless closed (then the closing thread sends).
         thread_ok = self._thread is not None and self._thread.is_alive()
-        if not thread_ok and not self.ledger.closed and not self._thread_failed:
+        if not thread_ok and not self._ledger.closed and not self._thread_failed:
             self._thread = None
             self._start_flusher_locked()
             thread_ok = self._thread is not None
@@ -223,9 +227,9 @@ class Shipper:
         """
         try:
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
-            self.begin_close(_monotonic() + timeout)
+            self._begin_close(_monotonic() + timeout)
             if not logging_lock_held():
-                self.wait_closed()
+                self._wait_closed()
                 self._release_client()
         except Exception:
             pass
@@ -244,7 +248,7 @@ class Shipper:
         if not others:
             self._client.close()
 
-    def begin_close(self, deadline: float, *, at_exit: bool = False,
+    def _begin_close(self, deadline: float, *, at_exit: bool = False,
                     late_events: bool = False) -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
@@ -255,15 +259,15 @@ class Shipper:
         which atexit hooks registered before ``import loghandler`` still run and may log.
         """
         if os.getpid() != self._pid:
-            self.after_fork_in_child()
+            self._after_fork_in_child()
         if at_exit:
             self._reporter.begin_exit_summary()
-        self.ledger.begin_close(deadline, late_events)
+        self._ledger.begin_close(deadline, late_events)
 
-    def wait_closed(self) -> None:
+    def _wait_closed(self) -> None:
         """Wait for the flusher until the close deadline (``begin_close``), then take over
         what it still holds; or send on this thread when there is no flusher."""
-        ledger = self.ledger
+        ledger = self._ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -275,7 +279,7 @@ class Shipper:
         elif not in_sender_thread():
             self._sender.drain_on_this_thread(deadline)
 
-    def flusher_alive(self) -> bool:
+    def _flusher_alive(self) -> bool:
         """True while a flusher thread runs (also after close() began, until it is done)."""
         thread = self._thread
         return thread is not None and thread.is_alive()
@@ -290,7 +294,7 @@ class Shipper:
         of the exit deadline (nothing else would run after it to send it); past the deadline it
         is spooled or counted as ``dropped_shutdown``, and a line says so.
         """
-        ledger = self.ledger
+        ledger = self._ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         before = ledger.undelivered()
         self._sender.drain_on_this_thread(deadline)
@@ -302,13 +306,13 @@ class Shipper:
                 Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
                         f"hook) could not be delivered within shutdown_timeout; it was {where}")
 
-    def exit_summary(self) -> str | None:
+    def _exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
         return self._reporter.exit_summary(self.stats(), self.options.spool_dir)
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
-        return self.ledger.snapshot()
+        return self._ledger.snapshot()
 
     def __enter__(self) -> Shipper:
         return self
