@@ -35,7 +35,7 @@ __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
 # Module globals for emit()'s inlined fast path (one dict lookup each, where an attribute or a
 # computed set would cost more); the event model itself, record_to_event and the sizes
-# ("the memory model") included, is _events.py's.
+# ("the memory model") included, is events.py's.
 _LogRecord = logging.LogRecord
 _modules = sys.modules
 _INIT_SET = frozenset(INIT_KEYS)
@@ -129,7 +129,7 @@ class IngestHandler(logging.Handler):
         try:
             # The fast path, inlined: this runs for every record on the caller's thread. A plain
             # record (no exception, no stack, extras of plain JSON types) becomes its event
-            # here, but for _time and level, which the flusher formats (_events.py "Queue
+            # here, but for _time and level, which the flusher formats (events.py "Queue
             # items"); anything else goes through record_to_event.
             d = record.__dict__
             msg = d["msg"]
@@ -200,7 +200,7 @@ class IngestHandler(logging.Handler):
             self._put_event(record)
 
     def _put_in_context(self, event: dict[Any, Any], size: int) -> None:
-        # The fast path's event, with the snapshot of the caller's context (_events.py "Queue
+        # The fast path's event, with the snapshot of the caller's context (events.py "Queue
         # items"), taken here on the caller's thread; the flusher merges it.
         snap = _snapshot(self.shipper.options.trace_context)
         if snap:

@@ -39,7 +39,6 @@ from typing import Any
 
 from .._encoding import free_name, key_to_str, to_jsonable
 
-_PLAIN = frozenset({str, int, bool, type(None)})
 # Plain object() instances: equal only to themselves, so no field name can be them, and not a GC
 # type, so a dict using them as keys can stay untracked (an instance of any class of ours is).
 SIZE: Any = object()  # see "Queue items"

@@ -40,71 +40,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from itertools import islice
 from typing import Any
 
 from .._config import ShipperOptions
 from .events import RECORD, SIZE, item_size
 from .guard import in_sender_thread
-from .stats import Stats
+from .stats import Count, Fate, Stats
 
 __all__ = ["FAST_ITEM_BYTES", "Count", "Fate", "FlushTicket", "Ledger"]
 
 _monotonic = time.monotonic
 # The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
 FAST_ITEM_BYTES = 8 * 1024
-
-
-class Count(Enum):
-    """The counters of ``Stats`` (but ``queued``, which is computed), one member each."""
-
-    SUBMITTED = "submitted"
-    DELIVERED = "delivered"
-    DROPPED = "dropped"
-    FAILED = "failed"
-    SPOOLED = "spooled"
-    RETRIED = "retried"
-    BATCHES = "batches"
-    BYTES_SENT = "bytes_sent"
-    DROPPED_QUEUE_FULL = "dropped_queue_full"
-    DROPPED_TOO_LARGE = "dropped_too_large"
-    DROPPED_CLOSED = "dropped_closed"
-    DROPPED_SHUTDOWN = "dropped_shutdown"
-    DROPPED_INVALID = "dropped_invalid"
-    FAILED_REJECTED = "failed_rejected"
-    FAILED_AUTH = "failed_auth"
-    FAILED_NOT_FOUND = "failed_not_found"
-    FAILED_CLIENT_ERROR = "failed_client_error"
-    FAILED_RETRIES_EXHAUSTED = "failed_retries_exhausted"
-    FAILED_BY_SERVICE = "failed_by_service"
-    REPLAYED = "replayed"
-    REPLAY_REJECTED = "replay_rejected"
-    SPOOL_DROPPED = "spool_dropped"
-    SPOOL_CORRUPT = "spool_corrupt"
-    SUPPRESSED = "suppressed"
-
-
-class Fate(Enum):
-    """Where an event ends: its total counter and, for losses, the counter of its reason."""
-
-    DELIVERED = (Count.DELIVERED, None)
-    SPOOLED = (Count.SPOOLED, None)
-    DROPPED_QUEUE_FULL = (Count.DROPPED, Count.DROPPED_QUEUE_FULL)
-    DROPPED_TOO_LARGE = (Count.DROPPED, Count.DROPPED_TOO_LARGE)
-    DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)
-    DROPPED_SHUTDOWN = (Count.DROPPED, Count.DROPPED_SHUTDOWN)
-    DROPPED_INVALID = (Count.DROPPED, Count.DROPPED_INVALID)
-    FAILED_REJECTED = (Count.FAILED, Count.FAILED_REJECTED)
-    FAILED_AUTH = (Count.FAILED, Count.FAILED_AUTH)
-    FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
-    FAILED_CLIENT_ERROR = (Count.FAILED, Count.FAILED_CLIENT_ERROR)
-    FAILED_RETRIES_EXHAUSTED = (Count.FAILED, Count.FAILED_RETRIES_EXHAUSTED)
-    FAILED_BY_SERVICE = (Count.FAILED, Count.FAILED_BY_SERVICE)
-
-    def __init__(self, total: Count, reason: Count | None) -> None:
-        self.total = total
-        self.reason = reason
 
 
 class FlushTicket:
@@ -214,7 +162,7 @@ class Ledger:
     # ------------------------------------------------------------------ application side
 
     def offer(self, item: dict[Any, Any], size: int) -> bool:
-        """Queue an item the caller built (see _events.py "Queue items"; ``size`` is
+        """Queue an item the caller built (see events.py "Queue items"; ``size`` is
         ``item[SIZE]``).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
@@ -642,7 +590,7 @@ def _encoded_floor(event: Any) -> int:
     n = 1
     for key, value in event.items():
         if key is SIZE or key is RECORD:
-            continue  # the queue's own keys (_events.py "Queue items"), never encoded
+            continue  # the queue's own keys (events.py "Queue items"), never encoded
         n += (len(key) if type(key) is str else 0) + 4
         n += len(value) + 2 if type(value) is str else 1
     return n

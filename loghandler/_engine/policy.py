@@ -222,27 +222,29 @@ def classify(answer: Answer | int, headers: Mapping[str, str] | None = None, bod
             return Outcome.UNREADABLE, None
         return (Outcome.DELIVERED if ingest_status(answer.body) is None
                 else Outcome.PARTIAL), None
-    if status in status_codes.TOO_LARGE:
-        return Outcome.TOO_LARGE, None
-    if status in status_codes.REJECTED:
-        return Outcome.REJECTED, None
-    if status in status_codes.AUTH:
-        return Outcome.AUTH, None
-    if status in status_codes.NOT_FOUND:
-        return Outcome.NOT_FOUND, None
+    final = _FINAL.get(status)
+    if final is not None:
+        return final, None
     if status_codes.is_redirect(status):
         return Outcome.REDIRECTED, None
     if not status_codes.is_retryable(status):
         return Outcome.CLIENT_ERROR, None
     wait = answer.wait
-    if status in status_codes.LIMITS:
-        if wait is None:
-            return Outcome.RETRY, None
-        return Outcome.LIMITED, min(wait, MAX_PAUSE)
     if wait is None:
-        return Outcome.RETRY, None
+        return Outcome.RETRY, None  # a limit without a time is an ordinary retry
+    if status in status_codes.LIMITS:
+        return Outcome.LIMITED, min(wait, MAX_PAUSE)
     return (Outcome.THROTTLED if status == status_codes.THROTTLED else Outcome.RETRY), min(
         wait, MAX_PAUSE)
+
+
+# The statuses whose outcome is final whatever the answer says besides.
+_FINAL = {
+    **dict.fromkeys(status_codes.TOO_LARGE, Outcome.TOO_LARGE),
+    **dict.fromkeys(status_codes.REJECTED, Outcome.REJECTED),
+    **dict.fromkeys(status_codes.AUTH, Outcome.AUTH),
+    **dict.fromkeys(status_codes.NOT_FOUND, Outcome.NOT_FOUND),
+}
 
 
 def backoff(attempt: int, base: float, cap: float, *,

@@ -101,7 +101,7 @@ class Shipper:
             self._ledger.start_flusher()
 
     def _after_fork_in_child(self) -> None:
-        """Called in a forked child (_lifecycle.py): the parent's queue belongs to the parent
+        """Called in a forked child (lifecycle.py): the parent's queue belongs to the parent
         (it delivers it); the child starts empty, with new locks (the parent's may have been
         held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
@@ -344,7 +344,7 @@ def _warn_if_uwsgi_without_threads() -> None:
 
 
 def _estimate(event: dict[str, Any]) -> int:
-    # Rough memory cost of a queued event (_events.py, "the memory model").
+    # Rough memory cost of a queued event (events.py, "the memory model").
     size = SUBMIT_EVENT_SIZE
     for value in event.values():
         size += SUBMIT_FIELD_SIZE

@@ -1,6 +1,6 @@
 """The disk spool: events the service could not take, kept on disk and delivered later.
 
-The engine (``_sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
+The engine (``sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
 authentication refused, dataset not found, shutdown deadline) and replays the spool from its
 flusher thread, at start and about every ``flush_interval``. Several processes may share one
 spool directory: a file is claimed by an atomic rename before it is sent, so no two processes
