@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -35,6 +35,7 @@ from ._errors import (
 )
 from ._output import body_detail, redact, service_message, shown
 from ._status import AUTH, LIMITS, NOT_FOUND, RATE_LIMIT, RESET_HEADERS, is_redirect, is_success
+from ._time import format_datetime
 from ._version import __version__
 from ._views import Views
 
@@ -322,9 +323,7 @@ class Client:
 
 def _rfc3339(value: datetime | str) -> str:
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return format_datetime(value)  # naive means UTC
     if isinstance(value, str):
         return value
     raise ConfigurationError(f"start and end must be datetimes or RFC 3339 strings, not "
