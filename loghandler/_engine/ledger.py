@@ -68,6 +68,9 @@ class Count(Enum):
     DROPPED_CLOSED = "dropped_closed"
     DROPPED_SHUTDOWN = "dropped_shutdown"
     DROPPED_INVALID = "dropped_invalid"
+    DROPPED_SAMPLED = "dropped_sampled"
+    DROPPED_REPEAT = "dropped_repeat"
+    DROPPED_HELD = "dropped_held"
     FAILED_REJECTED = "failed_rejected"
     FAILED_AUTH = "failed_auth"
     FAILED_NOT_FOUND = "failed_not_found"
@@ -91,6 +94,9 @@ class Fate(Enum):
     DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)
     DROPPED_SHUTDOWN = (Count.DROPPED, Count.DROPPED_SHUTDOWN)
     DROPPED_INVALID = (Count.DROPPED, Count.DROPPED_INVALID)
+    DROPPED_SAMPLED = (Count.DROPPED, Count.DROPPED_SAMPLED)
+    DROPPED_REPEAT = (Count.DROPPED, Count.DROPPED_REPEAT)
+    DROPPED_HELD = (Count.DROPPED, Count.DROPPED_HELD)
     FAILED_REJECTED = (Count.FAILED, Count.FAILED_REJECTED)
     FAILED_AUTH = (Count.FAILED, Count.FAILED_AUTH)
     FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
@@ -101,6 +107,12 @@ class Fate(Enum):
     def __init__(self, total: Count, reason: Count | None) -> None:
         self.total = total
         self.reason = reason
+
+
+# Dropped by a policy the user configured (sampling, repeats, hold-until-error): chosen, not a
+# loss, so flush() still reports success for them and nothing is told on stderr.
+_CHOSEN = frozenset({Fate.DELIVERED, Fate.DROPPED_SAMPLED, Fate.DROPPED_REPEAT,
+                     Fate.DROPPED_HELD})
 
 
 class Ledger:
@@ -202,6 +214,13 @@ class Ledger:
             return ok
         except Exception:
             return False
+
+    def add_own(self, item: dict[Any, Any], size: int) -> None:
+        """Queue an event the shipper itself made (a policy's summary), closed or not: few,
+        bounded by the policy, and accounted like any other."""
+        with self.lock:
+            self.queue.append(item)
+            self.account_locked()
 
     def _put_locked(self, item: dict[Any, Any], size: int) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
@@ -426,7 +445,7 @@ class Ledger:
         c[fate.total] += n
         if fate.reason is not None:
             c[fate.reason] += n
-        if fate is not Fate.DELIVERED:
+        if fate not in _CHOSEN:
             self.undelivered += n
 
     def settled_through_locked(self) -> int:

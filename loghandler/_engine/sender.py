@@ -43,10 +43,11 @@ from .._client import Client, parse_reset, parse_retry_after, raise_for_status
 from .._config import ShipperOptions
 from .._errors import ApiError, Error, PartialIngestError, TransportError
 from .._output import body_detail, shown
-from .events import item_events
+from .events import SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, HTTP, _get_ident, block_sigterm_in_this_thread, sending
 from .ledger import Count, Fate, Ledger
 from .reporter import Reporter
+from .shaping import Selector, make_finisher
 from .spool import Spool, SpoolWriteError
 
 __all__ = ["MAX_PAUSE", "Chunk", "Outcome", "Sender", "backoff", "classify", "give_up_after",
@@ -292,6 +293,12 @@ class Sender:
         self.outage = False
         self.next_probe = 0.0
         self.auth_delay = self.options.auth_retry_delay
+        o = self.options
+        # What ships (shaping.py): None when not configured, so the flusher pays one test.
+        self.finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns)
+        self.selector = (Selector(o.sample_levels, o.sample_loggers, o.repeat_limit,
+                                  o.repeat_window)
+                         if o.sample_levels or o.sample_loggers or o.repeat_limit else None)
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -300,6 +307,8 @@ class Sender:
         ledger = self.ledger
         block_sigterm_in_this_thread()
         _FLUSHERS.add(_get_ident())
+        if self.options.json_default is not None:
+            encoding.set_thread_default(self.options.json_default)
         try:
             interval = self.options.flush_interval
             if self.spool is not None:
@@ -314,6 +323,8 @@ class Sender:
                     ledger.update_fast_path_locked()
                     force, ledger.force = ledger.force or timed_out, False
                     closed = ledger.closed
+                if self.selector is not None:
+                    self._summarize(closed)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
                     if closed:
@@ -388,7 +399,11 @@ class Sender:
                 if taken is None:
                     return None
                 items = taken
-            events = item_events(items, self.options.fields)
+            events = item_events(items, self.options.fields, self.finish)
+            if self.selector is not None and events:
+                events = self._select(events)
+                if not events and not carry:
+                    continue
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= limit:
@@ -414,6 +429,29 @@ class Sender:
                 total += size
             if batch:
                 return Chunk(parts=batch)
+
+    def _select(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
+        # reason; a repeat window's summary is queued as an event of its own.
+        assert self.selector is not None
+        kept, sampled, repeats, summaries = self.selector.select(events)
+        if sampled:
+            self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
+        if repeats:
+            self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
+        self._queue_summaries(summaries)
+        return kept
+
+    def _summarize(self, closed: bool) -> None:
+        assert self.selector is not None
+        self._queue_summaries(self.selector.flush_all() if closed
+                              else self.selector.expired(_monotonic()))
+
+    def _queue_summaries(self, summaries: list[dict[str, Any]]) -> None:
+        for event in summaries:
+            event["_time"] = rfc3339(time.time())
+            event[SIZE] = size = 600
+            self.ledger.add_own(event, size)
 
     def _deliver(self, batch: Chunk) -> None:
         if self.outage and self.spool is not None and _monotonic() < self.next_probe:
@@ -586,7 +624,8 @@ class Sender:
         """The close deadline passed: spool or drop everything still queued, at once."""
         items = self.ledger.drain()
         if items:
-            self._fail(Chunk(item_events(items, self.options.fields)), Outcome.SHUTDOWN, None)
+            events = item_events(items, self.options.fields, self.finish)
+            self._fail(Chunk(events), Outcome.SHUTDOWN, None)
 
     def abandon(self) -> None:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
@@ -642,7 +681,7 @@ class Sender:
                         for e in c.events or ():
                             append(encode(e))
                 parts.extend(carry)
-                for e in item_events(queued, self.options.fields):
+                for e in item_events(queued, self.options.fields, self.finish):
                     append(encode(e))
             except Exception:
                 pass  # encode never raises; item_events on an odd record: stop there

@@ -29,6 +29,9 @@ class Stats:
     dropped_closed: int = 0
     dropped_shutdown: int = 0
     dropped_invalid: int = 0
+    dropped_sampled: int = 0  # sampled out (sample_levels, sample_loggers)
+    dropped_repeat: int = 0  # suppressed repeats (repeat_limit); a summary event tells
+    dropped_held: int = 0  # held for an error that never came (hold_level)
     # failed, by reason
     failed_rejected: int = 0
     failed_auth: int = 0
