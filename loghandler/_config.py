@@ -225,10 +225,10 @@ class ShipperOptions:
     fields: Mapping[str, Any] | None = None
     trace_context: bool = True
     # What ships (loghandler/_engine/shaping.py, hold.py): each off until configured, but
-    # identity and scrubbing, which are on.
+    # identity and scrubbing by key, which are on.
     identity: bool | Mapping[str, Any] = True
     exclude_fields: tuple[str, ...] = ()
-    scrub: bool = True
+    scrub: bool | Literal["keys", "all"] = "keys"
     scrub_keys: tuple[str, ...] = ()
     scrub_patterns: tuple[str, ...] = ()
     sample_levels: Mapping[str, float] | None = None
@@ -324,10 +324,16 @@ def _check_shaping(o: ShipperOptions) -> None:
     env_scrub = os.environ.get(ENV_SCRUB, "").strip().lower()
     if env_scrub in _OFF:
         put("scrub", False)
+    elif env_scrub in ("keys", "all"):
+        put("scrub", env_scrub)
+    if o.scrub is True:
+        put("scrub", "all")
     if os.environ.get(ENV_IDENTITY, "").strip().lower() in _OFF and o.identity is True:
         put("identity", False)
-    if not isinstance(o.scrub, bool):
-        raise ConfigurationError(f"scrub must be True or False, not {o.scrub!r}")
+    if o.scrub not in (False, "keys", "all"):
+        raise ConfigurationError(
+            f"scrub must be 'keys' (values under secret keys), 'all' (also secret-looking "
+            f"text in every string), True (the same as 'all') or False, not {o.scrub!r}")
     if not isinstance(o.identity, (bool, Mapping)):
         raise ConfigurationError(
             "identity must be True (from the environment), False (none), or a mapping such "
@@ -510,11 +516,12 @@ SHIPPING_OPTIONS_DOC = """\
             Default True.
         exclude_fields (list[str]): default fields to leave out, e.g. ``["module",
             "function", "file", "thread"]``. Default none.
-        scrub (bool): replace secrets before they leave the process: values under secret
-            keys (password, token, authorization, cookie, api_key, ...) and secret-looking
-            text (bearer tokens, JWTs, cloud keys, card numbers passing Luhn) in the message,
-            fields, nested values and exception text. Default True
-            (``LOGHANDLER_SCRUB=0`` turns it off).
+        scrub ("keys" | "all" | bool): replace secrets before they leave the process.
+            "keys": values under secret keys (password, token, authorization, cookie,
+            api_key, ...) at any depth; "all" (or True): also secret-looking text (bearer
+            tokens, JWTs, cloud keys, card numbers passing Luhn) in the message, fields,
+            nested values and exception text; False: nothing. Default "keys"
+            (``LOGHANDLER_SCRUB=all|keys|0``).
         scrub_keys (list[str]): more secret key names. Default none.
         scrub_patterns (list[str]): more secret value patterns (regular expressions).
         sample_levels (Mapping[str, float] | None): the fraction of events kept per level,

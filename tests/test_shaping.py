@@ -295,7 +295,7 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_X
 class TestScrubbing:
     def test_message_extra_nested_and_traceback(self, make_logger, receiver):
         """A secret in the message, an extra, a nested value and a traceback never leaves."""
-        log, h = make_logger()
+        log, h = make_logger(scrub="all")
         log.info("login with password=hunter2 and header Authorization: Bearer abcdef0123456789xyz",
                  extra={"api_key": "k-live-123", "request": {"headers": {"Cookie": "sid=1"},
                                                               "body": [f"jwt {JWT}"]}})
@@ -319,7 +319,7 @@ class TestScrubbing:
 
     def test_look_alikes_are_kept(self, make_logger, receiver):
         """Numbers that fail Luhn, words near secrets and keys that merely contain one stay."""
-        log, h = make_logger()
+        log, h = make_logger(scrub="all")
         log.info("order 4111 1111 1111 1112 shipped; bearer of good news; token count 3",
                  extra={"token_count": 17, "max_tokens": 4096, "secretary": "Ann",
                         "passage": "a long passage of text", "phone": "+44 20 7946 0958"})
@@ -331,18 +331,29 @@ class TestScrubbing:
         assert e["secretary"] == "Ann" and e["passage"] == "a long passage of text"
         assert e["phone"] == "+44 20 7946 0958"
 
-    def test_off_by_argument_and_environment(self, make_logger, receiver, monkeypatch):
-        """scrub=False (or LOGHANDLER_SCRUB=0) ships values as they are."""
+    def test_modes_by_argument_and_environment(self, make_logger, receiver, monkeypatch):
+        """The default scrubs keys only; scrub=False (LOGHANDLER_SCRUB=0) nothing; "all"
+        (LOGHANDLER_SCRUB=all) text too."""
+        log, h = make_logger()
+        log.info("password=hunter2", extra={"password": "hunter2"})
+        assert h.flush(5)
+        assert receiver.events[-1]["message"] == "password=hunter2"
+        assert receiver.events[-1]["password"] == REDACTED
         log, h = make_logger(scrub=False)
-        log.info("password=hunter2")
-        assert messages(h, receiver) == ["password=hunter2"]
+        log.info("off", extra={"password": "hunter2"})
+        assert h.flush(5) and receiver.events[-1]["password"] == "hunter2"
         monkeypatch.setenv("LOGHANDLER_SCRUB", "0")
-        log2, h2 = make_logger()
-        log2.info("password=letmein")
-        assert h2.flush(5) and receiver.events[-1]["message"] == "password=letmein"
+        log, h = make_logger()
+        log.info("off by env", extra={"password": "letmein"})
+        assert h.flush(5) and receiver.events[-1]["password"] == "letmein"
+        monkeypatch.setenv("LOGHANDLER_SCRUB", "all")
+        log, h = make_logger()
+        log.info("password=letmein")
+        assert h.flush(5) and receiver.events[-1]["message"] == "password=[redacted]"
 
     def test_own_keys_and_patterns(self, make_logger, receiver):
         """scrub_keys and scrub_patterns add to the defaults."""
+        # Patterns of one's own turn the text scan on, with the defaults.
         log, h = make_logger(scrub_keys=["patient_id"], scrub_patterns=[r"\bEMP-\d{6}\b"])
         log.info("employee EMP-123456 seen", extra={"patient_id": "p-9", "ward": "b"})
         assert h.flush(5)
@@ -491,6 +502,7 @@ class TestShape:
                  ({"repeat_limit": 0}, "repeat_limit"),
                  ({"scrub_patterns": ["("]}, "scrub_patterns"),
                  ({"identity": 3}, "identity"),
+                 ({"scrub": "everything"}, "scrub"),
                  ({"json_default": 5}, "json_default")]
         for options, name in cases:
             with pytest.raises(ConfigurationError, match=name):

@@ -6,8 +6,9 @@ them. Hold-until-error is the exception: it must decide before an event is queue
 beside the context (``hold.py``) and is reached only inside a ``loghandler.context``.
 
 - ``Finisher``: per event, leaves out the default fields the user excluded (``exclude_fields``)
-  and scrubs secrets (``scrub``): by key anywhere in the event, and by value pattern in every
-  string (the message, extras, nested values, the exception's text).
+  and scrubs secrets (``scrub``): by key anywhere in the event (the default, "keys": a dict
+  lookup per key), and with "all" by value pattern in every string (the message, extras,
+  nested values, the exception's text: a scan of each string, about 1.5 us an event).
 - ``Selector``: per batch, decides which events ship: sampling by level and logger
   (``sample_levels``, ``sample_loggers``; trace-consistent: an event with a ``trace_id`` is kept
   exactly when its trace is, so a trace stays whole) and repeat suppression (``repeat_limit``
@@ -66,9 +67,9 @@ _VALUE_PATTERNS = [
 _CARD = re.compile(r"(?<![\d.])\d(?:[ -]?\d){12,18}(?![\d.])")
 # One cheap scan first, of the lowercased string: a string with no trigger word and no nine
 # digits close together (a card number has them) skips every pattern. Almost every string does.
-_TRIGGERS = re.compile(
-    r"bearer|basic|token|eyj|akia|asia|gh[pousr]_|xox|aiza|sk_|-----begin|passw|pwd|secret"
-    r"|api.?key|access|(\d{4}[ -]?\d{4}[ -]?\d)")
+_TRIGGERS = re.compile(  # the words of _VALUE_PATTERNS, factored: fewer tries per position
+    r"b(?:earer|asic)|token|eyj|a(?:kia|sia|iza|ccess|pi.?key)|gh[pousr]_|xox|sk_|-----begin"
+    r"|p(?:assw|wd)|secret|(\d{4}[ -]?\d{4}[ -]?\d)")
 # Fields the event's own machinery fills from the code, never from data: not scanned.
 _CODE_FIELDS = frozenset({"_time", "level", "logger", "module", "function", "line", "file",
                           "process", "thread"})
@@ -93,17 +94,19 @@ def _card(match: re.Match[str]) -> str:
 
 
 class Scrubber:
-    """Replaces secrets in an event, in place: values under secret keys (at any depth) and
-    secret-looking substrings of every string. ``keys`` and ``patterns`` add to the defaults.
+    """Replaces secrets in an event, in place: values under secret keys (at any depth) and,
+    with ``text`` (or ``patterns`` given), secret-looking substrings of every string. ``keys``
+    and ``patterns`` add to the defaults.
 
     Bounded: strings are looked at whole, containers to a depth of 16 (deeper values are
     replaced, since they cannot be checked)."""
 
-    __slots__ = ("_keys", "_known", "_own", "_suffixes", "_text", "_triggers")
+    __slots__ = ("_keys", "_known", "_own", "_scan", "_suffixes", "_text", "_triggers")
 
     MAX_DEPTH = 16
 
-    def __init__(self, keys: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
+    def __init__(self, keys: Iterable[str] = (), patterns: Iterable[str] = (),
+                 text: bool = True) -> None:
         extra = {_NORMALIZE.sub("", k.lower()) for k in keys}
         self._keys = SECRET_KEYS | extra
         self._suffixes = _SECRET_SUFFIXES + tuple(sorted(extra))
@@ -118,6 +121,7 @@ class Scrubber:
         self._triggers = _TRIGGERS
         # key -> is it secret: keys repeat from event to event (bounded: see secret_key).
         self._known: dict[str, bool] = {}
+        self._scan = text or bool(own)
 
     def secret_key(self, key: str) -> bool:
         known = self._known.get(key)
@@ -130,7 +134,7 @@ class Scrubber:
 
     def text(self, value: str) -> str:
         n = len(value)
-        if n < 8:
+        if n < 8 or not self._scan:
             return value
         lower = value.lower()
         search = self._triggers.search
@@ -159,6 +163,7 @@ class Scrubber:
         code = _CODE_FIELDS
         known = self._known
         text = self.text
+        scan = self._scan
         changes: list[tuple[str, Any]] | None = None
         for key, value in event.items():
             if key in code:
@@ -173,7 +178,7 @@ class Scrubber:
                 else:
                     continue
             elif t is str:
-                if len(value) < 8:
+                if len(value) < 8 or not scan:
                     continue
                 new = text(value)
             elif t is dict or t is list or t is tuple:
@@ -243,10 +248,11 @@ class Finisher:
             self._scrubber.event(event)
 
 
-def make_finisher(exclude: Iterable[str], scrub: bool, scrub_keys: Iterable[str],
+def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
                   scrub_patterns: Iterable[str]) -> Callable[[dict[str, Any]], None] | None:
     exclude = tuple(exclude)
-    scrubber = Scrubber(scrub_keys, scrub_patterns) if scrub else None
+    scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
+                else None)
     if not exclude and scrubber is None:
         return None
     return Finisher(exclude, scrubber)
