@@ -38,6 +38,12 @@ def setup(loghandler, opts):
                           "host": "web-7"}
     elif variant == "context":
         loghandler.context(user_id=7, tenant="acme").__enter__()
+    elif variant == "bare":  # without the default scrubbing and identity (issue 25)
+        opts.update(scrub=False, identity=False)
+    elif variant == "policies":  # every policy of issue 25 configured, none dropping
+        opts.update(sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
+                    repeat_limit=100, exclude_fields=["module", "function", "file"],
+                    hold_level="debug")
     elif variant == "span":
         from opentelemetry import trace
         span = trace.NonRecordingSpan(trace.SpanContext(
@@ -84,6 +90,11 @@ ROWS = [
     ("ingest-live:fields", "IngestHandler fields= of four keys, whole process"),
     ("ingest-live:context", "IngestHandler in a loghandler.context of two keys, whole process"),
     ("ingest-live:span", "IngestHandler in an OpenTelemetry span, whole process"),
+    # Issue 25: the defaults (scrubbing, identity) off, and every policy configured.
+    ("ingest:bare", "IngestHandler scrub=False identity=False, application thread only"),
+    ("ingest:policies", "IngestHandler with every policy configured, app thread only"),
+    ("ingest-live:bare", "IngestHandler scrub=False identity=False, whole process"),
+    ("ingest-live:policies", "IngestHandler with every policy configured, whole process"),
 ]
 
 

@@ -15,10 +15,11 @@ from itertools import islice
 from typing import Any
 
 ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "ingest-fields", "ingest-context",
-        "ingest-span", "structlog", "processor", "otel", "logtail")
+        "ingest-span", "ingest-bare", "ingest-policies", "structlog", "processor", "otel",
+        "logtail")
 SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "logtail")
 # Variants of the ingest row (issue 16): measured in scenarios 1 and 2 only, beside it.
-VARIANTS = ("ingest-fields", "ingest-context", "ingest-span")
+VARIANTS = ("ingest-fields", "ingest-context", "ingest-span", "ingest-bare", "ingest-policies")
 LABELS = {
     "null": "logging.NullHandler (floor)",
     "queue": "stdlib QueueHandler + QueueListener (floor)",
@@ -28,6 +29,8 @@ LABELS = {
     "ingest-fields": "loghandler IngestHandler, fields= of four keys",
     "ingest-context": "loghandler IngestHandler in a loghandler.context of two keys",
     "ingest-span": "loghandler IngestHandler in an OpenTelemetry span",
+    "ingest-bare": "loghandler IngestHandler, scrub=False, identity=False",
+    "ingest-policies": "loghandler IngestHandler, every policy of issue 25 configured",
     "structlog": "structlog pipeline alone (floor)",
     "processor": "loghandler IngestProcessor (structlog)",
     "otel": "OpenTelemetry LoggingHandler + BatchLogRecordProcessor + OTLP/HTTP",
@@ -194,6 +197,24 @@ def _ingest_context(base: str, opts: dict[str, Any]) -> Row:
     return row
 
 
+def _ingest_bare(base: str, opts: dict[str, Any]) -> Row:
+    # The defaults scrub secrets and add the sender's identity on the flusher thread: this row
+    # is the engine without them (what the ingest row measured before they existed).
+    row = _ingest(base, opts, scrub=False, identity=False)
+    row.name = "ingest-bare"
+    return row
+
+
+def _ingest_policies(base: str, opts: dict[str, Any]) -> Row:
+    # Every policy configured, none of them dropping the benchmark's events (each call's
+    # message differs, nothing is sampled out, no context holds).
+    row = _ingest(base, opts, sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
+                  repeat_limit=100, exclude_fields=["module", "function", "file", "thread"],
+                  hold_level="debug", scrub_keys=["patient_id"])
+    row.name = "ingest-policies"
+    return row
+
+
 def _ingest_span(base: str, opts: dict[str, Any]) -> Row:
     try:
         from opentelemetry import trace
@@ -278,6 +299,7 @@ BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
     "null": _null, "queue": _queue, "copy": _copy, "ingest": _ingest,
     "ingest-nogzip": _ingest_nogzip, "ingest-fields": _ingest_fields,
     "ingest-context": _ingest_context, "ingest-span": _ingest_span,
+    "ingest-bare": _ingest_bare, "ingest-policies": _ingest_policies,
     "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
 }
 

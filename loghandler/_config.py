@@ -224,8 +224,24 @@ class ShipperOptions:
     handle_sigterm: bool = True
     fields: Mapping[str, Any] | None = None
     trace_context: bool = True
+    # What ships (loghandler/_engine/shaping.py, hold.py): each off until configured, but
+    # identity and scrubbing by key, which are on.
+    identity: bool | Mapping[str, Any] = True
+    exclude_fields: tuple[str, ...] = ()
+    scrub: bool | Literal["keys", "all"] = "keys"
+    scrub_keys: tuple[str, ...] = ()
+    scrub_patterns: tuple[str, ...] = ()
+    sample_levels: Mapping[str, float] | None = None
+    sample_loggers: Mapping[str, float] | None = None
+    repeat_limit: int | None = None
+    repeat_window: float = 60.0
+    hold_level: str | None = None
+    hold_size: int = 200
+    hold_total: int = 10_000
+    json_default: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
+        _check_shaping(self)
         if self.fields is not None:
             # A copy, checked once: the flusher adds it to every event as it is.
             object.__setattr__(self, "fields", _check_fields(self.fields) or None)
@@ -264,6 +280,99 @@ class ShipperOptions:
             )
         if self.spool_dir is not None and not isinstance(self.spool_dir, (str, os.PathLike)):
             raise ConfigurationError("spool_dir must be a path or None")
+
+
+ENV_SCRUB = "LOGHANDLER_SCRUB"
+ENV_IDENTITY = "LOGHANDLER_IDENTITY"
+_OFF = ("0", "false", "no", "off")
+HOLD_LEVELS = ("debug", "info", "warning")
+
+
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    try:
+        out = tuple(value)
+    except TypeError:
+        out = (value,)
+    if not all(isinstance(v, str) and v for v in out):
+        raise ConfigurationError(f"{name} must be a list of names, not {value!r}")
+    return out
+
+
+def _rates(name: str, value: Any) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"{name} must map names to the fraction of events kept (0 to 1), e.g. "
+            f"{{'debug': 0.1}}, not {value!r}")
+    out: dict[str, float] = {}
+    for key, rate in value.items():
+        if not isinstance(key, str) or isinstance(rate, bool) or not isinstance(
+                rate, (int, float)) or not 0 <= rate <= 1:
+            raise ConfigurationError(
+                f"{name}[{key!r}] must be a fraction of events kept, 0 to 1, not {rate!r}")
+        out[key.lower() if name == "sample_levels" else key] = float(rate)
+    return out or None
+
+
+def _check_shaping(o: ShipperOptions) -> None:
+    def put(name: str, value: Any) -> None:
+        object.__setattr__(o, name, value)
+
+    env_scrub = os.environ.get(ENV_SCRUB, "").strip().lower()
+    if env_scrub in _OFF:
+        put("scrub", False)
+    elif env_scrub in ("keys", "all"):
+        put("scrub", env_scrub)
+    if o.scrub is True:
+        put("scrub", "all")
+    if os.environ.get(ENV_IDENTITY, "").strip().lower() in _OFF and o.identity is True:
+        put("identity", False)
+    if o.scrub not in (False, "keys", "all"):
+        raise ConfigurationError(
+            f"scrub must be 'keys' (values under secret keys), 'all' (also secret-looking "
+            f"text in every string), True (the same as 'all') or False, not {o.scrub!r}")
+    if not isinstance(o.identity, (bool, Mapping)):
+        raise ConfigurationError(
+            "identity must be True (from the environment), False (none), or a mapping such "
+            f"as {{'service': 'checkout', 'environment': 'prod'}}, not {o.identity!r}")
+    if isinstance(o.identity, Mapping):
+        put("identity", _check_fields(o.identity))
+    for name in ("exclude_fields", "scrub_keys", "scrub_patterns"):
+        put(name, _names(name, getattr(o, name)))
+    import re
+
+    for pattern in o.scrub_patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigurationError(
+                f"scrub_patterns: {pattern!r} is not a regular expression ({exc})") from None
+    for name in ("sample_levels", "sample_loggers"):
+        put(name, _rates(name, getattr(o, name)))
+    if o.repeat_limit is not None:
+        _check_number("repeat_limit", o.repeat_limit, integer=True, minimum=1)
+    _check_number("repeat_window", o.repeat_window, minimum=0.001)
+    if o.hold_level is not None:
+        level = o.hold_level.lower() if isinstance(o.hold_level, str) else o.hold_level
+        if level not in HOLD_LEVELS:
+            raise ConfigurationError(
+                f"hold_level must be one of {', '.join(HOLD_LEVELS)} (events at that level "
+                f"and below are held until an error), or None, not {o.hold_level!r}")
+        put("hold_level", level)
+    _check_number("hold_size", o.hold_size, integer=True, minimum=1)
+    _check_number("hold_total", o.hold_total, integer=True, minimum=1)
+    if o.json_default is not None and not callable(o.json_default):
+        raise ConfigurationError("json_default must be a callable taking the value to convert")
+    if o.identity is not False:
+        # Who sent it, added like fields= (which wins on a shared name), once, here.
+        from ._engine.shaping import identity_fields
+
+        who = identity_fields(o.identity)
+        if who:
+            put("fields", {**who, **(o.fields or {})})
 
 
 def _check_fields(fields: Any) -> dict[str, Any]:
@@ -400,6 +509,38 @@ SHIPPING_OPTIONS_DOC = """\
             thread. Default None.
         trace_context (bool): add ``trace_id`` and ``span_id`` of the current OpenTelemetry
             span (when the application imported OpenTelemetry). Default True.
+        identity (bool | Mapping): add ``service``, ``environment``, ``version`` (from
+            ``LOGHANDLER_SERVICE``/``OTEL_SERVICE_NAME``, ``LOGHANDLER_ENVIRONMENT``,
+            ``LOGHANDLER_VERSION``, ``OTEL_RESOURCE_ATTRIBUTES``) and ``host`` to every event
+            that lacks them; a mapping sets them; False (or ``LOGHANDLER_IDENTITY=0``): none.
+            Default True.
+        exclude_fields (list[str]): default fields to leave out, e.g. ``["module",
+            "function", "file", "thread"]``. Default none.
+        scrub ("keys" | "all" | bool): replace secrets before they leave the process.
+            "keys": values under secret keys (password, token, authorization, cookie,
+            api_key, ...) at any depth; "all" (or True): also secret-looking text (bearer
+            tokens, JWTs, cloud keys, card numbers passing Luhn) in the message, fields,
+            nested values and exception text; False: nothing. Default "keys"
+            (``LOGHANDLER_SCRUB=all|keys|0``).
+        scrub_keys (list[str]): more secret key names. Default none.
+        scrub_patterns (list[str]): more secret value patterns (regular expressions).
+        sample_levels (Mapping[str, float] | None): the fraction of events kept per level,
+            e.g. ``{"debug": 0.1}``; an event with a ``trace_id`` is kept exactly when its
+            trace is. Default None (keep all).
+        sample_loggers (Mapping[str, float] | None): the same per logger name (and its
+            children). Default None.
+        repeat_limit (int | None): identical events (logger, level, message) shipped per
+            ``repeat_window``; the rest are suppressed and one summary event tells how many.
+            Default None (no limit).
+        repeat_window (float): seconds of a repeat window. Default 60.
+        hold_level ("debug" | "info" | "warning" | None): inside a ``loghandler.context``,
+            events at this level and below are held in memory and shipped only if the context
+            logs an error (then in order, before it); dropped (counted ``dropped_held``) at
+            the context's end otherwise. Default None.
+        hold_size (int): events held per context at most (the oldest go). Default 200.
+        hold_total (int): events held at once across contexts at most. Default 10,000.
+        json_default (callable | None): converts values JSON cannot carry (your own types)
+            before the built-in rules; runs where the value is copied. Default None.
 
 """
 

@@ -24,6 +24,7 @@ import decimal
 import enum
 import json
 import math
+import threading
 import uuid
 from collections import deque
 from collections.abc import Container, Mapping
@@ -60,8 +61,49 @@ def _int(value: int) -> int | str:
     return int(value)
 
 
+# The shipper's ``json_default`` (the user's converter for their own types), per thread: set
+# by a front end around its slow path (``using_default``) and by the flusher thread for itself,
+# so one shipper's converter never applies to another's events.
+_hook = threading.local()
+_CONTAINERS = frozenset({dict, list, tuple})
+
+
+def _user_default(user: Any, value: Any) -> Any:
+    try:
+        return user(value)
+    except Exception:
+        return value  # the built-in rules then apply
+
+
+class using_default:
+    """``with using_default(fn):`` applies ``fn`` first to values JSON cannot carry, on this
+    thread (``fn`` None: nothing changes)."""
+
+    __slots__ = ("_fn", "_prev")
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def __enter__(self) -> None:
+        self._prev = getattr(_hook, "default", None)
+        _hook.default = self._fn
+
+    def __exit__(self, *exc: object) -> None:
+        _hook.default = self._prev
+
+
+def set_thread_default(fn: Any) -> None:
+    """The flusher thread's converter, for the rest of its life."""
+    _hook.default = fn
+
+
 def json_default(obj: Any) -> Any:
     """``default=`` hook for json/orjson: one level of conversion; never raises."""
+    user = getattr(_hook, "default", None)
+    if user is not None:
+        converted = _user_default(user, obj)
+        if converted is not obj:
+            return converted
     try:
         if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
             return obj.isoformat()
@@ -118,6 +160,11 @@ def to_jsonable(value: Any, _depth: int = 0, _seen: set[int] | None = None) -> A
         return to_jsonable(str.__str__(value))
     if _depth >= _MAX_DEPTH:
         return _repr_short(value)
+    user = getattr(_hook, "default", None)
+    if user is not None and type(value) not in _CONTAINERS:
+        converted = _user_default(user, value)
+        if converted is not value:
+            return to_jsonable(converted, _depth + 1, _seen)
     if _seen is None:
         _seen = set()
     if isinstance(value, (dict, list, tuple, set, frozenset, deque)) or (

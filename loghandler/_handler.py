@@ -9,6 +9,7 @@ from typing import Any
 
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._encoding import using_default
 from ._engine.context import on_first_use as _on_first_use
 from ._engine.context import snapshot as _snapshot
 from ._engine.events import (
@@ -25,6 +26,7 @@ from ._engine.events import (
     record_to_event,
 )
 from ._engine.guard import _SENDERS, _get_ident, own_record
+from ._engine.hold import level_number
 from ._engine.ledger import FAST_ITEM_BYTES as _FAST_ITEM
 from ._engine.ledger import Fate
 from ._engine.shipper import Shipper, make_shipper
@@ -97,9 +99,12 @@ class IngestHandler(logging.Handler):
         # at exit) if a ConfigurationError came after it.
         self.shipper = make_shipper(dataset, client, shipper, options)
         self._ledger = self.shipper._ledger
+        self._hold = self.shipper._hold
         self._owns_shipper = shipper is None
+        self._custom: bool | None = None
         try:
             super().__init__(level)
+            self._update_custom()
         except BaseException:  # a bad level: leave nothing behind either
             if self._owns_shipper:
                 self.shipper.close(0)
@@ -134,7 +139,7 @@ class IngestHandler(logging.Handler):
             d = record.__dict__
             msg = d["msg"]
             if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
-                    and not d["stack_info"]):
+                    and not d["stack_info"] and self._custom is None):
                 args = d["args"]
                 if args:
                     try:
@@ -184,7 +189,7 @@ class IngestHandler(logging.Handler):
                     # A context was entered once, or the application uses OpenTelemetry: the
                     # caller's context and span go with the event (out of line: the plain path
                     # pays these two checks only).
-                    self._put_in_context(event, size)
+                    self._put_in_context(event, size, d["levelno"])
                     return
                 # Ledger.offer, inlined: the cached ledger stays valid across fork (reset in place).
                 ledger = self._ledger
@@ -199,28 +204,62 @@ class IngestHandler(logging.Handler):
         except Exception:
             self._put_event(record)
 
-    def _put_in_context(self, event: dict[Any, Any], size: int) -> None:
+    def _put_in_context(self, event: dict[Any, Any], size: int, levelno: Any) -> None:
         # The fast path's event, with the snapshot of the caller's context (events.py "Queue
-        # items"), taken here on the caller's thread; the flusher merges it.
+        # items"), taken here on the caller's thread; the flusher merges it. Inside a context,
+        # hold-until-error (hold.py) may keep the event back.
         snap = _snapshot(self.shipper.options.trace_context)
         if snap:
             event[CONTEXT] = snap
         event[SIZE] = size
+        hold = self._hold
+        if hold is not None and hold.take(event, size, level_number(levelno)):
+            return
         self._ledger.offer(event, size)
 
     def _put_event(self, record: logging.LogRecord) -> None:
         try:
-            event, size = record_to_event(record)
+            if self._custom is None:
+                event, size = record_to_event(record)
+            else:
+                event, size = self._custom_event(record)
             if _context_on or "opentelemetry.trace" in _modules:
-                snap = _snapshot(self.shipper.options.trace_context)
-                if snap:
-                    event[CONTEXT] = snap
+                self._put_in_context(event, size, getattr(record, "levelno", 20))
+                return
             event[SIZE] = size
             self._ledger.offer(event, size)
         except Exception:
             # record_to_event does not raise; this is a bug of ours, and still an account.
             self._ledger.drop(Fate.DROPPED_INVALID)
             self.handleError(record)
+
+    def _custom_event(self, record: logging.LogRecord) -> tuple[dict[Any, Any], int]:
+        # A formatter set on the handler, or the shipper's json_default: the careful path,
+        # with the user's converter applied and the formatter's text as the message.
+        with using_default(self.shipper.options.json_default):
+            event, size = record_to_event(record)
+        formatter = self.formatter
+        if formatter is not None:
+            try:
+                text = formatter.format(record)
+            except Exception:
+                text = None  # the event keeps getMessage()'s text
+            if type(text) is str:
+                size += len(text)
+                if "message" in event:
+                    event["message"] = text
+                else:  # structlog's event dict routed through stdlib: beside its keys
+                    event.setdefault("formatted", text)
+        return event, size
+
+    def setFormatter(self, fmt: logging.Formatter | None) -> None:
+        """Use ``fmt``'s output as each event's ``message`` (fields stay structured)."""
+        super().setFormatter(fmt)
+        self._update_custom()
+
+    def _update_custom(self) -> None:
+        custom = self.formatter is not None or self.shipper.options.json_default is not None
+        self._custom = True if custom else None
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).

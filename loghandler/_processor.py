@@ -15,12 +15,14 @@ from typing import Any
 
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._encoding import using_default
 from ._engine.context import on_first_use as _on_first_use
 from ._engine.context import snapshot as _snapshot
 from ._engine.events import CONTEXT as _CONTEXT
 from ._engine.events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
 from ._engine.events import SIZE as _SIZE
 from ._engine.guard import _SENDERS, _get_ident, own_record
+from ._engine.hold import level_number
 from ._engine.ledger import Fate
 from ._engine.shipper import Shipper, make_shipper
 from ._engine.stats import Stats
@@ -163,11 +165,21 @@ class IngestProcessor:
             if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
                 self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
-                event, size = event_dict_to_event(method_name, event_dict)
+                custom = self.shipper.options.json_default
+                if custom is None:
+                    event, size = event_dict_to_event(method_name, event_dict)
+                else:
+                    with using_default(custom):
+                        event, size = event_dict_to_event(method_name, event_dict)
                 if _context_on or "opentelemetry.trace" in _modules:
                     snap = _snapshot(self.shipper.options.trace_context)
                     if snap:
                         event[_CONTEXT] = snap
+                    hold = self.shipper._hold
+                    if hold is not None:
+                        event[_SIZE] = size
+                        if hold.take(event, size, level_number(event.get("level"))):
+                            return event_dict
                 event[_SIZE] = size
                 self._put(event, size)
             else:

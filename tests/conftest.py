@@ -10,14 +10,20 @@ from helpers import Receiver
 from pytest_httpserver import HTTPServer
 
 ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
-             "LOGHANDLER_REGION", "LOGHANDLER_DATASET")
+             "LOGHANDLER_REGION", "LOGHANDLER_DATASET", "LOGHANDLER_SERVICE",
+             "LOGHANDLER_ENVIRONMENT", "LOGHANDLER_VERSION", "OTEL_SERVICE_NAME",
+             "OTEL_RESOURCE_ATTRIBUTES", "LOGHANDLER_SCRUB")
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts without LOGHANDLER_* variables (a developer's shell may have them)."""
+    """Every test starts without LOGHANDLER_* variables (a developer's shell may have them),
+    and without the identity fields (``host`` on every event), so that tests compare events
+    exactly; tests/test_shaping.py turns identity back on where it tests it (subprocesses the
+    tests start inherit this)."""
     for name in ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOGHANDLER_IDENTITY", "0")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from the ledger for the sender.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import _encoding as encoding
@@ -83,14 +83,20 @@ class Cutter:
     ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
     queue (in flight) that did not fit in the previous batch; they go first."""
 
-    __slots__ = ("carry", "fields", "ledger", "max_bytes", "max_events")
+    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "select")
 
-    def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int,
-                 fields: Any) -> None:
+    def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int, fields: Any,
+                 finish: Callable[[dict[str, Any]], None] | None = None,
+                 select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+                 ) -> None:
         self.ledger = ledger
         self.max_events = batch_size
         self.max_bytes = max_batch_bytes
         self.fields = fields
+        # What ships (shaping.py): each event finished (exclusions, scrubbing), then the batch
+        # selected (sampling, repeats); the selector settles what it drops.
+        self.finish = finish
+        self.select = select
         self.carry: list[bytes] = []
 
     def next(self, partial: bool) -> Chunk | None:
@@ -106,7 +112,11 @@ class Cutter:
                 if taken is None:
                     return None
                 items = taken
-            events = item_events(items, self.fields)
+            events = item_events(items, self.fields, self.finish)
+            if self.select is not None and events:
+                events = self.select(events)
+                if not events and not carry:
+                    continue
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= self.max_bytes:

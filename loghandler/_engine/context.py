@@ -23,6 +23,7 @@ from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
 from .._encoding import to_jsonable
+from . import hold as _hold
 from .events import PLAIN
 
 __all__ = ["context"]
@@ -32,8 +33,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _EMPTY: dict[str, Any] = {}  # shared, never written: the value outside any context
 _VAR: ContextVar[dict[str, Any]] = ContextVar("loghandler_context", default=_EMPTY)
 _get = _VAR.get
-_TOKENS: ContextVar[tuple[Token[dict[str, Any]], ...]] = ContextVar("loghandler_context_tokens",
-                                                                   default=())
+_TOKENS: ContextVar[tuple[tuple[Token[dict[str, Any]], Any], ...]] = ContextVar(
+    "loghandler_context_tokens", default=())
 # Set once, by the first context() entered, and never cleared: until then the front ends skip the
 # context entirely (one list read per event; the handler keeps a module global of its own,
 # set through on_first_use, which its inlined emit() reads cheaper still).
@@ -42,6 +43,7 @@ _FIRST_USE: list[Callable[[], None]] = []
 OTEL_TRACE = "opentelemetry.trace"
 _modules = sys.modules
 _PLAIN = PLAIN
+_HOLD_ON = _hold.ENABLED
 
 
 class context:
@@ -72,15 +74,20 @@ class context:
         outer = _get()
         merged = {**outer, **self._fields} if outer else self._fields
         # The tokens are kept per context (thread, task), not on self: one instance may be
-        # entered by several threads at once.
-        _TOKENS.set((*_TOKENS.get(), _VAR.set(merged)))
+        # entered by several threads at once. A shipper holding events until an error
+        # (hold_level) gives each entry its own buffers.
+        held = _hold.enter() if _HOLD_ON[0] else None
+        _TOKENS.set((*_TOKENS.get(), (_VAR.set(merged), held)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         tokens = _TOKENS.get()
         if tokens:
             _TOKENS.set(tokens[:-1])
-            _VAR.reset(tokens[-1])
+            token, held = tokens[-1]
+            _VAR.reset(token)
+            if held is not None:
+                _hold.exit(held)
 
     def __call__(self, func: F) -> F:
         fields = self._fields

@@ -33,7 +33,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -102,11 +102,13 @@ _floor = math.floor
 _gmtime = time.gmtime
 
 
-def item_events(items: Any, fields: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def item_events(items: Any, fields: Mapping[str, Any] | None = None,
+                finish: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """The events of queue items (see "Queue items"), on the flusher thread.
 
     ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
-    item's context: the event's own fields win, then the context, then ``fields``.
+    item's context: the event's own fields win, then the context, then ``fields``. ``finish``
+    (the shipper's exclusions and scrubbing, ``shaping.Finisher``) runs last on each event.
     """
     out: list[dict[str, Any]] = []
     append = out.append
@@ -143,6 +145,15 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None) -> list[dic
             for key, value in static:
                 if key not in event:
                     event[key] = value
+        if finish is not None:
+            try:
+                finish(event)
+            except Exception:
+                # Never ship what could not be checked for secrets: the event stays, its
+                # values do not.
+                for key in list(event):
+                    if key not in ("_time", "level", "logger"):
+                        event[key] = "[not shipped: scrubbing failed]"
         append(event)
     return out
 

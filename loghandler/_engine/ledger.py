@@ -69,6 +69,12 @@ class FlushTicket:
         self.flusher = True
 
 
+# Dropped by a policy the user configured (sampling, repeats, hold-until-error): chosen, not a
+# loss, so flush() still reports success for them and nothing is told on stderr.
+_CHOSEN = frozenset({Fate.DELIVERED, Fate.DROPPED_SAMPLED, Fate.DROPPED_REPEAT,
+                     Fate.DROPPED_HELD})
+
+
 class Ledger:
     """The queue and the account of one shipper (see the module docstring).
 
@@ -191,6 +197,13 @@ class Ledger:
             return ok
         except Exception:
             return False
+
+    def add_own(self, item: dict[Any, Any], size: int) -> None:
+        """Queue an event the shipper itself made (a policy's summary), closed or not: few,
+        bounded by the policy, and accounted like any other."""
+        with self._lock:
+            self.queue.append(item)
+            self._account_locked()
 
     def _put_locked(self, item: dict[Any, Any], size: int) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
@@ -416,7 +429,7 @@ class Ledger:
         c[fate.total] += n
         if fate.reason is not None:
             c[fate.reason] += n
-        if fate is not Fate.DELIVERED:
+        if fate not in _CHOSEN:
             self._undelivered += n
 
     def _settled_through_locked(self) -> int:

@@ -88,16 +88,19 @@ class Reporter:
 
     def exit_summary(self, st: Stats, spool_dir: str | None) -> str | None:
         """This shipper's part of the exit line, or None when everything was delivered."""
-        lost = st.dropped + st.failed + st.queued
+        # Events a policy dropped (sampled out, repeats, held) were chosen, not lost.
+        chosen = st.dropped_sampled + st.dropped_repeat + st.dropped_held
+        dropped = st.dropped - chosen
+        lost = dropped + st.failed + st.queued
         if not (lost or st.spooled):
             return None
         bits = []
-        if st.dropped:
+        if dropped:
             reasons = [f"{n} {r}" for r, n in (
                 ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
                 ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
                 ("invalid", st.dropped_invalid)) if n]
-            bits.append(f"{st.dropped} dropped ({', '.join(reasons)})")
+            bits.append(f"{dropped} dropped ({', '.join(reasons)})")
         if st.failed:
             bits.append(f"{st.failed} failed")
         if st.queued:

@@ -19,7 +19,7 @@ from .._errors import ApiError, Error, PartialIngestError, TransportError
 from .._output import shown
 from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
-from .events import item_events
+from .events import SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import Count, Fate, Ledger
 from .policy import (
@@ -35,6 +35,7 @@ from .policy import (
     spill,
 )
 from .reporter import Reporter
+from .shaping import Selector, make_finisher
 from .spool import Spool, SpoolWriteError
 from .transport import Transport
 
@@ -72,7 +73,15 @@ class Sender:
         """Fresh state: at construction and in a forked child."""
         self.send_lock = threading.Lock()
         opts = self.options
-        self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields)
+        # What ships (shaping.py): None when not configured, so the flusher pays one test.
+        self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
+                                    opts.scrub_patterns)
+        self.selector = (Selector(opts.sample_levels, opts.sample_loggers, opts.repeat_limit,
+                                  opts.repeat_window)
+                         if opts.sample_levels or opts.sample_loggers or opts.repeat_limit
+                         else None)
+        self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
+                             self.finish, self._select if self.selector is not None else None)
         # What the flusher holds while it sends, so abandon() can take it over.
         self.posting: Chunk | None = None
         self.stack: list[Chunk] = []
@@ -91,12 +100,16 @@ class Sender:
         ledger = self.ledger
         block_sigterm_in_this_thread()
         _FLUSHERS.add(_get_ident())
+        if self.options.json_default is not None:
+            encoding.set_thread_default(self.options.json_default)
         try:
             interval = self.options.flush_interval
             if self.spool is not None:
                 self._replay_spool()
             while True:
                 force, closed = ledger.wait_for_work(interval)
+                if self.selector is not None:
+                    self._summarize(closed)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
                     if closed:
@@ -151,6 +164,29 @@ class Sender:
                 carry = cutter.carry[:]
                 cutter.carry.clear()
                 self._fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
+
+    def _select(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
+        # reason; a repeat window's summary is queued as an event of its own.
+        assert self.selector is not None
+        kept, sampled, repeats, summaries = self.selector.select(events)
+        if sampled:
+            self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
+        if repeats:
+            self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
+        self._queue_summaries(summaries)
+        return kept
+
+    def _summarize(self, closed: bool) -> None:
+        assert self.selector is not None
+        self._queue_summaries(self.selector.flush_all() if closed
+                              else self.selector.expired(_monotonic()))
+
+    def _queue_summaries(self, summaries: list[dict[str, Any]]) -> None:
+        for event in summaries:
+            event["_time"] = rfc3339(time.time())
+            event[SIZE] = size = 600
+            self.ledger.add_own(event, size)
 
     def _deliver(self, batch: Chunk) -> None:
         if self.outage and self.spool is not None and _monotonic() < self.next_probe:
@@ -412,7 +448,8 @@ class Sender:
         """The close deadline passed: spool or drop everything still queued, at once."""
         items = self.ledger.drain()
         if items:
-            self._fail(Chunk(item_events(items, self.options.fields)), Outcome.SHUTDOWN, None)
+            events = item_events(items, self.options.fields, self.finish)
+            self._fail(Chunk(events), Outcome.SHUTDOWN, None)
 
     def abandon(self) -> None:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
@@ -472,7 +509,7 @@ class Sender:
                         for e in c.events or ():
                             append(encode(e))
                 parts.extend(carry)
-                for e in item_events(queued, self.options.fields):
+                for e in item_events(queued, self.options.fields, self.finish):
                     append(encode(e))
             except Exception:
                 pass  # encode never raises; item_events on an odd record: stop there

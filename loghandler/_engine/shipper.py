@@ -41,6 +41,7 @@ from . import lifecycle as lifecycle
 from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
+from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
 from .policy import Cause
 from .reporter import Reporter
@@ -87,6 +88,10 @@ class Shipper:
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
         self._ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
+        o = self.options
+        # Hold-until-error (hold.py): the front ends look here inside a context only.
+        self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
+                      if o.hold_level else None)
         self._reporter = Reporter(self.dataset, self.options.on_error)
         transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
         self._sender = Sender(self._ledger, self._reporter, transport, self.dataset,
@@ -143,6 +148,9 @@ class Shipper:
                 event = event.copy()
             size = _estimate(event)
             event[_SIZE] = size
+            hold = self._hold
+            if hold is not None and hold.take(event, size, level_number(event.get("level"))):
+                return True
             return self._ledger.offer(event, size)
         except Exception:
             return False

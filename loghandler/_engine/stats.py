@@ -31,6 +31,9 @@ class Stats:
     dropped_closed: int = 0
     dropped_shutdown: int = 0
     dropped_invalid: int = 0
+    dropped_sampled: int = 0  # sampled out (sample_levels, sample_loggers)
+    dropped_repeat: int = 0  # suppressed repeats (repeat_limit); a summary event tells
+    dropped_held: int = 0  # held for an error that never came (hold_level)
     # failed, by reason
     failed_rejected: int = 0
     failed_auth: int = 0
@@ -63,6 +66,9 @@ class Count(Enum):
     DROPPED_CLOSED = "dropped_closed"
     DROPPED_SHUTDOWN = "dropped_shutdown"
     DROPPED_INVALID = "dropped_invalid"
+    DROPPED_SAMPLED = "dropped_sampled"
+    DROPPED_REPEAT = "dropped_repeat"
+    DROPPED_HELD = "dropped_held"
     FAILED_REJECTED = "failed_rejected"
     FAILED_AUTH = "failed_auth"
     FAILED_NOT_FOUND = "failed_not_found"
@@ -86,6 +92,9 @@ class Fate(Enum):
     DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)
     DROPPED_SHUTDOWN = (Count.DROPPED, Count.DROPPED_SHUTDOWN)
     DROPPED_INVALID = (Count.DROPPED, Count.DROPPED_INVALID)
+    DROPPED_SAMPLED = (Count.DROPPED, Count.DROPPED_SAMPLED)
+    DROPPED_REPEAT = (Count.DROPPED, Count.DROPPED_REPEAT)
+    DROPPED_HELD = (Count.DROPPED, Count.DROPPED_HELD)
     FAILED_REJECTED = (Count.FAILED, Count.FAILED_REJECTED)
     FAILED_AUTH = (Count.FAILED, Count.FAILED_AUTH)
     FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)

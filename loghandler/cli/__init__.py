@@ -843,6 +843,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
             block_timeout=600.0, shutdown_timeout=30.0, max_retries=args.max_retries,
             on_error=on_error, fields=dict(args.field) or None,
+            # Moving existing data, not logging: it arrives as it is in the files (no host of
+            # the machine that happens to run the command, nothing rewritten).
+            identity=False, scrub=False,
         )
         shippers.append(shipper)
         bar = _progress_bar(args, dataset)

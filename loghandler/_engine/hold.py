@@ -1,0 +1,145 @@
+"""Hold-until-error: a context's lower-level events ship only if the context logs an error.
+
+With ``hold_level="info"`` (say), an event at info or below logged inside a
+``loghandler.context`` is not queued: it waits in memory, in a ring of ``hold_size`` events kept
+for that context entry (each thread and asyncio task has its own, as contexts do). An error
+(level ERROR or above) logged in the context releases what is held -- in order, before the
+error -- into the queue; when the context ends without one, the held events are dropped and
+counted (``dropped_held``). A context nested in another hands its held events to the outer one
+when it ends, so an error later in the request still releases them. Outside any context nothing
+is held. At most ``hold_total`` events are held at once per shipper; beyond, a new event to be
+held is dropped and counted.
+
+Held events are counted as submitted only when they are released (then queued as usual) or
+dropped (then ``dropped_held``), so ``stats()`` keeps its invariant at every moment. Events of a
+context still open when the process exits are neither shipped nor counted.
+
+Cost: nothing on the plain path. Entering a context pays one list read while no shipper holds
+(``ENABLED``), and a front end reaches ``Hold.take`` only inside a context.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from contextvars import ContextVar, Token
+from typing import Any
+
+from .ledger import Fate, Ledger
+
+__all__ = ["ENABLED", "Hold", "enter", "exit", "level_number"]
+
+ERROR = logging.ERROR
+_LEVELS = {"debug": 10, "info": 20, "warning": 30}
+
+# One ``Held`` per context entry (while some shipper holds): its buffers, by shipper.
+_HELD: ContextVar[Held | None] = ContextVar("loghandler_held", default=None)
+# Set once a shipper with hold_level exists: until then contexts skip this module.
+ENABLED = [False]
+
+
+class Held:
+    __slots__ = ("buffers", "outer")
+
+    def __init__(self, outer: Held | None) -> None:
+        self.outer = outer
+        self.buffers: dict[Hold, deque[tuple[dict[Any, Any], int]]] = {}
+
+
+def enter() -> Token[Held | None]:
+    """Called by ``context.__enter__`` while ENABLED: a new entry's buffers."""
+    return _HELD.set(Held(_HELD.get()))
+
+
+def exit(token: Token[Held | None]) -> None:
+    """Called by ``context.__exit__``: hand the held events to the outer entry, or drop them."""
+    held = _HELD.get()
+    _HELD.reset(token)
+    if held is None:
+        return
+    for hold, buffer in held.buffers.items():
+        hold.end(buffer, held.outer)
+
+
+def level_number(level: Any) -> int:
+    """A level (number, or name of any case) as a number; unknown names rank as info."""
+    if type(level) is int:
+        return level
+    if type(level) is str:
+        n = logging._nameToLevel.get(level.upper())
+        if n is not None:
+            return n
+        return {"warn": 30, "exception": 40, "fatal": 50, "msg": 20}.get(level.lower(), 20)
+    return 20
+
+
+class Hold:
+    """One shipper's hold-until-error policy (see the module docstring)."""
+
+    __slots__ = ("__weakref__", "held", "ledger", "level", "size", "total")
+
+    def __init__(self, level: str, size: int, total: int, ledger: Ledger) -> None:
+        self.level = _LEVELS[level]
+        self.size = size
+        self.total = total
+        self.ledger = ledger
+        self.held = 0  # events held now, across contexts (approximate under races; a bound)
+        ENABLED[0] = True
+
+    def take(self, item: dict[Any, Any], size: int, levelno: int) -> bool:
+        """True when ``item`` is held (or dropped for the bound): the caller queues nothing.
+        An error releases the context's held events into the queue first, and returns False."""
+        held = _HELD.get()
+        if held is None:
+            return False
+        if levelno >= ERROR:
+            self._release(held)
+            return False
+        if levelno > self.level:
+            return False
+        buffer = held.buffers.get(self)
+        if buffer is None:
+            buffer = held.buffers[self] = deque()
+        if self.held >= self.total:
+            self.ledger.drop(Fate.DROPPED_HELD)
+            return True
+        if len(buffer) >= self.size:
+            buffer.popleft()
+            self.held -= 1
+            self.ledger.drop(Fate.DROPPED_HELD)
+        buffer.append((item, size))
+        self.held += 1
+        return True
+
+    def _release(self, held: Held) -> None:
+        chain = []
+        h: Held | None = held
+        while h is not None:
+            chain.append(h)
+            h = h.outer
+        offer = self.ledger.offer
+        for h in reversed(chain):  # the outermost entry's events are the oldest
+            buffer = h.buffers.pop(self, None)
+            if buffer:
+                self.held -= len(buffer)
+                for item, size in buffer:
+                    offer(item, size)
+
+    def end(self, buffer: deque[tuple[dict[Any, Any], int]], outer: Held | None) -> None:
+        if not buffer:
+            return
+        if outer is not None:
+            target = outer.buffers.get(self)
+            if target is None:
+                outer.buffers[self] = buffer
+                return
+            target.extend(buffer)
+            while len(target) > self.size:
+                target.popleft()
+                self.held -= 1
+                self.ledger.drop(Fate.DROPPED_HELD)
+            return
+        self.held -= len(buffer)
+        for _ in range(len(buffer)):
+            self.ledger.drop(Fate.DROPPED_HELD)
+        buffer.clear()

@@ -1,0 +1,461 @@
+"""What ships: the policies that shape, thin and scrub events, on the flusher thread.
+
+Each policy is off until configured (``ShipperOptions``), and each runs where it costs the
+application nothing: on the flusher thread, between taking events from the queue and encoding
+them. Hold-until-error is the exception: it must decide before an event is queued, so it lives
+beside the context (``hold.py``) and is reached only inside a ``loghandler.context``.
+
+- ``Finisher``: per event, leaves out the default fields the user excluded (``exclude_fields``)
+  and scrubs secrets (``scrub``): by key anywhere in the event (the default, "keys": a dict
+  lookup per key), and with "all" by value pattern in every string (the message, extras,
+  nested values, the exception's text: a scan of each string, about 1.5 us an event).
+- ``Selector``: per batch, decides which events ship: sampling by level and logger
+  (``sample_levels``, ``sample_loggers``; trace-consistent: an event with a ``trace_id`` is kept
+  exactly when its trace is, so a trace stays whole) and repeat suppression (``repeat_limit``
+  per ``repeat_window``: after N identical events, the rest of the window is counted and one
+  summary event says how many were suppressed).
+- ``identity_fields``: who sent it (service, environment, version, host), from arguments and
+  the environment (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), added like ``fields=``.
+
+Every event a policy drops is counted under its own reason (``dropped_sampled``,
+``dropped_repeat``, ``dropped_held``), so the accounting invariant holds under every policy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+__all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
+
+REDACTED = "[redacted]"
+
+# Keys whose value is a secret whatever it holds, compared lowercased with "-", "_", "." and
+# spaces removed: exactly one of these, or ending in one ("db_password", "csrf_token"). A key
+# that merely contains one ("token_count", "max_tokens", "secretary") is no secret.
+SECRET_KEYS = frozenset({
+    "password", "passwd", "pwd", "pass", "secret", "token", "apikey", "accesskey",
+    "secretkey", "privatekey", "authorization", "auth", "cookie", "setcookie", "session",
+    "sessionid", "credential", "credentials", "jwt", "creditcard", "cardnumber", "cvv", "ssn",
+    "clientsecret", "accesstoken", "refreshtoken", "idtoken", "xapikey",
+})
+_SECRET_SUFFIXES = ("password", "passwd", "secret", "token", "apikey", "accesskey",
+                    "secretkey", "privatekey", "sessionid", "cookie", "authorization",
+                    "credentials")
+_NORMALIZE = re.compile(r"[-_. ]")
+
+# Values that are secrets wherever they appear. Each pattern's first group (when it has one) is
+# kept, so "Bearer abc..." reads "Bearer [redacted]" and "password=x" reads "password=[redacted]".
+_VALUE_PATTERNS = [
+    r"(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9\-._~+/]{12,}=*",  # Authorization schemes
+    r"()\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    r"()\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
+    r"()\bgh[pousr]_[A-Za-z0-9]{36,}\b",  # GitHub token
+    r"()\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack token
+    r"()\bAIza[0-9A-Za-z_-]{35}\b",  # Google API key
+    r"()\bsk_(?:live|test)_[0-9A-Za-z]{16,}\b",  # Stripe secret key
+    r"()-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+    # key=value and key: value in text ("login failed, password=hunter2")
+    r"(?i)(\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|token)\b\s*[=:]\s*)"
+    r"[^\s,;&'\"]{3,}",
+]
+_CARD = re.compile(r"(?<![\d.])\d(?:[ -]?\d){12,18}(?![\d.])")
+# One cheap scan first, of the lowercased string: a string with no trigger word and no nine
+# digits close together (a card number has them) skips every pattern. Almost every string does.
+_TRIGGERS = re.compile(  # the words of _VALUE_PATTERNS, factored: fewer tries per position
+    r"b(?:earer|asic)|token|eyj|a(?:kia|sia|iza|ccess|pi.?key)|gh[pousr]_|xox|sk_|-----begin"
+    r"|p(?:assw|wd)|secret|(\d{4}[ -]?\d{4}[ -]?\d)")
+# Fields the event's own machinery fills from the code, never from data: not scanned.
+_CODE_FIELDS = frozenset({"_time", "level", "logger", "module", "function", "line", "file",
+                          "process", "thread"})
+
+
+def luhn_ok(digits: str) -> bool:
+    """True when ``digits`` (13-19 of them) pass the Luhn check card numbers carry."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _card(match: re.Match[str]) -> str:
+    digits = re.sub(r"[ -]", "", match.group(0))
+    return REDACTED if 13 <= len(digits) <= 19 and luhn_ok(digits) else match.group(0)
+
+
+class Scrubber:
+    """Replaces secrets in an event, in place: values under secret keys (at any depth) and,
+    with ``text`` (or ``patterns`` given), secret-looking substrings of every string. ``keys``
+    and ``patterns`` add to the defaults.
+
+    Bounded: strings are looked at whole, containers to a depth of 16 (deeper values are
+    replaced, since they cannot be checked)."""
+
+    __slots__ = ("_keys", "_known", "_own", "_scan", "_suffixes", "_text", "_triggers")
+
+    MAX_DEPTH = 16
+
+    def __init__(self, keys: Iterable[str] = (), patterns: Iterable[str] = (),
+                 text: bool = True) -> None:
+        extra = {_NORMALIZE.sub("", k.lower()) for k in keys}
+        self._keys = SECRET_KEYS | extra
+        self._suffixes = _SECRET_SUFFIXES + tuple(sorted(extra))
+        self._text = [re.compile(p) for p in _VALUE_PATTERNS]
+        own = []
+        for p in patterns:
+            compiled = re.compile(p)
+            self._text.append(re.compile("()" + p) if compiled.groups == 0 else compiled)
+            own.append(f"(?:{p})")
+        # The user's patterns cannot be matched on a lowercased string: they run every time.
+        self._own = bool(own)
+        self._triggers = _TRIGGERS
+        # key -> is it secret: keys repeat from event to event (bounded: see secret_key).
+        self._known: dict[str, bool] = {}
+        self._scan = text or bool(own)
+
+    def secret_key(self, key: str) -> bool:
+        known = self._known.get(key)
+        if known is None:
+            k = _NORMALIZE.sub("", key.lower())
+            known = k in self._keys or k.endswith(self._suffixes)
+            if len(self._known) < 4096:
+                self._known[key] = known
+        return known
+
+    def text(self, value: str) -> str:
+        n = len(value)
+        if n < 8 or not self._scan:
+            return value
+        lower = value.lower()
+        search = self._triggers.search
+        m = search(lower)
+        if m is None and not self._own:
+            return value
+        digits = words = self._own
+        while m is not None and not (digits and words):
+            # Four digits in a row may start a card number; a word may start a secret.
+            if m.group(1) is not None:
+                digits = True
+            else:
+                words = True
+            m = search(lower, m.end())
+        if words:
+            for pattern in self._text:
+                if pattern.search(value) is not None:
+                    value = pattern.sub(lambda m: (m.group(1) or "") + REDACTED, value)
+        if digits and n >= 13 and _CARD.search(value) is not None:
+            value = _CARD.sub(_card, value)
+        return value
+
+    def event(self, event: dict[str, Any]) -> None:
+        # Inlined for the common event (flat, short strings): this runs for every event on the
+        # flusher thread, where its cost is the shipper's throughput.
+        code = _CODE_FIELDS
+        known = self._known
+        text = self.text
+        scan = self._scan
+        changes: list[tuple[str, Any]] | None = None
+        for key, value in event.items():
+            if key in code:
+                continue
+            secret = known.get(key)
+            if secret is None:
+                secret = self.secret_key(key) if type(key) is str else False
+            t = type(value)
+            if secret:
+                if value is not None and value != "":
+                    new = REDACTED
+                else:
+                    continue
+            elif t is str:
+                if len(value) < 8 or not scan:
+                    continue
+                new = text(value)
+            elif t is dict or t is list or t is tuple:
+                new = self._value(value, set())
+            else:
+                continue
+            if new is not value:
+                if changes is None:
+                    changes = []
+                changes.append((key, new))
+        if changes:
+            event.update(changes)
+
+    def _value(self, value: Any, path: set[int]) -> Any:
+        # Copy on write: a container comes back as itself when nothing in it changed, so the
+        # application's objects are never modified, and a cycle (a container already on the
+        # path) is left to the encoder, which names it.
+        t = type(value)
+        if t is str:
+            return self.text(value)
+        if t is not dict and t is not list and t is not tuple:
+            return value
+        ident = id(value)
+        if ident in path:
+            return value
+        if len(path) >= self.MAX_DEPTH:
+            return REDACTED  # deeper than anything we check: it could hide a secret
+        path.add(ident)
+        try:
+            if t is dict:
+                out: dict[Any, Any] | None = None
+                for key, item in value.items():
+                    if type(key) is str and self.secret_key(key):
+                        new = REDACTED if item is not None and item != "" else item
+                    else:
+                        new = self._value(item, path)
+                    if new is not item:
+                        if out is None:
+                            out = dict(value)
+                        out[key] = new
+                return value if out is None else out
+            items: list[Any] | None = None
+            for i, item in enumerate(value):
+                new = self._value(item, path)
+                if new is not item:
+                    if items is None:
+                        items = list(value)
+                    items[i] = new
+            return value if items is None else items
+        finally:
+            path.discard(ident)
+
+
+class Finisher:
+    """The last step per event on the flusher thread: exclusions, then scrubbing."""
+
+    __slots__ = ("_exclude", "_scrubber")
+
+    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None) -> None:
+        self._exclude = tuple(exclude)
+        self._scrubber = scrubber
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        for key in self._exclude:
+            event.pop(key, None)
+        if self._scrubber is not None:
+            self._scrubber.event(event)
+
+
+def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
+                  scrub_patterns: Iterable[str]) -> Callable[[dict[str, Any]], None] | None:
+    exclude = tuple(exclude)
+    scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
+                else None)
+    if not exclude and scrubber is None:
+        return None
+    return Finisher(exclude, scrubber)
+
+
+# ------------------------------------------------------------------ selecting
+
+_LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40,
+                "critical": 50, "fatal": 50}
+
+
+def _trace_fraction(trace_id: Any) -> float | None:
+    # W3C trace ids are random in their low 64 bits: the same trace gets the same fraction in
+    # every process, so every shipper keeps or drops a trace's events together.
+    if type(trace_id) is not str or len(trace_id) < 16:
+        return None
+    try:
+        return int(trace_id[-16:], 16) / 2.0**64
+    except ValueError:
+        return None
+
+
+class Selector:
+    """Decides, per batch on the flusher thread, which events ship (see the module docstring).
+
+    ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
+    summaries are new events the caller submits (they are counted as submitted)."""
+
+    __slots__ = ("_levels", "_limit", "_loggers", "_max_keys", "_rand", "_seen", "_window")
+
+    MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
+
+    def __init__(self, sample_levels: Mapping[str, float] | None,
+                 sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
+                 repeat_window: float, rand: Callable[[], float] = random.random) -> None:
+        self._levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
+        # Longest prefix first: "app.db" wins over "app".
+        self._loggers = sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
+                               key=lambda kv: -len(kv[0]))
+        self._rand = rand
+        self._limit = repeat_limit
+        self._window = repeat_window
+        # (logger, level, message) -> [window start, count, last event]
+        self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
+        self._max_keys = self.MAX_KEYS
+
+    def _rate(self, event: dict[str, Any]) -> float:
+        rate = 1.0
+        if self._levels:
+            level = event.get("level")
+            if type(level) is str:
+                r = self._levels.get(level)
+                if r is not None:
+                    rate = r
+        if self._loggers:
+            name = event.get("logger")
+            if type(name) is str:
+                for prefix, r in self._loggers:
+                    if name == prefix or name.startswith(prefix + "."):
+                        rate = min(rate, r)
+                        break
+        return rate
+
+    def select(self, events: list[dict[str, Any]], now: float | None = None
+               ) -> tuple[list[dict[str, Any]], int, int, list[dict[str, Any]]]:
+        now = time.monotonic() if now is None else now
+        sampling = bool(self._levels or self._loggers)
+        kept: list[dict[str, Any]] = []
+        sampled = repeats = 0
+        summaries = self.expired(now) if self._limit is not None else []
+        for event in events:
+            if sampling:
+                rate = self._rate(event)
+                if rate < 1.0:
+                    u = _trace_fraction(event.get("trace_id"))
+                    if (self._rand() if u is None else u) >= rate:
+                        sampled += 1
+                        continue
+            if self._limit is not None and not self._admit(event, now, summaries):
+                repeats += 1
+                continue
+            kept.append(event)
+        return kept, sampled, repeats, summaries
+
+    def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
+               ) -> bool:
+        message = event.get("message", event.get("event"))
+        if type(message) is not str:
+            return True
+        key = (event.get("logger"), event.get("level"), message)
+        entry = self._seen.get(key)
+        if entry is None or now - entry[0] >= self._window:
+            if entry is not None and entry[1] > (self._limit or 0):
+                summaries.append(self._summary(key, entry))
+            if entry is None and len(self._seen) >= self._max_keys:
+                self._forget(now, summaries)
+            self._seen[key] = [now, 1, None]
+            return True
+        entry[1] += 1
+        if entry[1] <= (self._limit or 0):
+            return True
+        entry[2] = event
+        return False
+
+    def _forget(self, now: float, summaries: list[dict[str, Any]]) -> None:
+        # At the bound: windows that ended go first (with their summaries), then the oldest.
+        for key in [k for k, e in self._seen.items() if now - e[0] >= self._window]:
+            entry = self._seen.pop(key)
+            if entry[1] > (self._limit or 0):
+                summaries.append(self._summary(key, entry))
+        while len(self._seen) >= self._max_keys:
+            key = next(iter(self._seen))
+            entry = self._seen.pop(key)
+            if entry[1] > (self._limit or 0):
+                summaries.append(self._summary(key, entry))
+
+    def expired(self, now: float) -> list[dict[str, Any]]:
+        """Summaries of the windows that ended (called every flusher pass, and at exit)."""
+        out: list[dict[str, Any]] = []
+        if self._limit is None:
+            return out
+        for key in [k for k, e in self._seen.items() if now - e[0] >= self._window]:
+            entry = self._seen.pop(key)
+            if entry[1] > self._limit:
+                out.append(self._summary(key, entry))
+        return out
+
+    def flush_all(self) -> list[dict[str, Any]]:
+        """Summaries of every open window (at close)."""
+        out = [self._summary(k, e) for k, e in self._seen.items()
+               if e[1] > (self._limit or 0)]
+        self._seen.clear()
+        return out
+
+    def _summary(self, key: tuple[Any, Any, Any], entry: list[Any]) -> dict[str, Any]:
+        logger, level, message = key
+        n = entry[1] - (self._limit or 0)
+        last = entry[2] or {}
+        event: dict[str, Any] = {
+            "level": level,
+            "message": f"{message} (repeated {n:,} more time{'s' if n != 1 else ''} in "
+                       f"{self._window:g} s, suppressed)",
+            "logger": logger,
+            "repeats_suppressed": n,
+            "repeated_message": message,
+        }
+        if "_time" in last:
+            event["last_time"] = last["_time"]
+        return event
+
+
+# ------------------------------------------------------------------ identity
+
+IDENTITY_ENV = {
+    "service": ("LOGHANDLER_SERVICE", "OTEL_SERVICE_NAME"),
+    "environment": ("LOGHANDLER_ENVIRONMENT",),
+    "version": ("LOGHANDLER_VERSION",),
+}
+# OpenTelemetry resource attribute names for the same fields.
+_OTEL_ATTRS = {"service.name": "service", "deployment.environment": "environment",
+               "deployment.environment.name": "environment", "service.version": "version"}
+
+
+def _otel_resource(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if sep and key in _OTEL_ATTRS and value.strip():
+            from urllib.parse import unquote
+
+            out.setdefault(_OTEL_ATTRS[key], unquote(value.strip()))
+    return out
+
+
+def identity_fields(identity: bool | Mapping[str, Any],
+                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``service``, ``environment``, ``version`` and ``host`` for every event.
+
+    ``identity=True``: from ``LOGHANDLER_SERVICE`` / ``OTEL_SERVICE_NAME``,
+    ``LOGHANDLER_ENVIRONMENT``, ``LOGHANDLER_VERSION`` and ``OTEL_RESOURCE_ATTRIBUTES``
+    (``service.name``, ``deployment.environment``, ``service.version``), plus the host name.
+    A mapping sets fields explicitly (the environment fills the rest); False: none.
+    """
+    if identity is False:
+        return {}
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    if isinstance(identity, Mapping):
+        out.update({k: v for k, v in identity.items() if v is not None})
+    for field, names in IDENTITY_ENV.items():
+        if field in out:
+            continue
+        for name in names:
+            value = env.get(name)
+            if value:
+                out[field] = value
+                break
+    for field, value in _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", "")).items():
+        out.setdefault(field, value)
+    if "host" not in out:
+        try:
+            out["host"] = socket.gethostname()
+        except OSError:
+            pass
+    return out

@@ -1,0 +1,509 @@
+"""What ships: hold-until-error, sampling, repeats, scrubbing, identity, the event's shape.
+
+End to end over loopback (the recording receiver), with the counters of ``stats()`` checked
+against the invariant under every policy; the pure parts (Selector windows, Luhn, the Scrubber)
+also as tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import logging.config
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+from helpers import TOKEN, Receiver
+
+import loghandler
+from loghandler import ConfigurationError, IngestHandler, IngestProcessor, Shipper
+from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fields, luhn_ok
+
+
+def invariant(st: loghandler.Stats) -> None:
+    assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued, st
+
+
+@pytest.fixture
+def make_logger(receiver: Receiver) -> Iterator[Any]:
+    handlers: list[IngestHandler] = []
+
+    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
+        handler = IngestHandler("ds", url=receiver.url, token=TOKEN, flush_interval=60,
+                                **options)
+        handlers.append(handler)
+        log = logging.getLogger(f"test.shaping.{len(handlers)}")
+        log.handlers[:] = [handler]
+        log.propagate = False
+        log.setLevel(logging.DEBUG)
+        return log, handler
+
+    yield make
+    for h in handlers:
+        h.close()
+
+
+def messages(handler: Any, receiver: Receiver) -> list[str]:
+    assert handler.flush(timeout=5) is True
+    return [e.get("message", e.get("event")) for e in receiver.events]
+
+
+# ------------------------------------------------------------------ hold until error
+
+class TestHold:
+    def test_released_in_order_before_the_error(self, make_logger, receiver):
+        """A context that logs an error ships its held debug/info lines first, in order."""
+        log, h = make_logger(hold_level="info")
+        with loghandler.context(request_id="r-1"):
+            log.debug("d1")
+            log.info("i1")
+            log.warning("w1")  # above hold_level: ships at once
+            log.error("boom")
+        assert messages(h, receiver) == ["w1", "d1", "i1", "boom"]
+        assert all(e["request_id"] == "r-1" for e in receiver.events)
+        st = h.stats()
+        assert st.delivered == 4 and st.dropped_held == 0
+        invariant(st)
+
+    def test_dropped_and_counted_when_no_error(self, make_logger, receiver):
+        """Without an error, the held events are dropped at the context's end, counted."""
+        log, h = make_logger(hold_level="debug")
+        with loghandler.context(request_id="r-2"):
+            log.debug("quiet 1")
+            log.debug("quiet 2")
+            log.info("kept")  # above debug
+        log.debug("outside any context")
+        assert messages(h, receiver) == ["kept", "outside any context"]
+        st = h.stats()
+        assert st.dropped_held == 2 and st.dropped == 2 and st.submitted == 4
+        invariant(st)
+        # A chosen drop is no failure: flush() still says everything went as asked.
+        assert h.flush(5) is True
+
+    def test_ring_keeps_the_newest(self, make_logger, receiver):
+        """hold_size bounds a context: the oldest held events go first, counted."""
+        log, h = make_logger(hold_level="info", hold_size=3)
+        with loghandler.context(request_id="r-3"):
+            for i in range(10):
+                log.info("step %d", i)
+            log.error("failed")
+        assert messages(h, receiver) == ["step 7", "step 8", "step 9", "failed"]
+        st = h.stats()
+        assert st.dropped_held == 7
+        invariant(st)
+
+    def test_total_bound(self, make_logger, receiver):
+        """hold_total bounds all contexts together; beyond it, new events are dropped."""
+        log, h = make_logger(hold_level="info", hold_total=2)
+        with loghandler.context(a=1):
+            for i in range(5):
+                log.info("x%d", i)
+            log.error("e")
+        assert messages(h, receiver) == ["x0", "x1", "e"]
+        assert h.stats().dropped_held == 3
+        invariant(h.stats())
+
+    def test_nested_context_hands_to_outer(self, make_logger, receiver):
+        """A nested context's held events stay held by the outer one, released by its error."""
+        log, h = make_logger(hold_level="info")
+        with loghandler.context(request_id="r-4"):
+            log.info("outer before")
+            with loghandler.context(step="db"):
+                log.info("inner")
+            log.info("outer after")
+            log.error("late error")
+        assert messages(h, receiver) == ["outer before", "inner", "outer after", "late error"]
+
+    def test_threads_keep_their_own(self, make_logger, receiver):
+        """Each thread's context holds its own events: one thread's error releases only its own."""
+        log, h = make_logger(hold_level="info")
+        barrier = threading.Barrier(2)
+
+        def work(name: str, fail: bool) -> None:
+            with loghandler.context(worker=name):
+                log.info(f"{name} step")
+                barrier.wait(5)  # both hold at once
+                if fail:
+                    log.error(f"{name} failed")
+                barrier.wait(5)
+
+        threads = [threading.Thread(target=work, args=("a", True)),
+                   threading.Thread(target=work, args=("b", False))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert sorted(messages(h, receiver)) == ["a failed", "a step"]
+        assert h.stats().dropped_held == 1
+
+    def test_asyncio_tasks_keep_their_own(self, make_logger, receiver):
+        """Each asyncio task's context holds its own events."""
+        log, h = make_logger(hold_level="debug")
+
+        async def request(n: int) -> None:
+            with loghandler.context(request=n):
+                log.debug(f"query {n}")
+                await asyncio.sleep(0)  # interleave the tasks
+                if n % 2:
+                    log.error(f"error {n}")
+
+        async def main() -> None:
+            await asyncio.gather(*(request(n) for n in range(4)))
+
+        asyncio.run(main())
+        got = messages(h, receiver)
+        assert sorted(got) == ["error 1", "error 3", "query 1", "query 3"]
+        assert got.index("query 1") < got.index("error 1")
+        assert h.stats().dropped_held == 2
+
+    def test_processor_and_submit(self, receiver):
+        """IngestProcessor and Shipper.submit hold the same way."""
+        proc = IngestProcessor("ds", url=receiver.url, token=TOKEN, hold_level="info")
+        try:
+            with loghandler.context(job="j"):
+                proc(None, "info", {"event": "loading"})
+                proc(None, "error", {"event": "crashed"})
+            with loghandler.context(job="k"):
+                proc(None, "debug", {"event": "quiet"})
+            assert proc.flush(5)
+            assert [e["event"] for e in receiver.events] == ["loading", "crashed"]
+            assert proc.stats().dropped_held == 1
+        finally:
+            proc.close()
+        receiver.events.clear()
+        s = Shipper(loghandler.Client(url=receiver.url, token=TOKEN), "ds", hold_level="info")
+        try:
+            with loghandler.context(job="m"):
+                s.submit({"level": "info", "message": "m1"})
+            with loghandler.context(job="n"):
+                s.submit({"level": "INFO", "message": "n1"})
+                s.submit({"level": "error", "message": "n2"})
+            assert s.flush(5)
+            assert [e["message"] for e in receiver.events] == ["n1", "n2"]
+            invariant(s.stats())
+        finally:
+            s.close()
+
+
+# ------------------------------------------------------------------ sampling
+
+class TestSampling:
+    def test_by_level_exact_at_the_edges(self, make_logger, receiver):
+        """Rate 0 drops every event of that level, 1 keeps every one; unlisted levels ship."""
+        log, h = make_logger(sample_levels={"debug": 0.0, "info": 1.0})
+        for i in range(50):
+            log.debug("d%d", i)
+            log.info("i%d", i)
+        log.warning("w")
+        got = messages(h, receiver)
+        assert got == [f"i{i}" for i in range(50)] + ["w"]
+        st = h.stats()
+        assert st.dropped_sampled == 50
+        invariant(st)
+
+    def test_by_logger_prefix(self, make_logger, receiver):
+        """sample_loggers applies to the logger and its children, not to look-alike names."""
+        _, h = make_logger(sample_loggers={"noisy": 0.0})
+        for name in ("noisy", "noisy.lib", "noisyneighbour", "app"):
+            lg = logging.getLogger(name)
+            lg.handlers[:] = [h]
+            lg.propagate = False
+            lg.setLevel(logging.INFO)
+            lg.info(name)
+        assert messages(h, receiver) == ["noisyneighbour", "app"]
+
+    def test_a_trace_stays_whole(self, receiver):
+        """Events of one trace are kept or dropped together, in every shipper alike."""
+        client = loghandler.Client(url=receiver.url, token=TOKEN)
+        shippers = [Shipper(client, "ds", sample_levels={"info": 0.5}) for _ in range(2)]
+        try:
+            rng = random.Random(7)  # W3C trace ids are random 128-bit numbers
+            traces = [f"{rng.getrandbits(128):032x}" for _ in range(200)]
+            for s in shippers:
+                for t in traces:
+                    for n in range(3):
+                        s.submit({"level": "info", "message": f"{t}-{n}", "trace_id": t})
+                assert s.flush(5)
+            by_trace: dict[str, int] = {}
+            for e in receiver.events:
+                by_trace[e["trace_id"]] = by_trace.get(e["trace_id"], 0) + 1
+            # 3 events from each shipper: a kept trace is whole in both.
+            assert set(by_trace.values()) == {6}
+            assert 40 <= len(by_trace) <= 160  # about half of 200
+            for s in shippers:
+                invariant(s.stats())
+        finally:
+            for s in shippers:
+                s.close()
+
+    def test_selector_rates_with_a_fixed_random(self):
+        """Without a trace id the decision uses the random source: u < rate keeps."""
+        values = iter([0.1, 0.9, 0.29, 0.31])
+        sel = Selector({"debug": 0.3}, None, None, 60, rand=lambda: next(values))
+        kept, sampled, _, _ = sel.select([{"level": "debug", "message": str(i)}
+                                          for i in range(4)], now=0)
+        assert [e["message"] for e in kept] == ["0", "2"] and sampled == 2
+
+
+# ------------------------------------------------------------------ repeats
+
+class TestRepeats:
+    def test_suppressed_after_n_with_one_summary(self, make_logger, receiver):
+        """50,000 identical lines: N ship, the rest are counted, one summary says how many."""
+        log, h = make_logger(repeat_limit=5, max_queue_size=100_000)
+        for _ in range(50_000):
+            log.warning("retrying connection")
+        log.info("something else")
+        assert h.flush(10)
+        h.close()
+        got = [e["message"] for e in receiver.events]
+        assert got[:5] == ["retrying connection"] * 5
+        assert "something else" in got
+        summaries = [e for e in receiver.events if "repeats_suppressed" in e]
+        assert len(summaries) == 1
+        assert summaries[0]["repeats_suppressed"] == 49_995
+        assert summaries[0]["level"] == "warning"
+        assert summaries[0]["message"].startswith("retrying connection (repeated 49,995 more")
+        st = h.stats()
+        assert st.dropped_repeat == 49_995 and st.delivered == 7  # 5 + other + summary
+        invariant(st)
+
+    def test_windows(self):
+        """A new window ships N again; the summary of the old one comes when it ends."""
+        sel = Selector(None, None, 2, 10.0)
+        ev = {"level": "info", "logger": "a", "message": "m", "_time": "t"}
+        kept, _, rep, summ = sel.select([dict(ev) for _ in range(5)], now=0)
+        assert len(kept) == 2 and rep == 3 and summ == []
+        assert sel.expired(5) == []
+        kept, _, rep, summ = sel.select([dict(ev)], now=11)
+        assert len(kept) == 1 and rep == 0
+        assert [s["repeats_suppressed"] for s in summ] == [3]
+        # Different loggers or levels are different lines.
+        kept, _, rep, _ = sel.select([{**ev, "logger": "b"}, {**ev, "level": "error"}], now=12)
+        assert len(kept) == 2 and rep == 0
+
+
+# ------------------------------------------------------------------ scrubbing
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+class TestScrubbing:
+    def test_message_extra_nested_and_traceback(self, make_logger, receiver):
+        """A secret in the message, an extra, a nested value and a traceback never leaves."""
+        log, h = make_logger(scrub="all")
+        log.info("login with password=hunter2 and header Authorization: Bearer abcdef0123456789xyz",
+                 extra={"api_key": "k-live-123", "request": {"headers": {"Cookie": "sid=1"},
+                                                              "body": [f"jwt {JWT}"]}})
+        try:
+            raise RuntimeError("card 4111 1111 1111 1111 declined for AKIAIOSFODNN7EXAMPLE")
+        except RuntimeError:
+            log.exception("payment failed")
+        assert h.flush(5)
+        first, second = receiver.events
+        text = repr(receiver.events)
+        for secret in ("hunter2", "abcdef0123456789xyz", "k-live-123", "sid=1", JWT,
+                       "4111 1111 1111 1111", "AKIAIOSFODNN7EXAMPLE"):
+            assert secret not in text, secret
+        assert first["message"] == ("login with password=[redacted] and header "
+                                    "Authorization: Bearer [redacted]")
+        assert first["api_key"] == REDACTED
+        assert first["request"]["headers"]["Cookie"] == REDACTED
+        assert first["request"]["body"] == [f"jwt {REDACTED}"]
+        assert "card [redacted] declined for [redacted]" in second["exception"]["message"]
+        assert "card [redacted] declined" in second["exception"]["stacktrace"]
+
+    def test_look_alikes_are_kept(self, make_logger, receiver):
+        """Numbers that fail Luhn, words near secrets and keys that merely contain one stay."""
+        log, h = make_logger(scrub="all")
+        log.info("order 4111 1111 1111 1112 shipped; bearer of good news; token count 3",
+                 extra={"token_count": 17, "max_tokens": 4096, "secretary": "Ann",
+                        "passage": "a long passage of text", "phone": "+44 20 7946 0958"})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["message"] == ("order 4111 1111 1111 1112 shipped; bearer of good news; "
+                                "token count 3")
+        assert e["token_count"] == 17 and e["max_tokens"] == 4096
+        assert e["secretary"] == "Ann" and e["passage"] == "a long passage of text"
+        assert e["phone"] == "+44 20 7946 0958"
+
+    def test_modes_by_argument_and_environment(self, make_logger, receiver, monkeypatch):
+        """The default scrubs keys only; scrub=False (LOGHANDLER_SCRUB=0) nothing; "all"
+        (LOGHANDLER_SCRUB=all) text too."""
+        log, h = make_logger()
+        log.info("password=hunter2", extra={"password": "hunter2"})
+        assert h.flush(5)
+        assert receiver.events[-1]["message"] == "password=hunter2"
+        assert receiver.events[-1]["password"] == REDACTED
+        log, h = make_logger(scrub=False)
+        log.info("off", extra={"password": "hunter2"})
+        assert h.flush(5) and receiver.events[-1]["password"] == "hunter2"
+        monkeypatch.setenv("LOGHANDLER_SCRUB", "0")
+        log, h = make_logger()
+        log.info("off by env", extra={"password": "letmein"})
+        assert h.flush(5) and receiver.events[-1]["password"] == "letmein"
+        monkeypatch.setenv("LOGHANDLER_SCRUB", "all")
+        log, h = make_logger()
+        log.info("password=letmein")
+        assert h.flush(5) and receiver.events[-1]["message"] == "password=[redacted]"
+
+    def test_own_keys_and_patterns(self, make_logger, receiver):
+        """scrub_keys and scrub_patterns add to the defaults."""
+        # Patterns of one's own turn the text scan on, with the defaults.
+        log, h = make_logger(scrub_keys=["patient_id"], scrub_patterns=[r"\bEMP-\d{6}\b"])
+        log.info("employee EMP-123456 seen", extra={"patient_id": "p-9", "ward": "b"})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["message"] == "employee [redacted] seen"
+        assert e["patient_id"] == REDACTED and e["ward"] == "b"
+
+    def test_structlog_processor(self, receiver):
+        """The structlog processor's events are scrubbed the same way."""
+        proc = IngestProcessor("ds", url=receiver.url, token=TOKEN)
+        try:
+            proc(None, "info", {"event": "connect", "dsn": "postgres://u:pw@h/db",
+                                "db_password": "pw", "conn": {"token": "t0k3n-abc"},
+                                "auth": {"user": "u"}})
+            assert proc.flush(5)
+            (e,) = receiver.events
+            assert e["db_password"] == REDACTED and e["conn"]["token"] == REDACTED
+            assert e["auth"] == REDACTED  # a secret key hides whatever it holds
+        finally:
+            proc.close()
+
+    @pytest.mark.parametrize(("digits", "ok"), [
+        ("4111111111111111", True), ("4111111111111112", False), ("378282246310005", True),
+        ("5555555555554444", True), ("1234567812345678", False),
+    ])
+    def test_luhn(self, digits, ok):
+        assert luhn_ok(digits) is ok
+
+    def test_scrubber_leaves_the_applications_objects_alone(self):
+        """Copy on write: the event's nested values are replaced, never changed in place."""
+        nested = {"password": "x", "list": ["Bearer abcdefghijklmnopqrstu"]}
+        event = {"message": "m", "nested": nested}
+        Scrubber().event(event)
+        assert nested == {"password": "x", "list": ["Bearer abcdefghijklmnopqrstu"]}
+        assert event["nested"] == {"password": REDACTED, "list": [f"Bearer {REDACTED}"]}
+
+
+# ------------------------------------------------------------------ identity
+
+class TestIdentity:
+    def test_from_the_environment(self, make_logger, receiver, monkeypatch):
+        """OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the sender; host is added."""
+        monkeypatch.delenv("LOGHANDLER_IDENTITY")
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "checkout")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES",
+                           "deployment.environment=prod,service.version=1.4.2,team=pay")
+        log, h = make_logger()
+        log.info("paid", extra={"version": "own"})  # the event's own field wins
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["service"] == "checkout" and e["environment"] == "prod"
+        assert e["version"] == "own" and isinstance(e["host"], str) and e["host"]
+
+    def test_loghandler_variables_win_over_otel(self, monkeypatch):
+        env = {"LOGHANDLER_SERVICE": "a", "OTEL_SERVICE_NAME": "b",
+               "LOGHANDLER_ENVIRONMENT": "staging", "LOGHANDLER_VERSION": "2"}
+        who = identity_fields(True, env)
+        assert (who["service"], who["environment"], who["version"]) == ("a", "staging", "2")
+        assert identity_fields(False, env) == {}
+        assert identity_fields({"service": "x", "host": "h"}, {})["service"] == "x"
+
+    def test_mapping_fields_and_opt_out(self, make_logger, receiver, monkeypatch):
+        """identity={...} sets the fields (fields= wins on a shared name); False: none."""
+        monkeypatch.delenv("LOGHANDLER_IDENTITY")
+        log, h = make_logger(identity={"service": "api", "environment": "dev"},
+                             fields={"environment": "from-fields"})
+        log.info("one")
+        log2, h2 = make_logger(identity=False)
+        log2.info("two")
+        assert h.flush(5) and h2.flush(5)
+        one, two = sorted(receiver.events, key=lambda e: e["message"])
+        assert one["service"] == "api" and one["environment"] == "from-fields"
+        assert "host" in one
+        assert not {"service", "environment", "host"} & set(two)
+
+
+# ------------------------------------------------------------------ shape
+
+class TestShape:
+    def test_formatter_text_is_the_message(self, make_logger, receiver):
+        """setFormatter() is honoured: its output is the message, fields stay structured."""
+        log, h = make_logger()
+        h.setFormatter(logging.Formatter("%(levelname)s [%(name)s] %(message)s"))
+        log.info("paid %s", 10, extra={"order": 7})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["message"] == f"INFO [{log.name}] paid 10" and e["order"] == 7
+
+    def test_formatter_from_dictconfig(self, receiver):
+        """dictConfig's "formatter" on the handler works too, with the new options."""
+        logging.config.dictConfig({
+            "version": 1, "disable_existing_loggers": False,
+            "formatters": {"short": {"format": "%(levelname)s: %(message)s"}},
+            "handlers": {"ship": {"class": "loghandler.IngestHandler", "dataset": "ds",
+                                  "url": receiver.url, "token": TOKEN, "formatter": "short",
+                                  "exclude_fields": ["module", "function", "file", "thread"],
+                                  "repeat_limit": 100}},
+            "loggers": {"dc": {"handlers": ["ship"], "level": "INFO", "propagate": False}},
+        })
+        try:
+            logging.getLogger("dc").info("hello")
+            h = logging.getLogger("dc").handlers[0]
+            assert h.flush(5)
+            (e,) = receiver.events
+            assert e["message"] == "INFO: hello"
+            assert not {"module", "function", "file", "thread"} & set(e)
+            assert {"logger", "line", "process"} <= set(e)
+        finally:
+            logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+
+    def test_json_default_for_own_types(self, make_logger, receiver):
+        """json_default converts the application's own types, on every front end."""
+
+        class Money:
+            def __init__(self, cents: int) -> None:
+                self.cents = cents
+
+        def convert(value: Any) -> Any:
+            return {"cents": value.cents} if isinstance(value, Money) else value
+
+        log, h = make_logger(json_default=convert)
+        log.info("paid", extra={"amount": Money(250)})
+        assert h.flush(5)
+        assert receiver.events[-1]["amount"] == {"cents": 250}
+        configure = structlog.get_config()
+        proc = IngestProcessor("ds", url=receiver.url, token=TOKEN, json_default=convert)
+        s = Shipper(loghandler.Client(url=receiver.url, token=TOKEN), "ds",
+                    json_default=convert)
+        try:
+            proc(None, "info", {"event": "p", "amount": Money(3)})
+            s.submit({"message": "s", "amount": Money(4), "other": object()})
+            assert proc.flush(5) and s.flush(5)
+            by = {e.get("message", e.get("event")): e for e in receiver.events}
+            assert by["p"]["amount"] == {"cents": 3} and by["s"]["amount"] == {"cents": 4}
+            assert by["s"]["other"].startswith("<object object")  # built-in rules after
+        finally:
+            proc.close()
+            s.close()
+            structlog.configure(**configure)
+
+    def test_errors_name_the_option(self):
+        """Bad values are ConfigurationErrors naming the option."""
+        client = loghandler.Client(url="http://127.0.0.1:1", token=TOKEN)
+        cases = [({"sample_levels": {"debug": 2}}, "sample_levels"),
+                 ({"hold_level": "error"}, "hold_level"),
+                 ({"repeat_limit": 0}, "repeat_limit"),
+                 ({"scrub_patterns": ["("]}, "scrub_patterns"),
+                 ({"identity": 3}, "identity"),
+                 ({"scrub": "everything"}, "scrub"),
+                 ({"json_default": 5}, "json_default")]
+        for options, name in cases:
+            with pytest.raises(ConfigurationError, match=name):
+                Shipper(client, "ds", **options)
