@@ -119,7 +119,7 @@ def test_markers_are_known_and_give_a_reason() -> None:
 def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
     """The block runs as written and, when it ships events, they arrive."""
     if "structlog" in block.code:
-        pytest.importorskip("structlog", reason="structlog is in the test extra")
+        pytest.importorskip("structlog", reason="structlog is in the dev extra")
     with LocalService(token=TOKEN) as svc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
         env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN,
