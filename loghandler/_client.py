@@ -117,7 +117,7 @@ def dataset_path(dataset: str) -> str:
     return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
 
 
-@documented(('Args (each falls back to its environment variable; README "Configuration"):',
+@documented(('Args (each falls back to its environment variable; docs/configuration.md):',
              CLIENT_ARGS_DOC))
 class Client:
     """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
