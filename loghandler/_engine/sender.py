@@ -36,8 +36,6 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-import urllib3
-
 from .. import _encoding as encoding
 from .._client import Client, parse_reset, parse_retry_after, raise_for_status
 from .._config import ShipperOptions
@@ -128,6 +126,9 @@ def classify(status: int, headers: Mapping[str, str] | None = None, body: Any = 
         return Outcome.NOT_FOUND, None
     if not (status in (408, 429, 430) or status >= 500):
         return Outcome.CLIENT_ERROR, None
+    # Imported here, not with the module: `import loghandler` must not pay for urllib3.
+    import urllib3
+
     if headers is None:
         headers = {}
     elif not isinstance(headers, urllib3.HTTPHeaderDict):
