@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: see README "Performance" and ``--help``."""
+"""``python -m benchmarks``: see docs/performance.md and ``--help``."""
 
 import sys
 

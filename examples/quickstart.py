@@ -99,7 +99,7 @@ def main() -> None:
         except ImportError:
             structlog = None
             print("3. structlog is not installed: skipped the structlog pipeline "
-                  "(pip install 'loghandler[structlog]' to try it)")
+                  "(pip install 'loghandler-ingest[structlog]' to try it)")
         processor = None
         if structlog is not None:
             processor = loghandler.IngestProcessor(DATASET, url=service.url,

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import email.utils
 import heapq
 import itertools
 import json
 import os
 import signal
 import socket
-import ssl
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from . import _encoding as encoding
 from ._config import CLIENT_ARGS_DOC, Settings, documented, resolve_settings
@@ -38,6 +32,12 @@ from ._status import AUTH, LIMITS, NOT_FOUND, RATE_LIMIT, RESET_HEADERS, is_redi
 from ._time import format_datetime
 from ._version import __version__
 from ._views import Views
+
+if TYPE_CHECKING:
+    # urllib3 (and with it ssl) is imported when the first client connects, not with the
+    # package: it was a third of what ``import loghandler`` cost (docs/performance.md).
+    import urllib3
+    from urllib3.connection import HTTPConnection
 
 __all__ = ["Client", "Response", "parse_reset", "parse_retry_after", "raise_for_status"]
 
@@ -77,6 +77,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         seconds = float(value)
     except ValueError:
         try:
+            import email.utils  # only for an HTTP date: rare, and 7 ms to import
+
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
@@ -118,7 +120,7 @@ def dataset_path(dataset: str) -> str:
     return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
 
 
-@documented(('Args (each falls back to its environment variable; README "Configuration"):',
+@documented(('Args (each falls back to its environment variable; docs/configuration.md):',
              CLIENT_ARGS_DOC))
 class Client:
     """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
@@ -177,6 +179,8 @@ class Client:
         with self._pool_lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pid = os.getpid()
+                import urllib3
+
                 pool = urllib3.PoolManager(
                     num_pools=4,
                     maxsize=8,
@@ -187,8 +191,7 @@ class Client:
                     ),
                 )
                 # Connections the watchdog can end: timeout= bounds a whole request.
-                pool.pool_classes_by_scheme = {"http": _WatchedHTTPPool,
-                                               "https": _WatchedHTTPSPool}
+                pool.pool_classes_by_scheme = _watched_pool_classes()
                 self._pool = pool
             return self._pool
 
@@ -237,6 +240,8 @@ class Client:
         # byte a second would never time out), so the watchdog ends a request at its deadline.
         limit = self._settings.timeout if timeout is None else min(
             max(0.001, timeout), self._settings.timeout)
+        import urllib3
+
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit, 10.0), read=limit)
@@ -381,6 +386,10 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def _transport_message(url: str, exc: Exception) -> str:
+    import ssl
+
+    import urllib3
+
     root = _root_cause(exc)
     text = _short(root)
     # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
@@ -567,20 +576,29 @@ class _Watched:
         super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _WatchedHTTPConnection(_Watched, HTTPConnection):
-    pass
+_pool_classes: dict[str, type] = {}
 
 
-class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
-    pass
+def _watched_pool_classes() -> dict[str, type]:
+    """urllib3's pools whose connections attach themselves to the watchdog, made once."""
+    if not _pool_classes:
+        from urllib3.connection import HTTPConnection, HTTPSConnection
+        from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+        class _WatchedHTTPConnection(_Watched, HTTPConnection):
+            pass
 
-class _WatchedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
+        class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+            pass
 
+        class _WatchedHTTPPool(HTTPConnectionPool):
+            ConnectionCls = _WatchedHTTPConnection
 
-class _WatchedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
+        class _WatchedHTTPSPool(HTTPSConnectionPool):
+            ConnectionCls = _WatchedHTTPSConnection
+
+        _pool_classes.update(http=_WatchedHTTPPool, https=_WatchedHTTPSPool)
+    return _pool_classes
 
 
 def _after_fork_in_child() -> None:

@@ -202,7 +202,7 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class ShipperOptions:
-    """Shipping options with their defaults. See README "Options" for the reasons behind each."""
+    """Shipping options with their defaults. docs/configuration.md says why."""
 
     batch_size: int = 5000
     max_batch_bytes: int = 4 * MiB

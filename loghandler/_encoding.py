@@ -286,7 +286,7 @@ def _encode_safe(value: Any) -> bytes:
     return _safe_encoder.encode(to_jsonable(value)).encode("ascii")
 
 
-try:  # the optional accelerator: loghandler[fast]
+try:  # the optional accelerator: loghandler-ingest[fast]
     import orjson as _orjson
 
     _orjson_dumps = _orjson.dumps

@@ -63,7 +63,7 @@ _on_first_use(_context_used)
 
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
-            ('Shipping options (keyword; README "Options" gives the reason behind each default):',
+            ('Shipping options (keyword; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
 class IngestHandler(logging.Handler):
     """Ship log records to a dataset, in the background.

@@ -132,7 +132,7 @@ def _format(moment: _dt.datetime) -> str:
 
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
-            ('Shipping options (keyword; README "Options" gives the reason behind each default):',
+            ('Shipping options (keyword; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
 class IngestProcessor:
     """A structlog processor: ships a JSON-safe copy of the event and returns it unchanged.

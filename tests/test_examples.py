@@ -47,7 +47,7 @@ def test_app_events_example():
 
 
 def test_ruff_clean():
-    """The code base is ruff-clean (ruff comes with the test extra)."""
+    """The code base is ruff-clean (ruff comes with the dev extra)."""
     ruff = Path(sys.executable).with_name("ruff")
     if not ruff.exists():
         pytest.skip("ruff is not installed in this environment")
@@ -57,7 +57,7 @@ def test_ruff_clean():
 
 
 def test_mypy_clean():
-    """The package type-checks (mypy comes with the test extra): its hints are kept true."""
+    """The package type-checks (mypy comes with the dev extra): its hints are kept true."""
     mypy = Path(sys.executable).with_name("mypy")
     if not mypy.exists():
         pytest.skip("mypy is not installed in this environment")

@@ -78,6 +78,30 @@ def test_import_alone_pulls_no_optional_library() -> None:
     assert probe == {"threads": 1, "modules": []}
 
 
+def test_urllib3_is_imported_by_the_first_client_not_by_the_package() -> None:
+    """urllib3 (and ssl, email) cost most of the import: they come with the first request."""
+    probe = run_probe(
+        "import json, sys, loghandler\n"
+        "heavy = lambda: sorted(m for m in ('urllib3', 'ssl', 'email.utils') if m in sys.modules)\n"
+        "after_import = heavy()\n"
+        "handler = loghandler.IngestHandler('d', token='t', url='http://127.0.0.1:9',"
+        " handle_sigterm=False)\n"
+        "after_handler = heavy()\n"
+        "client = loghandler.Client(token='t', url='http://127.0.0.1:9', timeout=2)\n"
+        "try:\n"
+        "    client.ingest('d', [{'n': 1}])\n"
+        "except loghandler.TransportError as exc:\n"
+        "    error = str(exc)\n"
+        "handler.close()\n"
+        "print(json.dumps({'import': after_import, 'handler': after_handler,"
+        " 'request': 'urllib3' in sys.modules, 'error': error}))"
+    )
+    assert probe["import"] == []
+    assert probe["handler"] == []  # the flusher has nothing to send yet: no connection
+    assert probe["request"] is True
+    assert "connection refused" in probe["error"]
+
+
 def test_internal_modules_are_private() -> None:
     """Every module but the four public ones is _-prefixed, so users can tell the surface from
     the file list; the public names all come from the package itself."""

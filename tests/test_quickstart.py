@@ -50,7 +50,7 @@ def test_quickstart_without_structlog() -> None:
 
 def test_quickstart_with_structlog() -> None:
     """With structlog installed the structlog event arrives too."""
-    pytest.importorskip("structlog", reason="structlog is in the test extra")
+    pytest.importorskip("structlog", reason="structlog is in the dev extra")
     proc = run(str(QUICKSTART))
     assert proc.returncode == 0, proc.stderr
     assert "received 4 events" in proc.stdout

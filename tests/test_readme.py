@@ -1,11 +1,13 @@
-"""Every README code block runs as written, against the local service, and ships what it says.
+"""Every code block of README.md and docs/**/*.md runs as written, against the local service, and
+ships what it says.
 
-The rules, for whoever adds a block to README.md:
+The rules, for whoever adds a block to README.md or to a page under docs/:
 - A ```python block runs as it is, in a fresh process, in an empty directory, with
-  LOGHANDLER_URL / LOGHANDLER_TOKEN / LOGHANDLER_DATASET pointing at a ``LocalService`` (seeded
-  with a view "v-1"). Functions it defines named ``test_*`` are then called. When it builds a
+  LOGHANDLER_URL / LOGHANDLER_TOKEN / LOGHANDLER_DATASET pointing at a fresh ``LocalService``
+  (no views, no events). Functions it defines named ``test_*`` are then called. When it builds a
   handler, processor, shipper or calls ``ingest(``, events must have arrived at the service by the
-  time the process has exited (unless it starts its own ``LocalService``).
+  time the process has exited (unless it starts its own ``LocalService`` or uses the
+  ``loghandler_service`` fixture).
 - A ```sh block runs only when the line before it is ``<!-- run: sh -->`` (most shell blocks
   install packages or start servers); then under ``bash -e`` with the same environment, the
   package's scripts on PATH; one that runs ``loghandler ingest`` must deliver events.
@@ -28,12 +30,13 @@ from loghandler.testing import LocalService
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 TOKEN = "readme-token-7c1d"
-VIEW = {"id": "v-1", "name": "Errors", "aplQuery": "['app'] | where level == 'error'",
-        "datasets": ["app"], "description": "", "sharedByOrg": "o", "sharedByOrgName": "Org"}
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SHIPS = re.compile(r"IngestHandler|IngestProcessor|Shipper\(|\.ingest\(|loghandler ingest")
+OWN_SERVICE = re.compile(r"LocalService\(|loghandler_service")
 CALL_TESTS = """
 
 for _name, _function in list(globals().items()):
@@ -44,18 +47,25 @@ for _name, _function in list(globals().items()):
 
 @dataclass
 class Block:
-    line: int  # of the first line of code, in README.md
+    file: str  # relative to the repository's root
+    line: int  # of the first line of code
     lang: str
     code: str
     marker: str  # the HTML comment on the line before the fence, or ""
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}-{self.lang or 'plain'}"
+        return f"{self.file}:{self.line}-{self.lang or 'plain'}"
 
 
-def readme_blocks() -> list[Block]:
-    lines = README.read_text(encoding="utf-8").splitlines()
+def markdown_files() -> list[Path]:
+    """README.md and every page under docs/ (whatever exists when the tests are collected)."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def readme_blocks(path: Path = README) -> list[Block]:
+    name = path.relative_to(ROOT).as_posix()
+    lines = path.read_text(encoding="utf-8").splitlines()
     blocks: list[Block] = []
     marker = ""
     i = 0
@@ -63,11 +73,15 @@ def readme_blocks() -> list[Block]:
         stripped = lines[i].strip()
         match = FENCE.match(lines[i])
         if match:
+            # A fence indented inside a list item is a block like any other: its code is
+            # dedented by the fence's own indentation, as Markdown renders it.
+            indent = len(match.group(1))
             end = i + 1
-            while end < len(lines) and not lines[end].startswith("```"):
+            while end < len(lines) and lines[end].strip() != "```":
                 end += 1
-            blocks.append(Block(i + 2, match.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                                marker))
+            code = "\n".join(line[indent:] if line[:indent].strip() == "" else line.lstrip()
+                             for line in lines[i + 1:end])
+            blocks.append(Block(name, i + 2, match.group(2), code + "\n", marker))
             marker = ""
             i = end + 1
             continue
@@ -87,17 +101,18 @@ def runnable(block: Block) -> bool:
     return block.lang in ("sh", "bash", "shell") and block.marker == "<!-- run: sh -->"
 
 
-BLOCKS = [b for b in readme_blocks() if runnable(b)]
+ALL_BLOCKS = [b for path in markdown_files() for b in readme_blocks(path)]
+BLOCKS = [b for b in ALL_BLOCKS if runnable(b)]
 
 
 def test_markers_are_known_and_give_a_reason() -> None:
     """A marker is either `run: sh` or `not-run: <reason>`; python blocks are run, not skipped."""
-    blocks = readme_blocks()
-    for block in blocks:
+    for block in ALL_BLOCKS:
         if block.marker:
             assert re.fullmatch(r"<!-- (run: sh|not-run: \S.*\S) -->", block.marker), block.id
-    python = [b for b in blocks if b.lang == "python"]
+    python = [b for b in ALL_BLOCKS if b.lang == "python"]
     assert len([b for b in python if runnable(b)]) >= 8
+    assert len([b for b in python if runnable(b) and b.file == "README.md"]) >= 2
     assert any("wrap_for_formatter" in b.code for b in BLOCKS)
     assert any("render_to_log_kwargs" in b.code for b in BLOCKS)
 
@@ -106,8 +121,8 @@ def test_markers_are_known_and_give_a_reason() -> None:
 def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
     """The block runs as written and, when it ships events, they arrive."""
     if "structlog" in block.code:
-        pytest.importorskip("structlog", reason="structlog is in the test extra")
-    with LocalService(token=TOKEN, views=[VIEW]) as svc:
+        pytest.importorskip("structlog", reason="structlog is in the dev extra")
+    with LocalService(token=TOKEN) as svc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
         env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN,
                    LOGHANDLER_DATASET="readme",
@@ -124,6 +139,6 @@ def test_readme_block_runs(block: Block, tmp_path: Path) -> None:
                               cwd=tmp_path)
         assert proc.returncode == 0, f"{block.id}\n{proc.stdout}\n{proc.stderr}"
         assert "Traceback" not in proc.stderr, f"{block.id}\n{proc.stderr}"
-        if SHIPS.search(block.code) and "LocalService(" not in block.code:
+        if SHIPS.search(block.code) and not OWN_SERVICE.search(block.code):
             arrived = sum(svc.datasets().values())
             assert arrived > 0, f"{block.id} shipped nothing\n{proc.stdout}\n{proc.stderr}"

@@ -43,7 +43,7 @@ def driver() -> Iterator[Any]:
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        _missing("selenium is not installed (pip install -e '.[test]')")
+        _missing("selenium is not installed (pip install -e '.[dev]')")
     binary = next((b for b in CHROMIUM if os.path.exists(b)), None) or shutil.which("chromium")
     if not binary or not os.path.exists(CHROMEDRIVER):
         _missing("chromium and chromedriver are not installed "

@@ -12,8 +12,8 @@ A process can end in four ways that matter here, and each closes every live ship
   exit status a supervisor sees is unchanged. Installed only when it replaces nothing, and never
   in a multiprocessing child (SIGTERM is how ``Pool.terminate()`` ends workers; see
   ``_mp_after_fork``);
-- SIGKILL, OOM, power loss, ``Pool.terminate()``: nothing can run (README "Delivery
-  guarantee").
+- SIGKILL, OOM, power loss, ``Pool.terminate()``: nothing can run (docs/reliability.md,
+  "Delivery guarantee").
 
 Everything here holds shippers through weak references, so registering never keeps one alive.
 """

@@ -37,8 +37,6 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-import urllib3
-
 from .. import _status as status_codes
 from .._client import parse_reset, parse_retry_after
 from .ledger import Fate
@@ -168,6 +166,9 @@ def answer_wait(status: int, headers: Mapping[str, str], now: float | None = Non
     for the limits, the reset header (epoch seconds). Read once per answer."""
     if status < 300:
         return None
+    # Imported here, not with the module: `import loghandler` must not pay for urllib3.
+    import urllib3
+
     if not isinstance(headers, urllib3.HTTPHeaderDict):
         headers = urllib3.HTTPHeaderDict(headers)  # case-insensitive, as the wire's are
     wait = parse_retry_after(headers.get("Retry-After"), now)

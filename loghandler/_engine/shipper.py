@@ -55,7 +55,7 @@ __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 _monotonic = time.monotonic
 
 
-@documented(('Options (keyword arguments; README "Options" gives the reason behind each default):',
+@documented(('Options (keyword arguments; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
 class Shipper:
     """Queue events and ship them in the background to one dataset.

@@ -1,7 +1,7 @@
 """A small subset of APL for the local service: its time values, tokenizer and
 recursive-descent parser. ``aplsql`` compiles the syntax tree to one SQLite query.
 
-The subset (see README, "Querying"): a source (``['name']`` or ``name``); ``where`` (``filter``)
+The subset (docs, "Querying"): a source (``['name']`` or ``name``); ``where`` (``filter``)
 with ``== != < <= > >= =~ !~``, ``contains startswith endswith`` (and ``_cs`` and ``!`` forms),
 ``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
 ``now() ago() datetime()``, ``tolower toupper strlen``, ``+ - * /``, timespans (``1s 5m 1h 1d

@@ -1,0 +1,1 @@
+"""The shipping engine: queue and counters, flusher, spool, process life, event model."""
