@@ -261,3 +261,18 @@ def test_exit_summary_names_a_service_that_never_answered(tmp_path: Path) -> Non
     (line,) = [x for x in proc.stderr.splitlines() if "at exit" in x]
     assert "50000 dropped" in line
     assert "no answer" in line or "shutdown_timeout" in line, line
+
+
+def test_query_430_is_the_query_limit(httpserver: HTTPServer) -> None:
+    """A 430 to a query raises RateLimitError naming the query limit, its retry_after read from
+    X-QueryLimit-Reset (not the ingest limit's header)."""
+    reset = int(time.time()) + 30
+    httpserver.expect_request("/v1/datasets/_apl", method="POST").respond_with_json(
+        {"message": "query limit reached"}, status=430,
+        headers={"X-QueryLimit-Reset": str(reset), "X-IngestLimit-Reset": str(reset + 999)})
+    client = Client(TOKEN, url=httpserver.url_for("").rstrip("/"))
+    with pytest.raises(loghandler.RateLimitError, match="query limit") as info:
+        client.query("['ds'] | take 1")
+    assert "ingest" not in str(info.value)
+    assert info.value.retry_after is not None and 27 <= info.value.retry_after <= 30
+    client.close()
