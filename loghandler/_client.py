@@ -602,9 +602,8 @@ def _watched_pool_classes() -> dict[str, type]:
 
 
 def _after_fork_in_child() -> None:
-    _watchdog._reset()  # the parent's thread is gone, and its lock may have been held
+    """In a forked child: new watchdog and pools (the parent's thread is gone, and its locks may
+    have been held). Called by the package's one at-fork hook (``_engine/lifecycle.py``)."""
+    _watchdog._reset()
     for client in list(_live_clients):
         client._reset_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
