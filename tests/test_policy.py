@@ -28,6 +28,7 @@ from loghandler._engine.policy import (
     give_up_after,
     ingest_status,
     next_auth_pause,
+    replay_backoff,
     spill,
     status_bound,
 )
@@ -277,3 +278,10 @@ def test_pause_cap() -> None:
     """Every pause is capped at MAX_PAUSE: a wrong header must not stop us for days."""
     assert classify(429, {"Retry-After": "1e12"})[1] == MAX_PAUSE
     assert classify(503, {"Retry-After": "1e12"})[1] == MAX_PAUSE
+
+
+def test_replay_backoff_doubles_from_one_second_up_to_its_cap() -> None:
+    waits = [replay_backoff(0.0)]
+    for _ in range(8):
+        waits.append(replay_backoff(waits[-1]))
+    assert waits[:4] == [1.0, 2.0, 4.0, 8.0] and waits[-1] == 30.0

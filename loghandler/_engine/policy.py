@@ -9,8 +9,8 @@ Nothing here does I/O or keeps state; the sender (``sender.py``) asks and acts:
   a try is spent (``spends``);
 - ``Retry`` is the state of one request's tries, immutable in the spirit of urllib3's ``Retry``:
   ``increment()`` returns the next state, ``delay()`` the wait before the next try;
-- ``backoff()``, ``give_up_after()``, ``next_auth_pause()`` and ``spill()`` are the numbers and
-  the decisions around them.
+- ``backoff()``, ``give_up_after()``, ``next_auth_pause()``, ``replay_backoff()`` and
+  ``spill()`` are the numbers and the decisions around them.
 
 What the service's answers mean (``docs/answers.md`` tells it from the user's side):
 
@@ -41,14 +41,17 @@ from .. import _status as status_codes
 from .._client import parse_reset, parse_retry_after
 from .ledger import Fate
 
-__all__ = ["AUTH_PAUSE_CAP", "MAX_PAUSE", "Answer", "Cause", "Outcome", "Pause", "Retry",
-           "backoff", "classify", "give_up_after", "ingest_status", "next_auth_pause",
-           "spill", "status_bound"]
+__all__ = ["AUTH_PAUSE_CAP", "MAX_PAUSE", "MAX_REPLAY_BACKOFF", "Answer", "Cause", "Outcome",
+           "Pause", "Retry", "backoff", "classify", "give_up_after", "ingest_status",
+           "next_auth_pause", "replay_backoff", "spill", "status_bound"]
 
 # No wait the service asks for is honoured beyond this: a wrong header must not stop us for days.
 MAX_PAUSE = 3600.0
 # A refused token pauses all sending, doubling each time up to this.
 AUTH_PAUSE_CAP = 600.0
+# After a spool replay round that could not deliver, the next waits, doubling up to this (unless
+# the shipper delivered new events meanwhile: then the service is back, and replay resumes).
+MAX_REPLAY_BACKOFF = 30.0
 # What an ingest status may take per event of the request (one failure each: a timestamp and
 # the service's error), beyond a floor for the rest of the answer: the bound of a 2xx read.
 STATUS_BYTES_PER_EVENT = 1024
@@ -264,6 +267,12 @@ def give_up_after(n: int) -> int:
 def next_auth_pause(pause: float) -> float:
     """The pause after the next refused token: doubled, up to ``AUTH_PAUSE_CAP``."""
     return min(pause * 2, AUTH_PAUSE_CAP)
+
+
+def replay_backoff(previous: float) -> float:
+    """The wait before the next spool replay round after one that could not deliver: from one
+    second, doubling, up to ``MAX_REPLAY_BACKOFF``."""
+    return min(MAX_REPLAY_BACKOFF, max(1.0, previous * 2))
 
 
 def spill(*, spool: bool, outage: bool, pressed: bool) -> bool:

@@ -37,6 +37,7 @@ from .._errors import ConfigurationError
 from .._output import print_line, redact, shown
 from .batches import chunks, cut
 from .ledger import Count
+from .policy import replay_backoff
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
            "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]
@@ -66,9 +67,6 @@ STALE_TMP_SECONDS = 3600.0
 # An empty spool is re-checked with one stat() of its directory; a full scan at least this often
 # catches what a coarse directory mtime can hide.
 FULL_SCAN_SECONDS = 5.0
-# After a round that could not deliver, wait before the next (doubling), unless the shipper
-# delivered new events meanwhile: then the service is back and replay resumes at once.
-MAX_REPLAY_BACKOFF = 30.0
 
 _monotonic = time.monotonic
 _names = itertools.count()
@@ -561,7 +559,7 @@ class Spool:
             done, size = self._replay_file(*claimed, target)
             nbytes += size
             if not done:
-                self._backoff = min(MAX_REPLAY_BACKOFF, max(1.0, self._backoff * 2))
+                self._backoff = replay_backoff(self._backoff)
                 self._retry_at = _monotonic() + self._backoff
                 self._delivered_mark = _progress(target)
                 return
