@@ -225,10 +225,13 @@ class Client:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_bytes: int = MAX_RESPONSE_BYTES,
+        max_success_bytes: int | None = None,
     ) -> Response:
         """One HTTP request; returns any answer (2xx or not); raises only ``TransportError``.
 
-        An answer over ``max_bytes`` is cut there (and then is not valid JSON)."""
+        An answer over ``max_bytes`` is cut there (and then is not valid JSON); a 2xx answer
+        over ``max_success_bytes``, when given (an ingest status may list a failure per event),
+        instead."""
         all_headers = dict(self._headers)
         if body is not None:
             all_headers["Content-Type"] = "application/json"
@@ -257,6 +260,8 @@ class Client:
                     raise TransportError(self._too_slow(limit)) from None
                 raise TransportError(_transport_message(self._settings.url, exc)) from None
             try:
+                if max_success_bytes is not None and 200 <= resp.status < 300:
+                    max_bytes = max_success_bytes
                 raw = resp.read(max_bytes + 1, decode_content=True)
                 complete = len(raw) <= max_bytes
             except (urllib3.exceptions.HTTPError, OSError) as exc:

@@ -115,6 +115,22 @@ class TestBigIngestStatus:
         assert any("turned down 10000 events" in x and "replay_rejected" in x
                    for x in lines(capfd))
 
+    def test_a_2xx_over_the_bound_counts_nothing_delivered(
+            self, scripted: Callable[..., Scripted], capfd: pytest.CaptureFixture[str]):
+        """A 2xx body over what a status for the batch can take (batch_size=1: 1 MiB + 1 KiB)
+        is cut: its events are counted failed, never delivered, and not sent again."""
+        huge = {"ingested": 0, "failed": 1, "failures": [{"error": "x" * 2_000_000}]}
+        svc = scripted(lambda i: (200, {}, huge))
+        s = Shipper(Client(TOKEN, url=svc.url), "ds", batch_size=1, **FAST)
+        s.submit({"i": 1})
+        assert s.flush(10) is False
+        st = s.stats()
+        assert (st.delivered, st.failed_by_service, st.retried) == (0, 1, 0) and balanced(st)
+        assert svc.statuses == [200]
+        s.close(1)
+        (line,) = lines(capfd)
+        assert "cut at the size bound" in line and len(line) < 2000
+
 
 # --------------------------------------------------------------------------- item 3
 

@@ -212,7 +212,8 @@ class Sender:
         if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
             failed = error.failed if isinstance(error, PartialIngestError) else 0
             ledger.settle(len(chunk) - failed, Fate.DELIVERED)
-            ledger.settle(failed, Fate.FAILED_BY_SERVICE)
+            if failed:
+                ledger.settle(failed, Fate.FAILED_BY_SERVICE)
             self._recovered()
         elif outcome.splits or outcome is Outcome.UNREADABLE:  # reported by conclude()
             assert outcome.fate is not None

@@ -36,8 +36,9 @@ class Transport(Protocol):
 class HttpTransport:
     """Posts to ``path`` (a dataset's ingest path) through ``client``.
 
-    ``batch_size`` bounds how much of an answer is read (``policy.status_bound``): an ingest
-    status lists a failure per event turned down, so it may be far larger than an error body.
+    ``batch_size`` bounds how much of a 2xx answer is read (``policy.status_bound``): an ingest
+    status lists a failure per event turned down, so it may be far larger than an error body
+    (read up to the client's 1 MiB).
     """
 
     __slots__ = ("client", "max_bytes", "path")
@@ -51,7 +52,7 @@ class HttpTransport:
              timeout: float | None) -> Answer:
         with sending(HTTP):
             resp = self.client.send("POST", self.path, body, headers=headers, timeout=timeout,
-                                    max_bytes=self.max_bytes)
+                                    max_success_bytes=self.max_bytes)
         wait = resp.retry_after  # Retry-After, parsed by the client
         if wait is None and resp.status in LIMITS:
             wait = parse_reset(resp.headers)
