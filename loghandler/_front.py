@@ -42,12 +42,14 @@ class FrontEnd:
             return True
         return False
 
-    def _queue(self, event: dict[Any, Any], size: int, level: Any) -> bool:
-        """Queue a built event: context, hold-until-error, then the ledger. Never raises."""
+    def _queue(self, event: dict[Any, Any], size: int, level: Any, trace: bool = True) -> bool:
+        """Queue a built event: context, hold-until-error, then the ledger. Never raises.
+
+        ``trace=False``: the event has its span ids already (OpenTelemetry's records)."""
         shipper = self.shipper
         try:
-            if _CONTEXT_USED[0] or _OTEL_TRACE in _modules:
-                snap = _snapshot(shipper.options.trace_context)
+            if _CONTEXT_USED[0] or (trace and _OTEL_TRACE in _modules):
+                snap = _snapshot(trace and shipper.options.trace_context)
                 if snap:
                     event[CONTEXT] = snap
                 hold = shipper._hold

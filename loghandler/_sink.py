@@ -15,7 +15,18 @@ from typing import Any
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
 from ._encoding import free_name, using_default
-from ._engine.events import FIELD_SIZE, RECORD_EVENT_SIZE, add_fields, exception_fields, rfc3339
+from ._engine.events import (
+    FAST_EVENT_SIZE,
+    FAST_EXTRA_SIZE,
+    FIELD_SIZE,
+    PLAIN,
+    RECORD,
+    RECORD_EVENT_SIZE,
+    add_fields,
+    exception_fields,
+    rfc3339,
+)
+from ._engine.guard import _SENDERS, _get_ident, own_record
 from ._engine.shipper import Shipper, make_shipper
 from ._front import FrontEnd
 from ._output import shown
@@ -130,19 +141,44 @@ class IngestSink(FrontEnd):
     def __call__(self, message: Any) -> None:
         """loguru's call: queue the message's record. O(1), never blocks, never raises."""
         try:
-            record = message.record
-            if self._own_logging(_get(record, "name")):
+            r = message.record
+            name = r["name"]
+            if _get_ident() in _SENDERS and own_record(name):
+                self.shipper._suppress()
                 return
-            custom = self.shipper.options.json_default
-            if custom is None:
-                event, size = loguru_event(record)
-            else:
-                with using_default(custom):
-                    event, size = loguru_event(record)
-            levelno = _get(record, "level", "no")
-            self._queue(event, size, levelno if type(levelno) is int else event.get("level"))
+            level = r["level"]
+            if r["exception"] is None and self.shipper.options.json_default is None:
+                # The fast path, as the handler's: a record with plain extras becomes its event
+                # here, but for _time and level, which the flusher formats (RECORD).
+                text = r["message"]
+                event = {"_time": r["time"].timestamp(), "level": level.name, "message": text,
+                         "logger": name, "module": r["module"], "function": r["function"],
+                         "line": r["line"], "file": r["file"].path,
+                         "process": r["process"].id, "thread": r["thread"].name,
+                         RECORD: True}
+                size = FAST_EVENT_SIZE + len(text)
+                for key, value in r["extra"].items():
+                    t = type(value)
+                    if key in event or t not in PLAIN or type(key) is not str:
+                        break  # a clash or a value to copy: the careful path
+                    event[key] = value
+                    size += FAST_EXTRA_SIZE + len(value) if t is str else FAST_EXTRA_SIZE
+                else:
+                    self._queue(event, size, level.no)
+                    return
+            self._careful(r, level)
         except Exception:
             self._invalid()
+
+    def _careful(self, record: Any, level: Any) -> None:
+        custom = self.shipper.options.json_default
+        if custom is None:
+            event, size = loguru_event(record)
+        else:
+            with using_default(custom):
+                event, size = loguru_event(record)
+        levelno = getattr(level, "no", None)
+        self._queue(event, size, levelno if type(levelno) is int else event.get("level"))
 
     def __repr__(self) -> str:
         return f"<IngestSink dataset={shown(self.shipper.dataset)}>"

@@ -33,8 +33,8 @@ from typing import Any
 
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
-from ._encoding import using_default
-from ._engine.events import FIELD_SIZE, RECORD_EVENT_SIZE, add_fields, rfc3339
+from ._encoding import free_name, using_default
+from ._engine.events import FAST_EVENT_SIZE, FIELD_SIZE, PLAIN, RECORD, add_fields
 from ._engine.shipper import Shipper, make_shipper
 from ._front import FrontEnd
 from ._output import shown
@@ -51,7 +51,8 @@ _NUMBER = {"trace": 5, "debug": 10, "info": 20, "warn": 30, "warning": 30, "erro
            "fatal": 50, "critical": 50}
 _CODE = {"code.filepath": "file", "code.file.path": "file", "code.function": "function",
          "code.function.name": "function", "code.lineno": "line", "code.line.number": "line"}
-_EXCEPTION = ("exception.type", "exception.message", "exception.stacktrace")
+_EXCEPTION = frozenset({"exception.type", "exception.message", "exception.stacktrace"})
+_SPECIAL = _EXCEPTION | _CODE.keys()
 _RESOURCE = {"service.name": "service", "service.version": "version",
              "deployment.environment": "environment",
              "deployment.environment.name": "environment"}
@@ -100,38 +101,56 @@ def otel_event(record: Any, resource: Any = None, scope: Any = None,
                cache: dict[int, tuple[Any, dict[str, Any]]] | None = None
                ) -> tuple[dict[str, Any], int]:
     """The event for an OpenTelemetry log record (the module docstring gives the mapping),
-    and its rough size. Never raises: what cannot be read is left out."""
-    event: dict[str, Any] = {}
-    stamp = getattr(record, "timestamp", None) or getattr(record, "observed_timestamp", None)
-    event["_time"] = rfc3339(stamp / 1e9 if isinstance(stamp, int) else time.time())
-    event["level"] = _level(record)
-    size = RECORD_EVENT_SIZE
-    body = getattr(record, "body", None)
-    if isinstance(body, str):
+    and its rough size. Never raises: what cannot be read is left out.
+
+    ``_time`` stays the record's epoch seconds and is marked ``RECORD``: the flusher writes it
+    out, off the caller's thread, as for the handler's events."""
+    stamp = record.timestamp or record.observed_timestamp
+    event: dict[Any, Any] = {
+        "_time": stamp / 1e9 if type(stamp) is int else time.time(),
+        "level": _level(record),
+        RECORD: True,
+    }
+    size = FAST_EVENT_SIZE
+    body = record.body
+    if type(body) is str:
         event["message"] = body
         size += len(body)
     elif isinstance(body, Mapping):
         size += add_fields(event, list(body.items()))
     elif body is not None:
         size += add_fields(event, [("body", body)])
-    name = getattr(scope, "name", None)
-    if isinstance(name, str) and name:
-        event["logger"] = name
+    if scope is not None:
+        name = scope.name
+        if type(name) is str and name:
+            event["logger"] = name
     event_name = getattr(record, "event_name", None)
-    if isinstance(event_name, str) and event_name:
+    if event_name:
         event["event_name"] = event_name
-    attributes = getattr(record, "attributes", None)
-    exception: dict[str, Any] = {}
+    attributes = record.attributes
+    exception: dict[str, Any] | None = None
     if attributes:
-        items = []
-        for key, value in dict(attributes).items():
-            if key in _EXCEPTION:
-                exception[key[10:]] = value
+        # BoundedAttributes keeps a plain dict: read it directly (iterating the mapping takes
+        # its lock per key).
+        items = getattr(attributes, "_dict", None)
+        if not isinstance(items, dict):
+            items = dict(attributes)
+        plain = PLAIN
+        for key, value in items.items():
+            if key in _SPECIAL:
+                if key in _EXCEPTION:
+                    if exception is None:
+                        exception = {}
+                    exception[key[10:]] = value
+                    continue
+                key = _CODE[key]
+            if type(value) in plain and key not in event:
+                event[key] = value
+                size += FIELD_SIZE + (len(value) if type(value) is str else 0)
             else:
-                items.append((_CODE.get(key, key), value))
-        size += add_fields(event, items)
+                size += add_fields(event, [(key, value)])
     exc = getattr(record, "exception", None)
-    if not exception and isinstance(exc, BaseException):
+    if exception is None and isinstance(exc, BaseException):
         import traceback
 
         exception = {"type": type(exc).__name__, "message": str(exc),
@@ -139,24 +158,39 @@ def otel_event(record: Any, resource: Any = None, scope: Any = None,
                          type(exc), exc, exc.__traceback__)).rstrip("\n")}
     if exception:
         if "exception" in event:
-            from ._encoding import free_name
-
             event[free_name("exception", event)] = event.pop("exception")
         event["exception"] = {"type": exception.get("type"), "message": exception.get("message"),
                               "stacktrace": exception.get("stacktrace")}
         size += len(str(exception.get("stacktrace") or "")) + FIELD_SIZE
-    trace_id = getattr(record, "trace_id", None)
-    span_id = getattr(record, "span_id", None)
-    if type(trace_id) is int and trace_id:
-        event.setdefault("trace_id", format(trace_id, "032x"))
-        if type(span_id) is int and span_id:
-            event.setdefault("span_id", format(span_id, "016x"))
+    trace_id = record.trace_id
+    if trace_id and type(trace_id) is int and "trace_id" not in event:
+        event["trace_id"] = format(trace_id, "032x")
+        span_id = record.span_id
+        if span_id and type(span_id) is int and "span_id" not in event:
+            event["span_id"] = format(span_id, "016x")
     if resource is not None:
         for key, value in _resource_fields(resource, {} if cache is None else cache).items():
             if key not in event:
                 event[key] = value
                 size += FIELD_SIZE
     return event, size
+
+
+def _careful_event(record: Any, resource: Any, scope: Any,
+                   cache: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[dict[str, Any], int]:
+    # A record of an odd shape (an SDK we do not know, a stub): attribute by attribute.
+    class _Record:
+        def __getattr__(self, name: str) -> Any:
+            try:
+                return getattr(record, name)
+            except Exception:
+                return None
+
+    try:
+        return otel_event(_Record(), resource, scope, cache)
+    except Exception:
+        return {"_time": time.time(), "level": "info", RECORD: True,
+                "message": "<an OpenTelemetry log record loghandler could not read>"}, 600
 
 
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
@@ -201,12 +235,16 @@ class IngestLogRecordProcessor(FrontEnd):
             if self._own_logging(getattr(scope, "name", None)):
                 return
             custom = self.shipper.options.json_default
-            if custom is None:
-                event, size = otel_event(record, resource, scope, self._resources)
-            else:
-                with using_default(custom):
+            try:
+                if custom is None:
                     event, size = otel_event(record, resource, scope, self._resources)
-            self._queue(event, size, _NUMBER.get(event["level"], 20))
+                else:
+                    with using_default(custom):
+                        event, size = otel_event(record, resource, scope, self._resources)
+            except Exception:
+                event, size = _careful_event(record, resource, scope, self._resources)
+            # The record carries its own span: only a loghandler.context is looked up.
+            self._queue(event, size, _NUMBER.get(event["level"], 20), trace=False)
         except Exception:
             self._invalid()
 
