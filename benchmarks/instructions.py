@@ -52,12 +52,54 @@ def setup(loghandler, opts):
         active = trace.use_span(span)
         active.__enter__()
         return active  # kept: a generator dropped unfinished would leave the span
+def front(mode, variant, url):
+    # Issue 26's front ends, with the same call shape as the stdlib rows: loguru with a sink
+    # that does nothing (its floor) or IngestSink; OpenTelemetry's LoggingHandler with a
+    # processor that does nothing or IngestLogRecordProcessor. The flusher is parked, as in
+    # the "ingest" row: the application thread alone.
+    opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
+                max_queue_bytes=10**12, max_batch_bytes=10**12)
+    if mode == "loguru":
+        from loguru import logger
+        logger.remove()
+        if variant == "sink":
+            from loghandler import IngestSink
+            logger.add(IngestSink("bench", token="t", url=url, **opts), level="INFO")
+        else:
+            logger.add(lambda message: None, level="INFO")
+
+        class Adapter:
+            def info(self, msg, i, extra):
+                logger.bind(**extra).info(msg.replace("%s", "{}"), i)
+        return Adapter()
+    import warnings
+    warnings.simplefilter("ignore")
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    provider = LoggerProvider()
+    if variant == "sink":
+        from loghandler.opentelemetry import IngestLogRecordProcessor
+        provider.add_log_record_processor(IngestLogRecordProcessor("bench", token="t", url=url,
+                                                                   **opts))
+    else:
+        class Nothing:
+            def on_emit(self, record): pass
+            def emit(self, record): pass
+            def shutdown(self): pass
+            def force_flush(self, timeout_millis=0): return True
+        provider.add_log_record_processor(Nothing())
+    out = logging.getLogger("bench-otel")
+    out.propagate = False
+    out.setLevel(logging.INFO)
+    out.addHandler(LoggingHandler(logger_provider=provider))
+    return out
 mode, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 log = logging.getLogger("bench")
 log.propagate = False
 log.setLevel(logging.INFO)
 if mode == "null":
     log.addHandler(logging.NullHandler())
+elif mode in ("loguru", "otel"):
+    log = front(mode, sys.argv[4] if len(sys.argv) > 4 else "", url)
 elif mode == "queue":
     import logging.handlers, queue
     log.addHandler(logging.handlers.QueueHandler(queue.SimpleQueue()))
@@ -95,6 +137,11 @@ ROWS = [
     ("ingest:policies", "IngestHandler with every policy configured, app thread only"),
     ("ingest-live:bare", "IngestHandler scrub=False identity=False, whole process"),
     ("ingest-live:policies", "IngestHandler with every policy configured, whole process"),
+    # Issue 26: each ecosystem's own floor, then loghandler in it (application thread only).
+    ("loguru", "loguru with a sink that does nothing (floor)"),
+    ("loguru:sink", "loguru with IngestSink, application thread only"),
+    ("otel", "OpenTelemetry LoggingHandler, a processor that does nothing (floor)"),
+    ("otel:sink", "OpenTelemetry LoggingHandler with IngestLogRecordProcessor, app thread"),
 ]
 
 
@@ -126,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         rows = [(m, label) for m, label in ROWS if m in only] if only else ROWS
         for mode, label in rows:
+            needs = {"loguru": "loguru", "otel": "opentelemetry.sdk"}.get(mode.split(":")[0])
+            if needs and importlib.util.find_spec(needs.split(".")[0]) is None:
+                print(f"  skipped {label}: {needs} is not installed", file=sys.stderr)
+                continue
             if mode.endswith(":span") and importlib.util.find_spec("opentelemetry") is None:
                 print(f"  skipped {label}: opentelemetry-api is not installed", file=sys.stderr)
                 continue

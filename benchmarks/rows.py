@@ -16,8 +16,9 @@ from typing import Any
 
 ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "ingest-fields", "ingest-context",
         "ingest-span", "ingest-bare", "ingest-policies", "structlog", "processor", "otel",
-        "logtail")
-SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "logtail")
+        "otel-ingest", "loguru", "loguru-sink", "logtail")
+SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "otel-ingest", "loguru-sink",
+            "logtail")
 # Variants of the ingest row (issue 16): measured in scenarios 1 and 2 only, beside it.
 VARIANTS = ("ingest-fields", "ingest-context", "ingest-span", "ingest-bare", "ingest-policies")
 LABELS = {
@@ -34,6 +35,9 @@ LABELS = {
     "structlog": "structlog pipeline alone (floor)",
     "processor": "loghandler IngestProcessor (structlog)",
     "otel": "OpenTelemetry LoggingHandler + BatchLogRecordProcessor + OTLP/HTTP",
+    "otel-ingest": "OpenTelemetry LoggingHandler + loghandler IngestLogRecordProcessor",
+    "loguru": "loguru with a sink that does nothing (floor)",
+    "loguru-sink": "loguru + loghandler IngestSink",
     "logtail": "logtail-python LogtailHandler",
 }
 # Precomputed so that building the arguments costs every row the same, and almost nothing.
@@ -280,6 +284,49 @@ def _otel(base: str, opts: dict[str, Any]) -> Row:
                flush=lambda t: provider.force_flush(int(t * 1000)))
 
 
+def _otel_ingest(base: str, opts: dict[str, Any]) -> Row:
+    try:
+        from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    except ImportError as exc:
+        raise Unavailable(f"opentelemetry-sdk not installed ({exc})") from None
+    from loghandler.opentelemetry import IngestLogRecordProcessor
+
+    provider = LoggerProvider()
+    proc = IngestLogRecordProcessor("bench", token="bench-token", url=base,
+                                    **_ingest_options(opts))
+    provider.add_log_record_processor(proc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        handler = LoggingHandler(logger_provider=provider)
+    return Row("otel-ingest", _stdlib_logger(handler, "otel-ingest"), flush=proc.flush,
+               stats=_stats(proc))
+
+
+def _loguru(base: str, opts: dict[str, Any], sink: Any = None) -> Row:
+    try:
+        from loguru import logger
+    except ImportError as exc:
+        raise Unavailable(f"loguru not installed ({exc})") from None
+    logger.remove()
+    logger.add(sink if sink is not None else (lambda message: None), level="INFO")
+    ids = REQUEST_IDS
+
+    def log(i: int) -> None:
+        logger.bind(request_id=ids[i & 1023], latency_ms=(i * 0.25) % 500).info(
+            "user {} logged in", i)
+
+    return Row("loguru", log)
+
+
+def _loguru_sink(base: str, opts: dict[str, Any]) -> Row:
+    import loghandler
+
+    sink = loghandler.IngestSink("bench", token="bench-token", url=base, **_ingest_options(opts))
+    row = _loguru(base, opts, sink)
+    row.name, row.flush, row.stats = "loguru-sink", sink.flush, _stats(sink)
+    return row
+
+
 def _logtail(base: str, opts: dict[str, Any]) -> Row:
     try:
         from logtail import LogtailHandler
@@ -301,6 +348,7 @@ BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
     "ingest-context": _ingest_context, "ingest-span": _ingest_span,
     "ingest-bare": _ingest_bare, "ingest-policies": _ingest_policies,
     "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
+    "otel-ingest": _otel_ingest, "loguru": _loguru, "loguru-sink": _loguru_sink,
 }
 
 

@@ -4,6 +4,8 @@ Importing this package is cheap: it starts no thread, opens no connection and im
 structlog nor the command line.
 """
 
+from typing import TYPE_CHECKING
+
 from ._client import Client
 from ._engine.context import context
 from ._engine.lifecycle import flushing
@@ -20,17 +22,23 @@ from ._errors import (
 )
 from ._handler import IngestHandler
 from ._processor import IngestProcessor
+from ._sink import IngestSink
 from ._version import __version__
 from ._views import View
 
+if TYPE_CHECKING:
+    from ._async import AsyncClient
+
 __all__ = [
     "ApiError",
+    "AsyncClient",
     "AuthenticationError",
     "Client",
     "ConfigurationError",
     "Error",
     "IngestHandler",
     "IngestProcessor",
+    "IngestSink",
     "NotFoundError",
     "PartialIngestError",
     "RateLimitError",
@@ -42,3 +50,14 @@ __all__ = [
     "context",
     "flushing",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # AsyncClient on first use: asyncio and its thread pool cost an import most applications
+    # of this package never need.
+    if name == "AsyncClient":
+        from ._async import AsyncClient
+
+        globals()["AsyncClient"] = AsyncClient
+        return AsyncClient
+    raise AttributeError(f"module 'loghandler' has no attribute {name!r}")

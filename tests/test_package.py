@@ -12,12 +12,14 @@ import loghandler
 # API.md's public names, plus the version, the stats snapshot type and the exit helper.
 DOCUMENTED = {
     "ApiError",
+    "AsyncClient",
     "AuthenticationError",
     "Client",
     "ConfigurationError",
     "Error",
     "IngestHandler",
     "IngestProcessor",
+    "IngestSink",
     "NotFoundError",
     "PartialIngestError",
     "RateLimitError",
@@ -107,7 +109,7 @@ def test_internal_modules_are_private() -> None:
     the file list; the public names all come from the package itself."""
     import pkgutil
 
-    public = {"cli", "testing", "pytest_plugin", "structlog_support"}
+    public = {"cli", "testing", "pytest_plugin", "structlog_support", "opentelemetry"}
     names = {m.name for m in pkgutil.iter_modules(loghandler.__path__)}
     assert public <= names
     assert {n for n in names - public if not n.startswith("_")} == set()
@@ -157,11 +159,15 @@ def test_public_classes_document_their_arguments() -> None:
     import re
 
     from loghandler._config import CLIENT_ARG_NAMES, SHIPPER_OPTION_NAMES
+    from loghandler.opentelemetry import IngestLogRecordProcessor
 
     fronts = {"dataset", "client", "shipper"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
     expected = {
         loghandler.IngestHandler: fronts | {"level"},
         loghandler.IngestProcessor: fronts,
+        loghandler.IngestSink: fronts,
+        IngestLogRecordProcessor: fronts,
+        loghandler.AsyncClient: set(CLIENT_ARG_NAMES),
         loghandler.Shipper: {"client", "dataset"} | SHIPPER_OPTION_NAMES,
         loghandler.Client: set(CLIENT_ARG_NAMES),
     }

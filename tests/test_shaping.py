@@ -287,6 +287,22 @@ class TestRepeats:
         assert len(kept) == 2 and rep == 0
 
 
+    def test_bounded_memory_evicts_the_oldest_window(self):
+        """At most MAX_KEYS lines are tracked; the oldest window goes first, with its summary."""
+        sel = Selector(None, None, 1, 60.0)
+        sel._max_keys = 3
+        lines = [{"level": "info", "logger": "a", "message": f"m{i}"} for i in range(5)]
+        summaries = []
+        for line in lines:
+            _, _, rep, summ = sel.select([dict(line), dict(line)], now=0)  # one suppressed
+            assert rep == 1
+            summaries += summ
+        assert [s["repeated_message"] for s in summaries] == ["m0", "m1"]
+        assert len(sel._seen) == 3
+        # Windows expire oldest first; a recurring line starts a new window at the end.
+        assert [s["repeated_message"] for s in sel.expired(61)] == ["m2", "m3", "m4"]
+
+
 # ------------------------------------------------------------------ scrubbing
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"

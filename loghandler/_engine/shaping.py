@@ -339,44 +339,44 @@ class Selector:
 
     def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
                ) -> bool:
+        # _seen is ordered by window start (a new window re-inserts its key at the end), so
+        # the oldest windows are always first: expiring and evicting cost O(1) per event.
         message = event.get("message", event.get("event"))
         if type(message) is not str:
             return True
         key = (event.get("logger"), event.get("level"), message)
-        entry = self._seen.get(key)
-        if entry is None or now - entry[0] >= self._window:
-            if entry is not None and entry[1] > (self._limit or 0):
-                summaries.append(self._summary(key, entry))
-            if entry is None and len(self._seen) >= self._max_keys:
-                self._forget(now, summaries)
-            self._seen[key] = [now, 1, None]
-            return True
-        entry[1] += 1
-        if entry[1] <= (self._limit or 0):
-            return True
-        entry[2] = event
-        return False
-
-    def _forget(self, now: float, summaries: list[dict[str, Any]]) -> None:
-        # At the bound: windows that ended go first (with their summaries), then the oldest.
-        for key in [k for k, e in self._seen.items() if now - e[0] >= self._window]:
-            entry = self._seen.pop(key)
+        seen = self._seen
+        entry = seen.get(key)
+        if entry is not None and now - entry[0] < self._window:
+            entry[1] += 1
+            if entry[1] <= (self._limit or 0):
+                return True
+            entry[2] = event
+            return False
+        if entry is not None:
+            del seen[key]
             if entry[1] > (self._limit or 0):
                 summaries.append(self._summary(key, entry))
-        while len(self._seen) >= self._max_keys:
-            key = next(iter(self._seen))
-            entry = self._seen.pop(key)
-            if entry[1] > (self._limit or 0):
-                summaries.append(self._summary(key, entry))
+        elif len(seen) >= self._max_keys:
+            oldest = next(iter(seen))
+            gone = seen.pop(oldest)
+            if gone[1] > (self._limit or 0):
+                summaries.append(self._summary(oldest, gone))
+        seen[key] = [now, 1, None]
+        return True
 
     def expired(self, now: float) -> list[dict[str, Any]]:
         """Summaries of the windows that ended (called every flusher pass, and at exit)."""
         out: list[dict[str, Any]] = []
-        if self._limit is None:
-            return out
-        for key in [k for k, e in self._seen.items() if now - e[0] >= self._window]:
-            entry = self._seen.pop(key)
-            if entry[1] > self._limit:
+        seen = self._seen
+        limit = self._limit or 0
+        while seen:
+            key = next(iter(seen))
+            entry = seen[key]
+            if now - entry[0] < self._window:
+                break
+            del seen[key]
+            if entry[1] > limit:
                 out.append(self._summary(key, entry))
         return out
 

@@ -1,0 +1,184 @@
+"""``IngestSink``: a loguru sink that ships loguru's records through the same engine.
+
+loguru is never imported here: the sink reads the record loguru hands it
+(``message.record``), so ``import loghandler`` stays light and any loguru version with that
+record works. The sink is a plain callable (no ``write``), so loguru calls it once per message
+and never calls a ``flush`` after each one; with ``enqueue=True`` loguru calls it from its own
+worker thread, which is no different for the engine.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from ._client import Client
+from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._encoding import free_name, using_default
+from ._engine.events import (
+    FAST_EVENT_SIZE,
+    FAST_EXTRA_SIZE,
+    FIELD_SIZE,
+    PLAIN,
+    RECORD,
+    RECORD_EVENT_SIZE,
+    add_fields,
+    exception_fields,
+    rfc3339,
+)
+from ._engine.guard import _SENDERS, _get_ident, own_record
+from ._engine.shipper import Shipper, make_shipper
+from ._front import FrontEnd
+from ._output import shown
+
+__all__ = ["IngestSink", "loguru_event"]
+
+# Keys of the event itself: an ``extra`` with one of these names is renamed ``extra_<name>``.
+_OWN = ("_time", "level", "message", "logger", "module", "function", "line", "file",
+        "process", "thread", "exception")
+
+
+def _get(record: Any, key: str, attr: str | None = None) -> Any:
+    try:
+        value = record[key]
+        return getattr(value, attr) if attr and value is not None else value
+    except Exception:
+        return None
+
+
+def _exception(exc: Any) -> dict[str, Any] | None:
+    # loguru's RecordException (type, value, traceback). With enqueue=True the traceback may
+    # not survive the trip between processes: the type and message still do.
+    try:
+        etype, value, tb = exc
+    except Exception:
+        return None
+    if etype is None:
+        return None
+    if tb is None:
+        info = exception_fields((etype, value, None),
+                                "".join(traceback.format_exception_only(etype, value)))
+    else:
+        info = exception_fields((etype, value, tb))
+    return info
+
+
+def loguru_event(record: Any) -> tuple[dict[str, Any], int]:
+    """The event for a loguru record (``message.record``), and its rough size.
+
+    ``_time`` from the record's time, ``level`` its level's name lowercased (custom levels
+    too), ``message``, the source fields the handler ships, every ``extra`` (``bind()``,
+    ``contextualize()``, ``opt``'s) as a field, and ``exception`` as ``{type, message,
+    stacktrace}``. Never raises: a field that cannot be read is left out.
+    """
+    event: dict[str, Any] = {}
+    when = _get(record, "time")
+    try:
+        event["_time"] = rfc3339(when.timestamp())
+    except Exception:
+        import time
+
+        event["_time"] = rfc3339(time.time())
+    level = _get(record, "level", "name")
+    event["level"] = level.lower() if isinstance(level, str) else "info"
+    message = _get(record, "message")
+    event["message"] = message if isinstance(message, str) else str(message)
+    size = RECORD_EVENT_SIZE + len(event["message"])
+    source = (("logger", _get(record, "name")), ("module", _get(record, "module")),
+              ("function", _get(record, "function")), ("line", _get(record, "line")),
+              ("file", _get(record, "file", "path")),
+              ("process", _get(record, "process", "id")),
+              ("thread", _get(record, "thread", "name")))
+    size += add_fields(event, [(k, v) for k, v in source if v is not None])
+    extra = _get(record, "extra")
+    if extra:
+        try:
+            size += add_fields(event, list(extra.items()))
+        except Exception:
+            pass
+    exc = _get(record, "exception")
+    if exc is not None:
+        info = _exception(exc)
+        if info is not None:
+            if "exception" in event:  # an extra named "exception": renamed, never lost
+                event[free_name("exception", event)] = event.pop("exception")
+            event["exception"] = info
+            size += len(info["stacktrace"]) + FIELD_SIZE
+    return event, size
+
+
+@documented(("Client arguments (keyword; each falls back to its environment variable):",
+             CLIENT_ARGS_DOC),
+            ('Shipping options (keyword; docs/configuration.md: why each default):',
+             SHIPPING_OPTIONS_DOC))
+class IngestSink(FrontEnd):
+    """A loguru sink: ``logger.add(IngestSink("my-dataset"))``.
+
+    Each message's record is shipped with its structure: ``extra`` (what ``bind()`` and
+    ``contextualize()`` add) as fields, the level, the message, the exception as the same
+    ``{type, message, stacktrace}`` object ``IngestHandler`` ships, and the record's own time.
+    The call queues and returns (no I/O); the engine batches, retries, spools and delivers
+    what is queued at exit, as for the handler. Works with ``enqueue=True`` or without.
+
+    Args:
+        dataset (str | None): the dataset to ship to. Default: ``LOGHANDLER_DATASET``.
+        client (Client | None): a ``Client`` to ship through, instead of the Client arguments.
+        shipper (Shipper | None): a ``Shipper`` to share with other front ends, instead of
+            ``dataset``, ``client`` and the options; it is flushed, not closed, by ``close()``.
+
+    Raises:
+        ConfigurationError: a missing token, address or dataset, an unknown option (with a
+            suggestion), an invalid value.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, dataset: str | None = None, *, client: Client | None = None,
+                 shipper: Shipper | None = None, **options: Any) -> None:
+        self.shipper = make_shipper(dataset, client, shipper, options)
+        self._owns_shipper = shipper is None
+
+    def __call__(self, message: Any) -> None:
+        """loguru's call: queue the message's record. O(1), never blocks, never raises."""
+        try:
+            r = message.record
+            name = r["name"]
+            if _get_ident() in _SENDERS and own_record(name):
+                self.shipper._suppress()
+                return
+            level = r["level"]
+            if r["exception"] is None and self.shipper.options.json_default is None:
+                # The fast path, as the handler's: a record with plain extras becomes its event
+                # here, but for _time and level, which the flusher formats (RECORD).
+                text = r["message"]
+                event = {"_time": r["time"].timestamp(), "level": level.name, "message": text,
+                         "logger": name, "module": r["module"], "function": r["function"],
+                         "line": r["line"], "file": r["file"].path,
+                         "process": r["process"].id, "thread": r["thread"].name,
+                         RECORD: True}
+                size = FAST_EVENT_SIZE + len(text)
+                for key, value in r["extra"].items():
+                    t = type(value)
+                    if key in event or t not in PLAIN or type(key) is not str:
+                        break  # a clash or a value to copy: the careful path
+                    event[key] = value
+                    size += FAST_EXTRA_SIZE + len(value) if t is str else FAST_EXTRA_SIZE
+                else:
+                    self._queue(event, size, level.no)
+                    return
+            self._careful(r, level)
+        except Exception:
+            self._invalid()
+
+    def _careful(self, record: Any, level: Any) -> None:
+        custom = self.shipper.options.json_default
+        if custom is None:
+            event, size = loguru_event(record)
+        else:
+            with using_default(custom):
+                event, size = loguru_event(record)
+        levelno = getattr(level, "no", None)
+        self._queue(event, size, levelno if type(levelno) is int else event.get("level"))
+
+    def __repr__(self) -> str:
+        return f"<IngestSink dataset={shown(self.shipper.dataset)}>"
