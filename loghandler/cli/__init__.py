@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
+from .._config import speak_command_line
 from .._errors import ConfigurationError, Error
 from .._output import register_secret
 from . import ingest, query, serve, views
@@ -78,6 +79,7 @@ def _unknown_arguments(parser: _Parser, args: argparse.Namespace,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    speak_command_line(True)
     parser = build_parser()
     try:
         args, extras = parser.parse_known_args(argv)
@@ -118,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # never a traceback: one line, redacted
         _err(f"unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_SERVICE
+    finally:
+        speak_command_line(False)  # main() called in-process (tests): the library's words again
 
 
 if __name__ == "__main__":  # pragma: no cover
