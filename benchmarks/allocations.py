@@ -52,7 +52,7 @@ blocks0, bytes0 = sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
 calls(n)
 blocks1, bytes1 = sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
 from loghandler._engine.events import CONTEXT
-q = handler.shipper.ledger.queue
+q = handler.shipper._ledger.queue
 print(json.dumps({"blocks": (blocks1 - blocks0) / n, "bytes": (bytes1 - bytes0) / n,
                   "with_context": sorted({CONTEXT in item for item in q}),
                   "otel_imported": "opentelemetry.trace" in sys.modules}), flush=True)

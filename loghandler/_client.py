@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,6 +28,8 @@ from ._errors import (
     TransportError,
 )
 from ._output import body_detail, redact, service_message, shown
+from ._status import AUTH, LIMITS, NOT_FOUND, RATE_LIMIT, RESET_HEADERS, is_redirect, is_success
+from ._time import format_datetime
 from ._version import __version__
 from ._views import Views
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     import urllib3
     from urllib3.connection import HTTPConnection
 
-__all__ = ["Client", "Response", "parse_reset", "parse_retry_after"]
+__all__ = ["Client", "Response", "parse_reset", "parse_retry_after", "raise_for_status"]
 
 USER_AGENT = f"loghandler/{__version__}"
 # Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
@@ -62,6 +64,8 @@ class Response:
     retry_after: float | None
     # The answer's headers (case-insensitive): the limit answers' reset times are read there.
     headers: Mapping[str, str] = field(default_factory=dict)
+    # False when the body was cut at the read bound (``send``'s ``max_bytes``).
+    complete: bool = True
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -86,13 +90,12 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds)
 
 
-# The epoch-seconds reset times of the service's rate limit (429) and ingest limit (430).
-RESET_HEADERS = ("X-RateLimit-Reset", "X-IngestLimit-Reset")
-
-
-def parse_reset(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds until the limit named in a reset header resets (0 when past), or None."""
-    for name in RESET_HEADERS:
+def parse_reset(headers: Mapping[str, str], now: float | None = None,
+                names: tuple[str, ...] = (RESET_HEADERS["rate"], RESET_HEADERS["ingest"]),
+                ) -> float | None:
+    """Seconds until the limit named in a reset header resets (0 when past), or None.
+    ``names``: the headers to read, first found first (default: the ingest path's limits)."""
+    for name in names:
         value = headers.get(name)
         if not value:
             continue
@@ -222,10 +225,13 @@ class Client:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_bytes: int = MAX_RESPONSE_BYTES,
+        max_success_bytes: int | None = None,
     ) -> Response:
         """One HTTP request; returns any answer (2xx or not); raises only ``TransportError``.
 
-        An answer over ``max_bytes`` is cut there (and then is not valid JSON)."""
+        An answer over ``max_bytes`` is cut there (and then is not valid JSON); a 2xx answer
+        over ``max_success_bytes``, when given (an ingest status may list a failure per event),
+        instead."""
         all_headers = dict(self._headers)
         if body is not None:
             all_headers["Content-Type"] = "application/json"
@@ -254,6 +260,8 @@ class Client:
                     raise TransportError(self._too_slow(limit)) from None
                 raise TransportError(_transport_message(self._settings.url, exc)) from None
             try:
+                if max_success_bytes is not None and 200 <= resp.status < 300:
+                    max_bytes = max_success_bytes
                 raw = resp.read(max_bytes + 1, decode_content=True)
                 complete = len(raw) <= max_bytes
             except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -274,7 +282,8 @@ class Client:
             resp.close()
             raw = raw[:max_bytes]
         return Response(resp.status, _parse_body(raw),
-                        parse_retry_after(resp.headers.get("Retry-After")), resp.headers)
+                        parse_retry_after(resp.headers.get("Retry-After")), resp.headers,
+                        complete)
 
     def _too_slow(self, limit: float) -> str:
         return (f"no answer from {self._settings.url} in time: none complete within "
@@ -318,15 +327,13 @@ class Client:
                 body[key] = _rfc3339(value)
         resp = self.send("POST", "/v1/datasets/_apl?format=tabular", encoding.encode(body),
                          max_bytes=MAX_QUERY_RESPONSE_BYTES)
-        raise_for_status(resp, what="query")
+        raise_for_status(resp, what="query", limit="query")
         return query_rows(resp.body)
 
 
 def _rfc3339(value: datetime | str) -> str:
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return format_datetime(value)  # naive means UTC
     if isinstance(value, str):
         return value
     raise ConfigurationError(f"start and end must be datetimes or RFC 3339 strings, not "
@@ -408,37 +415,40 @@ def _transport_message(url: str, exc: Exception) -> str:
     return f"cannot reach {url}: {text}"
 
 
-def raise_for_status(resp: Response, *, what: str, dataset: str | None = None) -> None:
-    """Raise the error that matches a non-2xx answer."""
+def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
+                     limit: str = "ingest") -> None:
+    """Raise the error that matches a non-2xx answer. ``limit``: the service's limit a 430
+    means for this request ("ingest", or "query" for a query)."""
     status = resp.status
-    if 200 <= status < 300:
+    if is_success(status):
         return
     body = resp.body
     own = service_message(body)
     said = f": {own}" if own else ""
-    if status in (401, 403):
+    if status in AUTH:
         raise AuthenticationError(
             status, body,
             f"authentication failed for {what} (HTTP {status}){said}. Check the token "
             "(LOGHANDLER_TOKEN): it must be valid, and allowed to do this; a personal access "
             "token also needs org_id (LOGHANDLER_ORG_ID)",
         )
-    if status in (429, 430):
+    if status in LIMITS:
+        which = "rate" if status == RATE_LIMIT else limit
         retry_after = resp.retry_after
         if retry_after is None:
-            retry_after = parse_reset(resp.headers)
+            retry_after = parse_reset(resp.headers, names=(RESET_HEADERS[which],))
         wait = f"; retry after {retry_after:g} s" if retry_after is not None else ""
-        limit = "rate" if status == 429 else "ingest"
-        raise RateLimitError(status, body, f"{limit} limited on {what} (HTTP {status}){said}"
-                                           f"{wait}", retry_after=retry_after)
-    if status == 404:
+        raise RateLimitError(status, body, f"{which} limited on {what} (HTTP {status}): the "
+                                           f"service's {which} limit was reached{said}{wait}",
+                             retry_after=retry_after)
+    if status in NOT_FOUND:
         if dataset is not None:
             msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it in the "
                    "service, or check the dataset name and the base address (LOGHANDLER_URL)")
         else:
             msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
         raise NotFoundError(status, body, msg)
-    if 300 <= status < 400:
+    if is_redirect(status):
         raise ApiError(status, body, f"{what} was redirected (HTTP {status}); the base address "
                                      "is probably wrong (http vs https, or a missing path)")
     raise ApiError(status, body, f"{what} failed with HTTP {status}{body_detail(body)}")
@@ -597,9 +607,8 @@ def _watched_pool_classes() -> dict[str, type]:
 
 
 def _after_fork_in_child() -> None:
-    _watchdog._reset()  # the parent's thread is gone, and its lock may have been held
+    """In a forked child: new watchdog and pools (the parent's thread is gone, and its locks may
+    have been held). Called by the package's one at-fork hook (``_engine/lifecycle.py``)."""
+    _watchdog._reset()
     for client in list(_live_clients):
         client._reset_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -37,7 +37,7 @@ __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 
 # Module globals for emit()'s inlined fast path (one dict lookup each, where an attribute or a
 # computed set would cost more); the event model itself, record_to_event and the sizes
-# ("the memory model") included, is _events.py's.
+# ("the memory model") included, is events.py's.
 _LogRecord = logging.LogRecord
 _modules = sys.modules
 _INIT_SET = frozenset(INIT_KEYS)
@@ -98,7 +98,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown(), which would find a half-built one (a second, misleading traceback
         # at exit) if a ConfigurationError came after it.
         self.shipper = make_shipper(dataset, client, shipper, options)
-        self._ledger = self.shipper.ledger
+        self._ledger = self.shipper._ledger
         self._hold = self.shipper._hold
         self._owns_shipper = shipper is None
         self._custom: bool | None = None
@@ -119,7 +119,7 @@ class IngestHandler(logging.Handler):
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
         # flusher thread that logs. Records our own sending causes are never shipped.
         if _get_ident() in _SENDERS and own_record(record.name):
-            return self.shipper.suppress()
+            return self.shipper._suppress()
         if self.filters:
             rv = self.filter(record)
             if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
@@ -134,7 +134,7 @@ class IngestHandler(logging.Handler):
         try:
             # The fast path, inlined: this runs for every record on the caller's thread. A plain
             # record (no exception, no stack, extras of plain JSON types) becomes its event
-            # here, but for _time and level, which the flusher formats (_events.py "Queue
+            # here, but for _time and level, which the flusher formats (events.py "Queue
             # items"); anything else goes through record_to_event.
             d = record.__dict__
             msg = d["msg"]
@@ -205,7 +205,7 @@ class IngestHandler(logging.Handler):
             self._put_event(record)
 
     def _put_in_context(self, event: dict[Any, Any], size: int, levelno: Any) -> None:
-        # The fast path's event, with the snapshot of the caller's context (_events.py "Queue
+        # The fast path's event, with the snapshot of the caller's context (events.py "Queue
         # items"), taken here on the caller's thread; the flusher merges it. Inside a context,
         # hold-until-error (hold.py) may keep the event back.
         snap = _snapshot(self.shipper.options.trace_context)

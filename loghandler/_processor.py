@@ -158,12 +158,12 @@ class IngestProcessor:
                  shipper: Shipper | None = None, **options: Any) -> None:
         self.shipper = make_shipper(dataset, client, shipper, options)
         self._owns_shipper = shipper is None
-        self._put = self.shipper.ledger.offer
+        self._put = self.shipper._ledger.offer
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
             if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
-                self.shipper.suppress()
+                self.shipper._suppress()
             elif isinstance(event_dict, Mapping):
                 custom = self.shipper.options.json_default
                 if custom is None:
@@ -183,10 +183,10 @@ class IngestProcessor:
                 event[_SIZE] = size
                 self._put(event, size)
             else:
-                self.shipper.ledger.drop(Fate.DROPPED_INVALID)
+                self.shipper._ledger.drop(Fate.DROPPED_INVALID)
         except Exception:
             try:
-                self.shipper.ledger.drop(Fate.DROPPED_INVALID)
+                self.shipper._ledger.drop(Fate.DROPPED_INVALID)
             except Exception:
                 pass  # never break the application's logging chain
         return event_dict

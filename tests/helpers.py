@@ -72,3 +72,46 @@ def run_in_threads(target: Any, n: int = 8) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+class MemoryTransport:
+    """An in-memory transport (``loghandler._engine.transport.Transport``): answers each
+    request by ``rule(events, index)`` -> ``Answer`` (or raises ``TransportError``), keeps the
+    events of each delivered request, and records every request's size and status.
+    ``attach(shipper)`` puts it in place of the shipper's HTTP transport."""
+
+    def __init__(self, rule: Any) -> None:
+        self.rule = rule
+        self.lock = threading.Lock()
+        self.stored: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+
+    def attach(self, shipper: Any) -> Any:
+        shipper._sender.transport = self
+        return shipper
+
+    def post(self, body: bytes, headers: Any, timeout: float | None) -> Any:
+        from loghandler._engine.policy import Answer, ingest_status
+
+        if headers and headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        events = json.loads(body)
+        with self.lock:
+            index = len(self.requests)
+            self.requests.append({"events": len(events), "status": None})
+        answer = self.rule(events, index)
+        if isinstance(answer, BaseException):
+            raise answer
+        if not isinstance(answer, Answer):
+            answer = Answer.of(*answer)
+        with self.lock:
+            self.requests[index]["status"] = answer.status
+            if 200 <= answer.status < 300 and answer.complete:
+                status = ingest_status(answer.body)
+                # Like the service: the events it does not turn down are stored.
+                self.stored.extend(events[: len(events) - (status[1] if status else 0)])
+        return answer
+
+    def statuses(self) -> list[int | None]:
+        with self.lock:
+            return [r["status"] for r in self.requests]

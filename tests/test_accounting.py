@@ -404,3 +404,135 @@ class TestOutageWithSpool:
         # queued when the service came back.
         runs = 1 + sum(1 for a, b in itertools.pairwise(got) if b < a)
         assert runs <= 2, runs
+
+
+# --------------------------------------------------------------------------- in memory
+
+class TestInMemoryTransport:
+    """The engine's accounting against an in-memory transport (no sockets): every answer the
+    policy knows, in a seeded random order, and the invariant after each flush."""
+
+    FAST = {"flush_interval": 0.05, "retry_backoff": 0.001, "max_retry_delay": 0.002,
+            "max_retries": 2}
+
+    @staticmethod
+    def _shipper(transport: Any, **options: Any) -> Shipper:
+        from helpers import closed_port_url
+
+        opts = {**TestInMemoryTransport.FAST, **options}
+        return transport.attach(Shipper(Client(TOKEN, url=closed_port_url()), "ds", **opts))
+
+    @staticmethod
+    def _balanced(st: Any) -> bool:
+        return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_random_answers_keep_the_invariant(self, seed: int, capfd: Any) -> None:
+        """Each request gets a random answer (2xx, a partial status, a cut 2xx, 400, 413, 401,
+        404, 307, 422, 500, 503, a limit of ~0 s, no answer): the invariant holds, what is
+        counted delivered was stored, and nothing counted delivered was not."""
+        import random
+
+        from helpers import MemoryTransport
+
+        from loghandler import TransportError
+        from loghandler._engine.policy import Answer
+
+        rng = random.Random(seed)
+
+        def rule(events: list[Any], index: int) -> Any:
+            k = rng.randrange(14)
+            if k < 4:
+                return 200, {}, {"ingested": len(events), "failed": 0, "failures": []}
+            if k == 4:
+                bad = min(len(events), 1)
+                return 200, {}, {"ingested": len(events) - bad, "failed": bad,
+                                 "failures": [{"error": "bad"}]}
+            if k == 5:
+                return Answer(200, {}, '{"ingested": 0, "fa', complete=False)
+            if k == 6:
+                return TransportError("connection reset (scripted)")
+            if k == 7:
+                return 429, {"Retry-After": "0"}, None
+            statuses = (400, 413, 401, 404, 307, 422, 500, 503)
+            return statuses[rng.randrange(len(statuses))], {}, {"message": "scripted"}
+
+        transport = MemoryTransport(rule)
+        s = self._shipper(transport, batch_size=16, auth_retry_delay=0.001)
+        sent = 0
+        for round_ in range(5):
+            for _ in range(40):
+                s.submit({"i": sent})
+                sent += 1
+            s.flush(10)
+            st = s.stats()
+            assert self._balanced(st), (round_, st)
+            assert st.submitted == sent and st.queued == 0
+        s.close(2)
+        st = s.stats()
+        assert self._balanced(st) and st.submitted == sent
+        stored = {e["i"] for e in transport.stored}
+        # Delivered means stored, once: a cut 2xx is never retried (it may have been stored),
+        # and every stored event was counted delivered.
+        assert st.delivered == len(transport.stored) == len(stored)
+        assert st.failed_by_service >= 0 and st.retried > 0
+
+    def test_cut_2xx_counts_nothing_delivered(self, capfd: Any) -> None:
+        """A 2xx whose body was cut at the bound: failed_by_service, flush False, one line,
+        never retried."""
+        from helpers import MemoryTransport
+
+        from loghandler._engine.policy import Answer
+
+        transport = MemoryTransport(lambda ev, i: Answer(200, {}, '{"ingested": 0, "failed": 1',
+                                                         complete=False))
+        errors: list[BaseException] = []
+        s = self._shipper(transport, on_error=errors.append)
+        for i in range(10):
+            s.submit({"i": i})
+        assert s.flush(5) is False
+        st = s.stats()
+        assert (st.delivered, st.failed_by_service, st.retried) == (0, 10, 0)
+        assert transport.statuses() == [200]
+        s.close(1)
+        err = capfd.readouterr().err
+        assert "none is counted delivered" in err and "failed_by_service" in err
+        assert len(errors) == 1 and "cut at the size bound" in str(errors[0])
+
+    def test_413_to_everything_costs_log_n_requests(self, capfd: Any) -> None:
+        """A service answering 413 to every request: a batch of 5,000 costs O(log n) requests,
+        not 2n - 1; every event counted dropped_too_large; one line."""
+        from helpers import MemoryTransport
+
+        from loghandler._engine.policy import give_up_after
+
+        transport = MemoryTransport(lambda ev, i: (413, {}, {"message": "too big"}))
+        s = self._shipper(transport, batch_size=5000)
+        for i in range(5000):
+            s.submit({"i": i})
+        assert s.flush(10) is False
+        st = s.stats()
+        assert st.dropped_too_large == 5000 and self._balanced(st)
+        assert len(transport.requests) <= give_up_after(5000) <= 30
+        s.close(1)
+        lines = [x for x in capfd.readouterr().err.splitlines() if x.startswith("loghandler:")]
+        assert len(lines) == 1 and "HTTP 413" in lines[0] and "refused as a whole" in lines[0]
+
+    def test_one_event_too_large_is_still_isolated(self) -> None:
+        """413 only for requests holding the big event: it alone is dropped."""
+        from helpers import MemoryTransport
+
+        def rule(events: list[Any], index: int) -> Any:
+            if any(e.get("big") for e in events):
+                return 413, {}, None
+            return 200, {}, None
+
+        transport = MemoryTransport(rule)
+        s = self._shipper(transport, batch_size=1000)
+        for i in range(1000):
+            s.submit({"i": i, "big": i == 777})
+        assert s.flush(10) is False
+        st = s.stats()
+        assert (st.delivered, st.dropped_too_large) == (999, 1)
+        assert len(transport.requests) <= 2 * 10 + 2
+        s.close(1)

@@ -470,3 +470,31 @@ class TestTokenHygiene:
         c = shared_client(token=TOKEN, url="https://other.example")
         assert a is b and a is not c
         assert TOKEN not in repr(a)
+
+
+def test_a_client_works_in_a_forked_child(httpserver: HTTPServer) -> None:
+    """The package's one at-fork hook renews the client's watchdog and pools: with the
+    watchdog's lock held at fork (as a thread arming a request may hold it), a request from the
+    forked child still goes through instead of waiting for that lock forever."""
+    import os
+    import signal
+
+    from loghandler import _client
+
+    httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json({"ingested": 1})
+    client = Client(TOKEN, url=httpserver.url_for("").rstrip("/"))
+    client.ingest("ds", [{"i": 0}])  # the parent's pool and watchdog now exist
+    with _client._watchdog._cond:  # held across the fork
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only when its request got through
+            code = 1
+            try:
+                signal.alarm(10)  # a child stuck on the parent's lock dies instead
+                client.ingest("ds", [{"i": 1}])
+                code = 0
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(httpserver.log) == 2
+    client.close()

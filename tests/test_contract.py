@@ -1,9 +1,8 @@
 """The real service's contract: the ingest status of a 2xx, the limit answers (429 / 430 with
-reset headers), bounded bisection, and the delivery policy as a table (``classify``)."""
+reset headers), bounded bisection. (The delivery policy's table: ``test_policy.py``.)"""
 
 from __future__ import annotations
 
-import email.utils
 import gzip
 import itertools
 import json
@@ -25,7 +24,7 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler import Client, ConfigurationError, PartialIngestError, RateLimitError, Shipper
-from loghandler._engine.sender import MAX_PAUSE, Outcome, backoff, classify, give_up_after
+from loghandler._engine.policy import give_up_after
 from loghandler._engine.spool import Spool
 
 DATASET = "ds"
@@ -127,90 +126,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 def balanced(st: loghandler.Stats) -> bool:
     return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
-
-
-# --------------------------------------------------------------------------- the policy table
-
-NOW = 1_800_000_000.0
-
-
-@pytest.mark.parametrize(("status", "headers", "body", "expected"), [
-    (200, {}, None, (Outcome.DELIVERED, None)),
-    (204, {}, "", (Outcome.DELIVERED, None)),
-    (200, {}, {"ingested": 5}, (Outcome.DELIVERED, None)),
-    (200, {}, {"ingested": 5, "failed": 0, "failures": []}, (Outcome.DELIVERED, None)),
-    (200, {}, {"ingested": 3, "failed": 2, "failures": []}, (Outcome.PARTIAL, None)),
-    (200, {}, {"failed": "2"}, (Outcome.DELIVERED, None)),  # not the status shape
-    (200, {}, {"failed": True}, (Outcome.DELIVERED, None)),
-    (200, {}, [1, 2], (Outcome.DELIVERED, None)),
-    (400, {}, {"code": 400}, (Outcome.REJECTED, None)),
-    (413, {}, None, (Outcome.TOO_LARGE, None)),
-    (401, {}, None, (Outcome.AUTH, None)),
-    (403, {}, None, (Outcome.AUTH, None)),
-    (404, {}, None, (Outcome.NOT_FOUND, None)),
-    (301, {}, None, (Outcome.CLIENT_ERROR, None)),
-    (405, {}, None, (Outcome.CLIENT_ERROR, None)),
-    (409, {}, None, (Outcome.CLIENT_ERROR, None)),
-    (422, {}, None, (Outcome.CLIENT_ERROR, None)),
-    (451, {}, None, (Outcome.CLIENT_ERROR, None)),
-    (408, {}, None, (Outcome.RETRY, None)),
-    (408, {"Retry-After": "2"}, None, (Outcome.RETRY, 2.0)),
-    (500, {}, None, (Outcome.RETRY, None)),
-    (502, {"Retry-After": "3"}, None, (Outcome.RETRY, 3.0)),
-    (503, {}, None, (Outcome.RETRY, None)),
-    (503, {"Retry-After": "4"}, None, (Outcome.THROTTLED, 4.0)),
-    (503, {"X-RateLimit-Reset": str(NOW + 9)}, None, (Outcome.RETRY, None)),
-    (429, {}, None, (Outcome.RETRY, None)),
-    (429, {"Retry-After": "7"}, None, (Outcome.LIMITED, 7.0)),
-    (429, {"retry-after": "7"}, None, (Outcome.LIMITED, 7.0)),  # any case
-    (429, {"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, None,
-     (Outcome.LIMITED, 30.0)),
-    (429, {"X-RateLimit-Reset": str(int(NOW) + 20), "X-RateLimit-Remaining": "0"}, None,
-     (Outcome.LIMITED, 20.0)),
-    (429, {"x-ratelimit-reset": str(int(NOW) + 20)}, None, (Outcome.LIMITED, 20.0)),
-    (429, {"Retry-After": "5", "X-RateLimit-Reset": str(NOW + 20)}, None,
-     (Outcome.LIMITED, 5.0)),  # Retry-After first
-    (429, {"X-RateLimit-Reset": str(NOW - 10)}, None, (Outcome.LIMITED, 0.0)),  # past: now
-    (429, {"X-RateLimit-Reset": "soon"}, None, (Outcome.RETRY, None)),
-    (429, {"X-RateLimit-Reset": "nan"}, None, (Outcome.RETRY, None)),
-    (429, {"X-RateLimit-Reset": str(NOW + 86_400)}, None, (Outcome.LIMITED, MAX_PAUSE)),
-    (429, {"Retry-After": "999999"}, None, (Outcome.LIMITED, MAX_PAUSE)),
-    (430, {}, None, (Outcome.RETRY, None)),
-    (430, {"X-IngestLimit-Reset": str(NOW + 12)}, None, (Outcome.LIMITED, 12.0)),
-    (430, {"Retry-After": "3"}, None, (Outcome.LIMITED, 3.0)),
-    (599, {}, None, (Outcome.RETRY, None)),
-])
-def test_classify(status: int, headers: dict[str, str], body: Any,
-                  expected: tuple[Outcome, float | None]) -> None:
-    """Every status and header combination maps to one outcome and pause."""
-    outcome, pause = classify(status, headers, body, now=NOW)
-    assert outcome is expected[0]
-    if expected[1] is None:
-        assert pause is None
-    else:
-        assert pause is not None and math.isclose(pause, expected[1], abs_tol=1.0)
-
-
-def test_outcome_table() -> None:
-    """Each outcome says where its events end, and which may go to the spool."""
-    spoolable = {o for o in Outcome if o.spoolable}
-    assert spoolable == {Outcome.AUTH, Outcome.NOT_FOUND, Outcome.RETRIES_EXHAUSTED,
-                         Outcome.SHUTDOWN}
-    assert {o for o in Outcome if o.splits} == {Outcome.TOO_LARGE, Outcome.REJECTED}
-    assert {o for o in Outcome if o.fate is None} == {Outcome.RETRY, Outcome.THROTTLED,
-                                                       Outcome.LIMITED}
-    assert Outcome.PARTIAL.fate.reason is not None
-    assert Outcome.PARTIAL.fate.reason.value == "failed_by_service"
-
-
-def test_backoff_and_bisection_bound() -> None:
-    """backoff is capped full jitter; the give-up streak is within 4*ceil(log2 n)+4."""
-    assert backoff(1, 0.5, 30, rand=lambda a, b: b) == 0.5
-    assert backoff(4, 0.5, 30, rand=lambda a, b: b) == 4.0
-    assert backoff(20, 0.5, 30, rand=lambda a, b: b) == 30
-    assert backoff(3, 0.5, 30, rand=lambda a, b: a) == 0
-    for n in (2, 3, 100, 256, 1000, 5000, 10_000):
-        assert give_up_after(n) <= 4 * math.ceil(math.log2(n)) + 4
 
 
 def test_batch_size_over_the_service_limit_is_a_configuration_error() -> None:

@@ -136,7 +136,7 @@ def queued(handler: IngestHandler, record: logging.LogRecord) -> dict[str, Any]:
     formatted by the flusher's item_events."""
     handler.handle(record)
     # A copy: item_events takes the queue's own keys out of the item it formats.
-    item = dict(handler.shipper.ledger.queue[-1])
+    item = dict(handler.shipper._ledger.queue[-1])
     (event,) = item_events([item])
     return event
 

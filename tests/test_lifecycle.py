@@ -197,7 +197,7 @@ class TestFork:
         log.setLevel(logging.INFO)
         for i in range(20):
             log.info("parent %d", i)
-        ledger = h.shipper.ledger
+        ledger = h.shipper._ledger
         pid = os.fork()
         if pid == 0:
             code = 3
@@ -205,7 +205,7 @@ class TestFork:
                 fresh = ledger.queue
                 log.info("child")  # the inline fast path, then the slow path starts a flusher
                 log.info("child")
-                same = h.shipper.ledger is ledger and ledger.queue is fresh
+                same = h.shipper._ledger is ledger and ledger.queue is fresh
                 code = 0 if same and h.flush(5) and h.stats().delivered == 2 else 1
             finally:
                 os._exit(code)

@@ -225,7 +225,7 @@ class TestBounds:
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
             # What is queued (the fast path's unaccounted tail included) stays in bounds.
-            assert sum(item[SIZE] for item in s.ledger.queue) <= 20_000
+            assert sum(item[SIZE] for item in s._ledger.queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
         s.close(timeout=0.5)
@@ -242,18 +242,16 @@ class TestBounds:
             for i in range(5000):
                 s.submit({"t": t, "i": i, "text": "z" * (i % 300)})
                 if i % 50 == 0:
-                    items = list(s.ledger.queue)
+                    items = list(s._ledger.queue)
                     peak[0] = max(peak[0], len(items))
                     peak[1] = max(peak[1], sum(item[SIZE] for item in items))
 
         run_in_threads(work, 8)
         st = s.stats()
         assert st.submitted == 40_000 and balanced(st)
-        assert st.queued == len(s.ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
+        assert st.queued == len(s._ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
         assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
-        with s.ledger.lock:
-            s.ledger.account_locked()
-            assert s.ledger.queue_bytes == sum(item[SIZE] for item in s.ledger.queue)
+        assert s._ledger.queued_bytes() == sum(item[SIZE] for item in s._ledger.queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
@@ -462,12 +460,9 @@ class TestSelfHealing:
         s = make(receiver.url, batch_size=5, flush_interval=60)
         s.submit({"i": 0})
         old = s._thread
-        s.begin_close(time.monotonic() + 5)  # stop the thread the normal way...
+        s._begin_close(time.monotonic() + 5)  # stop the thread the normal way...
         old.join(5)
-        with s.ledger.lock:  # ...then pretend it died while the shipper stayed open
-            s.ledger.closed = False
-            s.ledger.close_deadline = None
-            s.ledger.update_fast_path_locked()
+        s._ledger.reset()  # ...then pretend it died while the shipper stayed open
         for i in range(1, 7):  # the 6th fills a batch: the slow path checks the thread
             s.submit({"i": i})
         assert s._thread is not old and s._thread.is_alive()
@@ -491,8 +486,7 @@ class TestLedger:
         assert [e["i"] for e in items] == [0, 1, 2, 3]
         assert ledger.snapshot().queued == 6
         ledger.settle(3, Fate.DELIVERED)
-        with ledger.lock:
-            assert ledger.settled_through_locked() == 3
+        assert ledger.settled_through() == 3
         ledger.settle(1, Fate.FAILED_REJECTED)
         st = ledger.snapshot()
         assert (st.submitted, st.delivered, st.failed_rejected, st.queued) == (6, 3, 1, 2)

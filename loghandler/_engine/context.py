@@ -3,7 +3,7 @@
 The context lives in one ``ContextVar`` holding the merged fields of every ``context()`` entered
 (each thread and asyncio task sees its own); a nested context stores a new merged dict, so a
 stored dict is never changed and the caller's thread takes it by reference: its snapshot costs
-nothing. The fields are merged into the event on the flusher thread (_events.py "Queue items",
+nothing. The fields are merged into the event on the flusher thread (events.py "Queue items",
 ``merge_context``).
 
 Nothing here runs on the application's thread until a context is used or the application imports
@@ -115,11 +115,6 @@ def on_first_use(callback: Callable[[], None]) -> None:
     _FIRST_USE.append(callback)
     if USED[0]:
         callback()
-
-
-def current() -> dict[str, Any]:
-    """The merged fields of the contexts entered here (a copy)."""
-    return dict(_get())
 
 
 def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:

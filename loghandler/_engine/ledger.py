@@ -1,8 +1,12 @@
 """The ledger: the queue of a ``Shipper`` and the account of every event that entered it.
 
 One object owns the state that application threads and the flusher thread share: the queue, the
-fast-path limit, the sequence numbers, the counters, the lock and its conditions. Everyone else
-calls its methods. Nothing here does I/O, so the lock is never held across any.
+fast-path limit, the sequence numbers, the counters, the lock and its conditions. Its state is
+private: everyone else asks for an operation (queue an event, take a batch, settle, begin a
+flush and wait for it, begin the close, wait for work, pause, record what was sent, say whether
+the queue is under pressure). The lock never leaves this module: the ``*_locked`` methods are
+its own. Nothing here does I/O, so the lock is never held across any. (The one exception to
+"private": the fast path reads ``queue`` and ``fast_len`` without the lock; see below.)
 
 Accounting invariant, true of every ``snapshot()``::
 
@@ -36,77 +40,33 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from itertools import islice
 from typing import Any
 
 from .._config import ShipperOptions
 from .events import RECORD, SIZE, item_size
 from .guard import in_sender_thread
-from .stats import Stats
+from .stats import Count, Fate, Stats
 
-__all__ = ["FAST_ITEM_BYTES", "Count", "Fate", "Ledger"]
+__all__ = ["FAST_ITEM_BYTES", "Count", "Fate", "FlushTicket", "Ledger"]
 
 _monotonic = time.monotonic
 # The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
 FAST_ITEM_BYTES = 8 * 1024
 
 
-class Count(Enum):
-    """The counters of ``Stats`` (but ``queued``, which is computed), one member each."""
+class FlushTicket:
+    """What one flush() waits for: the events up to ``target`` settled, and the undelivered
+    count it started from. ``done``: nothing to wait for; ``flusher``: a flusher thread runs."""
 
-    SUBMITTED = "submitted"
-    DELIVERED = "delivered"
-    DROPPED = "dropped"
-    FAILED = "failed"
-    SPOOLED = "spooled"
-    RETRIED = "retried"
-    BATCHES = "batches"
-    BYTES_SENT = "bytes_sent"
-    DROPPED_QUEUE_FULL = "dropped_queue_full"
-    DROPPED_TOO_LARGE = "dropped_too_large"
-    DROPPED_CLOSED = "dropped_closed"
-    DROPPED_SHUTDOWN = "dropped_shutdown"
-    DROPPED_INVALID = "dropped_invalid"
-    DROPPED_SAMPLED = "dropped_sampled"
-    DROPPED_REPEAT = "dropped_repeat"
-    DROPPED_HELD = "dropped_held"
-    FAILED_REJECTED = "failed_rejected"
-    FAILED_AUTH = "failed_auth"
-    FAILED_NOT_FOUND = "failed_not_found"
-    FAILED_CLIENT_ERROR = "failed_client_error"
-    FAILED_RETRIES_EXHAUSTED = "failed_retries_exhausted"
-    FAILED_BY_SERVICE = "failed_by_service"
-    REPLAYED = "replayed"
-    REPLAY_REJECTED = "replay_rejected"
-    SPOOL_DROPPED = "spool_dropped"
-    SPOOL_CORRUPT = "spool_corrupt"
-    SUPPRESSED = "suppressed"
+    __slots__ = ("done", "flusher", "refused", "target", "undelivered")
 
-
-class Fate(Enum):
-    """Where an event ends: its total counter and, for losses, the counter of its reason."""
-
-    DELIVERED = (Count.DELIVERED, None)
-    SPOOLED = (Count.SPOOLED, None)
-    DROPPED_QUEUE_FULL = (Count.DROPPED, Count.DROPPED_QUEUE_FULL)
-    DROPPED_TOO_LARGE = (Count.DROPPED, Count.DROPPED_TOO_LARGE)
-    DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)
-    DROPPED_SHUTDOWN = (Count.DROPPED, Count.DROPPED_SHUTDOWN)
-    DROPPED_INVALID = (Count.DROPPED, Count.DROPPED_INVALID)
-    DROPPED_SAMPLED = (Count.DROPPED, Count.DROPPED_SAMPLED)
-    DROPPED_REPEAT = (Count.DROPPED, Count.DROPPED_REPEAT)
-    DROPPED_HELD = (Count.DROPPED, Count.DROPPED_HELD)
-    FAILED_REJECTED = (Count.FAILED, Count.FAILED_REJECTED)
-    FAILED_AUTH = (Count.FAILED, Count.FAILED_AUTH)
-    FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
-    FAILED_CLIENT_ERROR = (Count.FAILED, Count.FAILED_CLIENT_ERROR)
-    FAILED_RETRIES_EXHAUSTED = (Count.FAILED, Count.FAILED_RETRIES_EXHAUSTED)
-    FAILED_BY_SERVICE = (Count.FAILED, Count.FAILED_BY_SERVICE)
-
-    def __init__(self, total: Count, reason: Count | None) -> None:
-        self.total = total
-        self.reason = reason
+    def __init__(self, target: int, undelivered: int, refused: int) -> None:
+        self.target = target
+        self.undelivered = undelivered
+        self.refused = refused
+        self.done = False
+        self.flusher = True
 
 
 # Dropped by a policy the user configured (sampling, repeats, hold-until-error): chosen, not a
@@ -118,74 +78,97 @@ _CHOSEN = frozenset({Fate.DELIVERED, Fate.DROPPED_SAMPLED, Fate.DROPPED_REPEAT,
 class Ledger:
     """The queue and the account of one shipper (see the module docstring).
 
-    ``Ledger(options, on_put)``: ``options`` are the shipper's ``ShipperOptions`` (the bounds,
-    the overflow policy); ``on_put`` is called under the lock after each event the slow path
-    queues, to start the flusher when there is none (it sets ``flusher_started``).
+    ``Ledger(options, on_put, on_late=None)``: ``options`` are the shipper's
+    ``ShipperOptions`` (the bounds, the overflow policy); ``on_put`` is called under the lock
+    after each event the slow path queues, to start the flusher when there is none; ``on_late``
+    outside the lock after an event queued late (closed with ``late_ok``: the shipper sends it
+    at once).
 
-    Public attributes read without the lock by the fast path: ``queue`` and ``fast_len``.
-    Methods named ``*_locked`` require ``lock`` held; the others take it.
+    Public attributes, read without the lock by the fast path only: ``queue`` and ``fast_len``.
+    Read-only views: ``closed``, ``close_deadline``, ``paused_until``, ``abandoned``.
     """
 
     __slots__ = (
-        "abandoned", "accounted", "block_timeout", "close_deadline", "closed", "counts",
-        "fast_len", "flusher_started", "force", "inflight", "inflight_first", "interrupt",
-        "late_ok", "late_pending", "lock", "max_batch", "max_batch_bytes", "max_bytes",
-        "max_size", "on_late", "on_put", "overflow", "paused_until", "progress", "queue",
-        "queue_bytes", "refused_too_large", "space", "taken", "undelivered", "wake",
-        "wake_bytes", "wake_pending",
+        "_abandoned", "_accounted", "_block_timeout", "_close_deadline", "_closed", "_counts",
+        "_flusher_started", "_force", "_inflight", "_inflight_first", "_interrupt", "_late_ok",
+        "_late_pending", "_lock", "_max_batch", "_max_batch_bytes", "_max_bytes", "_max_size",
+        "_on_late", "_on_put", "_overflow", "_paused_until", "_progress", "_queue_bytes",
+        "_refused_too_large", "_space", "_taken", "_undelivered", "_wake", "_wake_bytes",
+        "_wake_pending", "fast_len", "queue",
     )
 
-    def __init__(self, options: ShipperOptions, on_put: Callable[[], None]) -> None:
-        self.on_put = on_put
-        # Called outside the lock after the slow path queued an event while closed with
-        # late_ok (the shipper sends it at once: Shipper._send_late).
-        self.on_late: Callable[[], None] | None = None
-        self.max_batch = options.batch_size
-        self.max_batch_bytes = options.max_batch_bytes
+    def __init__(self, options: ShipperOptions, on_put: Callable[[], None],
+                 on_late: Callable[[], None] | None = None) -> None:
+        self._on_put = on_put
+        self._on_late = on_late
+        self._max_batch = options.batch_size
+        self._max_batch_bytes = options.max_batch_bytes
         # Queued sizes are memory estimates, about three times the encoded JSON: wake up for a
         # byte-full batch at twice max_batch_bytes of them (the real cut is on encoded bytes).
-        self.wake_bytes = 2 * options.max_batch_bytes
-        self.max_size = options.max_queue_size
-        self.max_bytes = options.max_queue_bytes
-        self.overflow = options.overflow
-        self.block_timeout = options.block_timeout
+        self._wake_bytes = 2 * options.max_batch_bytes
+        self._max_size = options.max_queue_size
+        self._max_bytes = options.max_queue_bytes
+        self._overflow = options.overflow
+        self._block_timeout = options.block_timeout
         self.reset()
 
     def reset(self) -> None:
         """Empty the ledger, with new locks: at construction, and in a forked child (the
         parent's queue belongs to the parent, which delivers it; its lock may have been held
         by another thread at fork). The object stays the same, so cached references hold."""
-        self.lock = threading.RLock()
-        self.progress = threading.Condition(self.lock)  # events settled
-        self.space = threading.Condition(self.lock)  # room in the queue (overflow="block")
-        self.wake = threading.Event()  # the flusher: a batch is full, or flush/close
-        self.interrupt = threading.Event()  # the flusher: close() came, re-measure waits
+        self._lock = threading.RLock()
+        self._progress = threading.Condition(self._lock)  # events settled
+        self._space = threading.Condition(self._lock)  # room in the queue (overflow="block")
+        self._wake = threading.Event()  # the flusher: a batch is full, or flush/close
+        self._interrupt = threading.Event()  # the flusher: close() came, re-measure waits
         self.queue: deque[dict[Any, Any]] = deque()
-        self.queue_bytes = 0  # sizes of the accounted events still queued
-        self.taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
-        self.accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
-        self.inflight = 0
-        self.inflight_first = 1
-        self.wake_pending = False
-        self.force = False
-        self.closed = False
-        self.close_deadline: float | None = None
-        self.late_ok = False  # closed, but events are still taken (Shipper.begin_close)
-        self.late_pending = False
-        self.paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
-        self.abandoned = False
-        self.flusher_started = False
-        self.counts = dict.fromkeys(Count, 0)
-        self.undelivered = 0  # events settled other than delivered, ever: flush()'s answer
+        self._queue_bytes = 0  # sizes of the accounted events still queued
+        self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
+        self._accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
+        self._inflight = 0
+        self._inflight_first = 1
+        self._wake_pending = False
+        self._force = False
+        self._closed = False
+        self._close_deadline: float | None = None
+        self._late_ok = False  # closed, but events are still taken (Shipper.begin_close)
+        self._late_pending = False
+        self._paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
+        self._abandoned = False
+        self._flusher_started = False
+        self._counts = dict.fromkeys(Count, 0)
+        self._undelivered = 0  # events settled other than delivered, ever: flush()'s answer
         # Events refused at submit as too large since the last flush(), which answers False for
         # them as it would had the flusher dropped them.
-        self.refused_too_large = 0
-        self.fast_len = 0  # see update_fast_path_locked
+        self._refused_too_large = 0
+        self.fast_len = 0  # see _update_fast_path_locked
+
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def closed(self) -> bool:
+        """close() began: events are refused (but late ones, with ``late_ok``)."""
+        return self._closed
+
+    @property
+    def close_deadline(self) -> float | None:
+        """When close() must be done (monotonic), or None before close()."""
+        return self._close_deadline
+
+    @property
+    def paused_until(self) -> float:
+        """Sending is paused until then (monotonic): a limit, a bad token."""
+        return self._paused_until
+
+    @property
+    def abandoned(self) -> bool:
+        """A closing thread took over from a stuck flusher (``abandon``)."""
+        return self._abandoned
 
     # ------------------------------------------------------------------ application side
 
     def offer(self, item: dict[Any, Any], size: int) -> bool:
-        """Queue an item the caller built (see _events.py "Queue items"; ``size`` is
+        """Queue an item the caller built (see events.py "Queue items"; ``size`` is
         ``item[SIZE]``).
 
         The caller has checked ``in_sender_thread()``. This is the hot path of every log call
@@ -200,17 +183,17 @@ class Ledger:
     def put(self, item: dict[Any, Any], size: int) -> bool:
         """The slow path of ``offer``: takes the lock. False when the item was dropped."""
         try:
-            if self.lock._is_owned() and not self.closed:  # type: ignore[attr-defined]
+            if self._lock._is_owned() and not self._closed:  # type: ignore[attr-defined]
                 # Re-entered on a thread inside one of our own locked steps: a finalizer the
                 # cyclic GC ran there logged. The bare append is as safe there as the lock-free
                 # fast path is at any time; the next locked step accounts for it.
                 self.queue.append(item)
                 return True
-            with self.lock:
+            with self._lock:
                 ok = self._put_locked(item, size)
-            if self.late_pending and self.on_late is not None:
-                self.late_pending = False
-                self.on_late()
+            if self._late_pending and self._on_late is not None:
+                self._late_pending = False
+                self._on_late()
             return ok
         except Exception:
             return False
@@ -218,98 +201,99 @@ class Ledger:
     def add_own(self, item: dict[Any, Any], size: int) -> None:
         """Queue an event the shipper itself made (a policy's summary), closed or not: few,
         bounded by the policy, and accounted like any other."""
-        with self.lock:
+        with self._lock:
             self.queue.append(item)
-            self.account_locked()
+            self._account_locked()
 
     def _put_locked(self, item: dict[Any, Any], size: int) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
         # batch (wake the flusher), a full queue (overflow policy), big events.
-        if self.closed:
-            if not self.late_ok or self.abandoned:
-                return self.drop_locked(Fate.DROPPED_CLOSED)
+        if self._closed:
+            if not self._late_ok or self._abandoned:
+                return self._drop_locked(Fate.DROPPED_CLOSED)
             self.queue.append(item)
-            self.account_locked()
-            self.late_pending = True
+            self._account_locked()
+            self._late_pending = True
             return True
-        if size > self.max_batch_bytes and _encoded_floor(item) > self.max_batch_bytes - 2:
+        if size > self._max_batch_bytes and _encoded_floor(item) > self._max_batch_bytes - 2:
             # It could never be sent (not even alone in a request): refuse it now, rather than
             # let it push sendable events out of the queue and be dropped by the flusher later.
-            self.refused_too_large += 1
-            return self.drop_locked(Fate.DROPPED_TOO_LARGE)
-        self.account_locked()
+            self._refused_too_large += 1
+            return self._drop_locked(Fate.DROPPED_TOO_LARGE)
+        self._account_locked()
         q = self.queue
-        if (len(q) >= self.max_size or self.queue_bytes + size > self.max_bytes) and (
+        if (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes) and (
             not self._make_room_locked(size)
         ):
             return False
         q.append(item)
-        self.account_locked()
-        self.on_put()
+        self._account_locked()
+        self._on_put()
+        self._flusher_started = True
         # Wake the flusher once per full batch, not per event: setting an Event costs more
         # than everything else here.
-        if not self.wake_pending and (
-            len(q) >= self.max_batch or self.queue_bytes >= self.wake_bytes
+        if not self._wake_pending and (
+            len(q) >= self._max_batch or self._queue_bytes >= self._wake_bytes
         ):
-            self.wake_pending = True
-            self.wake.set()
-        self.update_fast_path_locked()
+            self._wake_pending = True
+            self._wake.set()
+        self._update_fast_path_locked()
         return True
 
     def _make_room_locked(self, size: int) -> bool:
-        if size > self.max_bytes:
-            return self.drop_locked(Fate.DROPPED_TOO_LARGE)
-        policy = self.overflow
+        if size > self._max_bytes:
+            return self._drop_locked(Fate.DROPPED_TOO_LARGE)
+        policy = self._overflow
         if policy == "block" and not in_sender_thread():
-            deadline = _monotonic() + self.block_timeout
-            self.wake.set()
+            deadline = _monotonic() + self._block_timeout
+            self._wake.set()
             while True:
-                self.account_locked()
-                if len(self.queue) < self.max_size and self.queue_bytes + size <= self.max_bytes:
+                self._account_locked()
+                if len(self.queue) < self._max_size and self._queue_bytes + size <= self._max_bytes:
                     break
                 remaining = deadline - _monotonic()
                 # Sending is paused (Retry-After, a bad token) past our bound: no room will
                 # come in time, so do not make the application wait for nothing.
-                if remaining <= 0 or self.closed or self.paused_until > deadline:
-                    return self.drop_locked(
-                        Fate.DROPPED_CLOSED if self.closed else Fate.DROPPED_QUEUE_FULL)
-                self.space.wait(remaining)
+                if remaining <= 0 or self._closed or self._paused_until > deadline:
+                    return self._drop_locked(
+                        Fate.DROPPED_CLOSED if self._closed else Fate.DROPPED_QUEUE_FULL)
+                self._space.wait(remaining)
             return True
         if policy == "drop_oldest":
             q = self.queue
             n = 0
-            while q and (len(q) >= self.max_size or self.queue_bytes + size > self.max_bytes):
+            while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
                 self._pop_oldest_locked()
                 n += 1
             self._record_locked(n, Fate.DROPPED_QUEUE_FULL)
             return True
-        return self.drop_locked(Fate.DROPPED_QUEUE_FULL)
+        return self._drop_locked(Fate.DROPPED_QUEUE_FULL)
 
-    def drop_locked(self, fate: Fate) -> bool:
+    def _drop_locked(self, fate: Fate) -> bool:
         """Refuse one event at the door. It is counted as submitted here, since it never gets a
         sequence number. Returns False (the event was not queued)."""
-        self.counts[Count.SUBMITTED] += 1
+        self._counts[Count.SUBMITTED] += 1
         self._record_locked(1, fate)
         return False
 
     def drop(self, fate: Fate) -> bool:
-        with self.lock:
-            return self.drop_locked(fate)
+        with self._lock:
+            return self._drop_locked(fate)
 
     def count(self, counter: Count, n: int = 1) -> None:
         """Add to a counter outside the invariant (retried, replayed, suppressed, ...)."""
-        with self.lock:
-            self.counts[counter] += n
+        with self._lock:
+            self._counts[counter] += n
 
     # ------------------------------------------------------------------ accounting
 
-    def account_locked(self) -> None:
+    def _account_locked(self) -> None:
         """Add the sizes of the events the fast path appended since the last call."""
         q = self.queue
         tail: list[dict[Any, Any]] = []
         new = 0
         for _ in range(8):
-            new = self.taken + len(q) - self.accounted
+            new = self._taken + len(q) - self._accounted
             if new <= 0:
                 return
             try:
@@ -318,39 +302,39 @@ class Ledger:
             except RuntimeError:  # appended to while being read (free-threaded builds)
                 tail = []
                 continue
-            if self.taken + len(q) - self.accounted == new:
+            if self._taken + len(q) - self._accounted == new:
                 break
         if not tail:
             return  # raced every time: the next locked step accounts for them
         # (After eight races in a row, the sizes of the newest events stand in for the ones
         # just before them: the count stays exact, the byte estimate is off by a few events.)
-        self.queue_bytes += sum(map(item_size, tail))
-        self.accounted += new
+        self._queue_bytes += sum(map(item_size, tail))
+        self._accounted += new
 
     def _pop_oldest_locked(self) -> dict[Any, Any]:
         item = self.queue.popleft()
-        if self.accounted > self.taken:
-            self.queue_bytes -= item[SIZE]
+        if self._accounted > self._taken:
+            self._queue_bytes -= item[SIZE]
         else:
-            self.accounted += 1
-        self.taken += 1
-        if self.accounted == self.taken:
-            self.queue_bytes = 0  # exact again whenever nothing accounted is left
+            self._accounted += 1
+        self._taken += 1
+        if self._accounted == self._taken:
+            self._queue_bytes = 0  # exact again whenever nothing accounted is left
         return item
 
-    def update_fast_path_locked(self) -> None:
+    def _update_fast_path_locked(self) -> None:
         """Set the queue length under which ``offer`` may skip the lock: room, by count and by
         bytes, for events of up to FAST_ITEM_BYTES each beyond those accounted for."""
-        if self.closed or not self.flusher_started:
+        if self._closed or not self._flusher_started:
             self.fast_len = 0
             return
-        if self.wake_pending:
-            max_n, max_b = self.max_size, self.max_bytes
+        if self._wake_pending:
+            max_n, max_b = self._max_size, self._max_bytes
         else:  # up to the next wake-up of the flusher
-            max_n = min(self.max_size, self.max_batch)
-            max_b = min(self.max_bytes, self.wake_bytes)
-        held = self.accounted - self.taken
-        room = min(max_n - held, (max_b - self.queue_bytes) // FAST_ITEM_BYTES)
+            max_n = min(self._max_size, self._max_batch)
+            max_b = min(self._max_bytes, self._wake_bytes)
+        held = self._accounted - self._taken
+        room = min(max_n - held, (max_b - self._queue_bytes) // FAST_ITEM_BYTES)
         self.fast_len = held + room if room > 0 else 0
 
     # ------------------------------------------------------------------ flusher side
@@ -360,50 +344,50 @@ class Ledger:
 
         None when there is nothing to take, or (unless ``partial``) less than a full batch.
         """
-        with self.lock:
-            self.account_locked()
+        with self._lock:
+            self._account_locked()
             # Only accounted events are taken: the fast path may append more meanwhile.
-            n = self.accounted - self.taken
-            if n <= 0 or (not partial and n < self.max_batch
-                          and self.queue_bytes < self.wake_bytes):
+            n = self._accounted - self._taken
+            if n <= 0 or (not partial and n < self._max_batch
+                          and self._queue_bytes < self._wake_bytes):
                 return None
             take = min(limit, n)
             if take <= 0:
                 return []
-            if self.inflight == 0:
-                self.inflight_first = self.taken + 1
+            if self._inflight == 0:
+                self._inflight_first = self._taken + 1
             popleft = self.queue.popleft
             items = [popleft() for _ in range(take)]
-            self.queue_bytes -= sum(map(item_size, items))  # all accounted
-            self.taken += take
-            if self.accounted == self.taken:
-                self.queue_bytes = 0
-            self.inflight += take
-            self.update_fast_path_locked()
-            if self.overflow == "block":
-                self.space.notify_all()
+            self._queue_bytes -= sum(map(item_size, items))  # all accounted
+            self._taken += take
+            if self._accounted == self._taken:
+                self._queue_bytes = 0
+            self._inflight += take
+            self._update_fast_path_locked()
+            if self._overflow == "block":
+                self._space.notify_all()
             return items
 
     def drain(self) -> list[dict[Any, Any]]:
         """Take everything queued into flight at once (the close deadline passed)."""
-        with self.lock:
-            self.account_locked()
-            first = self.taken + 1
+        with self._lock:
+            self._account_locked()
+            first = self._taken + 1
             pop = self._pop_oldest_locked
             items = [pop() for _ in range(len(self.queue))]
             if items:
-                if self.inflight == 0:
-                    self.inflight_first = first
-                self.inflight += len(items)
+                if self._inflight == 0:
+                    self._inflight_first = first
+                self._inflight += len(items)
             return items
 
     def count_leftovers(self, fate: Fate) -> int:
         """Settle as ``fate`` whatever is still queued with nothing in flight (a late event no
         sender could take); returns how many."""
-        with self.lock:
-            if self.inflight:
+        with self._lock:
+            if self._inflight:
                 return 0
-            self.account_locked()
+            self._account_locked()
             pop = self._pop_oldest_locked
             n = len([pop() for _ in range(len(self.queue))])
             self._record_locked(n, fate)
@@ -411,71 +395,204 @@ class Ledger:
 
     def settle(self, n: int, fate: Fate) -> None:
         """The oldest ``n`` events in flight have met their fate."""
-        with self.lock:
-            if self.abandoned:
+        with self._lock:
+            if self._abandoned:
                 return  # the closing thread has accounted for these already
             self._record_locked(n, fate)
-            self.inflight -= n
-            self.inflight_first += n
-            self.progress.notify_all()
+            self._inflight -= n
+            self._inflight_first += n
+            self._progress.notify_all()
 
     def abandon(self) -> tuple[int, list[dict[Any, Any]]] | None:
         """Take over from a stuck flusher: everything in flight and queued ends with the caller,
         who settles it with ``settle_abandoned``; the flusher's later ``settle`` calls count
         nothing. Returns (how many events, the queued items), or None when already done."""
-        with self.lock:
-            if self.abandoned:
+        with self._lock:
+            if self._abandoned:
                 return None
-            self.abandoned = True
-            self.account_locked()
+            self._abandoned = True
+            self._account_locked()
             pop = self._pop_oldest_locked
             queued = [pop() for _ in range(len(self.queue))]
-            n = self.inflight + len(queued)
-            self.inflight = 0
-            self.inflight_first = self.taken + 1
+            n = self._inflight + len(queued)
+            self._inflight = 0
+            self._inflight_first = self._taken + 1
             return n, queued
 
     def settle_abandoned(self, n: int, fate: Fate) -> None:
-        with self.lock:
+        with self._lock:
             self._record_locked(n, fate)
-            self.progress.notify_all()
+            self._progress.notify_all()
 
     def _record_locked(self, n: int, fate: Fate) -> None:
-        c = self.counts
+        c = self._counts
         c[fate.total] += n
         if fate.reason is not None:
             c[fate.reason] += n
         if fate not in _CHOSEN:
-            self.undelivered += n
+            self._undelivered += n
 
-    def settled_through_locked(self) -> int:
+    def _settled_through_locked(self) -> int:
         """The sequence number up to which every event has met its fate."""
-        if self.inflight:
-            return self.inflight_first - 1
-        return self.taken
+        if self._inflight:
+            return self._inflight_first - 1
+        return self._taken
 
-    def idle_locked(self) -> bool:
+    def _idle_locked(self) -> bool:
         """Nothing queued and nothing in flight."""
-        return not self.queue and not self.inflight
+        return not self.queue and not self._inflight
 
     def pause_until(self, until: float) -> None:
         """Pause sending until ``until`` (monotonic) or later; threads blocked for room
         (overflow="block") re-check whether waiting can still help."""
-        with self.lock:
-            self.paused_until = max(self.paused_until, until)
-            self.space.notify_all()
+        with self._lock:
+            self._paused_until = max(self._paused_until, until)
+            self._space.notify_all()
 
-    def set_close_deadline_locked(self, deadline: float) -> None:
-        if self.close_deadline is None or deadline < self.close_deadline:
-            self.close_deadline = deadline
+    def _set_close_deadline_locked(self, deadline: float) -> None:
+        if self._close_deadline is None or deadline < self._close_deadline:
+            self._close_deadline = deadline
+
+    # ------------------------------------------------------------------ the flusher's waits
+
+    def wait_for_work(self, interval: float) -> tuple[bool, bool]:
+        """The flusher's wait: until a batch is full, flush() or close() call, or ``interval``
+        passes. Returns (force: send a partial batch too, closed)."""
+        timed_out = False
+        if not self._closed:
+            timed_out = not self._wake.wait(interval)
+        with self._lock:
+            self._wake.clear()
+            self._wake_pending = False
+            self._update_fast_path_locked()
+            force, self._force = self._force or timed_out, False
+            return force, self._closed
+
+    def flusher_gone(self) -> None:
+        """The flusher thread ends: whoever waits for progress re-checks."""
+        with self._lock:
+            self._progress.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        with self._lock:
+            return self._idle_locked()
+
+    def time_left(self) -> float | None:
+        """Seconds until the close deadline (None before close())."""
+        deadline = self._close_deadline
+        return None if deadline is None else deadline - _monotonic()
+
+    def sleep_until(self, until: float) -> bool:
+        """Sleep until ``until`` (monotonic); False, at once, when the close deadline comes
+        first. close() interrupts the sleep, so a long backoff is re-measured against its
+        deadline."""
+        while True:
+            now = _monotonic()
+            if now >= until:
+                return True
+            deadline = self._close_deadline
+            if deadline is not None:
+                if until > deadline:
+                    return False
+                time.sleep(until - now)
+                return True
+            self._interrupt.wait(until - now)
+
+    def pressed(self) -> bool:
+        """The queue is half full (by count or by bytes): waiting longer would soon drop."""
+        return (len(self.queue) * 2 >= self._max_size
+                or self._queue_bytes * 2 >= self._max_bytes)
+
+    def record_sent(self, nbytes: int) -> None:
+        """A request of ``nbytes`` was answered 2xx."""
+        with self._lock:
+            self._counts[Count.BYTES_SENT] += nbytes
+            self._counts[Count.BATCHES] += 1
+
+    def delivered(self) -> int:
+        """Events delivered so far."""
+        with self._lock:
+            return self._counts[Count.DELIVERED]
+
+    def set_close_deadline(self, deadline: float) -> None:
+        with self._lock:
+            self._set_close_deadline_locked(deadline)
+
+    # ------------------------------------------------------------------ the front's operations
+
+    def start_flusher(self) -> None:
+        """Start the flusher now (``on_put``), before any event: a spool waits to be replayed."""
+        with self._lock:
+            self._on_put()
+            self._flusher_started = True
+            self._update_fast_path_locked()
+
+    def begin_flush(self, ensure_flusher: Callable[[], bool]) -> FlushTicket:
+        """Ask the flusher to send what is queued now, partial batches too. The ticket says up to
+        which event to wait for (``wait_flushed``), or that all is settled already.
+        ``ensure_flusher`` is called under the lock (as ``on_put``) and says whether a flusher
+        runs; when none does, the caller sends on its own thread."""
+        with self._lock:
+            ticket = FlushTicket(self._taken + len(self.queue), self._undelivered,
+                                 self._refused_too_large)
+            self._refused_too_large = 0
+            if self._settled_through_locked() >= ticket.target:
+                ticket.done = True
+                return ticket
+            self._force = True
+            ticket.flusher = ensure_flusher()
+            self._flusher_started = True
+        self._wake.set()
+        return ticket
+
+    def wait_flushed(self, ticket: FlushTicket, deadline: float) -> bool:
+        """Wait until every event of ``ticket`` is settled, or ``deadline`` (monotonic). True
+        when all of them were delivered (and none was refused at submit since the last flush)."""
+        with self._lock:
+            while self._settled_through_locked() < ticket.target:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.25))
+            return self._undelivered == ticket.undelivered and not ticket.refused
+
+    def begin_close(self, deadline: float, late_ok: bool) -> None:
+        """Refuse events from now on (but, with ``late_ok``, take late ones: ``on_late``), and
+        tell the flusher to finish by ``deadline`` (monotonic)."""
+        with self._lock:
+            self._set_close_deadline_locked(deadline)
+            self._late_ok = late_ok
+            self._closed = True
+            self._force = True
+            self._update_fast_path_locked()
+            self._space.notify_all()
+        self._interrupt.set()
+        self._wake.set()
+
+    def undelivered(self) -> int:
+        """Events settled other than delivered, ever."""
+        with self._lock:
+            return self._undelivered
+
+    def queued_bytes(self) -> int:
+        """The estimated size of what is queued (for ``max_queue_bytes``)."""
+        with self._lock:
+            self._account_locked()
+            return self._queue_bytes
+
+    def settled_through(self) -> int:
+        """The sequence number up to which every event has met its fate."""
+        with self._lock:
+            return self._settled_through_locked()
 
     def snapshot(self) -> Stats:
         """A consistent snapshot of the counters."""
-        with self.lock:
-            values = {c.value: n for c, n in self.counts.items()}
+        with self._lock:
+            values = {c.value: n for c, n in self._counts.items()}
             queued = len(self.queue)
-            values["submitted"] += self.taken + queued
-            values["queued"] = queued + self.inflight
+            values["submitted"] += self._taken + queued
+            values["queued"] = queued + self._inflight
         return Stats(**values)
 
 
@@ -486,7 +603,7 @@ def _encoded_floor(event: Any) -> int:
     n = 1
     for key, value in event.items():
         if key is SIZE or key is RECORD:
-            continue  # the queue's own keys (_events.py "Queue items"), never encoded
+            continue  # the queue's own keys (events.py "Queue items"), never encoded
         n += (len(key) if type(key) is str else 0) + 4
         n += len(value) + 2 if type(value) is str else 1
     return n

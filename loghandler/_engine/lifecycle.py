@@ -67,7 +67,7 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     """
     # Closed ones whose flusher still works are waited for too: a SIGTERM that interrupts a
     # close in progress (multiprocessing's finalizer, then Pool.terminate()) must not cut it.
-    shippers = [s for s in list(_live) if not s.closed or s.flusher_alive()]
+    shippers = [s for s in list(_live) if not s.closed or s._flusher_alive()]
     if not shippers:
         return
     now = time.monotonic()
@@ -76,12 +76,12 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     deadline = now + timeout
     for s in shippers:
         if not s.closed:  # one closing already has its deadline: only wait for it
-            s.begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
+            s._begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
                           late_events=at_exit)
     for s in shippers:
-        s.wait_closed()
+        s._wait_closed()
     if report:
-        print_exit_summary([part for s in shippers if (part := s.exit_summary())])
+        print_exit_summary([part for s in shippers if (part := s._exit_summary())])
 
 
 def _at_exit() -> None:
@@ -92,13 +92,20 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
+    # The package's one at-fork hook, in the child: the wire client's pools and watchdog first
+    # (a shipper's first request may follow at once), then the sending marks, then each shipper.
+    from .. import _client
     from .guard import _FLUSHERS, _SENDERS
 
+    try:
+        _client._after_fork_in_child()
+    except Exception:
+        pass
     _SENDERS.clear()
     _FLUSHERS.clear()
     for s in list(_live):
         try:
-            s.after_fork_in_child()
+            s._after_fork_in_child()
         except Exception:
             pass
 

@@ -15,13 +15,10 @@ from typing import Any
 
 from .._output import print_line, shown
 from .guard import CALLBACK, sending
+from .policy import LASTING, Cause
 from .stats import Stats
 
-__all__ = ["LASTING_CAUSES", "Reporter", "print_exit_summary"]
-
-# Report causes about single events or the service's limits rather than about the service being
-# reachable: told once for the shipper's life, never "over" when a batch is delivered.
-LASTING_CAUSES = frozenset({"rejected", "too_large", "partial", "rate_limited"})
+__all__ = ["Reporter", "print_exit_summary"]
 
 
 class Reporter:
@@ -35,19 +32,19 @@ class Reporter:
         self.reset()
 
     def reset(self) -> None:
-        self._reported: set[str] = set()
+        self._reported: set[Cause] = set()
         # Set by the exit hook before it closes the shipper: a batch that fails from then on is
         # told in the hook's one summary line (_exit_cause), not in a line of its own.
         self._exit_summary = False
         self._exit_cause: str | None = None
 
-    def report(self, cause: str, message: str) -> None:
+    def report(self, cause: Cause, message: str) -> None:
         """One stderr line per cause, until delivery recovers."""
         if cause not in self._reported:
             self._reported.add(cause)
             print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
 
-    def report_or_defer(self, cause: str, message: str) -> None:
+    def report_or_defer(self, cause: Cause, message: str) -> None:
         """``report``, except during the exit hook's close: its summary line says it."""
         if self._exit_summary:
             if self._exit_cause is None and cause not in self._reported:
@@ -55,20 +52,21 @@ class Reporter:
         else:
             self.report(cause, message)
 
-    def note_shutdown_error(self, error: BaseException) -> None:
-        """The last error of a batch given up at the close deadline, for the exit summary."""
+    def note_shutdown_error(self, error: BaseException | str) -> None:
+        """Why a batch was given up at the close deadline (its last error, or what happened),
+        for the exit summary."""
         if self._exit_summary and self._exit_cause is None:
-            self._exit_cause = f"last error: {error}"
+            self._exit_cause = (error if isinstance(error, str) else f"last error: {error}")
 
     def recovered(self) -> bool:
         """A batch was delivered: outages are over. True when one was reported (and is now
         told to be over)."""
         reported = self._reported
-        if reported and not reported <= LASTING_CAUSES:
-            ended = reported - LASTING_CAUSES
-            self._reported = reported & LASTING_CAUSES
+        if reported and not reported <= LASTING:
+            ended = reported - LASTING
+            self._reported = reported & LASTING
             print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
-                       f"(after: {', '.join(sorted(ended))})")
+                       f"(after: {', '.join(sorted(c.value for c in ended))})")
             return True
         return False
 

@@ -4,14 +4,18 @@ One ``Shipper`` per dataset: a bounded queue that application threads append to 
 daemon flusher thread that cuts batches, encodes them, compresses them and posts them, retrying
 with backoff. Nothing here ever blocks an application thread on I/O or raises into it.
 
-The engine is split by who owns the data:
+The engine is split by who owns the data (``docs/architecture.md``):
 
-- ``_ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
-- ``_sender.py``: the flusher thread's work (batches, requests, the delivery policy);
-- ``_reporter.py``: the stderr lines, ``on_error`` and the exit summary;
-- ``_spool.py``: the disk spool;
-- this module: the facade that wires them, starts the flusher, and flushes, closes and forks.
+- ``sender.py``: the flusher thread's loop (take a batch, hand it to the transport, settle);
+  ``batches.py`` cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py``
+  says what each answer means, ``transport.py`` carries a body to the service;
+- ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
+- ``spool.py``: the disk spool; ``lifecycle.py``: exit, fork, SIGTERM;
+- this module: the facade that wires them, starts the flusher, and flushes and closes. Its
+  public face is ``submit``, ``flush``, ``close``, ``stats`` and what users read (``dataset``,
+  ``client``, ``closed``, ``options``); the hooks ``lifecycle.py`` calls are private.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .policy import Cause
 from .reporter import Reporter
 from .sender import Sender
 from .spool import Spool
 from .stats import Stats
+from .transport import HttpTransport
 
 __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 
@@ -56,8 +62,8 @@ class Shipper:
 
     ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
     retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
-    handler; an exit hook delivers what is queued within ``shutdown_timeout``. ``ledger`` is
-    the queue the front ends append to (``ledger.offer(item, size)``).
+    handler; an exit hook delivers what is queued within ``shutdown_timeout``. (The front ends
+    append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
 
     Args:
         client (Client): the connection (token, address) to ship through; shared freely.
@@ -81,15 +87,15 @@ class Shipper:
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
-        self.ledger = Ledger(self.options, self._ensure_flusher_locked)
+        self._ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
         o = self.options
         # Hold-until-error (hold.py): the front ends look here inside a context only.
-        self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self.ledger)
+        self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
                       if o.hold_level else None)
-        self.ledger.on_late = self._send_late
         self._reporter = Reporter(self.dataset, self.options.on_error)
-        self._sender = Sender(self.ledger, self._reporter, client, self.dataset,
-                              dataset_path(self.dataset), self.options, self._spool)
+        transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
+        self._sender = Sender(self._ledger, self._reporter, transport, self.dataset,
+                              self.options, self._spool)
         self._thread: threading.Thread | None = None
         self._thread_failed = False
         self._pid = os.getpid()
@@ -97,17 +103,16 @@ class Shipper:
         if self._spool is not None and self._spool.has_waiting():
             # A restarted process that logs nothing must still deliver what an earlier one
             # spooled: start the flusher now rather than on the first event.
-            with self.ledger.lock:
-                self._start_flusher_locked()
+            self._ledger.start_flusher()
 
-    def after_fork_in_child(self) -> None:
-        """Called in a forked child (_lifecycle.py): the parent's queue belongs to the parent
+    def _after_fork_in_child(self) -> None:
+        """Called in a forked child (lifecycle.py): the parent's queue belongs to the parent
         (it delivers it); the child starts empty, with new locks (the parent's may have been
         held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
         self._thread = None
         self._thread_failed = False
-        self.ledger.reset()  # in place: the front ends' cached references stay valid
+        self._ledger.reset()  # in place: the front ends' cached references stay valid
         self._sender.reset()
         self._reporter.reset()
 
@@ -121,7 +126,7 @@ class Shipper:
     @property
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
-        return self.ledger.closed
+        return self._ledger.closed
 
     # ------------------------------------------------------------------ application side
 
@@ -134,10 +139,10 @@ class Shipper:
         """
         try:
             if _get_ident() in _SENDERS and own_record(None):
-                return self.suppress()
+                return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
-                    return self.ledger.drop(Fate.DROPPED_INVALID)
+                    return self._ledger.drop(Fate.DROPPED_INVALID)
                 event = dict(event)
             else:
                 event = event.copy()
@@ -146,19 +151,19 @@ class Shipper:
             hold = self._hold
             if hold is not None and hold.take(event, size, level_number(event.get("level"))):
                 return True
-            return self.ledger.offer(event, size)
+            return self._ledger.offer(event, size)
         except Exception:
             return False
 
-    def suppress(self) -> bool:
+    def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""
-        self.ledger.count(Count.SUPPRESSED)
+        self._ledger.count(Count.SUPPRESSED)
         return False
 
     def _ensure_flusher_locked(self) -> None:
         # The ledger calls this after each event its slow path queues.
         thread = self._thread
-        if thread is None or (not thread.is_alive() and not self.ledger.closed):
+        if thread is None or (not thread.is_alive() and not self._ledger.closed):
             # First event, or the flusher died on an internal error (reported once): start one.
             self._start_flusher_locked()
 
@@ -176,7 +181,6 @@ class Shipper:
         else:
             self._thread = thread
             _warn_if_uwsgi_without_threads()
-        self.ledger.flusher_started = True
 
     # ------------------------------------------------------------------ flush / close / stats
 
@@ -194,40 +198,34 @@ class Shipper:
 
     def _flush(self, timeout: float | None) -> bool:
         if os.getpid() != self._pid:
-            self.after_fork_in_child()
+            self._after_fork_in_child()
         if in_sender_thread():
             return False  # waiting for ourselves would never end
-        ledger = self.ledger
+        ledger = self._ledger
         timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
         deadline = _monotonic() + timeout
         if ledger.close_deadline is not None:
             # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
             # second shutdown_timeout to the exit.
             deadline = min(deadline, ledger.close_deadline + 0.2)
-        with ledger.lock:
-            target = ledger.taken + len(ledger.queue)
-            before = ledger.undelivered
-            refused, ledger.refused_too_large = ledger.refused_too_large, 0
-            if ledger.settled_through_locked() >= target:
-                return not refused
-            ledger.force = True
-            thread_ok = self._thread is not None and self._thread.is_alive()
-            if not thread_ok and not ledger.closed and not self._thread_failed:
-                self._thread = None
-                self._start_flusher_locked()
-                thread_ok = self._thread is not None
-        ledger.wake.set()
-        if not thread_ok:
+        ticket = ledger.begin_flush(self._flusher_for_flush_locked)
+        if ticket.done:
+            return not ticket.refused
+        if not ticket.flusher:
             self._sender.drain_on_this_thread(deadline)
         elif logging_lock_held():
             return False
-        with ledger.lock:
-            while ledger.settled_through_locked() < target:
-                remaining = deadline - _monotonic()
-                if remaining <= 0:
-                    return False
-                ledger.progress.wait(min(remaining, 0.25))
-            return ledger.undelivered == before and not refused
+        return ledger.wait_flushed(ticket, deadline)
+
+    def _flusher_for_flush_locked(self) -> bool:
+        # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
+        # replaced, unless closed (then the closing thread sends).
+        thread_ok = self._thread is not None and self._thread.is_alive()
+        if not thread_ok and not self._ledger.closed and not self._thread_failed:
+            self._thread = None
+            self._start_flusher_locked()
+            thread_ok = self._thread is not None
+        return thread_ok
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the flusher thread. Idempotent; bounded by ``timeout``.
@@ -237,9 +235,9 @@ class Shipper:
         """
         try:
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
-            self.begin_close(_monotonic() + timeout)
+            self._begin_close(_monotonic() + timeout)
             if not logging_lock_held():
-                self.wait_closed()
+                self._wait_closed()
                 self._release_client()
         except Exception:
             pass
@@ -258,7 +256,7 @@ class Shipper:
         if not others:
             self._client.close()
 
-    def begin_close(self, deadline: float, *, at_exit: bool = False,
+    def _begin_close(self, deadline: float, *, at_exit: bool = False,
                     late_events: bool = False) -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
@@ -269,24 +267,15 @@ class Shipper:
         which atexit hooks registered before ``import loghandler`` still run and may log.
         """
         if os.getpid() != self._pid:
-            self.after_fork_in_child()
+            self._after_fork_in_child()
         if at_exit:
             self._reporter.begin_exit_summary()
-        ledger = self.ledger
-        with ledger.lock:
-            ledger.set_close_deadline_locked(deadline)
-            ledger.late_ok = late_events
-            ledger.closed = True
-            ledger.force = True
-            ledger.update_fast_path_locked()
-            ledger.space.notify_all()
-        ledger.interrupt.set()
-        ledger.wake.set()
+        self._ledger.begin_close(deadline, late_events)
 
-    def wait_closed(self) -> None:
+    def _wait_closed(self) -> None:
         """Wait for the flusher until the close deadline (``begin_close``), then take over
         what it still holds; or send on this thread when there is no flusher."""
-        ledger = self.ledger
+        ledger = self._ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -298,7 +287,7 @@ class Shipper:
         elif not in_sender_thread():
             self._sender.drain_on_this_thread(deadline)
 
-    def flusher_alive(self) -> bool:
+    def _flusher_alive(self) -> bool:
         """True while a flusher thread runs (also after close() began, until it is done)."""
         thread = self._thread
         return thread is not None and thread.is_alive()
@@ -313,25 +302,25 @@ class Shipper:
         of the exit deadline (nothing else would run after it to send it); past the deadline it
         is spooled or counted as ``dropped_shutdown``, and a line says so.
         """
-        ledger = self.ledger
+        ledger = self._ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
-        before = ledger.undelivered
+        before = ledger.undelivered()
         self._sender.drain_on_this_thread(deadline)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
-        if ledger.undelivered > before:
+        if ledger.undelivered() > before:
             where = ("spooled" if self.stats().spooled
                      else "counted in stats().dropped_shutdown")
             self._reporter.report(
-                "late", f"an event logged after loghandler's exit hook (by a later atexit "
+                Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
                         f"hook) could not be delivered within shutdown_timeout; it was {where}")
 
-    def exit_summary(self) -> str | None:
+    def _exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
         return self._reporter.exit_summary(self.stats(), self.options.spool_dir)
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
-        return self.ledger.snapshot()
+        return self._ledger.snapshot()
 
     def __enter__(self) -> Shipper:
         return self
@@ -363,7 +352,7 @@ def _warn_if_uwsgi_without_threads() -> None:
 
 
 def _estimate(event: dict[str, Any]) -> int:
-    # Rough memory cost of a queued event (_events.py, "the memory model").
+    # Rough memory cost of a queued event (events.py, "the memory model").
     size = SUBMIT_EVENT_SIZE
     for value in event.values():
         size += SUBMIT_FIELD_SIZE

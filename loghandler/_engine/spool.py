@@ -1,6 +1,6 @@
 """The disk spool: events the service could not take, kept on disk and delivered later.
 
-The engine (``_sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
+The engine (``sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
 authentication refused, dataset not found, shutdown deadline) and replays the spool from its
 flusher thread, at start and about every ``flush_interval``. Several processes may share one
 spool directory: a file is claimed by an atomic rename before it is sent, so no two processes
@@ -35,7 +35,9 @@ from typing import Protocol
 
 from .._errors import ConfigurationError
 from .._output import print_line, redact, shown
+from .batches import chunks, cut
 from .ledger import Count
+from .policy import replay_backoff
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
            "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]
@@ -65,9 +67,6 @@ STALE_TMP_SECONDS = 3600.0
 # An empty spool is re-checked with one stat() of its directory; a full scan at least this often
 # catches what a coarse directory mtime can hide.
 FULL_SCAN_SECONDS = 5.0
-# After a round that could not deliver, wait before the next (doubling), unless the shipper
-# delivered new events meanwhile: then the service is back and replay resumes at once.
-MAX_REPLAY_BACKOFF = 30.0
 
 _monotonic = time.monotonic
 _names = itertools.count()
@@ -228,7 +227,8 @@ class SpoolWriteError(OSError):
 
     def __init__(self, cause: OSError, *, stored: int, dropped: int) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
-        self.filename = cause.filename
+        if cause.filename is not None:  # else str() would end in ": None"
+            self.filename = cause.filename
         self.stored = stored
         self.dropped = dropped
 
@@ -357,17 +357,8 @@ class Spool:
         return dropped
 
     def _chunks(self, parts: list[bytes]) -> Iterator[list[bytes]]:
-        chunk: list[bytes] = []
-        size = 0
-        for part in parts:
-            if chunk and (len(chunk) >= self.max_file_events
-                          or size + len(part) + 1 > self.max_file_bytes):
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(part)
-            size += len(part) + 1
-        if chunk:
-            yield chunk
+        # A file is replayed as one request: the batch rule cuts it.
+        return chunks(parts, self.max_file_events, self.max_file_bytes)
 
     def _make_room(self, need: int) -> int:
         """Delete the oldest files until ``need`` more bytes fit; the events deleted."""
@@ -568,7 +559,7 @@ class Spool:
             done, size = self._replay_file(*claimed, target)
             nbytes += size
             if not done:
-                self._backoff = min(MAX_REPLAY_BACKOFF, max(1.0, self._backoff * 2))
+                self._backoff = replay_backoff(self._backoff)
                 self._retry_at = _monotonic() + self._backoff
                 self._delivered_mark = _progress(target)
                 return
@@ -592,7 +583,7 @@ class Spool:
             i = 0
             while i < len(parts):
                 # One request at a time, within the batch limits (brackets included).
-                chunk = _cut(parts, i, self.max_file_events, self.max_file_bytes - 2)
+                chunk = parts[i:cut(parts, i, self.max_file_events, self.max_file_bytes)]
                 remaining = target.send(chunk)
                 i += len(chunk)
                 rest = remaining + parts[i:]
@@ -632,17 +623,6 @@ class Spool:
             pass
         print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
                    f"({exc}); {where}. Replay goes on with the other files")
-
-
-def _cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> list[bytes]:
-    """The next batch from ``start``: at least one event, then within both limits."""
-    end, size = start, 0
-    while end < len(parts) and end - start < max_events:
-        size += len(parts[end]) + 1
-        if size > max_bytes and end > start:
-            break
-        end += 1
-    return parts[start:end]
 
 
 def _progress(target: ReplayTarget) -> int:

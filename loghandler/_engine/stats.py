@@ -1,10 +1,12 @@
-"""``Stats``: the frozen snapshot of a shipper's counters."""
+"""``Stats``: the frozen snapshot of a shipper's counters; ``Count``, one member per counter;
+``Fate``, where an event ends (its total counter and, for a loss, the counter of its reason)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from enum import Enum
 
-__all__ = ["STAT_FIELDS", "Stats"]
+__all__ = ["Count", "Fate", "Stats"]
 
 
 @dataclass(frozen=True)
@@ -48,4 +50,58 @@ class Stats:
     suppressed: int = 0
 
 
-STAT_FIELDS = tuple(f.name for f in fields(Stats))
+class Count(Enum):
+    """The counters of ``Stats`` (but ``queued``, which is computed), one member each."""
+
+    SUBMITTED = "submitted"
+    DELIVERED = "delivered"
+    DROPPED = "dropped"
+    FAILED = "failed"
+    SPOOLED = "spooled"
+    RETRIED = "retried"
+    BATCHES = "batches"
+    BYTES_SENT = "bytes_sent"
+    DROPPED_QUEUE_FULL = "dropped_queue_full"
+    DROPPED_TOO_LARGE = "dropped_too_large"
+    DROPPED_CLOSED = "dropped_closed"
+    DROPPED_SHUTDOWN = "dropped_shutdown"
+    DROPPED_INVALID = "dropped_invalid"
+    DROPPED_SAMPLED = "dropped_sampled"
+    DROPPED_REPEAT = "dropped_repeat"
+    DROPPED_HELD = "dropped_held"
+    FAILED_REJECTED = "failed_rejected"
+    FAILED_AUTH = "failed_auth"
+    FAILED_NOT_FOUND = "failed_not_found"
+    FAILED_CLIENT_ERROR = "failed_client_error"
+    FAILED_RETRIES_EXHAUSTED = "failed_retries_exhausted"
+    FAILED_BY_SERVICE = "failed_by_service"
+    REPLAYED = "replayed"
+    REPLAY_REJECTED = "replay_rejected"
+    SPOOL_DROPPED = "spool_dropped"
+    SPOOL_CORRUPT = "spool_corrupt"
+    SUPPRESSED = "suppressed"
+
+
+class Fate(Enum):
+    """Where an event ends: its total counter and, for losses, the counter of its reason."""
+
+    DELIVERED = (Count.DELIVERED, None)
+    SPOOLED = (Count.SPOOLED, None)
+    DROPPED_QUEUE_FULL = (Count.DROPPED, Count.DROPPED_QUEUE_FULL)
+    DROPPED_TOO_LARGE = (Count.DROPPED, Count.DROPPED_TOO_LARGE)
+    DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)
+    DROPPED_SHUTDOWN = (Count.DROPPED, Count.DROPPED_SHUTDOWN)
+    DROPPED_INVALID = (Count.DROPPED, Count.DROPPED_INVALID)
+    DROPPED_SAMPLED = (Count.DROPPED, Count.DROPPED_SAMPLED)
+    DROPPED_REPEAT = (Count.DROPPED, Count.DROPPED_REPEAT)
+    DROPPED_HELD = (Count.DROPPED, Count.DROPPED_HELD)
+    FAILED_REJECTED = (Count.FAILED, Count.FAILED_REJECTED)
+    FAILED_AUTH = (Count.FAILED, Count.FAILED_AUTH)
+    FAILED_NOT_FOUND = (Count.FAILED, Count.FAILED_NOT_FOUND)
+    FAILED_CLIENT_ERROR = (Count.FAILED, Count.FAILED_CLIENT_ERROR)
+    FAILED_RETRIES_EXHAUSTED = (Count.FAILED, Count.FAILED_RETRIES_EXHAUSTED)
+    FAILED_BY_SERVICE = (Count.FAILED, Count.FAILED_BY_SERVICE)
+
+    def __init__(self, total: Count, reason: Count | None) -> None:
+        self.total = total
+        self.reason = reason

@@ -15,10 +15,12 @@ fields, ``bin(_time, span)`` and ``bin_auto(_time)``; ``distinct``. Anything els
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from .._time import format_micros as format_time
+from .._time import parse_micros as parse_time
 
 __all__ = [
     "AGGREGATIONS",
@@ -54,8 +56,6 @@ _US = {"d": 86_400_000_000, "day": 86_400_000_000, "days": 86_400_000_000,
        "ms": 1_000, "milli": 1_000, "millis": 1_000, "millisecond": 1_000,
        "milliseconds": 1_000,
        "us": 1, "micro": 1, "micros": 1, "microsecond": 1, "microseconds": 1}
-_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d(?:[Tt ]\d\d:\d\d(?::\d\d)?)?)(?:\.(\d+))?"
-                      r"([Zz]|[+-]\d\d:?\d\d)?")
 
 
 class AplError(Exception):
@@ -63,39 +63,6 @@ class AplError(Exception):
 
 
 # ---------------------------------------------------------------------------- time values
-
-def parse_time(value: Any) -> int | None:
-    """An RFC 3339 string as epoch microseconds (UTC when no offset); None if it is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        # Python 3.10 takes neither "Z" nor more than six fraction digits (nanoseconds).
-        m = _RFC3339.fullmatch(value.strip())
-        if m is None:
-            return None
-        frac = (m.group(2) or "")[:6]
-        zone = m.group(3) or ""
-        zone = "+00:00" if zone in ("Z", "z") else zone
-        try:
-            dt = datetime.fromisoformat(m.group(1).replace("t", "T") + (
-                "." + frac.ljust(6, "0") if frac else "") + zone)
-        except ValueError:
-            return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return (dt - _EPOCH) // _ONE_US
-
-
-_ONE_US = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
-
-
-def format_time(us: int) -> str:
-    """Epoch microseconds as RFC 3339 UTC with six fraction digits (sorts as text)."""
-    seconds, frac = divmod(us, 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{frac:06d}Z"
-
 
 def parse_relative_time(value: Any, now_us: int) -> int:
     """``startTime``/``endTime``: RFC 3339, ``now`` or ``now-1h``; AplError otherwise."""

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .._time import format_datetime as format_time
+
 __all__ = [
     "IngestOptions",
     "decode_body",
@@ -224,13 +226,6 @@ _RFC3339 = re.compile(
 _CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z", re.ASCII)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _VALID_SECONDS: dict[str, None] = {}  # "YYYY-MM-DDTHH:MM:SS" already checked, bounded
-
-
-def format_time(dt: datetime) -> str:
-    """RFC 3339 UTC, six fractional digits, ``Z``: the one form times are stored in."""
-    dt = dt.astimezone(timezone.utc)
-    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
-            f"{dt.second:02d}.{dt.microsecond:06d}Z")
 
 
 def _from_epoch(value: float) -> datetime:

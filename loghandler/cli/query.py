@@ -68,10 +68,11 @@ def parse_span(text: str) -> float:
 
 
 def _since(seconds: float) -> str:
-    import datetime as dt
+    import time
 
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
-    return start.isoformat().replace("+00:00", "Z")
+    from .._time import format_epoch
+
+    return format_epoch(time.time() - seconds)
 
 
 # Control characters from an event must not reach the terminal as such: an escape sequence
@@ -145,7 +146,8 @@ class _Follower:
     PAGE = 2000
 
     def __init__(self, client: Any, dataset: str, lookback: float = 5.0) -> None:
-        from .._local.apl import format_time, parse_time
+        from .._time import format_micros as format_time
+        from .._time import parse_micros as parse_time
 
         self._client = client
         self._source = _apl_name(dataset)

@@ -1,0 +1,137 @@
+"""Batches: events on their way (``Chunk``), and the one rule that cuts them (``cut``).
+
+A request (and a spool file, which is replayed as one request) holds at most ``batch_size``
+events and ``max_batch_bytes`` bytes of JSON array, brackets and commas included. ``cut`` applies
+that rule to encoded events for the sender and the spool alike; ``Cutter`` takes the next batch
+from the ledger for the sender.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .. import _encoding as encoding
+from .events import item_events
+from .ledger import Fate, Ledger
+
+__all__ = ["Chunk", "Cutter", "chunks", "cut"]
+
+
+def cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> int:
+    """Where the batch that starts at ``parts[start]`` ends (an index past ``start``): at least
+    one event, then as many as fit in ``max_events`` and a ``max_bytes`` JSON array."""
+    end, size = start, 1  # "[" and "]", less the comma the first event does not need
+    stop = min(len(parts), start + max_events)
+    while end < stop:
+        size += len(parts[end]) + 1
+        if size > max_bytes and end > start:
+            break
+        end += 1
+    return end
+
+
+def chunks(parts: list[bytes], max_events: int, max_bytes: int) -> Iterator[list[bytes]]:
+    """``parts`` cut into consecutive batches (``cut``)."""
+    i = 0
+    while i < len(parts):
+        end = cut(parts, i, max_events, max_bytes)
+        yield parts[i:end]
+        i = end
+
+
+class Chunk:
+    """Events on their way: dicts encoded as one body (the fast path), or encoded one by one.
+
+    Encoding a whole batch in one call is several times cheaper than event by event; the
+    per-event form is needed only to cut by bytes, to split (413 / 400) and to spool.
+    """
+
+    __slots__ = ("_body", "events", "parts")
+
+    def __init__(self, events: list[dict[str, Any]] | None = None,
+                 parts: list[bytes] | None = None, body: bytes | None = None) -> None:
+        self.events = events
+        self.parts = parts
+        self._body = body
+
+    def __len__(self) -> int:
+        return len(self.parts) if self.parts is not None else len(self.events or ())
+
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = b"[" + b",".join(self.as_parts()) + b"]"
+        return self._body
+
+    def as_parts(self) -> list[bytes]:
+        if self.parts is None:
+            encode = encoding.encode
+            self.parts = [encode(e) for e in self.events or ()]
+        return self.parts
+
+    def halves(self) -> tuple[Chunk, Chunk]:
+        if self.events is not None:
+            mid = len(self.events) // 2
+            return Chunk(self.events[:mid]), Chunk(self.events[mid:])
+        parts = self.as_parts()
+        mid = len(parts) // 2
+        return Chunk(parts=parts[:mid]), Chunk(parts=parts[mid:])
+
+
+class Cutter:
+    """Takes the sender's next batch from the ledger: up to ``batch_size`` events and
+    ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
+    queue (in flight) that did not fit in the previous batch; they go first."""
+
+    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "select")
+
+    def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int, fields: Any,
+                 finish: Callable[[dict[str, Any]], None] | None = None,
+                 select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+                 ) -> None:
+        self.ledger = ledger
+        self.max_events = batch_size
+        self.max_bytes = max_batch_bytes
+        self.fields = fields
+        # What ships (shaping.py): each event finished (exclusions, scrubbing), then the batch
+        # selected (sampling, repeats); the selector settles what it drops.
+        self.finish = finish
+        self.select = select
+        self.carry: list[bytes] = []
+
+    def next(self, partial: bool) -> Chunk | None:
+        """The next batch; None when the queue holds none (or, unless ``partial``, less than a
+        full one). An event too large for any request is settled ``dropped_too_large``."""
+        ledger = self.ledger
+        carry = self.carry
+        while True:
+            if carry:
+                items = ledger.take(self.max_events - len(carry), partial=True) or []
+            else:
+                taken = ledger.take(self.max_events, partial)
+                if taken is None:
+                    return None
+                items = taken
+            events = item_events(items, self.fields, self.finish)
+            if self.select is not None and events:
+                events = self.select(events)
+                if not events and not carry:
+                    continue
+            if not carry:
+                body = encoding.encode_many(events)
+                if body is not None and len(body) <= self.max_bytes:
+                    return Chunk(events, body=body)
+            # Too big for one request, or a value the fast path refused: event by event.
+            encode = encoding.encode
+            parts = carry + [encode(event) for event in events]
+            carry.clear()
+            start = 0
+            while start < len(parts) and 2 + len(parts[start]) > self.max_bytes:
+                # One event bigger than a whole batch: the service could never take it. It
+                # is the oldest event in flight, so settling it now keeps the order.
+                ledger.settle(1, Fate.DROPPED_TOO_LARGE)
+                start += 1
+            if start < len(parts):
+                end = cut(parts, start, self.max_events, self.max_bytes)
+                carry.extend(parts[end:])
+                return Chunk(parts=parts[start:end])
