@@ -36,7 +36,20 @@ class _Parser(argparse.ArgumentParser):
     commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
-        # One line, not argparse's usage block plus the error.
+        # One line, not argparse's usage block plus the error; a mistyped command gets a
+        # suggestion, as a mistyped option does.
+        import re
+
+        m = re.match(r"argument \w+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m:
+            import difflib
+
+            choices = re.findall(r"'([^']*)'", m.group(2)) or m.group(2).split(", ")
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else (
+                f" (one of: {', '.join(choices)})")
+            _err(f"unknown command {m.group(1)!r}{hint}")
+            raise SystemExit(EXIT_USAGE)
         _err(f"{message} (see: {self.prog} --help)")
         raise SystemExit(EXIT_USAGE)
 

@@ -173,8 +173,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
                 stop_reading: threading.Event, bar: Any) -> None:
     name = "<stdin>" if path == "-" else path
+    if bar is not None:
+        bar.clear()  # the "reading ..." line gets a line of its own, then the bar comes back
     try:
         source, detected, raw = _open_input(path, fmt)
+        if bar is not None:
+            bar.refresh()
     except OSError as exc:
         counts.bad += 1
         _err(f"cannot read {name}: {exc.strerror or exc}")
@@ -199,13 +203,14 @@ def _summarize(dataset: str, counts: _Counts, st: Any) -> int:
     # The reason of a service refusal is on stderr already (the engine's line, once).
     rejected = st.failed_rejected + st.dropped_too_large + st.failed_by_service
     undelivered = counts.read - st.delivered - rejected
-    parts = [f"{counts.read} events read", f"{st.delivered} delivered to {dataset!r}"]
+    parts = [f"{counts.read} event{'' if counts.read == 1 else 's'} read",
+             f"{st.delivered} delivered to {dataset!r}"]
     if rejected:
         parts.append(f"{rejected} rejected by the service")
     if undelivered:
         parts.append(f"{undelivered} not delivered")
     if counts.bad:
-        parts.append(f"{counts.bad} bad input line(s) skipped")
+        parts.append(f"{counts.bad} bad input line{'' if counts.bad == 1 else 's'} skipped")
     _out(", ".join(parts))
     ok = st.delivered == counts.read and not counts.bad and counts.fatal is None
     return EXIT_OK if ok else EXIT_SERVICE

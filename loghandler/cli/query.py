@@ -12,9 +12,11 @@ from typing import Any
 
 from ._common import (
     EXIT_OK,
+    Failure,
     UsageError,
     _cell,
     _client,
+    _err,
     _out,
     _Parser,
 )
@@ -86,10 +88,45 @@ def _text(value: Any) -> str:
     return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], value)
 
 
+def _dataset_names(client: Any) -> list[str] | None:
+    """The service's datasets (``GET /v1/datasets``), or None when it cannot say."""
+    from .._errors import Error
+
+    try:
+        answer = client.request("GET", "/v1/datasets")
+    except Error:
+        return None
+    if not isinstance(answer, list):
+        return None
+    return sorted(d["name"] for d in answer if isinstance(d, dict) and isinstance(d.get("name"),
+                                                                                   str))
+
+
+def _missing_dataset(client: Any, dataset: str) -> str | None:
+    """A line saying ``dataset`` does not exist, naming those that do; None when it exists
+    (or the service cannot tell us)."""
+    names = _dataset_names(client)
+    if names is None or dataset in names:
+        return None
+    listed = ", ".join(_text(n) for n in names[:20]) if names else "none yet"
+    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+    return f"dataset {_text(dataset)!r} has no events; the datasets here: {listed}{more}"
+
+
+_SOURCES = re.compile(r"\[\s*(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")\s*\]")
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     start = _since(parse_span(args.since)) if args.since else None
     with _client(args) as client:
         rows = client.query(args.apl, start=start)
+        if not rows:
+            # No rows from a mistyped dataset look like no rows from an empty one: tell them
+            # apart, and name the datasets that exist.
+            for m in _SOURCES.finditer(args.apl):
+                missing = _missing_dataset(client, m.group(1) or m.group(2) or "")
+                if missing:
+                    raise Failure(missing)
     if args.json:
         for row in rows:
             _out(json.dumps(row, ensure_ascii=False))
@@ -107,7 +144,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         columns.pop("_rowId")
     names = list(columns)
     table = [[_text(n) for n in names]] + [
-        [_cell("" if r.get(k) is None else _text(r.get(k)), 48) for k in names] for r in rows]
+        [_cell("null" if r.get(k) is None else _text(r.get(k)), 48) for k in names]
+        for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(names))]
     for line in table:
         _out("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -116,17 +154,27 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
-    """One line for ``tail``: time, level, message, then the other fields as key=value."""
+    """One line for ``tail``: time, level, message, then the other fields as key=value.
+
+    The message is ``message``, else structlog's ``event``, else ``msg``; an ``exception``
+    object (``{type, message, stacktrace}``) follows on its own lines, as a traceback reads."""
     level = str(event.get("level", "") or "")
-    message = event.get("message", event.get("msg", ""))
+    key = next((k for k in ("message", "event", "msg") if isinstance(event.get(k), str)), None)
+    message = event.get(key, "") if key else ""
+    exc = event.get("exception")
+    trace = exc.get("stacktrace") if isinstance(exc, dict) else None
+    skip = {"level", key} | ({"exception"} if isinstance(trace, str) else set())
     rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
-                    if k not in _SYSTEM_FIELDS and k not in ("level", "message", "msg"))
+                    if k not in _SYSTEM_FIELDS and k not in skip)
     shown = f"{_text(level.upper()):<8}"
     if colour and level.lower() in _LEVEL_COLOURS:
         shown = f"{_LEVEL_COLOURS[level.lower()]}{shown}\x1b[0m"
     text = " ".join(message.split()) if isinstance(message, str) else message
     line = f"{_text(event.get('_time', ''))}  {shown} {_text(text)}"
-    return f"{line}  {rest}" if rest else line
+    line = f"{line}  {rest}" if rest else line
+    if isinstance(trace, str) and trace:
+        line += "".join(f"\n    {_text(part)}" for part in trace.splitlines())
+    return line
 
 
 def _apl_name(dataset: str) -> str:
@@ -240,14 +288,36 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
     import time
 
+    from .._errors import TransportError
+
     with _client(args) as client:
         follower = _Follower(client, args.dataset, args.lookback)
-        show(follower.newest(args.lines))
+        first = follower.newest(args.lines)
+        show(first)
+        if not first:
+            missing = _missing_dataset(client, args.dataset)
+            if missing and not args.follow:
+                raise Failure(missing)
+            if missing:
+                _err(f"{missing}; waiting for its first events (Ctrl+C stops)")
         if not args.follow:
             return EXIT_OK
+        lost = False
         try:
             while True:
                 time.sleep(args.interval)
-                show(follower.poll())
+                try:
+                    events = follower.poll()
+                except TransportError as exc:
+                    # The service restarted, or the network hiccupped: keep following.
+                    if not lost:
+                        _err(f"lost the service ({exc}); reconnecting every "
+                             f"{args.interval:g} s (Ctrl+C stops)")
+                        lost = True
+                    continue
+                if lost:
+                    _err("reconnected; following again")
+                    lost = False
+                show(events)
         except KeyboardInterrupt:
             return EXIT_OK

@@ -28,6 +28,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .._local.service import make_server
 
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
+    from_env = not getattr(args, "token", None) and token is not None
     generated = token is None
     if token is None:
         token = secrets.token_urlsafe(18)
@@ -75,8 +76,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except HttpError as exc:
         raise UsageError(f"{args.views}: {exc.message}") from None
     except OSError as exc:
+        import errno
+
+        hint = (": another program uses that port; pick another with --port, or --port 0 for "
+                "any free one" if exc.errno == errno.EADDRINUSE else "")
         raise UsageError(f"cannot listen on {args.host}:{args.port}: "
-                         f"{exc.strerror or exc}") from None
+                         f"{exc.strerror or exc}{hint}") from None
     except Exception as exc:  # sqlite3.Error for an unusable --db file
         raise UsageError(f"cannot open the local service ({args.db or 'memory'}): "
                          f"{exc}") from None
@@ -101,8 +106,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # Our own throw-away token for a server we just started: printing it is the point.
             _out(f"token: {token}")
             _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}")
+        elif from_env:
+            # The token is the user's and is never printed: every line still pastes as it is.
+            _out(f"  export LOGHANDLER_URL={url}    # LOGHANDLER_TOKEN is set already")
         else:
-            _out(f"  export LOGHANDLER_URL={url}  (token: the one you passed)")
+            _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN=...    # the --token you "
+                 "passed")
         if not is_loopback(args.host):
             port = server.server_address[1]
             others = _machine_addresses() if server.wildcard else [args.host]
@@ -113,8 +122,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # The token rides in the fragment, which the browser never sends to the server.
         from urllib.parse import quote
 
-        shown = quote(token, safe="-_.~") if generated else "<your token>"
-        _out(f"web page: {url}/#token={shown}")
+        if generated:
+            _out(f"web page: {url}/#token={quote(token, safe='-_.~')}")
+        elif from_env:
+            _out(f"web page: {url}/#token=$LOGHANDLER_TOKEN    # in a shell: "
+                 f"xdg-open \"{url}/#token=$LOGHANDLER_TOKEN\"")
+        else:
+            _out(f"web page: {url}/    (add #token= and the --token you passed to the address)")
         while not stop.wait(0.5):
             pass
     finally:
@@ -161,9 +175,13 @@ def _read_views_file(path: str) -> list[dict[str, Any]]:
 
 def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
     """Add ``serve`` to the command line."""
-    serve = sub.add_parser("serve", help="run the local service (for development and tests)",
-                           description="Run the local service: ingest and views (list, get, "
-                                       "create, update, delete), on loopback, data in SQLite.")
+    serve = sub.add_parser(
+        "serve", help="run the local service (for development and tests)",
+        description="Run the local service on loopback, data in SQLite: ingest "
+                    "(POST /v1/datasets/NAME/ingest), the query API (POST /v1/datasets/_apl, "
+                    "an APL subset: `loghandler query` and `loghandler tail` use it), "
+                    "datasets (GET /v1/datasets), views (/v2/views), and a web page at / to "
+                    "look at what arrived (its address, with the token, is printed at start).")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
     serve.add_argument("--db", metavar="FILE", help="SQLite file to keep data across restarts "
