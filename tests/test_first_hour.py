@@ -184,3 +184,70 @@ def test_library_lines_say_the_cause_once(svc):
         "loghandler: at exit: dataset 'app': 0 of 1 delivered, 1 failed (1 token refused)",
     ]
     assert "wrong-token-77" not in proc.stderr
+
+
+class TestDoctor:
+    def test_all_well(self, svc):
+        proc = run(svc, "doctor", "-d", "app")
+        assert proc.returncode == 0, proc.stdout
+        lines = proc.stdout.splitlines()
+        assert lines[0].startswith(f"ok: the service answers at {svc.url} (from LOGHANDLER_URL)")
+        assert lines[1:] == ["ok: the token (from LOGHANDLER_TOKEN) is accepted",
+                             "ok: dataset 'app' exists",
+                             "ok: the clock agrees with the service's (within 1 s)"]
+
+    def test_each_problem_says_what_to_do(self, svc):
+        proc = run(svc, "doctor", "-d", "nope", "--token", "bad-token-x")
+        assert proc.returncode == 1
+        assert ("problem: the service refused the token from --token (HTTP 403): check it is "
+                "valid and allowed to list datasets; a personal access token also needs "
+                "--org-id or LOGHANDLER_ORG_ID") in proc.stdout.splitlines()
+        proc = run(svc, "doctor", "-d", "nope")
+        assert ("problem: dataset 'nope' does not exist (the datasets: app, cli): check the "
+                "name; the local service creates a dataset on its first event"
+                ) in proc.stdout.splitlines()
+
+    def test_nothing_listens(self):
+        proc = run(None, "doctor", "--url", "http://127.0.0.1:9", env={"LOGHANDLER_TOKEN": TOKEN})
+        assert proc.returncode == 1
+        assert proc.stdout.splitlines() == [
+            "problem: the address http://127.0.0.1:9 (from --url) does not answer: cannot "
+            "connect to http://127.0.0.1:9: connection refused; is the address right?; check "
+            "--url or LOGHANDLER_URL, and that the service is up",
+            "(the token, the dataset and the clock need an answer: not checked)"]
+
+    def test_skew(self):
+        from email.utils import formatdate
+
+        from loghandler.cli.doctor import _skew
+
+        assert _skew(formatdate(1_000_000, usegmt=True), 1_000_000.4) == 0.0
+        assert _skew(formatdate(1_000_000, usegmt=True), 1_000_090.0) == 90.0
+        assert _skew("not a date", 0) is None
+
+
+class TestIngestCsv:
+    def test_csv_by_name_with_a_timestamp_field(self, svc, tmp_path):
+        path = tmp_path / "orders.csv"
+        path.write_text('ts,level,message\n2024-05-01T12:00:00Z,info,"paid, twice"\n'
+                        '1714564800,error,"multi\nline"\n3,4,5,6\n')
+        proc = run(svc, "ingest", "-d", "orders", str(path), "--timestamp-field", "ts")
+        assert proc.stdout == ("2 events read, 2 delivered to 'orders', 1 bad input line "
+                               "skipped\n")
+        assert f"loghandler: reading {path} (CSV, by its name)" in proc.stderr
+        assert f"{path}:5: 4 cells for 3 columns; row skipped" in proc.stderr  # 3-4: one row
+        events = svc.events("orders")
+        assert [(e["message"], e["level"], e["_time"]) for e in events] == [
+            ("paid, twice", "info", "2024-05-01T12:00:00.000000Z"),
+            ("multi\nline", "error", "2024-05-01T12:00:00.000000Z")]
+        assert all("ts" not in e for e in events)
+
+    def test_format_csv_on_stdin(self, svc):
+        full = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        full.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=TOKEN)
+        proc = subprocess.run([sys.executable, "-m", "loghandler", "ingest", "-d", "s",
+                               "--format", "csv"], input="a,b\n1,2\n", capture_output=True,
+                              text=True, env=full, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert [{k: v for k, v in e.items() if k != "_time"} for e in svc.events("s")] == [
+            {"a": "1", "b": "2"}]

@@ -21,7 +21,7 @@ from .. import __version__
 from .._config import speak_command_line
 from .._errors import ConfigurationError, Error
 from .._output import register_secret
-from . import ingest, query, serve, views
+from . import doctor, ingest, query, serve, views
 from ._common import (
     EXIT_OK,
     EXIT_SERVICE,
@@ -40,7 +40,7 @@ __all__ = ["_Follower", "build_parser", "format_event_line", "iter_events", "mai
            "parse_span"]
 
 # The command groups, in the order --help lists them.
-GROUPS = (serve, ingest, views, query)
+GROUPS = (serve, ingest, views, query, doctor)
 
 
 def build_parser() -> _Parser:

@@ -155,7 +155,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             for path in files:
                 if stop_reading.is_set():
                     break
-                _ingest_one(path, args.format, shipper, counts, stop_reading, bar)
+                _ingest_one(path, args.format, shipper, counts, stop_reading, bar,
+                            args.timestamp_field)
         finally:
             shipper.close(2.0 if stop_reading.is_set() else None)
             if bar is not None:
@@ -170,8 +171,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return _summarize(dataset, counts, shipper.stats())
 
 
+def _as_time(value: Any) -> Any:
+    # A CSV cell is text: epoch seconds written as digits are sent as the number they are.
+    if isinstance(value, str):
+        try:
+            return float(value) if "." in value else int(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
-                stop_reading: threading.Event, bar: Any) -> None:
+                stop_reading: threading.Event, bar: Any,
+                timestamp_field: str | None = None) -> None:
     name = "<stdin>" if path == "-" else path
     if bar is not None:
         bar.clear()  # the "reading ..." line gets a line of its own, then the bar comes back
@@ -186,6 +198,8 @@ def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
     try:
         for event in iter_events(source, name, detected, counts):
             counts.read += 1
+            if timestamp_field is not None and timestamp_field in event:
+                event["_time"] = _as_time(event.pop(timestamp_field))
             shipper.submit(event)
             if bar is not None and counts.read % 500 == 0:
                 bar.update(500)
@@ -233,7 +247,8 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
         usage="loghandler ingest [-d DATASET | DATASET] [FILE ...] [options]",
         description="Ship events to a dataset. Each FILE (or stdin) is NDJSON (one object per "
                     "line), JSON (an array of objects, or objects, in any layout) or plain text "
-                    "(each line becomes {\"message\": line}); gzip is decompressed. The "
+                    "(each line becomes {\"message\": line}) or CSV with a header line (--format "
+                    "csv, or a .csv name); gzip is decompressed. The "
                     "dataset is -d NAME, else the first argument when it is not a file "
                     "(an existing path, one with a /, or a name ending in "
                     f"{', '.join(_INPUT_SUFFIXES)}), else LOGHANDLER_DATASET.")
@@ -248,6 +263,9 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                         help="retries of a failed request (default 5); a refused connection "
                              "at the start is retried twice within 1.5 s, then ingest stops")
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ingest.add_argument("--timestamp-field", metavar="NAME",
+                        help="the field that holds each event's time (RFC 3339 or epoch "
+                             "seconds): it becomes _time")
     ingest.add_argument("--field", action="append", type=_field_arg, default=[],
                         metavar="KEY=VALUE", help="add this field (a string) to every event "
                         "that lacks it; repeatable")

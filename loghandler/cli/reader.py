@@ -25,7 +25,7 @@ class _Counts:
     fatal: BaseException | None = None
 
 
-FORMATS = ("auto", "ndjson", "json", "text")
+FORMATS = ("auto", "ndjson", "json", "text", "csv")
 
 # A first argument that exists, contains a path separator or ends like an input file is never a
 # dataset name: `ingest events.ndjson` must not ship stdin to a dataset called "events.ndjson".
@@ -150,13 +150,16 @@ def _judge(text: str, eof: bool) -> str | None:
     return "json" if rest[0] in ",]" else "text"
 
 
-_DESCRIBE = {"ndjson": "NDJSON", "json": "JSON", "text": "text lines"}
+_DESCRIBE = {"ndjson": "NDJSON", "json": "JSON", "text": "text lines", "csv": "CSV"}
 
 
 def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterator[dict[str, Any]]:
     """Events from one input in ``fmt`` ("ndjson", "json" or "text")."""
     if fmt == "json":
         yield from _iter_json(source, name, counts)
+        return
+    if fmt == "csv":
+        yield from _iter_csv(source, name, counts)
         return
     lineno = source.skipped_lines
     for line in source.lines():
@@ -178,6 +181,27 @@ def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterato
         else:
             counts.bad += 1
             _err(f"{name}:{lineno}: not a JSON object; line skipped")
+
+
+def _iter_csv(source: _Input, name: str, counts: _Counts) -> Iterator[dict[str, Any]]:
+    """CSV with a header line: each row an event of its columns (strings; an empty cell is
+    left out). Read a line at a time, so memory stays bounded (a quoted cell may span lines)."""
+    import csv
+
+    rows = csv.reader(line + "\n" for line in source.lines())
+    header: list[str] | None = None
+    for row in rows:
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        if header is None:
+            header = [h.strip() for h in row]
+            continue
+        if len(row) > len(header):
+            counts.bad += 1
+            _err(f"{name}:{rows.line_num}: {len(row)} cells for {len(header)} columns; "
+                 "row skipped")
+            continue
+        yield {key: cell for key, cell in zip(header, row, strict=False) if key and cell != ""}
 
 
 def _json_reason(exc: ValueError) -> str:
@@ -290,12 +314,18 @@ def _open_input(path: str, fmt: str) -> tuple[_Input, str, IO[bytes]]:
         binary = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
         gz = True
     source = _Input(binary)
+    base = path.lower().removesuffix(".gz")
+    if fmt == "auto" and base.endswith(".csv"):
+        fmt = "csv"  # by its name: CSV's start could pass for text lines
+        how_csv = "CSV, by its name"
+    else:
+        how_csv = ""
     detected = source.sniff() if fmt == "auto" else fmt
     if detected == "empty":
         detected = "ndjson"
         how = "empty"
     else:
-        how = _DESCRIBE[detected] + (" (--format)" if fmt != "auto" else "")
+        how = how_csv or (_DESCRIBE[detected] + (" (--format)" if fmt != "auto" else ""))
     name = "<stdin>" if path == "-" else path
     _err(f"reading {name} ({'gzip, ' if gz else ''}{how})")
     return source, detected, raw
