@@ -426,11 +426,14 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
     own = service_message(body)
     said = f": {own}" if own else ""
     if status in AUTH:
+        from ._config import said as _said
+
         raise AuthenticationError(
             status, body,
-            f"authentication failed for {what} (HTTP {status}){said}. Check the token "
-            "(LOGHANDLER_TOKEN): it must be valid, and allowed to do this; a personal access "
-            "token also needs org_id (LOGHANDLER_ORG_ID)",
+            f"the service refused the token (HTTP {status}{said}) for {what}: check "
+            f"{_said('token').rstrip('.')} or LOGHANDLER_TOKEN (valid, and allowed to do "
+            f"this; a personal access token also needs {_said('org_id')} / "
+            "LOGHANDLER_ORG_ID)",
         )
     if status in LIMITS:
         which = "rate" if status == RATE_LIMIT else limit

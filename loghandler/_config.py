@@ -40,6 +40,30 @@ def _has_bad_chars(value: str) -> bool:
     return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
 
 
+# How the user names each argument: in Python (the default) or on the command line, which
+# calls ``speak_command_line()`` once. One rule per message, worded for whoever reads it.
+_WORDS = {
+    "token": ("token=...", "--token"),
+    "url": ("url=...", "--url"),
+    "url_arg": ("url=", "--url"),
+    "allow_http": ("allow_http=True", "--allow-http"),
+    "org_id": ("org_id", "--org-id"),
+    "region": ("region=", "--region"),
+    "timeout": ("timeout=", "--timeout"),
+}
+_COMMAND_LINE = [False]
+
+
+def speak_command_line(on: bool = True) -> None:
+    """Word configuration errors in the command line's flags instead of Python arguments."""
+    _COMMAND_LINE[0] = on
+
+
+def said(name: str) -> str:
+    """How the user passes ``name`` where they are (``token=...`` or ``--token``)."""
+    return _WORDS[name][1 if _COMMAND_LINE[0] else 0]
+
+
 def check_token(token: Any, source: str) -> str:
     """``token`` if it can be sent as a bearer token, else a ConfigurationError naming ``source``
     (where the user wrote it). The one check for every entry point: library, CLI, local service.
@@ -47,7 +71,7 @@ def check_token(token: Any, source: str) -> str:
     if not token:
         raise ConfigurationError(
             f"no token: pass {source} (an API token, or a personal access token together with "
-            f"org_id / {ENV_ORG_ID})"
+            f"{said('org_id')} / {ENV_ORG_ID})"
         )
     if not isinstance(token, str):
         raise ConfigurationError(f"the token ({source}) must be a string, not "
@@ -101,16 +125,16 @@ def resolve_settings(
     token = token if token is not None else _env(ENV_TOKEN, environ)
     if not token:
         raise ConfigurationError(
-            f"no token: pass token=... or set {ENV_TOKEN} (an API token, or a personal access "
-            f"token together with org_id / {ENV_ORG_ID})"
+            f"no token: pass {said('token')} or set {ENV_TOKEN} (an API token, or a personal "
+            f"access token together with {said('org_id')} / {ENV_ORG_ID})"
         )
-    token = check_token(token, f"token= or {ENV_TOKEN}")
+    token = check_token(token, f"{said('token').rstrip('.')} or {ENV_TOKEN}")
     register_secret(token)
 
     org_id = org_id if org_id is not None else _env(ENV_ORG_ID, environ)
     if org_id is not None and (not isinstance(org_id, str) or not org_id or _has_bad_chars(org_id)):
         raise ConfigurationError(
-            f"org_id (or {ENV_ORG_ID}) must be a non-empty string without whitespace or "
+            f"{said('org_id')} (or {ENV_ORG_ID}) must be a non-empty string without whitespace or "
             "control characters"
         )
 
@@ -120,26 +144,31 @@ def resolve_settings(
         region_name = "us"
     if region_name not in REGIONS:
         raise ConfigurationError(
-            f"unknown region {region_value!r} (region= or {ENV_REGION}): use 'us' or 'eu'"
+            f"unknown region {region_value!r} ({said('region')} or {ENV_REGION}): use 'us' or "
+            "'eu'"
         )
 
     if url is None:
         url = _env(REGIONS[region_name], environ)
         if not url:
+            # The region matters only to whoever chose one: for the rest, it is the address.
+            which = (f"for region {region_name!r}" if region_value is not None
+                     else "of the service")
             raise ConfigurationError(
-                f"no base address for region {region_name!r}: pass url=... or set "
-                f"{REGIONS[region_name]}"
+                f"no address {which}: pass {said('url')} or set {REGIONS[region_name]} "
+                "(the base address, e.g. https://api.example.com; `loghandler serve` prints "
+                "one for a local service)"
             )
-        source = f"{REGIONS[region_name]}, or url="
+        source = f"{REGIONS[region_name]}, or {said('url_arg')}"
     else:
-        source = f"url=, which overrides {REGIONS[region_name]}"
+        source = f"{said('url_arg')}, which overrides {REGIONS[region_name]}"
     url = _validate_url(url, source, allow_http)
 
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
         0 < timeout < math.inf
     ):
         raise ConfigurationError(
-            f"timeout= must be a positive, finite number of seconds, not {timeout!r}"
+            f"{said('timeout')} must be a positive, finite number of seconds, not {timeout!r}"
         )
     return Settings(token=token, url=url, org_id=org_id, region=region_name, timeout=float(timeout))
 
@@ -165,7 +194,7 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
         # the token argument is the one place for a secret.
         raise ConfigurationError(
             f"the base address ({source}) must not carry user:password@; pass the token as "
-            f"token= or {ENV_TOKEN}"
+            f"{said('token')} or {ENV_TOKEN}"
         )
     try:
         parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
@@ -176,7 +205,7 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
     if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
         raise ConfigurationError(
             f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "
-            "clear text. Use https://, or pass allow_http=True if you really mean it"
+            f"clear text. Use https://, or pass {said('allow_http')} if you really mean it"
         )
     return url.rstrip("/")
 

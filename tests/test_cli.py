@@ -101,7 +101,7 @@ class TestIngest:
         assert proc.returncode == 1
         assert f"{f}:2: not JSON" in proc.stderr
         assert f"{f}:4: not a JSON object" in proc.stderr
-        assert "2 bad input line(s)" in proc.stdout
+        assert "2 bad input lines" in proc.stdout
         assert sent(svc.events("app")) == [{"n": 1}, {"n": 3}]
 
     def test_broken_array_keeps_what_was_read(self, svc: LocalService, tmp_path: Path) -> None:
@@ -401,7 +401,7 @@ class TestDatasetAndInput:
         f = write(tmp_path / "events.ndjson", '{"n": 1}\n')
         proc = run(svc, "ingest", f, env={"LOGHANDLER_DATASET": "d"})
         assert proc.returncode == 0, proc.stderr
-        assert "1 events read, 1 delivered to 'd'" in proc.stdout
+        assert "1 event read, 1 delivered to 'd'" in proc.stdout
         assert svc.datasets() == {"d": 1}
 
     def test_a_file_is_never_a_dataset(self, svc: LocalService, tmp_path: Path,
@@ -465,7 +465,7 @@ class TestDatasetAndInput:
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 0, err
-        assert "1 events read, 1 delivered to 'tty'" in out
+        assert "1 event read, 1 delivered to 'tty'" in out
         assert sent(svc.events("tty")) == [{"message": "typed line"}]
 
     def test_gzip_is_decompressed_and_named(self, svc: LocalService, tmp_path: Path) -> None:
@@ -534,7 +534,7 @@ class TestWording:
         proc = run(svc, "ingest", "app", f)
         assert proc.returncode == 1
         assert errors(proc) == [f"{f}:2: not JSON (Expecting value at column 7); line skipped"]
-        assert proc.stdout == "1 events read, 1 delivered to 'app', 1 bad input line(s) skipped\n"
+        assert proc.stdout == "1 event read, 1 delivered to 'app', 1 bad input line skipped\n"
 
     def test_unknown_dataset(self, tmp_path: Path) -> None:
         """A 404 for the dataset: says it does not exist and what to check, once."""
@@ -556,7 +556,7 @@ class TestWording:
         assert errors(proc) == [
             f"dataset 'nosuch' does not exist at {url} (HTTP 404): create it in the service "
             "first, or check the name given with -d or LOGHANDLER_DATASET"]
-        assert proc.stdout == "1 events read, 0 delivered to 'nosuch', 1 not delivered\n"
+        assert proc.stdout == "1 event read, 0 delivered to 'nosuch', 1 not delivered\n"
 
     def test_wrong_token_for_views(self, svc: LocalService) -> None:
         """views list with a refused token: the same one line, "authentication failed" not twice."""

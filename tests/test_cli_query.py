@@ -126,9 +126,11 @@ class TestTail:
         assert [{k: v for k, v in r.items() if k not in ("_sysTime", "_rowId")}
                 for r in rows] == EVENTS
 
-    def test_empty_dataset(self, svc: LocalService) -> None:
+    def test_missing_dataset(self, svc: LocalService) -> None:
+        """A dataset with no events is said so (tests/test_first_hour.py has the words)."""
         proc = run(svc, "tail", "nothing-here")
-        assert proc.returncode == 0 and proc.stdout == ""
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert "dataset 'nothing-here' has no events" in proc.stderr
 
     def test_follow_sees_new_events_once_and_stops_cleanly_on_ctrl_c(
             self, svc: LocalService) -> None:
@@ -253,7 +255,8 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
         head = [proc.stdout.readline() for _ in range(3)]
         url = re.search(r"listening on (http://\S+)", head[0])
         assert url is not None
-        assert head[2].strip() == f"web page: {url.group(1)}/#token=<your token>"
+        assert head[2].strip() == (f"web page: {url.group(1)}/    (add #token= and the --token "
+                                   "you passed to the address)")
         with Client(TOKEN, url=url.group(1)) as client:
             client.ingest("app", [{"n": 1}])
             assert client.query("['app'] | count") == [{"count": 1}]

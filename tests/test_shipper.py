@@ -339,7 +339,7 @@ class TestRetries:
         st = s.stats()
         assert st.failed_auth == 1 and st.dropped_shutdown == 1 and balanced(st)
         err = capfd.readouterr().err
-        assert err.count("authentication failed") == 1 and TOKEN not in err
+        assert err.count("refused the token") == 1 and TOKEN not in err
 
     def test_404_names_the_dataset(self, receiver, capfd):
         """A missing dataset is one clear line naming it; not retried."""

@@ -102,7 +102,13 @@ class Reporter:
                 ("invalid", st.dropped_invalid)) if n]
             bits.append(f"{dropped} dropped ({', '.join(reasons)})")
         if st.failed:
-            bits.append(f"{st.failed} failed")
+            reasons = [f"{n} {r}" for r, n in (
+                ("token refused", st.failed_auth), ("dataset not found", st.failed_not_found),
+                ("turned down by the service", st.failed_rejected + st.failed_by_service),
+                ("client error", st.failed_client_error),
+                ("retries used up", st.failed_retries_exhausted)) if n]
+            bits.append(f"{st.failed} failed ({', '.join(reasons)})" if reasons
+                        else f"{st.failed} failed")
         if st.queued:
             bits.append(f"{st.queued} still queued")
         if st.spooled:
@@ -115,4 +121,4 @@ class Reporter:
 def print_exit_summary(parts: list[str]) -> None:
     """The exit hook's one line for every shipper that did not deliver everything."""
     if parts:
-        print_line("loghandler: at exit: " + "; ".join(parts) + " (see stats())")
+        print_line("loghandler: at exit: " + "; ".join(parts))

@@ -345,10 +345,9 @@ class Sender:
 
     def _auth_failed(self, error: Error) -> None:
         # on_error is called once, with the batch's outcome (_fail).
-        where = "spooled" if self.spool is not None else "counted in stats().failed_auth"
-        self.reporter.report(Cause.AUTH, f"{error}. The batch was {where}; new events stay "
-                                         f"queued (bounded) and sending pauses "
-                                         f"{self.auth_delay:g} s before the next try")
+        batch = "spooled" if self.spool is not None else "failed (stats().failed_auth)"
+        self.reporter.report(Cause.AUTH, f"{error}; this batch {batch}, sending pauses "
+                                         f"{self.auth_delay:g} s, new events stay queued")
         # Back off hard instead of hammering the service with a bad token; double each time.
         self.ledger.pause_until(_monotonic() + self.auth_delay)
         self.auth_delay = next_auth_pause(self.auth_delay)

@@ -58,6 +58,11 @@ _US = {"d": 86_400_000_000, "day": 86_400_000_000, "days": 86_400_000_000,
        "us": 1, "micro": 1, "micros": 1, "microsecond": 1, "microseconds": 1}
 
 
+# Operators that, standing first, mean the dataset was left out.
+_OPERATOR_WORDS = frozenset({"take", "limit", "where", "filter", "summarize", "sort", "order",
+                             "project", "extend", "count", "top", "distinct", "search"})
+
+
 class AplError(Exception):
     """A query outside the subset, or not valid: the message says what and where."""
 
@@ -81,10 +86,12 @@ def parse_relative_time(value: Any, now_us: int) -> int:
                    f"'now' or 'now-1h'")
 
 
-def _span(number: str, unit: str, pos: int) -> int:
+def _span(number: str, unit: str, pos: int, text: str | None = None) -> int:
     scale = _US.get(unit)
     if scale is None:
-        raise AplError(f"unknown timespan unit {unit!r} at {pos + 1}: use d, h, m, s, ms or us")
+        where = position(text, pos) if text is not None else f"character {pos + 1}"
+        raise AplError(f"unknown timespan unit {unit!r} in {number}{unit}: use d, h, m, s, ms "
+                       f"or us, as in 5m, at {where}")
     return int(float(number) * scale) if "." in number or "e" in number.lower() else (
         int(number) * scale)
 
@@ -159,7 +166,7 @@ def tokenize(text: str) -> list[Token]:
             j = m.end()
             u = _UNIT.match(text, j)
             if u:
-                out.append(Token("span", _span(number, u.group(0), i), i))
+                out.append(Token("span", _span(number, u.group(0), i, text), i))
                 i = u.end()
                 continue
             value: Any = float(number) if any(ch in number for ch in ".eE") else int(number)
@@ -283,6 +290,9 @@ class _Parser:
             q.ops.append(self.operator())
         if not self.at("eof"):
             tok = self.peek()
+            if tok.kind == "op" and tok.value == "=":
+                raise self.fail("'=' does not compare in APL: use '==', as in "
+                                "where level == 'error',")
             raise self.fail(f"unexpected {tok.value!r}; operators are separated by '|'")
         return q
 
@@ -294,6 +304,10 @@ class _Parser:
             self.expect("op", "]")
             return str(name)
         if tok.kind == "ident":
+            if tok.value.lower() in _OPERATOR_WORDS and not self.at("op", "|", 1):
+                # `take 5` alone: an operator where the dataset belongs.
+                raise self.fail(f"the query starts with the operator {tok.value!r}: name the "
+                                f"dataset first, as in ['logs'] | {tok.value} ...,", tok)
             self.next()
             return str(tok.value)
         if tok.kind == "eof":

@@ -1,0 +1,202 @@
+"""``loghandler serve``: the local service in the foreground (it imports the local service,
+and only it does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from typing import Any
+
+from .._output import clip, printable
+from ._common import (
+    EXIT_OK,
+    UsageError,
+    _err,
+    _load_json_file,
+    _out,
+    _Parser,
+)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import secrets
+
+    from .._config import check_token
+    from .._local.service import make_server
+
+    token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
+    from_env = not getattr(args, "token", None) and token is not None
+    generated = token is None
+    if token is None:
+        token = secrets.token_urlsafe(18)
+    check_token(token, "--token or LOGHANDLER_TOKEN")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    if args.max_body_bytes is not None and args.max_body_bytes < 1:
+        raise UsageError("--max-body-bytes must be a positive number of bytes")
+    if args.rate_limit is not None and args.rate_limit < 1:
+        raise UsageError("--rate-limit must be a positive number of requests per minute")
+    if args.datasets is not None and not all(d.strip() for d in args.datasets):
+        raise UsageError("--dataset must name a dataset")
+    seed = _read_views_file(args.views) if args.views else None
+
+    print_lock = threading.Lock()
+
+    def log_request(rec: Any) -> None:
+        if rec.status < 400 and rec.path in ("/v1/datasets/_apl", "/v1/datasets"):
+            return  # the web page reads several times a second: only failed reads are news
+
+        # Everything here comes from the client: escaped and clipped, so that a request cannot
+        # forge log lines, send terminal escapes or print 100 KB (output.printable).
+        def safe(value: Any, limit: int = 200) -> str:
+            return clip(printable(str(value)), limit)
+
+        where = f" dataset={safe(rec.dataset)}" if rec.dataset is not None else ""
+        events = f" events={rec.events}" if rec.dataset is not None else ""
+        if rec.failed:
+            events += f" failed={rec.failed}"
+        why = f" ({safe(rec.error, 500)})" if rec.error else ""
+        with print_lock:
+            try:
+                _out(f"{safe(rec.method, 20)} {safe(rec.path, 300)}{where}{events} -> "
+                     f"{rec.status}{why}")
+            except (OSError, ValueError):
+                pass
+
+    from .._local.service import HttpError
+
+    try:
+        server = make_server(args.host, args.port, tokens=[token], db=args.db, views=seed,
+                             max_body_bytes=args.max_body_bytes,
+                             on_request=None if args.quiet else log_request,
+                             datasets=args.datasets, rate_limit=args.rate_limit)
+    except HttpError as exc:
+        raise UsageError(f"{args.views}: {exc.message}") from None
+    except OSError as exc:
+        import errno
+
+        hint = (": another program uses that port; pick another with --port, or --port 0 for "
+                "any free one" if exc.errno == errno.EADDRINUSE else "")
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: "
+                         f"{exc.strerror or exc}{hint}") from None
+    except Exception as exc:  # sqlite3.Error for an unusable --db file
+        raise UsageError(f"cannot open the local service ({args.db or 'memory'}): "
+                         f"{exc}") from None
+
+    from .._config import is_loopback
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              name="loghandler-serve", daemon=True)
+    thread.start()
+    try:
+        url = server.url
+        if not is_loopback(args.host):
+            _err(f"warning: serving on {args.host}, not loopback: the service is reachable from "
+                 "other machines; anyone who can reach it and knows the token can read and "
+                 "write its data, over plain http")
+        where = args.db or "memory"
+        _out(f"loghandler local service listening on {url} (data: {where}; Ctrl+C to stop)")
+        if generated:
+            # Our own throw-away token for a server we just started: printing it is the point.
+            _out(f"token: {token}")
+            _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}")
+        elif from_env:
+            # The token is the user's and is never printed: every line still pastes as it is.
+            _out(f"  export LOGHANDLER_URL={url}    # LOGHANDLER_TOKEN is set already")
+        else:
+            _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN=...    # the --token you "
+                 "passed")
+        if not is_loopback(args.host):
+            port = server.server_address[1]
+            others = _machine_addresses() if server.wildcard else [args.host]
+            for addr in others:
+                host = f"[{addr}]" if ":" in addr else addr
+                _out(f"  from other machines: http://{host}:{port} (clients there need "
+                     "--allow-http / allow_http=True)")
+        # The token rides in the fragment, which the browser never sends to the server.
+        from urllib.parse import quote
+
+        if generated:
+            _out(f"web page: {url}/#token={quote(token, safe='-_.~')}")
+        elif from_env:
+            _out(f"web page: {url}/#token=$LOGHANDLER_TOKEN    # in a shell: "
+                 f"xdg-open \"{url}/#token=$LOGHANDLER_TOKEN\"")
+        else:
+            _out(f"web page: {url}/    (add #token= and the --token you passed to the address)")
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        server.store.close()
+    with print_lock:
+        _out("stopped")
+    return EXIT_OK
+
+
+def _machine_addresses() -> list[str]:
+    """This machine's own non-loopback addresses (for the 0.0.0.0 notice); [] if unknown."""
+    import socket
+
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            infos = socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)
+        except OSError:
+            return
+        for info in infos:
+            addr = str(info[4][0])
+            if addr not in found and not addr.startswith(("127.", "::1", "fe80:")):
+                found.append(addr)
+
+    # The host name's lookup may go to a slow resolver: the notice is not worth a wait.
+    t = threading.Thread(target=look, daemon=True, name="loghandler-serve-addresses")
+    t.start()
+    t.join(1.0)
+    return list(found)
+
+
+def _read_views_file(path: str) -> list[dict[str, Any]]:
+    data = _load_json_file(path, "--views")
+    if isinstance(data, dict) and isinstance(data.get("views"), list):
+        data = data["views"]
+    if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
+        raise UsageError(f"--views {path} must hold a JSON list of view objects")
+    return data
+
+
+def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
+    """Add ``serve`` to the command line."""
+    serve = sub.add_parser(
+        "serve", help="run the local service (for development and tests)",
+        description="Run the local service on loopback, data in SQLite: ingest "
+                    "(POST /v1/datasets/NAME/ingest), the query API (POST /v1/datasets/_apl, "
+                    "an APL subset: `loghandler query` and `loghandler tail` use it), "
+                    "datasets (GET /v1/datasets), views (/v2/views), and a web page at / to "
+                    "look at what arrived (its address, with the token, is printed at start).")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
+    serve.add_argument("--db", metavar="FILE", help="SQLite file to keep data across restarts "
+                                                    "(default: in memory)")
+    serve.add_argument("--token", default=argparse.SUPPRESS, help="the token to accept "
+                       "(default: LOGHANDLER_TOKEN, else a random one, printed)")
+    serve.add_argument("--views", metavar="FILE", help="JSON file with a list of views to seed")
+    serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
+                       help="largest request body accepted (default 10 MiB); 413 above")
+    serve.add_argument("--quiet", action="store_true", help="no line per request")
+    serve.add_argument("--dataset", action="append", metavar="NAME", dest="datasets",
+                       help="a dataset that exists (repeatable); others answer 404 like the "
+                            "real service (default: any name, created on first ingest)")
+    serve.add_argument("--rate-limit", type=int, default=None, metavar="N",
+                       help="requests per minute; past it 429 with X-RateLimit-* headers "
+                            "(default: no limit)")
+    serve.set_defaults(func=cmd_serve)
+    return {"serve": serve}
