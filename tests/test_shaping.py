@@ -286,7 +286,6 @@ class TestRepeats:
         kept, _, rep, _ = sel.select([{**ev, "logger": "b"}, {**ev, "level": "error"}], now=12)
         assert len(kept) == 2 and rep == 0
 
-
     def test_bounded_memory_evicts_the_oldest_window(self):
         """At most MAX_KEYS lines are tracked; the oldest window goes first, with its summary."""
         sel = Selector(None, None, 1, 60.0)
