@@ -76,7 +76,6 @@ class Cause(Enum):
     PARTIAL = "partial"
     UNREADABLE = "unreadable"
     SPILLING = "spilling"
-    QUEUE_FULL = "queue_full"
     SPOOL_WRITE = "spool_write"
     SPOOL_REPLAY = "spool_replay"
     INTERNAL = "internal"
@@ -88,7 +87,7 @@ class Cause(Enum):
 # reachable: told once for the shipper's life, never "over" when a batch is delivered.
 LASTING = frozenset({Cause.REJECTED, Cause.REFUSED_WHOLE, Cause.TOO_LARGE,
                      Cause.TOO_LARGE_WHOLE, Cause.PARTIAL, Cause.UNREADABLE,
-                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.QUEUE_FULL})
+                     Cause.RATE_LIMITED, Cause.LONG_LIMIT})
 
 
 class Pause(Enum):
