@@ -82,9 +82,11 @@ def test_the_commands_it_ends_with_show_its_events() -> None:
                               env={**env, "LOGHANDLER_URL": url,
                                    "LOGHANDLER_TOKEN": "quickstart"})
         assert tail.returncode == 0, tail.stderr
-        lines = tail.stdout.splitlines()
+        # One line an event; an exception's traceback follows its event, indented.
+        lines = [line for line in tail.stdout.splitlines() if not line.startswith(" ")]
         assert len(lines) == 3 and "order A-1042 received" in lines[0]
         assert "ERROR" in lines[2] and "order lookup failed" in lines[2]
+        assert "    Traceback (most recent call last):" in tail.stdout
     finally:
         server.terminate()
         server.communicate(timeout=10)
