@@ -207,14 +207,22 @@ class TestSampling:
 
     def test_by_logger_prefix(self, make_logger, receiver):
         """sample_loggers applies to the logger and its children, not to look-alike names."""
-        _, h = make_logger(sample_loggers={"noisy": 0.0})
-        for name in ("noisy", "noisy.lib", "noisyneighbour", "app"):
-            lg = logging.getLogger(name)
-            lg.handlers[:] = [h]
-            lg.propagate = False
-            lg.setLevel(logging.INFO)
-            lg.info(name)
-        assert messages(h, receiver) == ["noisyneighbour", "app"]
+        _, h = make_logger(sample_loggers={"shaping-noisy": 0.0})
+        names = ("shaping-noisy", "shaping-noisy.lib", "shaping-noisyneighbour", "shaping-app")
+        try:
+            for name in names:
+                lg = logging.getLogger(name)
+                lg.handlers[:] = [h]
+                lg.propagate = False
+                lg.setLevel(logging.INFO)
+                lg.info(name)
+            assert messages(h, receiver) == ["shaping-noisyneighbour", "shaping-app"]
+        finally:  # loggers are process-wide: leave them as they were
+            for name in names:
+                lg = logging.getLogger(name)
+                lg.handlers[:] = []
+                lg.propagate = True
+                lg.setLevel(logging.NOTSET)
 
     def test_a_trace_stays_whole(self, receiver):
         """Events of one trace are kept or dropped together, in every shipper alike."""
