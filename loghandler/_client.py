@@ -612,6 +612,8 @@ def _watched_pool_classes() -> dict[str, type]:
 def _after_fork_in_child() -> None:
     """In a forked child: new watchdog and pools (the parent's thread is gone, and its locks may
     have been held). Called by the package's one at-fork hook (``_engine/lifecycle.py``)."""
+    global _shared_lock
+    _shared_lock = threading.Lock()  # shared_client()'s: the parent may have held it
     _watchdog._reset()
     for client in list(_live_clients):
         client._reset_after_fork()

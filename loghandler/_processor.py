@@ -102,10 +102,13 @@ def time_from(timestamp: Any) -> str:
             return _format(_dt.datetime.fromtimestamp(seconds, _UTC))
         except (OverflowError, OSError, ValueError):
             pass
-    elif isinstance(timestamp, _dt.datetime) and timestamp.utcoffset() is not None:
+    elif isinstance(timestamp, _dt.datetime):
+        # A tzinfo of the application's may raise, or give an offset of a day or more (which
+        # datetime refuses): then now, and the timestamp field ships as its text.
         try:
-            return _format(timestamp)
-        except (OverflowError, ValueError):
+            if timestamp.utcoffset() is not None:
+                return _format(timestamp)
+        except Exception:
             pass
     return rfc3339(time.time())
 

@@ -344,15 +344,16 @@ def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         d = dict(record.__dict__)
     except Exception:
         d = {}
-    size += add_fields(event, [(k, v) for k, v in d.items() if k not in STANDARD], RESERVED)
     exc_info = d.get("exc_info")
     if exc_info:
         info = exception_fields(exc_info, d.get("exc_text"))
         if info:
-            event.setdefault("exception", info)
+            event["exception"] = info
     stack = d.get("stack_info")
     if stack:
-        event.setdefault("stack", to_jsonable(stack))
+        event["stack"] = to_jsonable(stack)
+    # After the record's own exception and stack: an extra of either name is renamed.
+    size += add_fields(event, [(k, v) for k, v in d.items() if k not in STANDARD], RESERVED)
     return event, size
 
 
@@ -390,6 +391,16 @@ def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                  "file": record.pathname, "process": record.process,
                  "thread": record.threadName}
         size = RECORD_EVENT_SIZE + len(message)
+    # The record's own exception and stack first: an extra of the same name is then renamed
+    # extra_<name> below, and neither is lost.
+    if record.exc_info and "exception" not in event:
+        info = exception_fields(record.exc_info, record.exc_text)
+        if info:
+            event["exception"] = info
+            size += len(info["stacktrace"])
+    if record.stack_info and "stack" not in event:
+        event["stack"] = record.stack_info
+        size += len(record.stack_info)
     if len(d) > _N_INIT:
         # makeRecord() adds extras after __init__'s attributes, so only the tail can hold them.
         # Inlined: plain JSON values are taken as they are (the usual case); _add_extras does
@@ -401,12 +412,4 @@ def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
                 size += EXTRA_SIZE
             else:
                 size += _add_extras(event, d, {key: value})
-    if record.exc_info and "exception" not in event:
-        info = exception_fields(record.exc_info, record.exc_text)
-        if info:
-            event["exception"] = info
-            size += len(info["stacktrace"])
-    if record.stack_info:
-        event["stack"] = record.stack_info
-        size += len(record.stack_info)
     return event, size

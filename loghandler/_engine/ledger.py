@@ -69,10 +69,9 @@ class FlushTicket:
         self.flusher = True
 
 
-# Dropped by a policy the user configured (sampling, repeats, hold-until-error): chosen, not a
-# loss, so flush() still reports success for them and nothing is told on stderr.
-_CHOSEN = frozenset({Fate.DELIVERED, Fate.DROPPED_SAMPLED, Fate.DROPPED_REPEAT,
-                     Fate.DROPPED_HELD})
+# Module globals: read without a call (see _pop_dropped_locked).
+_SUBMITTED, _DROPPED, _DROPPED_QUEUE_FULL = (Count.SUBMITTED, Count.DROPPED,
+                                             Count.DROPPED_QUEUE_FULL)
 
 
 class Ledger:
@@ -261,19 +260,45 @@ class Ledger:
             return True
         if policy == "drop_oldest":
             q = self.queue
-            n = 0
             while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
-                self._pop_oldest_locked()
-                n += 1
-            self._record_locked(n, Fate.DROPPED_QUEUE_FULL)
+                self._pop_dropped_locked()
             return True
         return self._drop_locked(Fate.DROPPED_QUEUE_FULL)
 
+    def _pop_dropped_locked(self) -> None:
+        """Drop the oldest queued event for room: popped and counted as one step.
+
+        An asynchronous exception (a signal handler's KeyboardInterrupt on the logging thread)
+        can land only where Python code is called, or right after a C call returns. Here the
+        counting calls nothing (``Count`` hashes in C) and the pop is the last step, so such an
+        exception finds the event either untouched or popped and counted, never half done."""
+        q = self.queue
+        head = q[0]
+        if self._accounted > self._taken:
+            self._queue_bytes -= head[SIZE]
+        else:
+            self._accounted += 1
+        self._taken += 1
+        if self._accounted == self._taken:
+            self._queue_bytes = 0
+        c = self._counts
+        c[_DROPPED] += 1
+        c[_DROPPED_QUEUE_FULL] += 1
+        self._undelivered += 1
+        q.popleft()
+
     def _drop_locked(self, fate: Fate) -> bool:
         """Refuse one event at the door. It is counted as submitted here, since it never gets a
-        sequence number. Returns False (the event was not queued)."""
-        self._counts[Count.SUBMITTED] += 1
-        self._record_locked(1, fate)
+        sequence number. Returns False (the event was not queued). Calls nothing, for the
+        reason ``_pop_dropped_locked`` gives."""
+        c = self._counts
+        c[_SUBMITTED] += 1
+        c[fate.total] += 1
+        reason = fate.reason
+        if reason is not None:
+            c[reason] += 1
+        if not fate.chosen:
+            self._undelivered += 1
         return False
 
     def drop(self, fate: Fate) -> bool:
@@ -429,7 +454,7 @@ class Ledger:
         c[fate.total] += n
         if fate.reason is not None:
             c[fate.reason] += n
-        if fate not in _CHOSEN:
+        if not fate.chosen:
             self._undelivered += n
 
     def _settled_through_locked(self) -> int:

@@ -95,12 +95,14 @@ def _after_fork_in_child() -> None:
     # The package's one at-fork hook, in the child: the wire client's pools and watchdog first
     # (a shipper's first request may follow at once), then the sending marks, then each shipper.
     from .. import _client
+    from . import spool
     from .guard import _FLUSHERS, _SENDERS
 
-    try:
-        _client._after_fork_in_child()
-    except Exception:
-        pass
+    for renew in (_client._after_fork_in_child, spool._after_fork_in_child):
+        try:
+            renew()
+        except Exception:
+            pass
     _SENDERS.clear()
     _FLUSHERS.clear()
     for s in list(_live):

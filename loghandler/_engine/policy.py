@@ -81,13 +81,14 @@ class Cause(Enum):
     INTERNAL = "internal"
     ENCODE_HANG = "encode_hang"
     LATE = "late"
+    ON_ERROR = "on_error"
 
 
 # Causes about single events or the service's limits rather than about the service being
 # reachable: told once for the shipper's life, never "over" when a batch is delivered.
 LASTING = frozenset({Cause.REJECTED, Cause.REFUSED_WHOLE, Cause.TOO_LARGE,
                      Cause.TOO_LARGE_WHOLE, Cause.PARTIAL, Cause.UNREADABLE,
-                     Cause.RATE_LIMITED, Cause.LONG_LIMIT})
+                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR})
 
 
 class Pause(Enum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._output import print_line, shown
+from .._output import clip, print_line, printable, shown
 from .guard import CALLBACK, sending
 from .policy import LASTING, Cause
 from .stats import Stats
@@ -78,8 +78,12 @@ class Reporter:
         try:
             with sending(CALLBACK):  # what it logs is ours: never shipped
                 callback(error)
-        except Exception:
-            pass
+        except BaseException as exc:  # KeyboardInterrupt too: the flusher must live on
+            # The application's callback failed: one line (once), never a traceback, and the
+            # flusher goes on. A KeyboardInterrupt raised here was meant for the main thread.
+            self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}: "
+                                        f"{clip(printable(str(exc)), 200)}; ignored (it is "
+                                        "called on the flusher thread)")
 
     # ------------------------------------------------------------------ at exit
 

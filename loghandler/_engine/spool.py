@@ -77,6 +77,13 @@ _held: set[str] = set()
 _last_time_ns = 0
 
 
+def _after_fork_in_child() -> None:
+    """In a forked child: the module's lock anew (the parent's flusher may have held it at the
+    fork, and no thread of the child would ever release it)."""
+    global _names_lock
+    _names_lock = threading.Lock()
+
+
 class SpoolCorrupt(Exception):
     """A spool file that cannot be read back (the message says why)."""
 

@@ -50,8 +50,11 @@ class Stats:
     suppressed: int = 0
 
 
-class Count(Enum):
-    """The counters of ``Stats`` (but ``queued``, which is computed), one member each."""
+class Count(str, Enum):
+    """The counters of ``Stats`` (but ``queued``, which is computed), one member each.
+
+    A ``str`` enum: hashed and compared in C, so counting never runs Python code (a signal
+    handler's exception can then never land halfway through a count: ledger.py)."""
 
     SUBMITTED = "submitted"
     DELIVERED = "delivered"
@@ -105,3 +108,7 @@ class Fate(Enum):
     def __init__(self, total: Count, reason: Count | None) -> None:
         self.total = total
         self.reason = reason
+        # Dropped by a policy the user configured (sampling, repeats, hold-until-error), or
+        # delivered: not a loss (flush() still succeeds). An attribute, read without a call.
+        self.chosen = total is Count.DELIVERED or reason in (
+            Count.DROPPED_SAMPLED, Count.DROPPED_REPEAT, Count.DROPPED_HELD)

@@ -1,0 +1,174 @@
+"""Bounds and accounts that hold under stress (issue 23): a clashing extra never replaces the
+record's exception, an interrupt on the logging thread never breaks the invariant, a callback
+that raises never kills the flusher, odd datetimes, and a fork while the spool's lock is held."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from helpers import TOKEN, Receiver
+
+import loghandler
+from loghandler import IngestHandler, IngestProcessor
+
+
+def balanced(st: loghandler.Stats) -> bool:
+    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+
+
+@pytest.fixture
+def logger(receiver: Receiver) -> Any:
+    made: list[IngestHandler] = []
+
+    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
+        h = IngestHandler("ds", url=receiver.url, token=TOKEN, flush_interval=60, **options)
+        made.append(h)
+        log = logging.getLogger(f"test.bounds.{len(made)}")
+        log.handlers[:] = [h]
+        log.propagate = False
+        log.setLevel(logging.DEBUG)
+        return log, h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+class TestClashes:
+    def test_extra_named_exception_keeps_the_traceback(self, logger, receiver):
+        """log.exception(..., extra={"exception": ...}): the traceback ships, the extra is
+        renamed extra_exception."""
+        log, h = logger()
+        try:
+            raise ValueError("real")
+        except ValueError:
+            log.exception("failed", extra={"exception": "handled"})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["exception"]["type"] == "ValueError" and e["exception"]["message"] == "real"
+        assert e["extra_exception"] == "handled"
+
+    def test_extra_named_stack_is_kept(self, logger, receiver):
+        log, h = logger()
+        log.warning("where", stack_info=True, extra={"stack": "mine"})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["stack"].startswith("Stack (most recent call last)")
+        assert e["extra_stack"] == "mine"
+
+
+class TestInterrupts:
+    def test_keyboard_interrupt_in_a_full_queue_keeps_the_invariant(self, logger):
+        """A signal handler raising KeyboardInterrupt lands anywhere in tight logging calls
+        with a full drop_oldest queue: every event is still accounted for."""
+        log, h = logger(max_queue_size=200, batch_size=10_000, max_retries=0)
+        interrupts = 0
+        armed = [False]
+
+        def interrupt(signum: int, frame: Any) -> None:
+            if armed[0]:  # only inside the logging call: the test's own loop is not the point
+                raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
+        try:
+            for i in range(60_000):
+                try:
+                    armed[0] = True
+                    log.info("event %d", i, extra={"n": i})
+                    armed[0] = False
+                except KeyboardInterrupt:
+                    armed[0] = False
+                    interrupts += 1
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert interrupts > 20
+        st = h.stats()
+        assert st.dropped_queue_full > 0
+        assert balanced(st), st
+
+
+class TestCallbacks:
+    def test_on_error_raising_keyboard_interrupt_is_one_line(self, receiver):
+        """on_error raising a BaseException: one stderr line, the flusher lives on."""
+        code = textwrap.dedent(f"""
+            import logging, loghandler
+            def on_error(exc):
+                raise KeyboardInterrupt
+            h = loghandler.IngestHandler("ds", url={receiver.url!r}, token={TOKEN!r},
+                                         on_error=on_error, shutdown_timeout=2)
+            log = logging.getLogger("x")
+            log.addHandler(h)
+            log.warning("first")
+            print(h.flush(5))
+            log.warning("second")
+            print(h.flush(5))
+            print(h.stats().delivered)
+        """)
+        receiver.script = [400]  # the first batch is turned down: on_error is called
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if "on_error" in ln]
+        assert lines == ["loghandler: dataset 'ds': on_error raised KeyboardInterrupt: ; "
+                         "ignored (it is called on the flusher thread)"]
+        assert proc.stdout.split() == ["False", "True", "1"]
+
+
+class TestOddValues:
+    def test_processor_timestamp_with_a_broken_tzinfo(self, receiver):
+        """A datetime whose utcoffset() raises, or is a day or more: shipped, not dropped."""
+        import datetime as dt
+
+        class Broken(dt.tzinfo):
+            def utcoffset(self, d: Any) -> Any:
+                raise RuntimeError("no offset")
+
+        class TooFar(dt.tzinfo):
+            def utcoffset(self, d: Any) -> Any:
+                return dt.timedelta(hours=30)
+
+        proc = IngestProcessor("ds", url=receiver.url, token=TOKEN)
+        try:
+            for tz in (Broken(), TooFar()):
+                proc(None, "info", {"event": "odd", "timestamp": dt.datetime(2024, 1, 1,
+                                                                              tzinfo=tz)})
+            assert proc.flush(5)
+            assert len(receiver.events) == 2
+            assert all(e["event"] == "odd" and isinstance(e["timestamp"], str)
+                       for e in receiver.events)
+            assert proc.stats().dropped_invalid == 0
+        finally:
+            proc.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_fork_while_the_spool_lock_is_held(tmp_path):
+    """A child forked while the spool's module lock is held can still spool and exit."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from loghandler._engine import spool
+        import loghandler
+        spool._names_lock.acquire()      # as the flusher holds it while naming a file
+        pid = os.fork()
+        if pid == 0:
+            s = loghandler.Shipper(loghandler.Client(url="http://127.0.0.1:9", token="t-123456"),
+                                   "ds", spool_dir={str(tmp_path)!r}, shutdown_timeout=2,
+                                   max_retries=0)
+            s.submit({{"n": 1}})
+            s.close()
+            os._exit(0 if s.stats().spooled == 1 else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0, proc.stderr
