@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -272,18 +273,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 class flushing:  # lower case: used like a function, `with flushing(h):` or `@flushing(h)`
     """Flush handlers, processors or shippers when a block or function ends.
 
-    For serverless functions, whose process is frozen between invocations, so nothing is sent
-    in the background while it sleeps::
+    For serverless functions, whose process is frozen between invocations (nothing is sent in
+    the background while it sleeps, and a frozen process may never wake)::
 
         @flushing(handler, timeout=2.0)
         def lambda_handler(event, context): ...
 
-    With no targets, every live shipper of the process is flushed.
+    As a decorator of a function that receives an AWS Lambda-style ``context`` (an argument
+    with ``get_remaining_time_in_millis()``), the flush is bounded by the time the invocation
+    has left, less ``reserve`` seconds for the function to return: the platform never kills
+    an invocation because of the flush. ``async def`` functions are decorated the same way
+    (the flush then runs in a thread, off the event loop). ``delivered`` tells how the last
+    flush went. With no targets, every live shipper of the process is flushed.
     """
 
-    def __init__(self, *targets: Any, timeout: float | None = 2.0) -> None:
+    def __init__(self, *targets: Any, timeout: float | None = 2.0,
+                 reserve: float = 0.2) -> None:
         self._targets = targets
         self._timeout = timeout
+        self._reserve = reserve
         self.delivered: bool | None = None
 
     def __enter__(self) -> flushing:
@@ -292,9 +300,12 @@ class flushing:  # lower case: used like a function, `with flushing(h):` or `@fl
     def __exit__(self, *exc: object) -> None:
         self.delivered = self.flush()
 
-    def flush(self) -> bool:
+    def flush(self, budget: float | None = None) -> bool:
+        """Flush every target within ``timeout`` (and ``budget``, when given); True when all
+        that was queued was delivered."""
         targets = self._targets or tuple(live_shippers())
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        limits = [t for t in (self._timeout, budget) if t is not None]
+        deadline = time.monotonic() + max(0.0, min(limits)) if limits else None
         ok = True
         for target in targets:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -304,10 +315,37 @@ class flushing:  # lower case: used like a function, `with flushing(h):` or `@fl
                 ok = False
         return ok
 
+    def _budget(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
+        # The invocation's time left, from a Lambda-style context among the arguments.
+        for arg in (*args, *kwargs.values()):
+            left = getattr(arg, "get_remaining_time_in_millis", None)
+            if callable(left):
+                try:
+                    return max(0.0, float(left()) / 1000.0 - self._reserve)
+                except Exception:
+                    return None
+        return None
+
     def __call__(self, func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await func(*args, **kwargs)
+                finally:
+                    import asyncio
+
+                    budget = self._budget(args, kwargs)
+                    self.delivered = await asyncio.get_running_loop().run_in_executor(
+                        None, self.flush, budget)
+
+            return run_async  # type: ignore[return-value]
+
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self:
+            try:
                 return func(*args, **kwargs)
+            finally:
+                self.delivered = self.flush(self._budget(args, kwargs))
 
         return wrapper  # type: ignore[return-value]

@@ -85,6 +85,8 @@ class Sender:
         # What the flusher holds while it sends, so abandon() can take it over.
         self.posting: Chunk | None = None
         self.stack: list[Chunk] = []
+        # The settlements of the batch being delivered, applied once its outcomes are told.
+        self.deferred: list[tuple[int, Fate]] | None = None
         self.last_replay = 0.0
         self.gave_up = False
         # With a spool: an outage is known (a batch was spilled), so batches go to disk at once
@@ -200,24 +202,39 @@ class Sender:
             return self._post(chunk, Retry(opts.max_retries, opts.retry_backoff,
                                            opts.max_retry_delay), spill=True)
 
-        _, tally = bisect(batch, post, self._settle_delivery, track=self._track)
-        conclude(self.reporter, tally, replay=False)
+        # The batch's settlements wait until its outcomes are reported: a flush() waiting for
+        # these events returns after on_error has been called for them, not before.
+        deferred: list[tuple[int, Fate]] = []
+        self.deferred = deferred
+        try:
+            _, tally = bisect(batch, post, self._settle_delivery, track=self._track)
+            conclude(self.reporter, tally, replay=False)
+        finally:
+            self.deferred = None
+            for n, fate in deferred:
+                self.ledger.settle(n, fate)
 
     def _track(self, stack: list[Chunk], posting: Chunk | None) -> None:
         self.stack = stack
         self.posting = posting
 
+    def _settle(self, n: int, fate: Fate) -> None:
+        # During a delivery, after its outcomes are reported (_deliver); at once otherwise.
+        if self.deferred is not None:
+            self.deferred.append((n, fate))
+        else:
+            self.ledger.settle(n, fate)
+
     def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
-        ledger = self.ledger
         if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
             failed = error.failed if isinstance(error, PartialIngestError) else 0
-            ledger.settle(len(chunk) - failed, Fate.DELIVERED)
+            self._settle(len(chunk) - failed, Fate.DELIVERED)
             if failed:
-                ledger.settle(failed, Fate.FAILED_BY_SERVICE)
+                self._settle(failed, Fate.FAILED_BY_SERVICE)
             self._recovered()
         elif outcome.splits or outcome is Outcome.UNREADABLE:  # reported by conclude()
             assert outcome.fate is not None
-            ledger.settle(len(chunk), outcome.fate)
+            self._settle(len(chunk), outcome.fate)
         else:
             self._fail(chunk, outcome, error)
         return True
@@ -417,14 +434,15 @@ class Sender:
                     f"shutdown_timeout ({self.options.shutdown_timeout:g} s) ran out before "
                     "they could be sent")
             if not spooled:
-                self.ledger.settle(len(chunk), fate)
+                self._settle(len(chunk), fate)
             return
-        if not spooled:
-            self.ledger.settle(len(chunk), fate)
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
-        # worth telling at once (it will not heal by itself).
+        # worth telling at once (it will not heal by itself). Told before the events settle,
+        # so that on_error has run by the time a flush() waiting for them returns.
         if error is not None and (not spooled or outcome is Outcome.AUTH):
             self.reporter.error(error)
+        if not spooled:
+            self._settle(len(chunk), fate)
 
     def _spool_write(self, parts: list[bytes]) -> int:
         """Write in-flight events to the spool and settle them ``spooled``: how many are on

@@ -1,0 +1,132 @@
+"""Where services run their work (issue 22): serverless invocations bounded by the time they
+have left, and on_error told before flush() returns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+from faultserver import FaultServer, sleep, status
+from helpers import TOKEN
+
+import loghandler
+from loghandler import IngestHandler, PartialIngestError
+from loghandler.testing import LocalService
+
+
+class LambdaContext:
+    """What AWS Lambda passes as ``context``: the part the helper reads."""
+
+    def __init__(self, remaining_ms: float) -> None:
+        self._deadline = time.monotonic() + remaining_ms / 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class TestServerless:
+    def test_flushes_before_returning(self):
+        """Every event of the invocation has arrived when the handler returns."""
+        with LocalService(token=TOKEN) as svc:
+            handler = IngestHandler("fn", url=svc.url, token=TOKEN, flush_interval=60)
+            log = logging.getLogger("test.serverless.ok")
+            log.handlers[:] = [handler]
+            log.propagate = False
+            log.setLevel(logging.INFO)
+            flush = loghandler.flushing(handler, timeout=5)
+
+            @flush
+            def lambda_handler(event: dict[str, Any], context: Any) -> str:
+                for i in range(event["n"]):
+                    log.info("step %d", i)
+                return "done"
+
+            try:
+                assert lambda_handler({"n": 30}, LambdaContext(10_000)) == "done"
+                assert flush.delivered is True
+                assert len(svc.events("fn")) == 30  # no wait: already there
+            finally:
+                handler.close()
+
+    def test_bounded_by_the_time_left(self):
+        """A service that stalls: the flush ends when the invocation's time runs out (less the
+        reserve), not at the helper's own timeout."""
+        with FaultServer(default=sleep(5, then=200)) as srv:
+            handler = IngestHandler("fn", url=srv.url, token=TOKEN, flush_interval=60,
+                                    max_retries=0, shutdown_timeout=0.3)
+            log = logging.getLogger("test.serverless.slow")
+            log.handlers[:] = [handler]
+            log.propagate = False
+            flush = loghandler.flushing(handler, timeout=30, reserve=0.2)
+
+            @flush
+            def lambda_handler(event: dict[str, Any], context: Any) -> str:
+                log.warning("about to return")
+                return "ok"
+
+            try:
+                started = time.monotonic()
+                assert lambda_handler({}, LambdaContext(800)) == "ok"
+                took = time.monotonic() - started
+                assert took < 1.0  # 0.8 s left, less 0.2 s reserve, never 30 s
+                assert flush.delivered is False
+            finally:
+                handler.close()
+
+    def test_async_handler(self):
+        """An async handler is flushed off the event loop, bounded the same way."""
+        with LocalService(token=TOKEN) as svc:
+            handler = IngestHandler("fn", url=svc.url, token=TOKEN, flush_interval=60)
+            log = logging.getLogger("test.serverless.async")
+            log.handlers[:] = [handler]
+            log.propagate = False
+            log.setLevel(logging.INFO)
+
+            @loghandler.flushing(handler)
+            async def lambda_handler(event: dict[str, Any], context: Any) -> int:
+                log.info("async step")
+                await asyncio.sleep(0)
+                return 7
+
+            try:
+                assert asyncio.run(lambda_handler({}, LambdaContext(5_000))) == 7
+                assert len(svc.events("fn")) == 1
+            finally:
+                handler.close()
+
+
+class TestOnErrorBeforeFlushReturns:
+    @pytest.mark.parametrize("kind", ["partial", "rejected", "auth"])
+    def test_on_error_has_run_when_flush_returns(self, kind):
+        """By the time flush() returns False, on_error has been called for the outcome."""
+        seen: list[BaseException] = []
+
+        def on_error(exc: BaseException) -> None:
+            time.sleep(0.05)  # a slow alert: flush() must still wait for it
+            seen.append(exc)
+
+        script = {
+            "partial": [status(200, {"ingested": 1, "failed": 1, "failures": [
+                {"timestamp": "2024-01-01T00:00:00Z", "error": "bad _time"}]})],
+            "rejected": [status(400)] * 8,
+            "auth": [status(403)],
+        }[kind]
+        with FaultServer(script) as srv:
+            handler = IngestHandler("ds", url=srv.url, token=TOKEN, flush_interval=60,
+                                    on_error=on_error, auth_retry_delay=30,
+                                    shutdown_timeout=0.5)
+            log = logging.getLogger(f"test.onerror.{kind}")
+            log.handlers[:] = [handler]
+            log.propagate = False
+            try:
+                log.warning("one")
+                log.warning("two")
+                assert handler.flush(5) is False
+                assert seen, "on_error had not been called when flush() returned"
+                if kind == "partial":
+                    assert isinstance(seen[0], PartialIngestError)
+            finally:
+                handler.close()
