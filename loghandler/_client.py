@@ -488,6 +488,10 @@ class _Watch:
         self.fired = False
 
 
+# Seconds the watchdog thread waits with nothing to watch before it ends.
+WATCHDOG_IDLE = 2.0
+
+
 class _Watchdog:
     """Ends requests that outlive their deadline, by shutting their socket down.
 
@@ -550,7 +554,12 @@ class _Watchdog:
                 while heap and heap[0][2].done:
                     heapq.heappop(heap)
                 if not heap:
-                    self._cond.wait()
+                    # Idle: the thread ends after a while, and the next request starts one
+                    # (so a process whose shippers are all gone keeps no thread of ours).
+                    self._cond.wait(WATCHDOG_IDLE)
+                    if not heap:
+                        self._thread = None
+                        return
                     continue
                 remaining = heap[0][0] - time.monotonic()
                 if remaining > 0:

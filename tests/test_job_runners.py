@@ -130,3 +130,61 @@ class TestOnErrorBeforeFlushReturns:
                     assert isinstance(seen[0], PartialIngestError)
             finally:
                 handler.close()
+
+
+class TestAbandoned:
+    def test_threads_and_fds_return_after_200_abandoned_handlers(self):
+        """Handlers created, used once, removed and dropped without close(): every event
+        arrives, and threads and file descriptors go back to where they were."""
+        import subprocess
+        import sys
+        import textwrap
+
+        with LocalService(token=TOKEN) as svc:
+            code = textwrap.dedent(f"""
+                import gc, logging, os, threading, time, loghandler
+                base = (threading.active_count(), len(os.listdir("/proc/self/fd")))
+                log = logging.getLogger("abandoned")
+                log.propagate = False
+                for i in range(200):
+                    h = loghandler.IngestHandler("ab", url={svc.url!r}, token={TOKEN!r})
+                    log.addHandler(h)
+                    log.warning("event %d", i)
+                    log.removeHandler(h)
+                    del h
+                gc.collect()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and (
+                        threading.active_count(), len(os.listdir("/proc/self/fd"))) != base:
+                    time.sleep(0.05)  # polling a process-wide count: nothing to wait on
+                print(base, (threading.active_count(), len(os.listdir("/proc/self/fd"))))
+            """)
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            base, after = proc.stdout.strip().split(") (")
+            assert base + ")" == "(" + after, proc.stdout
+            assert sorted(int(e["message"].split()[1]) for e in svc.events("ab")) == list(
+                range(200))
+            assert proc.stderr == ""
+
+    def test_abandoned_then_exit_delivers(self):
+        """A shipper dropped right before the process exits still delivers (the exit hook
+        waits for what it left)."""
+        import subprocess
+        import sys
+        import textwrap
+
+        with FaultServer(default=sleep(0.3, then=200, store=True)) as srv:
+            code = textwrap.dedent(f"""
+                import gc, loghandler
+                s = loghandler.Shipper(loghandler.Client(url={srv.url!r}, token={TOKEN!r}), "ds")
+                for i in range(10):
+                    s.submit({{"id": i}})
+                del s
+                gc.collect()
+            """)
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            assert sorted(srv.stored()) == list(range(10))

@@ -55,6 +55,81 @@ def live_shippers() -> list[Shipper]:
     return list(_live)
 
 
+# What shippers the application dropped without close() left to deliver (Remains), until
+# their flushers are done: the exit hook waits for them as for the live ones.
+_orphans: set[Remains] = set()
+
+
+class Remains:
+    """The parts of a shipper that outlive it: its queue, flusher, reporter and options.
+
+    When the application drops a shipper (or the handler holding it) without ``close()``, its
+    finalizer calls ``orphaned()``: the queue is closed with the usual deadline
+    (``shutdown_timeout``), the flusher delivers what it holds and ends, and a client the
+    shipper made for itself is closed once no live shipper uses it: threads and sockets go
+    back to what they were. Until then the exit hook treats it as a shipper being closed.
+    """
+
+    def __init__(self, ledger: Any, sender: Any, reporter: Any, options: Any, client: Any,
+                 dataset: str) -> None:
+        self.ledger = ledger
+        self.sender = sender
+        self.reporter = reporter
+        self.options = options
+        self.client = client
+        self.dataset = dataset
+        self.thread: threading.Thread | None = None
+        self.owns_client = False
+
+    # The shipper's interface, as close_all uses it.
+    @property
+    def closed(self) -> bool:
+        return True
+
+    def _flusher_alive(self) -> bool:
+        thread = self.thread
+        return thread is not None and thread.is_alive()
+
+    def _begin_close(self, deadline: float, *, at_exit: bool = False,
+                     late_events: bool = False) -> None:
+        return None  # closing already
+
+    def _wait_closed(self) -> None:
+        thread = self.thread
+        deadline = self.ledger.close_deadline or time.monotonic()
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()) + 0.2)
+            if thread.is_alive():
+                self.sender.abandon()
+
+    def _exit_summary(self) -> str | None:
+        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
+
+    def orphaned(self) -> None:
+        """The shipper was collected (never from a flusher: it holds no reference to it)."""
+        try:
+            for orphan in [o for o in _orphans if not o._flusher_alive()]:
+                _orphans.discard(orphan)
+            thread = self.thread
+            if thread is None or not thread.is_alive():
+                self._release_client()
+                return
+            self.ledger.begin_close(time.monotonic() + self.options.shutdown_timeout, False)
+            self.sender.after_run = self._done
+            _orphans.add(self)
+        except Exception:
+            pass
+
+    def _done(self) -> None:
+        _orphans.discard(self)
+        self._release_client()
+
+    def _release_client(self) -> None:
+        if self.owns_client and not any(s.client is self.client and not s.closed
+                                        for s in list(_live)):
+            self.client.close()
+
+
 def close_all(timeout: float | None = None, *, report: bool = True,
               at_exit: bool = False) -> None:
     """Close every live shipper within one overall time limit, then report what was not sent.
@@ -68,7 +143,8 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     """
     # Closed ones whose flusher still works are waited for too: a SIGTERM that interrupts a
     # close in progress (multiprocessing's finalizer, then Pool.terminate()) must not cut it.
-    shippers = [s for s in list(_live) if not s.closed or s._flusher_alive()]
+    candidates: list[Any] = [*list(_live), *list(_orphans)]
+    shippers = [s for s in candidates if not s.closed or s._flusher_alive()]
     if not shippers:
         return
     now = time.monotonic()

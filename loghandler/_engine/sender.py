@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from .. import _encoding as encoding
@@ -87,6 +88,7 @@ class Sender:
         self.stack: list[Chunk] = []
         # The settlements of the batch being delivered, applied once its outcomes are told.
         self.deferred: list[tuple[int, Fate]] | None = None
+        self.after_run: Callable[[], None] | None = None
         self.last_replay = 0.0
         self.gave_up = False
         # With a spool: an outage is known (a batch was spilled), so batches go to disk at once
@@ -132,6 +134,12 @@ class Sender:
         finally:
             _FLUSHERS.discard(_get_ident())
             ledger.flusher_gone()
+            after, self.after_run = self.after_run, None
+            if after is not None:  # an abandoned shipper's last chore (lifecycle.Orphan)
+                try:
+                    after()
+                except Exception:
+                    pass
 
     def drain_on_this_thread(self, deadline: float) -> None:
         """Send on the calling thread: used when no flusher thread can run (interpreter exit)."""

@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,18 @@ _monotonic = time.monotonic
 
 @documented(('Options (keyword arguments; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
+def _weak(method: Any) -> Any:
+    """``method`` (a bound method) held weakly: calling it once its object is gone does
+    nothing."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return None if bound is None else bound(*args)
+
+    return call
+
+
 class Shipper:
     """Queue events and ship them in the background to one dataset.
 
@@ -87,7 +100,11 @@ class Shipper:
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
-        self._ledger = Ledger(self.options, self._ensure_flusher_locked, self._send_late)
+        # The ledger (and through it the flusher thread) holds the shipper weakly: a shipper the
+        # application drops without close() can be collected, and then delivers what it holds
+        # and lets its thread end (lifecycle.Orphan).
+        self._ledger = Ledger(self.options, _weak(self._ensure_flusher_locked),
+                              _weak(self._send_late))
         o = self.options
         # Hold-until-error (hold.py): the front ends look here inside a context only.
         self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
@@ -100,6 +117,10 @@ class Shipper:
         self._thread_failed = False
         self._pid = os.getpid()
         lifecycle.register(self)
+        self._remains = lifecycle.Remains(self._ledger, self._sender, self._reporter,
+                                          self.options, client, self.dataset)
+        finalizer = weakref.finalize(self, self._remains.orphaned)
+        finalizer.atexit = False  # at exit the exit hook closes the live ones
         if self._spool is not None and self._spool.has_waiting():
             # A restarted process that logs nothing must still deliver what an earlier one
             # spooled: start the flusher now rather than on the first event.
@@ -111,6 +132,7 @@ class Shipper:
         held by another thread at fork) and no flusher (threads do not survive fork)."""
         self._pid = os.getpid()
         self._thread = None
+        self._remains.thread = None
         self._thread_failed = False
         self._ledger.reset()  # in place: the front ends' cached references stay valid
         self._sender.reset()
@@ -180,6 +202,7 @@ class Shipper:
             self._thread_failed = True
         else:
             self._thread = thread
+            self._remains.thread = thread
             _warn_if_uwsgi_without_threads()
 
     # ------------------------------------------------------------------ flush / close / stats
@@ -246,6 +269,7 @@ class Shipper:
         # A client this library made (from plain arguments) is closed with the last shipper
         # using it, so its keep-alive sockets do not outlive the handlers. A client the user
         # passed in is theirs to close.
+        self._remains.owns_client = self._owns_client
         if not self._owns_client:
             return
         thread = self._thread
@@ -377,7 +401,7 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
     if client is None:
         client = shared_client(**client_args)
         shipper = Shipper(client, dataset, **shipper_args)
-        shipper._owns_client = True
+        shipper._owns_client = shipper._remains.owns_client = True
         return shipper
     elif client_args:
         raise ConfigurationError(
