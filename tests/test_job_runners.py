@@ -188,3 +188,64 @@ class TestAbandoned:
                                   timeout=60)
             assert proc.returncode == 0, proc.stderr
             assert sorted(srv.stored()) == list(range(10))
+
+
+def _run_script(code: str, timeout: float = 60) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class TestLateAndReloads:
+    def test_atexit_hook_registered_before_logging_ships(self):
+        """Events an atexit hook logs after logging.shutdown() still arrive."""
+        with LocalService(token=TOKEN) as svc:
+            code = f"""
+import atexit
+def late():
+    import logging
+    for i in range(100, 150):
+        logging.getLogger("late").warning("late %d", i, extra={{"id": i}})
+atexit.register(late)  # before `import logging`: it runs after logging.shutdown()
+import logging, loghandler
+h = loghandler.IngestHandler("ds", url={svc.url!r}, token={TOKEN!r})
+log = logging.getLogger("late")
+log.addHandler(h)
+log.propagate = False
+for i in range(100):
+    log.warning("early %d", i, extra={{"id": i}})
+"""
+            proc = _run_script(code)
+            assert proc.returncode == 0, proc.stderr
+            assert sorted(e["id"] for e in svc.events("ds")) == list(range(150))
+            assert proc.stderr == ""
+
+    def test_reload_that_cannot_deliver_in_time_says_so(self):
+        """dictConfig() reloaded while a slow service holds the queue: what the old handler
+        could not deliver by its shutdown_timeout is told on stderr when it happens."""
+        with FaultServer(default=sleep(0.4, then=200, store=True)) as srv:
+            code = f"""
+import logging, logging.config, time
+def config(level):
+    return {{"version": 1, "handlers": {{"ship": {{
+        "class": "loghandler.IngestHandler", "dataset": "ds", "url": {srv.url!r},
+        "token": {TOKEN!r}, "batch_size": 500, "shutdown_timeout": 1.0}}}},
+        "root": {{"handlers": ["ship"], "level": level}}}}
+logging.config.dictConfig(config("INFO"))
+for i in range(5000):
+    logging.getLogger("app").info("e", extra={{"id": i}})
+started = time.monotonic()
+logging.config.dictConfig(config("WARNING"))  # a reload: the old handler is closed
+print(round(time.monotonic() - started, 2))
+time.sleep(2)  # the old handler's deadline passes while the application runs on
+"""
+            proc = _run_script(code)
+            assert proc.returncode == 0, proc.stderr
+            assert float(proc.stdout) < 0.5  # the reload itself never waits
+            lines = [ln for ln in proc.stderr.splitlines() if "closed (by close()" in ln]
+            assert len(lines) == 1, proc.stderr
+            assert "(and any queued after them) were dropped at its shutdown_timeout (1 s)" in (
+                lines[0])
+            assert 0 < len(srv.stored()) < 5000

@@ -587,7 +587,10 @@ class Ledger:
         tell the flusher to finish by ``deadline`` (monotonic)."""
         with self._lock:
             self._set_close_deadline_locked(deadline)
-            self._late_ok = late_ok
+            # A permission for late events (the exit hook's) outlives a later close() of the
+            # same shipper: logging.shutdown() closes the handlers right after the exit hook,
+            # and atexit hooks registered before `import logging` still log after that.
+            self._late_ok = late_ok or (self._closed and self._late_ok)
             self._closed = True
             self._force = True
             self._update_fast_path_locked()

@@ -82,6 +82,7 @@ class Cause(Enum):
     ENCODE_HANG = "encode_hang"
     LATE = "late"
     ON_ERROR = "on_error"
+    CLOSED_LOSING = "closed_losing"
 
 
 # Causes about single events or the service's limits rather than about the service being

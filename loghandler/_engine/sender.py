@@ -443,6 +443,16 @@ class Sender:
                     "they could be sent")
             if not spooled:
                 self._settle(len(chunk), fate)
+                # Outside the exit hook (its summary line tells), a close that loses events
+                # says so when it happens: a handler closed by logging.config.dictConfig() has
+                # nobody left to ask its stats().
+                why = f": {error}" if error is not None else ""
+                self.reporter.report_or_defer(
+                    Cause.CLOSED_LOSING, f"closed (by close() or a logging reconfiguration) "
+                                         f"before everything was delivered: {len(chunk)} events "
+                                         "(and any queued after them) were dropped at its "
+                                         f"shutdown_timeout ({self.options.shutdown_timeout:g} "
+                                         f"s){why}")
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
         # worth telling at once (it will not heal by itself). Told before the events settle,
