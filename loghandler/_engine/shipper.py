@@ -56,8 +56,6 @@ __all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
 _monotonic = time.monotonic
 
 
-@documented(('Options (keyword arguments; docs/configuration.md: why each default):',
-             SHIPPING_OPTIONS_DOC))
 def _weak(method: Any) -> Any:
     """``method`` (a bound method) held weakly: calling it once its object is gone does
     nothing."""
@@ -70,6 +68,8 @@ def _weak(method: Any) -> Any:
     return call
 
 
+@documented(('Options (keyword arguments; docs/configuration.md: why each default):',
+             SHIPPING_OPTIONS_DOC))
 class Shipper:
     """Queue events and ship them in the background to one dataset.
 
