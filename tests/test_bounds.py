@@ -172,3 +172,54 @@ def test_fork_while_the_spool_lock_is_held(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+class TestNestedSizes:
+    """max_queue_bytes bounds what nested values hold, not a fixed guess per value."""
+
+    BIG = "x" * 50_000
+    LIMIT = 16 * 1024 * 1024
+
+    def check(self, st: loghandler.Stats, queued_bytes: int) -> None:
+        assert queued_bytes <= self.LIMIT
+        assert st.dropped_queue_full >= 1000 and balanced(st)
+        # About 16 MiB of 50 KB values fit in the queue: a few hundred events (``queued`` also
+        # counts the batch in flight, which the bound leaves out), never the 2,000 (100 MB)
+        # that a fixed guess per value let in.
+        assert 150 <= st.queued <= 800, st
+
+    def test_handler_extra(self):
+        h = IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=60,
+                          batch_size=10_000, max_queue_bytes=self.LIMIT, max_retries=0,
+                          shutdown_timeout=0.1)
+        log = logging.getLogger("test.bounds.nested")
+        log.handlers[:] = [h]
+        log.propagate = False
+        try:
+            for i in range(2000):
+                log.warning("big", extra={"payload": {"blob": self.BIG, "i": i}})
+            self.check(h.stats(), h.shipper._ledger.queued_bytes())
+        finally:
+            h.close()
+
+    def test_processor_value(self):
+        proc = IngestProcessor("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=60,
+                               batch_size=10_000, max_queue_bytes=self.LIMIT, max_retries=0,
+                               shutdown_timeout=0.1)
+        try:
+            for i in range(2000):
+                proc(None, "info", {"event": "big", "payload": {"blob": self.BIG, "i": i}})
+            self.check(proc.stats(), proc.shipper._ledger.queued_bytes())
+        finally:
+            proc.close(0.1)
+
+    def test_submit_value(self):
+        s = loghandler.Shipper(loghandler.Client(url="http://127.0.0.1:9", token=TOKEN), "ds",
+                               flush_interval=60, batch_size=10_000,
+                               max_queue_bytes=self.LIMIT, max_retries=0, shutdown_timeout=0.1)
+        try:
+            for i in range(2000):
+                s.submit({"message": "big", "payload": {"blob": self.BIG, "i": i}})
+            self.check(s.stats(), s._ledger.queued_bytes())
+        finally:
+            s.close(0.1)

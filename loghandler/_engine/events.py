@@ -85,6 +85,10 @@ STRUCTLOG_EVENT_SIZE = 240  # a structlog event dict's copy and its queue item, 
 FIELD_SIZE = 48  # a field add_fields copies: its dict entry and a number's object
 COPIED_FIELD_SIZE = 64  # more for a field add_fields copies JSON-safe
 SUBMIT_EVENT_SIZE = 400  # Shipper.submit's shallow copy of an event dict
+# deep_size: what a nested value holds. Containers cost their slots, strings their length;
+# the walk visits at most DEEP_SIZE_NODES values and counts the rest at DEEP_SIZE_REST each.
+DEEP_SIZE_NODES = 2048
+DEEP_SIZE_REST = 256
 SUBMIT_FIELD_SIZE = 80  # each of its fields
 # The attributes LogRecord.__init__ sets come first in record.__dict__: makeRecord() adds the
 # extras after them.
@@ -172,6 +176,40 @@ def _fix_record_event(event: dict[str, Any]) -> None:
         event["level"] = to_jsonable(level)
 
 
+def deep_size(value: Any) -> int:
+    """Rough bytes a JSON-safe value holds, nested values included (for ``max_queue_bytes``).
+
+    Bounded work: at most ``DEEP_SIZE_NODES`` values are visited; what is left unvisited counts
+    ``DEEP_SIZE_REST`` bytes each, so a huge structure is never walked whole on the caller's
+    thread, and its estimate stays large, never small. Never raises."""
+    total = 0
+    stack = [value]
+    visits = 0
+    try:
+        while stack and visits < DEEP_SIZE_NODES:
+            v = stack.pop()
+            visits += 1
+            t = type(v)
+            if t is str:
+                total += 49 + len(v)
+            elif t is dict:
+                total += 64 + 104 * len(v)
+                for k, item in v.items():
+                    if type(k) is str:
+                        total += len(k)
+                    stack.append(item)
+            elif t is list or t is tuple:
+                total += 56 + 8 * len(v)
+                stack.extend(v)
+            elif t is bytes or t is bytearray:
+                total += 33 + len(v)
+            else:
+                total += 32
+    except Exception:
+        return total + DEEP_SIZE_REST
+    return total + len(stack) * DEEP_SIZE_REST
+
+
 def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:
     """Copy (key, value) pairs into ``event``, JSON-safe. Returns a rough size of what was added.
 
@@ -195,7 +233,7 @@ def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = fro
                 value = None
         elif t not in plain:
             value = to_jsonable(value)
-            size += COPIED_FIELD_SIZE
+            size += COPIED_FIELD_SIZE + deep_size(value)
         event[key] = value
         size += FIELD_SIZE
     return size
@@ -292,7 +330,7 @@ def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) 
         elif t not in PLAIN:
             # Copied JSON-safe now: the caller may change or free it after the call.
             value = to_jsonable(value)
-            size += COPIED_EXTRA_SIZE
+            size += COPIED_EXTRA_SIZE + deep_size(value)
         else:
             size += TAKEN_EXTRA_SIZE
         event[key] = value

@@ -40,7 +40,7 @@ from .._errors import ConfigurationError
 from .._output import print_line, redact, shown
 from . import lifecycle as lifecycle
 from .events import SIZE as _SIZE
-from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE
+from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
@@ -380,8 +380,11 @@ def _estimate(event: dict[str, Any]) -> int:
     size = SUBMIT_EVENT_SIZE
     for value in event.values():
         size += SUBMIT_FIELD_SIZE
-        if type(value) is str:
+        t = type(value)
+        if t is str:
             size += len(value)
+        elif t is dict or t is list or t is tuple:
+            size += deep_size(value)  # held by reference until encoded: it counts whole
     return size
 
 
