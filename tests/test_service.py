@@ -717,3 +717,24 @@ class TestViewsCrud:
             with pytest.raises(loghandler.ConfigurationError):
                 client.views.get("")
         assert [v.id for v in svc.views] == ["v1"]
+
+
+def test_gzip_body_of_two_members_is_read_whole() -> None:
+    """`cat a.gz b.gz` is valid gzip (RFC 1952: a file of several members): every member is
+    ingested, never the first alone acknowledged as the whole (issue 24)."""
+    import gzip
+    import json as _json
+
+    import urllib3
+
+    first = "\n".join(_json.dumps({"n": i}) for i in range(500)).encode() + b"\n"
+    second = "\n".join(_json.dumps({"n": i}) for i in range(500, 1000)).encode() + b"\n"
+    with LocalService(token="gzip-members-token") as svc:
+        resp = urllib3.request(
+            "POST", f"{svc.url}/v1/datasets/members/ingest",
+            body=gzip.compress(first) + gzip.compress(second),
+            headers={"Authorization": "Bearer gzip-members-token",
+                     "Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
+        answer = _json.loads(resp.data)
+        assert resp.status == 200 and answer["ingested"] == 1000 and answer["failed"] == 0
+        assert sorted(e["n"] for e in svc.events("members")) == list(range(1000))

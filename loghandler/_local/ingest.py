@@ -72,17 +72,28 @@ def _too_big(limit: int) -> HttpError:
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:
-    # Bounded: a small gzip body must not expand into gigabytes in memory.
-    d = zlib.decompressobj(wbits=31)
-    try:
-        out = d.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise HttpError(400, f"the body is not valid gzip: {exc}") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise _too_big(limit)
-    if not d.eof:
-        raise HttpError(400, "the body is not valid gzip: it ends before the gzip stream does")
-    return out
+    """Every member of a gzip body (``cat a.gz b.gz`` is valid gzip, and streaming compressors
+    write several): a body is acknowledged whole or not at all. Bounded: a small gzip body must
+    not expand into gigabytes in memory."""
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(rest, limit + 1 - size)
+        except zlib.error as exc:
+            raise HttpError(400, f"the body is not valid gzip: {exc}") from None
+        size += len(out)
+        if size > limit or d.unconsumed_tail:
+            raise _too_big(limit)
+        if not d.eof:
+            raise HttpError(400, "the body is not valid gzip: it ends before the gzip stream "
+                                 "does")
+        parts.append(out)
+        rest = d.unused_data
+        if not rest.strip(b"\0"):  # trailing zero padding (tar-style) is no member
+            return b"".join(parts)
 
 
 def _unzstd(body: bytes, limit: int) -> bytes:
