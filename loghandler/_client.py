@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from . import _encoding as encoding
 from ._config import CLIENT_ARGS_DOC, Settings, documented, resolve_settings
+from ._datasets import Datasets
 from ._errors import (
     ApiError,
     AuthenticationError,
@@ -155,6 +156,7 @@ class Client:
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
         self.views = Views(self)
+        self.datasets = Datasets(self)
         _live_clients.add(self)
 
     @property
@@ -446,8 +448,9 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
                              retry_after=retry_after)
     if status in NOT_FOUND:
         if dataset is not None:
-            msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it in the "
-                   "service, or check the dataset name and the base address (LOGHANDLER_URL)")
+            msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it "
+                   f"(`loghandler datasets create {shown(dataset).strip(chr(39))}`), or check "
+                   "the dataset name and the base address (LOGHANDLER_URL)")
         else:
             msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
         raise NotFoundError(status, body, msg)

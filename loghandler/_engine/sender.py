@@ -298,7 +298,10 @@ class Sender:
         try:
             answer = self.transport.post(body, headers, timeout)
         except TransportError as exc:
-            return Outcome.RETRY, None, exc
+            # Kept (for the report, on_error), but without its traceback: the frames it holds
+            # hold the batch, a cycle that only a full GC pass would free. During an outage
+            # every failed try made one, and RSS grew by whole batches.
+            return Outcome.RETRY, None, exc.with_traceback(None)
         outcome, pause = classify(answer)
         return outcome, pause, self._act(answer, outcome, pause, len(body), len(chunk))
 
@@ -330,7 +333,7 @@ class Sender:
             raise_for_status(resp, what=f"ingest into dataset {shown(self.dataset)}",
                              dataset=self.dataset)
         except ApiError as exc:
-            return exc
+            return exc.with_traceback(None)  # no frames kept alive (see _try)
         return ApiError(answer.status, answer.body, f"HTTP {answer.status}")  # not reached
 
     def _partial(self, body: Any, n: int) -> PartialIngestError:

@@ -84,6 +84,9 @@ _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/style.css": ("style.css", "text/css; charset=utf-8")}
 _INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
+# /v1/datasets (and /v2/datasets), /v1/datasets/{name}, /v1/datasets/{name}/trim
+_DATASETS = re.compile(r"^/v[12]/datasets(?:/([^/]+))?(/trim)?$")
+_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _VIEW = re.compile(r"^/v2/views/([^/]+)$")
 
 
@@ -159,6 +162,10 @@ class Store:
                 CREATE TABLE IF NOT EXISTS views (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
                     id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS datasets (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    name TEXT NOT NULL UNIQUE, description TEXT NOT NULL,
+                    created TEXT NOT NULL);
             """)
             self._migrate_batches_locked()
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
@@ -238,6 +245,80 @@ class Store:
     def datasets(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+    # ------------------------------------------------------------------ the dataset registry
+
+    def _record_locked(self, name: str, description: str = "") -> dict[str, Any] | None:
+        row = self._db.execute("SELECT name, description, created FROM datasets WHERE name = ?",
+                               (name,)).fetchone()
+        if row is None:
+            return None
+        return {"id": row[0], "name": row[0], "description": row[1], "who": "",
+                "created": row[2]}
+
+    def dataset_list(self) -> list[dict[str, Any]]:
+        """Every dataset: the ones created, and the ones that got events without being
+        created (the service creates none of those; this stand-in lists them, created when
+        their first event arrived), oldest first."""
+        with self._lock:
+            self._register_implicit_locked()
+            rows = self._db.execute(
+                "SELECT name, description, created FROM datasets ORDER BY seq").fetchall()
+        return [{"id": n, "name": n, "description": d, "who": "", "created": c}
+                for n, d, c in rows]
+
+    def _register_implicit_locked(self) -> None:
+        for name in self._counts:
+            self._db.execute("INSERT OR IGNORE INTO datasets (name, description, created) "
+                             "VALUES (?, '', ?)", (name, format_time(time.time_ns() // 1000)))
+
+    def dataset_get(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            self._register_implicit_locked()
+            return self._record_locked(name)
+
+    def dataset_create(self, name: str, description: str) -> dict[str, Any] | None:
+        """The new dataset; None when one of that name exists."""
+        with self._lock:
+            self._register_implicit_locked()
+            if self._record_locked(name) is not None:
+                return None
+            self._db.execute("INSERT INTO datasets (name, description, created) VALUES "
+                             "(?, ?, ?)", (name, description,
+                                           format_time(time.time_ns() // 1000)))
+            return self._record_locked(name)
+
+    def dataset_update(self, name: str, description: str) -> dict[str, Any] | None:
+        with self._lock:
+            self._register_implicit_locked()
+            if self._record_locked(name) is None:
+                return None
+            self._db.execute("UPDATE datasets SET description = ? WHERE name = ?",
+                             (description, name))
+            return self._record_locked(name)
+
+    def dataset_delete(self, name: str) -> bool:
+        """Delete the dataset and its events; False when there is none."""
+        with self._lock:
+            self._register_implicit_locked()
+            if self._record_locked(name) is None:
+                return False
+            self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
+            self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
+            self._counts.pop(name, None)
+            return True
+
+    def dataset_trim(self, name: str, older_than_us: int) -> int | None:
+        """Delete the events stamped before ``older_than_us``; how many (None: no dataset)."""
+        with self._lock:
+            self._register_implicit_locked()
+            if self._record_locked(name) is None:
+                return None
+            cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
+                                   (name, older_than_us))
+            n = cur.rowcount
+            self._counts[name] = max(0, self._counts.get(name, 0) - n)
+            return n
 
     def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
         """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""
@@ -427,12 +508,12 @@ class Server(ThreadingHTTPServer):
         self.max_body_bytes = max_body_bytes
         self.on_request = on_request
         # None: a dataset is created by its first ingest. A set: only these exist (404 else).
-        self.datasets: frozenset[str] | None = None
+        self.datasets: set[str] | None = None
         if datasets is not None:
             names = [datasets] if isinstance(datasets, str) else list(datasets)
             if not all(isinstance(n, str) and n for n in names):
                 raise ValueError("datasets must be non-empty dataset names")
-            self.datasets = frozenset(names)
+            self.datasets = set(names)
         self.rate_limiter = None if rate_limit is None else RateLimiter(rate_limit)
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
@@ -600,12 +681,8 @@ class _Handler(BaseHTTPRequestHandler):
             if path == _QUERY_PATH:
                 self._allow(method, "POST")
                 status, answer = 200, self._query()
-            elif path == "/v1/datasets":
-                self._allow(method, "GET")
-                self._discard()
-                status, answer = 200, [{"name": name, "description": "", "who": "",
-                                        "created": ""}
-                                       for name in self.server.store.datasets()]
+            elif (d := _DATASETS.match(path)) is not None and not m:
+                status, answer = self._datasets(method, d.group(1), d.group(2))
             elif m:
                 dataset = unquote(m.group(1))
                 self._allow(method, "POST")
@@ -785,6 +862,70 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "the body is not valid JSON: nested too deeply") from None
 
     # ------------------------------------------------------------------ endpoints
+
+    def _datasets(self, method: str, name: str | None, trim: str | None
+                  ) -> tuple[int, Any]:
+        """The datasets API: list and create, get, update and delete, trim."""
+        store = self.server.store
+        allowed = self.server.datasets
+        if name is None:
+            self._allow(method, "GET", "POST")
+            if method == "GET":
+                self._discard()
+                listed = store.dataset_list()
+                if allowed is not None:
+                    known = {d["name"] for d in listed}
+                    listed += [{"id": n, "name": n, "description": "", "who": "",
+                                "created": ""} for n in sorted(allowed) if n not in known]
+                return 200, listed
+            data = self._parse_json(self._read_body())
+            if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not (
+                    _DATASET_NAME.fullmatch(data["name"])):
+                raise HttpError(400, "a dataset needs a name of 1-128 letters, digits, '-', "
+                                     "'_' or '.': {\"name\": \"logs\", \"description\": \"...\"}")
+            created = store.dataset_create(data["name"], str(data.get("description") or ""))
+            if created is None:
+                raise HttpError(409, f"dataset {data['name']!r} exists already")
+            if allowed is not None:
+                allowed.add(data["name"])
+            return 200, created
+        name = unquote(name)
+        if trim:
+            self._allow(method, "POST")
+            data = self._parse_json(self._read_body())
+            span = data.get("maxDuration") if isinstance(data, dict) else None
+            try:
+                now_us = time.time_ns() // 1000
+                cutoff = apl.parse_relative_time(f"now-{span}", now_us) if isinstance(
+                    span, str) else None
+            except apl.AplError:
+                cutoff = None
+            if cutoff is None:
+                raise HttpError(400, 'trim needs {"maxDuration": "1h"} (a span: 30m, 1h, 2d)')
+            n = store.dataset_trim(name, cutoff)
+            if n is None:
+                raise HttpError(404, f"dataset {name!r} not found")
+            return 200, {"numDeleted": n}
+        self._allow(method, "GET", "PUT", "DELETE")
+        if method == "GET":
+            self._discard()
+            found = store.dataset_get(name)
+        elif method == "PUT":
+            data = self._parse_json(self._read_body())
+            description = data.get("description") if isinstance(data, dict) else None
+            if not isinstance(description, str):
+                raise HttpError(400, 'update needs {"description": "..."}')
+            found = store.dataset_update(name, description)
+        else:
+            self._discard()
+            if not store.dataset_delete(name):
+                raise HttpError(404, f"dataset {name!r} not found")
+            if allowed is not None:
+                allowed.discard(name)
+            return 204, None
+        if found is None:
+            raise HttpError(404, f"dataset {name!r} not found")
+        return 200, found
 
     def _ingest(self, dataset: str, params: dict[str, list[str]]) -> dict[str, Any]:
         allowed = self.server.datasets

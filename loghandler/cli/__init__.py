@@ -21,7 +21,7 @@ from .. import __version__
 from .._config import speak_command_line
 from .._errors import ConfigurationError, Error
 from .._output import register_secret
-from . import doctor, ingest, query, serve, views
+from . import datasets, doctor, ingest, query, serve, views
 from ._common import (
     EXIT_OK,
     EXIT_SERVICE,
@@ -40,7 +40,7 @@ __all__ = ["_Follower", "build_parser", "format_event_line", "iter_events", "mai
            "parse_span"]
 
 # The command groups, in the order --help lists them.
-GROUPS = (serve, ingest, views, query, doctor)
+GROUPS = (serve, ingest, datasets, views, query, doctor)
 
 
 def build_parser() -> _Parser:
@@ -61,7 +61,8 @@ def _unknown_arguments(parser: _Parser, args: argparse.Namespace,
     """One line on what was not understood, a suggestion, and the usage of that command."""
     import difflib
 
-    name = " ".join(n for n in (args.command, getattr(args, "views_command", None)) if n)
+    name = " ".join(n for n in (args.command, getattr(args, "views_command", None),
+                                getattr(args, "datasets_command", None)) if n)
     command = parser.commands.get(name, parser)
     options = [e for e in extras if e.startswith("-") and e != "-"]
     if options:
