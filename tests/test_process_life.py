@@ -134,10 +134,11 @@ if __name__ == "__main__":
             pool.close()
             pool.join()
     else:  # the context manager's exit: Pool.terminate()
+        import time
         with ctx.Pool(2, initializer=setup) as pool:
             print(sorted(pool.map(work, range(4), chunksize=1)), flush=True)
-            print("DEFAULT", all(pool.map(sigterm_is_default, range(4), chunksize=1)),
-                  flush=True)
+            started = time.monotonic()
+        print("TERMINATED IN", round(time.monotonic() - started, 2), flush=True)
 """ % TOKEN
 
 
@@ -160,17 +161,25 @@ class TestMultiprocessing:
         got = sorted((e["task"], e["j"]) for e in receiver.events)
         assert got == [(t, j) for t in range(4) for j in range(100)]
 
-    @pytest.mark.parametrize("method", ["fork", "forkserver"])
-    def test_pool_terminate_is_left_alone(self, receiver, pool_script, method):
-        """The context manager's exit (terminate(): SIGTERM to each worker) must end at once:
-        no SIGTERM handler of ours in multiprocessing children (a Python-level handler can
-        hang Pool.terminate() for ever). README says to call close() + join() instead."""
+    @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+    def test_pool_terminate_delivers_what_the_tasks_logged(self, receiver, pool_script,
+                                                            method):
+        """`with Pool()` ends in terminate(): SIGTERM to each worker. Each worker delivers what
+        its finished tasks logged before it dies, and the pool's exit stays bounded by
+        shutdown_timeout (5 s); a worker that cannot deliver in time says so on stderr, with
+        the count (issue 22)."""
+        import re
+
         proc = subprocess.run([sys.executable, str(pool_script), method, "terminate"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "TEST_URL": receiver.url})
         assert proc.returncode == 0, proc.stderr
-        assert "DEFAULT True" in proc.stdout
-        assert len(receiver.events) <= 400
+        took = float(proc.stdout.split("TERMINATED IN")[1])
+        assert took < 5.0 + 2.0
+        told = sum(int(n) for n in re.findall(r"(\d+) dropped", proc.stderr))
+        got = {(e["task"], e["j"]) for e in receiver.events}
+        assert len(got) == len(receiver.events)  # none twice
+        assert len(got) + told == 400, (len(got), proc.stderr)
 
     def test_fork_process_inheriting_the_handler_delivers(self, receiver, pool_script):
         """A fork Process that inherits the parent's handler ships its events before os._exit."""

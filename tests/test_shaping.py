@@ -374,6 +374,18 @@ class TestScrubbing:
         log.info("password=letmein")
         assert h.flush(5) and receiver.events[-1]["message"] == "password=[redacted]"
 
+    def test_keys_in_context_and_fields_are_scrubbed_too(self, make_logger, receiver):
+        """The default (keys) reaches nested values a context or fields= add to a fast-path
+        event, and a secret key among the extras of one."""
+        log, h = make_logger(fields={"deploy": {"api_key": "k-1", "region": "eu"}})
+        with loghandler.context(session={"cookie": "c-2", "user": 7}):
+            log.info("plain", extra={"password": "p-3", "n": 1})
+        assert h.flush(5)
+        (e,) = receiver.events
+        assert e["password"] == REDACTED and e["n"] == 1
+        assert e["session"] == REDACTED  # a secret key hides what it holds
+        assert e["deploy"] == {"api_key": REDACTED, "region": "eu"}
+
     def test_own_keys_and_patterns(self, make_logger, receiver):
         """scrub_keys and scrub_patterns add to the defaults."""
         # Patterns of one's own turn the text scan on, with the defaults.

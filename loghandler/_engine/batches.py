@@ -86,7 +86,7 @@ class Cutter:
     __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "select")
 
     def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int, fields: Any,
-                 finish: Callable[[dict[str, Any]], None] | None = None,
+                 finish: Callable[..., None] | None = None,
                  select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
                  ) -> None:
         self.ledger = ledger

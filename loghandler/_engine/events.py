@@ -107,7 +107,7 @@ _gmtime = time.gmtime
 
 
 def item_events(items: Any, fields: Mapping[str, Any] | None = None,
-                finish: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                finish: Callable[..., None] | None = None) -> list[dict[str, Any]]:
     """The events of queue items (see "Queue items"), on the flusher thread.
 
     ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
@@ -121,6 +121,7 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
     seen: int | None = None
     prefix = ""
     static = tuple(fields.items()) if fields else ()
+    static_plain = all(type(v) in PLAIN for _, v in static)
     pop = dict.pop
     for event in items:
         pop(event, SIZE, None)
@@ -130,7 +131,10 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
                 merge_context(event, snap)
             except Exception:
                 pass  # the event goes out without its context rather than not at all
-        if pop(event, RECORD, None) is not None:
+        record = pop(event, RECORD, None) is not None
+        # Flat (for the scrubber): the fast path's plain values, and nothing nested added.
+        plain = record and snap is None and static_plain
+        if record:
             try:
                 created = event["_time"]
                 sec = floor(created)
@@ -151,7 +155,7 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
                     event[key] = value
         if finish is not None:
             try:
-                finish(event)
+                finish(event, plain)
             except Exception:
                 # Never ship what could not be checked for secrets: the event stays, its
                 # values do not.

@@ -217,8 +217,6 @@ def _install_sigterm_handler() -> None:
     _sigterm_decided = False
     if os.environ.get(ENV_HANDLE_SIGTERM, "").strip().lower() in ("0", "false", "no", "off"):
         return
-    if _in_multiprocessing_child():
-        return
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
@@ -226,6 +224,8 @@ def _install_sigterm_handler() -> None:
     except (ValueError, OSError, AttributeError):  # not the main interpreter, no SIGTERM
         return
     _sigterm_decided = True
+    if _in_multiprocessing_child():
+        _watch_sigterm_in_worker()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -256,6 +256,66 @@ def _on_sigterm(signum: int, frame: object) -> None:
         except (ValueError, OSError):
             pass
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+_worker_watch: threading.Thread | None = None
+
+
+def _watch_sigterm_in_worker() -> None:
+    """In a multiprocessing child with our SIGTERM handler: make sure SIGTERM is acted on
+    within a bound even when the main thread never gets back to bytecode (a long C call).
+
+    A Python handler runs only on the main thread, between bytecodes. So the C-level handler's
+    wake-up byte (``signal.set_wakeup_fd``) is also watched by a thread: on SIGTERM it closes
+    the shippers (delivering what the tasks logged) within ``shutdown_timeout`` and ends the
+    process, whichever of it and the handler gets there first. With a wake-up fd the
+    application set already (asyncio's), the handler alone acts.
+    """
+    global _worker_watch
+    if _worker_watch is not None and _worker_watch.is_alive():
+        return
+    try:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        if old != -1:  # the application's: leave it
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+    except (ValueError, OSError, AttributeError):
+        return
+    watch = threading.Thread(target=_worker_watch_run, args=(r,),
+                             name="loghandler-sigterm-watch", daemon=True)
+    try:
+        watch.start()
+    except RuntimeError:
+        return
+    _worker_watch = watch
+
+
+def _worker_watch_run(fd: int) -> None:
+    global _terminating
+    block_sigterm_in_this_thread()
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM not in data:
+            continue
+        if not _terminating:
+            _terminating = True
+            _close_quietly()
+            os._exit(128 + signal.SIGTERM)
+        # The main thread's handler is closing: if it is stuck, end the process at the bound.
+        limit = max((s.options.shutdown_timeout for s in list(_live)), default=0.0) + 1.5
+        time.sleep(limit)
+        os._exit(128 + signal.SIGTERM)
 
 
 def _close_quietly() -> None:
@@ -305,18 +365,11 @@ def _arm_multiprocessing() -> None:
 
 def _mp_after_fork(_key: object) -> None:
     # In a child that multiprocessing just forked, after it cleared the inherited finalizers.
-    global _sigterm_decided
+    # SIGTERM is how a pool ends its workers (Pool.terminate(), which `with Pool()` calls):
+    # the worker delivers what its tasks logged first, within shutdown_timeout
+    # (_watch_sigterm_in_worker keeps that bounded even when its main thread is stuck).
     if _sigterm_decided:
-        # SIGTERM is how the parent ends its workers (Pool.terminate()), and nothing may stand
-        # in its way there: a Python-level handler runs only when the main thread gets back to
-        # bytecode, and a worker blocked for good in a semaphore wait (the pool holds its
-        # queue's lock while terminating) would never die, and the pool would hang for ever.
-        _sigterm_decided = False
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+        _watch_sigterm_in_worker()
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None and _live:
         try:
