@@ -8,14 +8,13 @@ the real service does, so its own clients work against it: errors are
 ingest status, optional rate limits and a fixed set of datasets can be rehearsed.
 Also ``POST /v1/datasets/_apl`` (a subset of APL: _apl.py, _aplsql.py), ``GET /v1/datasets`` and the
 web page at ``/`` (the files in ``loghandler/_local/web``, the only answers given without a token).
-Used by ``loghandler serve`` and ``loghandler.testing``.
+Storage and queries are store.py. Used by ``loghandler serve`` and ``loghandler.testing``.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
-import pathlib
 import re
 import socket
 import sqlite3
@@ -30,15 +29,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import apl as apl
 from . import aplsql as aplsql
-from .apl import format_time, parse_time
+from .apl import format_time
 from .ingest import (
     HttpError,
     IngestOptions,
     decode_body,
-    json_kind,
     parse_values,
     prepare_events,
 )
+from .store import VIEW_FIELDS, Store, reject_constant, validate_view
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -58,24 +57,9 @@ DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 _DRAIN_LIMIT = 64 * 1024 * 1024
 _CHUNK = 64 * 1024
 
-# The six fields of a view and the JSON type each must have.
-VIEW_FIELDS: dict[str, type] = {
-    "aplQuery": str,
-    "datasets": list,
-    "description": str,
-    "name": str,
-    "sharedByOrg": str,
-    "sharedByOrgName": str,
-}
-
-_VIEW_DEFAULTS: dict[str, Any] = {name: [] if kind is list else "" for name, kind in
-                                  VIEW_FIELDS.items()}
-
 # Bound to every interface: clients on this machine reach it on loopback.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
-# A query that runs longer than this is stopped (and answered 400).
-QUERY_TIMEOUT = 10.0
 _QUERY_PATH = "/v1/datasets/_apl"
 # The web page: plain files shipped in the package, served without a token (the page then
 # reads everything through the authenticated API, with the token from the URL fragment).
@@ -101,350 +85,6 @@ class RequestRecord:
     events: int = 0
     error: str | None = None
     failed: int = 0  # events of an ingest the service turned down (in its 200 answer)
-
-
-# The fields a view must have, as the real service requires them in POST and PUT.
-REQUIRED_VIEW_FIELDS = ("name", "aplQuery")
-
-
-def validate_view(data: Any) -> dict[str, Any]:
-    """The six view fields of a POST or PUT body, type-checked; ``HttpError(400)`` naming the
-    problem. ``name`` and ``aplQuery`` are required; the others default to empty."""
-    if not isinstance(data, dict):
-        raise HttpError(400, f"the body must be a JSON object (a view), not {json_kind(data)}")
-    missing = [name for name in REQUIRED_VIEW_FIELDS if data.get(name) is None]
-    if missing:
-        raise HttpError(400, f"missing view field(s): {', '.join(missing)}; "
-                             f"{' and '.join(REQUIRED_VIEW_FIELDS)} are required")
-    view: dict[str, Any] = {}
-    for name, kind in VIEW_FIELDS.items():
-        value = data.get(name)
-        if value is None and name not in REQUIRED_VIEW_FIELDS:
-            value = _VIEW_DEFAULTS[name]
-        if not isinstance(value, kind):
-            expected = "an array of strings" if kind is list else "a string"
-            raise HttpError(400, f"field {name} must be {expected}, not {json_kind(value)}")
-        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
-            raise HttpError(400, f"field {name} must be an array of strings")
-        view[name] = list(value) if isinstance(value, list) else value
-    return view
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-class Store:
-    """Events and views in SQLite: one connection shared by the handler threads, under a lock.
-
-    One row per event: its dataset, its ``_time`` as an integer (epoch microseconds), its
-    ``_sysTime`` (when it arrived) and the event's JSON as ingested; the row's ``seq`` is the
-    ``_rowId``. The index on (dataset, time, seq) keeps queries over a time range or the newest
-    events fast however many are stored; a batch is one ``executemany`` in one transaction.
-    """
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path
-        self._db = sqlite3.connect(path or ":memory:", check_same_thread=False,
-                                   isolation_level=None)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        with self._lock:
-            if path:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript("""
-                CREATE TABLE IF NOT EXISTS events (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    dataset TEXT NOT NULL, time INTEGER NOT NULL, sys TEXT NOT NULL,
-                    body TEXT NOT NULL);
-                CREATE INDEX IF NOT EXISTS events_time ON events (dataset, time, seq);
-                CREATE TABLE IF NOT EXISTS views (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
-                CREATE TABLE IF NOT EXISTS datasets (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    name TEXT NOT NULL UNIQUE, description TEXT NOT NULL,
-                    created TEXT NOT NULL);
-            """)
-            self._migrate_batches_locked()
-            # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
-            # big dataset is a scan. Ordered by first arrival, as datasets() promises.
-            self._counts: dict[str, int] = {
-                name: int(n) for name, n in self._db.execute(
-                    "SELECT dataset, COUNT(*) FROM events GROUP BY dataset ORDER BY MIN(seq)")}
-        # With a file (in WAL mode), queries read through their own connection: a long query
-        # then does not hold up ingest. In memory there is only the one connection.
-        self._reader: sqlite3.Connection | None = None
-        self._reader_lock = threading.Lock()
-        if path:
-            uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro"
-            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False,
-                                           isolation_level=None)
-
-    def _migrate_batches_locked(self) -> None:
-        # A --db file written by an earlier version kept one row per ingest body.
-        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                "AND name = 'batches'").fetchone():
-            return
-        self._db.execute("BEGIN")
-        for dataset, body in self._db.execute(
-                "SELECT dataset, body FROM batches ORDER BY seq").fetchall():
-            self._insert_locked(dataset, json.loads(body))
-        self._db.execute("DROP TABLE batches")
-        self._db.execute("COMMIT")
-
-    def close(self) -> None:
-        with self._reader_lock:
-            if self._reader is not None:
-                self._reader.close()
-        with self._lock:
-            self._db.close()
-
-    # ------------------------------------------------------------------ events
-
-    def add_events(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here."""
-        if not events:
-            return
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._insert_locked(dataset, events)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-            self._counts[dataset] = self._counts.get(dataset, 0) + len(events)
-            self._changed.notify_all()
-
-    def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        now_us = time.time_ns() // 1000
-        sys_time = format_time(now_us)
-        # This exact encoding (ASCII escapes, no spaces) is what aplsql's text pre-filter expects.
-        dumps = json.dumps
-        rows = []
-        for event in events:
-            t = parse_time(event.get("_time"))
-            rows.append((dataset, now_us if t is None else t, sys_time,
-                         dumps(event, separators=(",", ":"))))
-        self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
-                             rows)
-
-    def events(self, dataset: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM events WHERE dataset = ? ORDER BY seq", (dataset,)
-            ).fetchall()
-        return [json.loads(body) for (body,) in rows]
-
-    def count(self, dataset: str) -> int:
-        with self._lock:
-            return self._counts.get(dataset, 0)
-
-    def datasets(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
-
-    # ------------------------------------------------------------------ the dataset registry
-
-    def _record_locked(self, name: str, description: str = "") -> dict[str, Any] | None:
-        row = self._db.execute("SELECT name, description, created FROM datasets WHERE name = ?",
-                               (name,)).fetchone()
-        if row is None:
-            return None
-        return {"id": row[0], "name": row[0], "description": row[1], "who": "",
-                "created": row[2]}
-
-    def dataset_list(self) -> list[dict[str, Any]]:
-        """Every dataset: the ones created, and the ones that got events without being
-        created (the service creates none of those; this stand-in lists them, created when
-        their first event arrived), oldest first."""
-        with self._lock:
-            self._register_implicit_locked()
-            rows = self._db.execute(
-                "SELECT name, description, created FROM datasets ORDER BY seq").fetchall()
-        return [{"id": n, "name": n, "description": d, "who": "", "created": c}
-                for n, d, c in rows]
-
-    def _register_implicit_locked(self) -> None:
-        for name in self._counts:
-            self._db.execute("INSERT OR IGNORE INTO datasets (name, description, created) "
-                             "VALUES (?, '', ?)", (name, format_time(time.time_ns() // 1000)))
-
-    def dataset_get(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            self._register_implicit_locked()
-            return self._record_locked(name)
-
-    def dataset_create(self, name: str, description: str) -> dict[str, Any] | None:
-        """The new dataset; None when one of that name exists."""
-        with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is not None:
-                return None
-            self._db.execute("INSERT INTO datasets (name, description, created) VALUES "
-                             "(?, ?, ?)", (name, description,
-                                           format_time(time.time_ns() // 1000)))
-            return self._record_locked(name)
-
-    def dataset_update(self, name: str, description: str) -> dict[str, Any] | None:
-        with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
-                return None
-            self._db.execute("UPDATE datasets SET description = ? WHERE name = ?",
-                             (description, name))
-            return self._record_locked(name)
-
-    def dataset_delete(self, name: str) -> bool:
-        """Delete the dataset and its events; False when there is none."""
-        with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
-                return False
-            self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
-            self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
-            self._counts.pop(name, None)
-            return True
-
-    def dataset_trim(self, name: str, older_than_us: int) -> int | None:
-        """Delete the events stamped before ``older_than_us``; how many (None: no dataset)."""
-        with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
-                return None
-            cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
-                                   (name, older_than_us))
-            n = cur.rowcount
-            self._counts[name] = max(0, self._counts.get(name, 0) - n)
-            return n
-
-    def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
-        """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._counts.get(dataset, 0) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
-
-    def clear_events(self) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM events")
-            self._counts.clear()
-
-    def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
-              timeout: float = QUERY_TIMEOUT) -> dict[str, Any]:
-        """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
-
-        ``HttpError(400)`` names what is outside the subset; a query is stopped after
-        ``timeout`` seconds, so one query cannot hold the store (and ingest) for long.
-        """
-        now_us = time.time_ns() // 1000
-        try:
-            start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
-            end_us = None if end in (None, "") else apl.parse_relative_time(end, now_us)
-            data_range = None
-            if "bin_auto" in text and start_us is None:
-                # Without a start, bin_auto's bins span the data's own time range.
-                with self._lock:
-                    first, last = self._db.execute(
-                        "SELECT min(time), max(time) FROM events WHERE dataset = ?",
-                        (apl.parse_query(text).dataset,)).fetchone()
-                if first is not None:
-                    data_range = (first, last + 1)
-            compiled = aplsql.compile_query(text, start_us=start_us, end_us=end_us,
-                                            now_us=now_us, data_range=data_range)
-        except apl.AplError as exc:
-            raise HttpError(400, str(exc)) from None
-        deadline = time.monotonic() + timeout
-        db, lock = ((self._reader, self._reader_lock) if self._reader is not None
-                    else (self._db, self._lock))
-        with lock:
-            db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
-            try:
-                result = aplsql.run(db, compiled)
-            except sqlite3.OperationalError as exc:
-                if "interrupt" in str(exc):
-                    raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
-                                         f"with a time range or a where") from None
-                raise HttpError(400, f"the query cannot run: {exc}") from None
-            finally:
-                db.set_progress_handler(None, 0)
-        with self._lock:
-            examined = self._counts.get(compiled.dataset, 0)
-        start_s = apl.format_time(start_us if start_us is not None else 0)
-        end_s = apl.format_time(end_us if end_us is not None else now_us)
-        build = aplsql.tabular_answer if fmt == "tabular" else aplsql.legacy_answer
-        return build(result, examined, start_s, end_s)
-
-    # ------------------------------------------------------------------ views
-
-    def views(self) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute("SELECT id, body FROM views ORDER BY seq").fetchall()
-        return [{"id": view_id, **json.loads(body)} for view_id, body in rows]
-
-    def get_view(self, view_id: str) -> dict[str, Any] | None:
-        """The view with this id; None when there is none."""
-        with self._lock:
-            row = self._db.execute("SELECT body FROM views WHERE id = ?",
-                                   (view_id,)).fetchone()
-        return None if row is None else {"id": view_id, **json.loads(row[0])}
-
-    def put_view(self, view_id: str, view: dict[str, Any]) -> dict[str, Any] | None:
-        """Replace a stored view; None when there is no view with this id."""
-        with self._lock:
-            cur = self._db.execute("UPDATE views SET body = ? WHERE id = ?",
-                                   (json.dumps(view), view_id))
-            if cur.rowcount == 0:
-                return None
-        return {"id": view_id, **view}
-
-    def create_view(self, view: dict[str, Any]) -> dict[str, Any]:
-        """Store a new view under an id of the service's choosing; the view with its id."""
-        with self._lock:
-            view_id = self._next_id_locked()
-            self._db.execute("INSERT INTO views (id, body) VALUES (?, ?)",
-                             (view_id, json.dumps(view)))
-        return {"id": view_id, **view}
-
-    def delete_view(self, view_id: str) -> bool:
-        """Delete a view; False when there is no view with this id."""
-        with self._lock:
-            return self._db.execute("DELETE FROM views WHERE id = ?", (view_id,)).rowcount > 0
-
-    def seed_views(self, views: Iterable[dict[str, Any]]) -> None:
-        """Add views (service JSON, six fields, ``id`` optional) that are not stored yet.
-
-        A view with an id already stored, or without an id but with a stored view's name, is
-        left alone: with ``--db FILE`` the stored (maybe updated) view wins over the seed.
-        """
-        with self._lock:
-            for data in views:
-                # Seeds may leave fields out (tests rarely care about all six); types still count.
-                view = validate_view({**_VIEW_DEFAULTS, **data})
-                view_id = data.get("id")
-                if view_id is None:
-                    names = {json.loads(b)["name"] for (b,) in
-                             self._db.execute("SELECT body FROM views")}
-                    if view["name"] in names:
-                        continue
-                    view_id = self._next_id_locked()
-                self._db.execute("INSERT OR IGNORE INTO views (id, body) VALUES (?, ?)",
-                                 (str(view_id), json.dumps(view)))
-
-    def _next_id_locked(self) -> str:
-        # Never an id a deleted view had: a stale id must not name another view later.
-        ids = {row[0] for row in self._db.execute("SELECT id FROM views")}
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'views'").fetchone()
-        n = (int(row[0]) if row else 0) + 1
-        while str(n) in ids:
-            n += 1
-        return str(n)
 
 
 class RateLimiter:
@@ -855,7 +495,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not body.strip():
             raise HttpError(400, "the body is empty; send JSON")
         try:
-            return json.loads(body, parse_constant=_reject_constant)
+            return json.loads(body, parse_constant=reject_constant)
         except (ValueError, UnicodeDecodeError) as exc:
             raise HttpError(400, f"the body is not valid JSON: {exc}") from None
         except RecursionError:
