@@ -115,6 +115,20 @@ class TestAplErrors:
         assert said in proc.stderr
 
 
+class TestBareWord:
+    def test_a_bare_word_compared_is_pointed_out(self, svc):
+        """`level == error` reads a field named error: no rows, and a note says so."""
+        proc = run(svc, "query", "['app'] | where level == error")
+        assert proc.returncode == 0 and proc.stdout == "no rows\n"
+        assert proc.stderr == (
+            "loghandler: note: in `level == error`, error is read as a field name, not as "
+            "text; to compare with the text, quote it: level == 'error'\n")
+
+    def test_no_note_for_quoted_text(self, svc):
+        proc = run(svc, "query", "['app'] | where level == 'fatal'")
+        assert proc.stderr == ""
+
+
 class TestTail:
     def test_structlog_event_and_traceback(self, svc):
         proc = run(svc, "tail", "cli")
@@ -230,7 +244,7 @@ class TestIngestCsv:
     def test_csv_by_name_with_a_timestamp_field(self, svc, tmp_path):
         path = tmp_path / "orders.csv"
         path.write_text('ts,level,message\n2024-05-01T12:00:00Z,info,"paid, twice"\n'
-                        '1714564800,error,"multi\nline"\n3,4,5,6\n')
+                        '2024-05-01T12:00:01Z,error,"multi\nline"\n3,4,5,6\n')
         proc = run(svc, "ingest", "-d", "orders", str(path), "--timestamp-field", "ts")
         assert proc.stdout == ("2 events read, 2 delivered to 'orders', 1 bad input line "
                                "skipped\n")
@@ -239,8 +253,18 @@ class TestIngestCsv:
         events = svc.events("orders")
         assert [(e["message"], e["level"], e["_time"]) for e in events] == [
             ("paid, twice", "info", "2024-05-01T12:00:00.000000Z"),
-            ("multi\nline", "error", "2024-05-01T12:00:00.000000Z")]
-        assert all("ts" not in e for e in events)
+            ("multi\nline", "error", "2024-05-01T12:00:01.000000Z")]
+
+    def test_timestamp_format_is_a_go_layout(self, svc, tmp_path):
+        """--timestamp-format goes to the service, which reads the field in that layout."""
+        path = tmp_path / "access.csv"
+        path.write_text("when,path\n01/May/2024:12:00:00 +0200,/a\n")
+        proc = run(svc, "ingest", "-d", "access", str(path), "--timestamp-field", "when",
+                   "--timestamp-format", "02/Jan/2006:15:04:05 -0700")
+        assert proc.returncode == 0, proc.stderr
+        (e,) = svc.events("access")
+        assert e["_time"] == "2024-05-01T10:00:00.000000Z" and e["path"] == "/a"
+        assert svc.requests[-1].path.startswith("/v1/datasets/access/ingest")
 
     def test_format_csv_on_stdin(self, svc):
         full = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}

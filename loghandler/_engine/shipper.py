@@ -177,6 +177,16 @@ class Shipper:
         except Exception:
             return False
 
+    def _ingest_query(self, params: Mapping[str, str]) -> None:
+        """Send these query parameters with every ingest request (the command line's
+        ``--timestamp-field`` and ``--timestamp-format``, which the service reads there)."""
+        from urllib.parse import urlencode
+
+        transport = self._sender.transport
+        if isinstance(transport, HttpTransport):
+            base = transport.path.split("?", 1)[0]
+            transport.path = f"{base}?{urlencode(dict(params))}" if params else base
+
     def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""
         self._ledger.count(Count.SUPPRESSED)

@@ -149,14 +149,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             # the machine that happens to run the command, nothing rewritten).
             identity=False, scrub=False,
         )
+        # The service reads the time of each event from this field, in this layout.
+        params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
+                                                  ("timestamp-format", args.timestamp_format))
+                  if value}
+        if params:
+            shipper._ingest_query(params)
         shippers.append(shipper)
         bar = _progress_bar(args, dataset)
         try:
             for path in files:
                 if stop_reading.is_set():
                     break
-                _ingest_one(path, args.format, shipper, counts, stop_reading, bar,
-                            args.timestamp_field)
+                _ingest_one(path, args.format, shipper, counts, stop_reading, bar)
         finally:
             shipper.close(2.0 if stop_reading.is_set() else None)
             if bar is not None:
@@ -171,19 +176,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return _summarize(dataset, counts, shipper.stats())
 
 
-def _as_time(value: Any) -> Any:
-    # A CSV cell is text: epoch seconds written as digits are sent as the number they are.
-    if isinstance(value, str):
-        try:
-            return float(value) if "." in value else int(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
-                stop_reading: threading.Event, bar: Any,
-                timestamp_field: str | None = None) -> None:
+                stop_reading: threading.Event, bar: Any) -> None:
     name = "<stdin>" if path == "-" else path
     if bar is not None:
         bar.clear()  # the "reading ..." line gets a line of its own, then the bar comes back
@@ -198,8 +192,6 @@ def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
     try:
         for event in iter_events(source, name, detected, counts):
             counts.read += 1
-            if timestamp_field is not None and timestamp_field in event:
-                event["_time"] = _as_time(event.pop(timestamp_field))
             shipper.submit(event)
             if bar is not None and counts.read % 500 == 0:
                 bar.update(500)
@@ -264,8 +256,12 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                              "at the start is retried twice within 1.5 s, then ingest stops")
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
     ingest.add_argument("--timestamp-field", metavar="NAME",
-                        help="the field that holds each event's time (RFC 3339 or epoch "
-                             "seconds): it becomes _time")
+                        help="the field that holds each event's time (the service reads it "
+                             "as _time)")
+    ingest.add_argument("--timestamp-format", metavar="LAYOUT", default=None,
+                        help="the layout of that field's times, in Go's reference-time form "
+                             "(e.g. '02/Jan/2006:15:04:05 -0700'); default: RFC 3339 or "
+                             "epoch numbers")
     ingest.add_argument("--field", action="append", type=_field_arg, default=[],
                         metavar="KEY=VALUE", help="add this field (a string) to every event "
                         "that lacks it; repeatable")

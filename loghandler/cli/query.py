@@ -116,6 +116,22 @@ def _missing_dataset(client: Any, dataset: str) -> str | None:
 _SOURCES = re.compile(r"\[\s*(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")\s*\]")
 
 
+# `level == error`: a bare word on the right of a comparison is a field (usually missing, so
+# nothing matches), which looks like a query that finds nothing. Words APL reads otherwise:
+_APL_WORDS = frozenset({"true", "false", "null", "now", "ago", "datetime", "dynamic", "int",
+                        "long", "real", "string", "bool", "timespan", "and", "or", "not"})
+_BARE = re.compile(r"([A-Za-z_][\w.]*)\s*(==|!=|=~|!~)\s*([A-Za-z_][\w.]*)\b(?!\s*\()")
+
+
+def _bare_comparison(apl: str) -> tuple[str, str, str] | None:
+    """(field, operator, word) of the first comparison with a bare word on its right."""
+    text = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", apl)  # not in strings
+    for m in _BARE.finditer(text):
+        if m.group(3).lower() not in _APL_WORDS:
+            return m.group(1), m.group(2), m.group(3)
+    return None
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     start = _since(parse_span(args.since)) if args.since else None
     with _client(args) as client:
@@ -133,6 +149,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not rows:
         _out("no rows")
+        bare = _bare_comparison(args.apl)
+        if bare is not None:
+            left, op, word = bare
+            _err(f"note: in `{left} {op} {word}`, {word} is read as a field name, not as text; "
+                 f"to compare with the text, quote it: {left} {op} '{word}'")
         return EXIT_OK
     columns: dict[str, None] = {}
     for row in rows:
