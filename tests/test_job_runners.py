@@ -222,6 +222,32 @@ for i in range(100):
             assert sorted(e["id"] for e in svc.events("ds")) == list(range(150))
             assert proc.stderr == ""
 
+    def test_del_of_module_globals_at_interpreter_shutdown(self):
+        """Events logged by __del__ of module globals, while the interpreter tears the modules
+        down (after logging.shutdown(), when `import` no longer works), arrive; the exit is not
+        held up (no thread can start then, and none is waited for)."""
+        import time
+
+        with LocalService(token=TOKEN) as svc:
+            code = f"""
+import logging, loghandler
+h = loghandler.IngestHandler("ds", url={svc.url!r}, token={TOKEN!r})
+logging.getLogger("late").addHandler(h)
+logging.getLogger("late").propagate = False
+logging.getLogger("late").warning("main", extra={{"id": 0}})
+class Resource:
+    def __init__(self, n, log=logging.getLogger("late")):
+        self.n, self.log = n, log
+    def __del__(self):
+        self.log.warning("released %d", self.n, extra={{"id": self.n}})
+resources = [Resource(i) for i in range(1, 51)]
+"""
+            started = time.monotonic()
+            proc = _run_script(code)
+            assert proc.returncode == 0, proc.stderr
+            assert time.monotonic() - started < 20
+            assert sorted(e["id"] for e in svc.events("ds")) == list(range(51))
+
     def test_reload_that_cannot_deliver_in_time_says_so(self):
         """dictConfig() reloaded while a slow service holds the queue: what the old handler
         could not deliver by its shutdown_timeout is told on stderr when it happens."""
