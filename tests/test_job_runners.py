@@ -359,7 +359,7 @@ def job(i):
 
 
 class TestCelery:
-    @pytest.mark.parametrize("pool", ["prefork", "solo"])
+    @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
     def test_worker_delivers_every_task_through_a_warm_shutdown(self, pool, tmp_path):
         """A real Celery worker (Redis broker): its logging set-up removes the root logger's
         handlers and its pool processes exit without atexit; with loghandler.celery.install()
