@@ -246,7 +246,14 @@ resources = [Resource(i) for i in range(1, 51)]
             proc = _run_script(code)
             assert proc.returncode == 0, proc.stderr
             assert time.monotonic() - started < 20
-            assert sorted(e["id"] for e in svc.events("ds")) == list(range(51))
+            arrived = sorted(e["id"] for e in svc.events("ds"))
+            assert len(arrived) == len(set(arrived)) and set(arrived) <= set(range(51))
+            # Each late event is sent on the thread that logs it, within what is left of
+            # shutdown_timeout (5 s): on a loaded machine the last ones may not make it, and
+            # then the loss is told.
+            if arrived != list(range(51)):
+                assert "could not be delivered" in proc.stderr, (len(arrived), proc.stderr)
+            assert len(arrived) >= 26, len(arrived)
 
     def test_reload_that_cannot_deliver_in_time_says_so(self):
         """dictConfig() reloaded while a slow service holds the queue: what the old handler
