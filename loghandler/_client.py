@@ -59,6 +59,60 @@ def lazy_module(name: str) -> Any:
     return module
 
 
+# The modules as the exit hook saw them (keep_modules), held weakly: see ImportsRestored.
+_modules_at_exit: dict[str, weakref.ref[Any]] = {}
+
+
+def keep_modules() -> None:
+    """Remember the loaded modules (the exit hook calls this, while imports still work).
+
+    Weakly: holding them would change the order in which the interpreter tears them down, and
+    a ``__del__`` that logs could then run after ``logging`` itself is gone. The wire's modules
+    are imported first (no request may have been made yet)."""
+    for name in ("urllib3", "encodings.idna"):
+        lazy_module(name)
+    for name, module in list(sys.modules.items()):
+        try:
+            _modules_at_exit[name] = weakref.ref(module)
+        except TypeError:  # not a module (a lazy loader's stand-in)
+            pass
+
+
+class ImportsRestored:
+    """While a request is sent late in interpreter shutdown (a ``__del__`` that logs), the
+    modules the exit hook saw are back in ``sys.modules``, and are taken out again after.
+
+    By then the interpreter has emptied ``sys.modules``, and urllib3 imports a module of its own
+    inside ``getresponse()``: without this, the request went out, its answer could not be read,
+    and the events it carried were neither counted delivered nor lost.
+    """
+
+    __slots__ = ("_put_back",)
+
+    def __enter__(self) -> None:
+        self._put_back: list[tuple[str, Any]] = []
+        if not _is_finalizing():
+            return
+        modules = sys.modules
+        missing = object()
+        for name, ref in _modules_at_exit.items():
+            before = modules.get(name, missing)
+            if before is None or before is missing:
+                module = ref()
+                if module is not None:
+                    self._put_back.append((name, before))
+                    modules[name] = module
+
+    def __exit__(self, *exc: object) -> None:
+        modules: dict[str, Any] = sys.modules  # entries may be None: the interpreter's marks
+        for name, before in self._put_back:
+            if before is None:
+                modules[name] = None
+            else:
+                modules.pop(name, None)
+        self._put_back.clear()
+
+
 USER_AGENT = f"loghandler/{__version__}"
 # Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
 MAX_RESPONSE_BYTES = 1024 * 1024

@@ -418,6 +418,18 @@ class Ledger:
             self._record_locked(n, fate)
             return n
 
+    def settle_inflight(self, fate: Fate) -> int:
+        """Settle as ``fate`` every event in flight (a send that stopped on an error it could
+        not count, late in interpreter shutdown); returns how many."""
+        with self._lock:
+            n = self._inflight
+            if n and not self._abandoned:
+                self._record_locked(n, fate)
+                self._inflight = 0
+                self._inflight_first += n
+                self._progress.notify_all()
+            return n
+
     def settle(self, n: int, fate: Fate) -> None:
         """The oldest ``n`` events in flight have met their fate."""
         with self._lock:

@@ -157,6 +157,10 @@ def close_all(timeout: float | None = None, *, report: bool = True,
                           late_events=at_exit)
     for s in shippers:
         s._wait_closed()
+    if at_exit:  # for events logged later still (Shipper._send_late)
+        from .. import _client
+
+        _client.keep_modules()
     if report:
         print_exit_summary([part for s in shippers if (part := s._exit_summary())])
 

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from .._client import Client, dataset_path, shared_client
+from .._client import Client, ImportsRestored, dataset_path, shared_client
 from .._config import (
     SHIPPING_OPTIONS_DOC,
     documented,
@@ -344,11 +344,14 @@ class Shipper:
         before = ledger.undelivered()
         why = "within shutdown_timeout"
         try:
-            self._sender.drain_on_this_thread(deadline)
+            with ImportsRestored():
+                self._sender.drain_on_this_thread(deadline)
         except BaseException as exc:
-            # Late in interpreter shutdown (a __del__ of a module global), the modules sending
-            # needs may be torn down already: the event cannot go, and that is told.
+            # Late in interpreter shutdown (a __del__ of a module global), what sending needs
+            # may be torn down already: the events in flight may or may not have reached the
+            # service, and are counted lost, not delivered; that is told.
             why = f"during interpreter shutdown ({type(exc).__name__}: {exc})"
+            ledger.settle_inflight(Fate.DROPPED_SHUTDOWN)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
         if ledger.undelivered() > before:
             where = ("spooled" if self.stats().spooled
