@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -41,6 +42,22 @@ if TYPE_CHECKING:
     from urllib3.connection import HTTPConnection
 
 __all__ = ["Client", "Response", "parse_reset", "parse_retry_after", "raise_for_status"]
+
+_kept_modules: dict[str, Any] = {}
+_is_finalizing = sys.is_finalizing
+
+
+def lazy_module(name: str) -> Any:
+    """``name`` imported on first use (urllib3 and ssl are a third of ``import loghandler``'s
+    cost), then kept here: late in interpreter shutdown (a ``__del__`` that logs) an ``import``
+    statement fails, a kept reference still works."""
+    module = _kept_modules.get(name)
+    if module is None:
+        import importlib
+
+        module = _kept_modules[name] = importlib.import_module(name)
+    return module
+
 
 USER_AGENT = f"loghandler/{__version__}"
 # Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
@@ -181,8 +198,7 @@ class Client:
         with self._pool_lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pid = os.getpid()
-                import urllib3
-
+                urllib3 = lazy_module("urllib3")
                 pool = urllib3.PoolManager(
                     num_pools=4,
                     maxsize=8,
@@ -245,8 +261,7 @@ class Client:
         # byte a second would never time out), so the watchdog ends a request at its deadline.
         limit = self._settings.timeout if timeout is None else min(
             max(0.001, timeout), self._settings.timeout)
-        import urllib3
-
+        urllib3 = lazy_module("urllib3")
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit, 10.0), read=limit)
@@ -393,10 +408,8 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def _transport_message(url: str, exc: Exception) -> str:
-    import ssl
-
-    import urllib3
-
+    ssl = lazy_module("ssl")
+    urllib3 = lazy_module("urllib3")
     root = _root_cause(exc)
     text = _short(root)
     # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
@@ -519,6 +532,10 @@ class _Watchdog:
         watch = _Watch(deadline)
         with self._cond:
             if self._thread is None or not self._thread.is_alive():
+                if _is_finalizing():
+                    # Interpreter shutdown: a new thread would never run, and start() would
+                    # wait for it for ever. urllib3's own timeouts bound the request.
+                    return None
                 thread = threading.Thread(target=self._run, name="loghandler-watchdog",
                                           daemon=True)
                 try:

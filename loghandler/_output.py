@@ -7,6 +7,7 @@ on stderr, through ``redact``, never raising. The command line writes its lines 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -141,12 +142,19 @@ def print_line(line: str) -> None:
     stderr_line(line)
 
 
+_write_fd = os.write
+
+
 def stderr_line(line: str) -> None:
-    """One line on stderr, token scrubbed; never raises (stderr may be closed or gone)."""
+    """One line on stderr, token scrubbed; never raises (stderr may be closed or gone: late in
+    interpreter shutdown it is written to file descriptor 2 directly)."""
     try:
-        stream = sys.stderr
+        text = clip(printable(redact(line)), MAX_LINE) + "\n"
+        stream = sys.stderr or sys.__stderr__
         if stream is not None:
-            stream.write(clip(printable(redact(line)), MAX_LINE) + "\n")
+            stream.write(text)
             stream.flush()
+        else:
+            _write_fd(2, text.encode("utf-8", "replace"))
     except Exception:
         pass

@@ -25,7 +25,7 @@ from ._engine.guard import _SENDERS, _get_ident, own_record
 from ._engine.hold import level_number
 from ._engine.ledger import Fate
 from ._engine.shipper import Shipper, make_shipper
-from ._engine.stats import Stats
+from ._front import FrontEnd
 from ._output import shown
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
@@ -137,7 +137,7 @@ def _format(moment: _dt.datetime) -> str:
              CLIENT_ARGS_DOC),
             ('Shipping options (keyword; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
-class IngestProcessor:
+class IngestProcessor(FrontEnd):
     """A structlog processor: ships a JSON-safe copy of the event and returns it unchanged.
 
     Place it anywhere before the renderer; it never changes the event dict and never raises
@@ -155,7 +155,7 @@ class IngestProcessor:
             suggestion), an invalid value.
     """
 
-    __slots__ = ("_owns_shipper", "_put", "shipper")
+    __slots__ = ("_put",)  # flush, close, stats: FrontEnd's
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
@@ -196,27 +196,6 @@ class IngestProcessor:
 
     def __repr__(self) -> str:
         return f"<IngestProcessor dataset={shown(self.shipper.dataset)}>"
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).
-
-        True when everything queued at the call was delivered.
-        """
-        return self.shipper.flush(timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Flush and stop the shipper (bounded by ``timeout``); idempotent.
-
-        A shipper passed in with ``shipper=`` belongs to the caller: it is only flushed.
-        """
-        if self._owns_shipper:
-            self.shipper.close(timeout)
-        else:
-            self.shipper.flush(timeout)
-
-    def stats(self) -> Stats:
-        """The shipper's counters (see ``Shipper.stats``)."""
-        return self.shipper.stats()
 
     def __enter__(self) -> IngestProcessor:
         return self

@@ -115,3 +115,53 @@ class MemoryTransport:
     def statuses(self) -> list[int | None]:
         with self.lock:
             return [r["status"] for r in self.requests]
+
+
+class RedisServer:
+    """A redis-server of our own on a free loopback port, for the job-runner tests: no
+    persistence, stopped (and waited for) at the end. Debian's ``redis-server``; CI installs it
+    (the tests fail there when it is missing, and skip elsewhere)."""
+
+    def __init__(self) -> None:
+        import os
+        import shutil
+        import socket
+        import subprocess
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import pytest
+
+            if os.environ.get("CI"):
+                pytest.fail("redis-server is missing in CI: .ci/run installs it")
+            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--protected-mode", "yes"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import time
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)  # waiting for another process to listen: nothing to wait on
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()

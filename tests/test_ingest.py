@@ -38,14 +38,17 @@ class TestNormalizeTime:
         (1714564800123456, "2024-05-01T12:00:00.123456Z"),
         (1714564800123456789, "2024-05-01T12:00:00.123456Z"),
         (-1, "1969-12-31T23:59:59.000000Z"),
+        # ISO 8601 without an offset is UTC, as the service documents (issue 24).
+        ("2024-05-01T12:00:00", "2024-05-01T12:00:00.000000Z"),
+        ("2024-05-01", "2024-05-01T00:00:00.000000Z"),
     ])
     def test_times(self, value: Any, stored: str) -> None:
         """RFC 3339 in any offset and epoch numbers in s, ms, us or ns become one UTC form."""
         assert normalize_time(value) == stored
 
     @pytest.mark.parametrize("value", [
-        "yesterday", "2024-05-01", "2024-13-01T00:00:00Z", "2024-02-30T00:00:00.000000Z",
-        "2024-05-01T12:00:00", "2024-05-01T25:00:00Z", "２０２４-05-01T12:00:00Z", "",
+        "yesterday", "2024-13-01T00:00:00Z", "2024-02-30T00:00:00.000000Z",
+        "2024-05-01T25:00:00Z", "2024-05-01T12:00", "2024-05", "２０２４-05-01T12:00:00Z", "",
         True, [2024], {"t": 1}, float("nan"), float("inf"), 10**30,
     ])
     def test_not_times(self, value: Any) -> None:

@@ -222,6 +222,37 @@ for i in range(100):
             assert sorted(e["id"] for e in svc.events("ds")) == list(range(150))
             assert proc.stderr == ""
 
+    def test_del_of_module_globals_at_interpreter_shutdown(self):
+        """Events logged by __del__ of module globals, while the interpreter tears the modules
+        down (after logging.shutdown(), when `import` no longer works), arrive; the exit is not
+        held up (no thread can start then, and none is waited for)."""
+        import time
+
+        with LocalService(token=TOKEN) as svc:
+            code = f"""
+import logging, loghandler
+h = loghandler.IngestHandler("ds", url={svc.url!r}, token={TOKEN!r})
+logging.getLogger("late").addHandler(h)
+logging.getLogger("late").propagate = False
+logging.getLogger("late").warning("main", extra={{"id": 0}})
+class Resource:
+    def __init__(self, n, log=logging.getLogger("late")):
+        self.n, self.log = n, log
+    def __del__(self):
+        self.log.warning("released %d", self.n, extra={{"id": self.n}})
+resources = [Resource(i) for i in range(1, 51)]
+"""
+            started = time.monotonic()
+            proc = _run_script(code)
+            assert proc.returncode == 0, proc.stderr
+            assert time.monotonic() - started < 20
+            arrived = sorted(e["id"] for e in svc.events("ds"))
+            assert len(arrived) == len(set(arrived)) and set(arrived) <= set(range(51))
+            # Each late event is sent on its own, on the thread that logs it, within what is
+            # left of shutdown_timeout: with a quick service all 51 arrive (before: 1), on a
+            # loaded machine the last ones may not (the note of issue 22 says so).
+            assert 0 in arrived and len(arrived) >= 2, arrived
+
     def test_reload_that_cannot_deliver_in_time_says_so(self):
         """dictConfig() reloaded while a slow service holds the queue: what the old handler
         could not deliver by its shutdown_timeout is told on stderr when it happens."""
@@ -249,3 +280,127 @@ time.sleep(2)  # the old handler's deadline passes while the application runs on
             assert "(and any queued after them) were dropped at its shutdown_timeout (1 s)" in (
                 lines[0])
             assert 0 < len(srv.stored()) < 5000
+
+
+JOBS_MODULE = '''
+import logging, os
+import loghandler
+
+_handler = None
+
+
+def _log():
+    global _handler
+    if _handler is None:  # made in the process that runs the job (the work horse)
+        _handler = loghandler.IngestHandler("jobs", url=os.environ["TEST_URL"],
+                                            token=os.environ["TEST_TOKEN"], flush_interval=60)
+        logging.getLogger("jobs").addHandler(_handler)
+        logging.getLogger("jobs").setLevel(logging.INFO)
+    return logging.getLogger("jobs")
+
+
+def job(i):
+    _log().info("job %d started", i, extra={"id": 2 * i})
+    _log().info("job %d done", i, extra={"id": 2 * i + 1})
+    return i
+'''
+
+
+class TestRQ:
+    def test_rq_worker_burst_delivers_every_job(self, tmp_path):
+        """`rq worker --burst --worker-class loghandler.rq.Worker`: each work horse ends in
+        os._exit, and still every job's events arrive, once."""
+        from helpers import RedisServer
+
+        redis_server = RedisServer()
+        try:
+            (tmp_path / "jobs.py").write_text(JOBS_MODULE)
+            with LocalService(token=TOKEN) as svc:
+                import os
+                import subprocess
+                import sys
+
+                env = {**os.environ, "TEST_URL": svc.url, "TEST_TOKEN": TOKEN,
+                       "PYTHONPATH": str(tmp_path)}
+                enqueue = (f"import redis, rq, jobs\n"
+                           f"q = rq.Queue(connection=redis.Redis.from_url({redis_server.url!r}))\n"
+                           f"for i in range(50):\n    q.enqueue(jobs.job, i)\n")
+                subprocess.run([sys.executable, "-c", enqueue], env=env, check=True,
+                               timeout=60, cwd=tmp_path)
+                rq_cli = os.path.join(os.path.dirname(sys.executable), "rq")
+                proc = subprocess.run(
+                    [rq_cli, "worker", "--burst", "--url", redis_server.url,
+                     "--worker-class", "loghandler.rq.Worker"],
+                    env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                assert proc.returncode == 0, proc.stderr[-2000:]
+                ids = sorted(e["id"] for e in svc.events("jobs"))
+                assert ids == list(range(100))
+        finally:
+            redis_server.stop()
+
+
+CELERY_APP = '''
+import logging, os
+import loghandler
+import loghandler.celery
+from celery import Celery
+
+# README's way: a handler on the root logger at import, and the one line of set-up.
+handler = loghandler.IngestHandler("celery", url=os.environ["TEST_URL"],
+                                   token=os.environ["TEST_TOKEN"], flush_interval=60)
+logging.getLogger().addHandler(handler)
+logging.getLogger().setLevel(logging.INFO)
+loghandler.celery.install()
+
+app = Celery("tasks", broker=os.environ["TEST_REDIS"], backend=os.environ["TEST_REDIS"])
+
+
+@app.task
+def job(i):
+    logging.getLogger("tasks").info("job %d started", i, extra={"id": 2 * i})
+    logging.getLogger("tasks").info("job %d done", i, extra={"id": 2 * i + 1})
+    return i
+'''
+
+
+class TestCelery:
+    @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
+    def test_worker_delivers_every_task_through_a_warm_shutdown(self, pool, tmp_path):
+        """A real Celery worker (Redis broker): its logging set-up removes the root logger's
+        handlers and its pool processes exit without atexit; with loghandler.celery.install()
+        every task's events arrive, once, by the end of a warm shutdown (SIGTERM)."""
+        import os
+        import signal
+        import subprocess
+        import sys
+
+        from helpers import RedisServer
+
+        redis_server = RedisServer()
+        worker = None
+        try:
+            (tmp_path / "tasks.py").write_text(CELERY_APP)
+            with LocalService(token=TOKEN) as svc:
+                env = {**os.environ, "TEST_URL": svc.url, "TEST_TOKEN": TOKEN,
+                       "TEST_REDIS": redis_server.url, "PYTHONPATH": str(tmp_path)}
+                celery_cli = os.path.join(os.path.dirname(sys.executable), "celery")
+                worker = subprocess.Popen(
+                    [celery_cli, "-A", "tasks", "worker", "--pool", pool, "-c", "2",
+                     "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"],
+                    env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE, text=True)
+                run = ("import tasks\n"
+                       "results = [tasks.job.delay(i) for i in range(50)]\n"
+                       "assert sorted(r.get(timeout=60) for r in results) == list(range(50))\n")
+                subprocess.run([sys.executable, "-c", run], env=env, cwd=tmp_path, check=True,
+                               timeout=90)
+                worker.send_signal(signal.SIGTERM)  # warm shutdown
+                _, err = worker.communicate(timeout=30)
+                assert worker.returncode == 0, err[-2000:]
+                ids = sorted(e["id"] for e in svc.events("celery") if "id" in e)
+                assert ids == list(range(100)), err[-2000:]
+        finally:
+            if worker is not None and worker.poll() is None:
+                worker.kill()
+            redis_server.stop()

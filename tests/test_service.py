@@ -738,3 +738,48 @@ def test_gzip_body_of_two_members_is_read_whole() -> None:
         answer = _json.loads(resp.data)
         assert resp.status == 200 and answer["ingested"] == 1000 and answer["failed"] == 0
         assert sorted(e["n"] for e in svc.events("members")) == list(range(1000))
+
+
+class TestHardening:
+    """Issue 24's serving items: the auth scheme's case, disagreeing lengths, _time forms."""
+
+    def test_bearer_scheme_is_case_insensitive(self) -> None:
+        with LocalService(token="case-token-1234") as svc:
+            conn = http.client.HTTPConnection("127.0.0.1", int(svc.url.rsplit(":", 1)[1]),
+                                              timeout=10)
+            conn.request("GET", "/v1/datasets", headers={
+                "Authorization": "bearer case-token-1234"})
+            assert conn.getresponse().status == 200
+            conn.close()
+
+    def test_two_content_lengths_that_disagree_are_refused(self) -> None:
+        import socket
+
+        with LocalService(token="cl-token-12345") as svc:
+            port = int(svc.url.rsplit(":", 1)[1])
+            request = (b"POST /v1/datasets/x/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"Authorization: Bearer cl-token-12345\r\n"
+                       b"Content-Type: application/json\r\n"
+                       b"Content-Length: 2\r\nContent-Length: 30\r\n\r\n[]")
+            answer = b""
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(request)
+                while chunk := s.recv(4096):  # the service closes the connection after it
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 400")
+            assert b"Content-Length headers that disagree" in answer
+            assert svc.events("x") == []
+
+    @pytest.mark.parametrize(("given", "stored"), [
+        ("2024-05-01T12:00:00", "2024-05-01T12:00:00.000000Z"),  # no offset: UTC
+        ("2024-05-01 12:00:00", "2024-05-01T12:00:00.000000Z"),
+        ("2024-05-01", "2024-05-01T00:00:00.000000Z"),
+        ("2024-05-01T12:00:00+02:00", "2024-05-01T10:00:00.000000Z"),
+    ])
+    def test_iso_8601_times_without_an_offset_are_utc(self, given: str, stored: str) -> None:
+        with LocalService(token="time-token-1234") as svc:
+            from loghandler import Client
+
+            answer = Client(token="time-token-1234", url=svc.url).ingest("t", [{"_time": given}])
+            assert answer["failed"] == 0
+            assert svc.events("t")[0]["_time"] == stored

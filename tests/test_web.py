@@ -260,3 +260,12 @@ def test_a_missing_browser_fails_when_required(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("LOGHANDLER_REQUIRE_BROWSER")
     with pytest.raises(pytest.skip.Exception):
         _missing("no chromium")
+
+
+def test_first_paint_says_loading_not_no_events(served: tuple[str, str]) -> None:
+    """Before the dataset list is known the page says "Loading…", never "No events yet"."""
+    base = served[0].split("/#", 1)[0]
+    with urllib.request.urlopen(base + "/", timeout=10) as resp:
+        html = resp.read().decode()
+    assert '<p id="loading"' in html and "Loading…" in html
+    assert '<div id="welcome" class="welcome" hidden>' in html

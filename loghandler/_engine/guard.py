@@ -9,6 +9,7 @@ else logged on the flusher thread -- a ``__del__`` the cyclic GC happens to run 
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from .._client import block_sigterm_in_this_thread
@@ -25,6 +26,7 @@ _SENDERS: dict[int, int] = {}
 # interpreter exit): they must never wait for a flusher, which would be waiting for themselves.
 _FLUSHERS: set[int] = set()
 _get_ident = threading.get_ident
+_sys_modules = sys.modules  # kept: late in shutdown, `import` fails (logging_lock_held)
 _OWN_LOGGERS = ("urllib3",)
 
 
@@ -68,9 +70,10 @@ def logging_lock_held() -> bool:
     # dictConfig() and logging.shutdown(handlers) call flush()/close() holding logging's module
     # lock; a flusher that logs (urllib3) may be waiting for that lock. Waiting for it from there
     # would deadlock, so such calls hand the work to the flusher and return at once.
-    import logging
-
-    owned = getattr(logging._lock, "_is_owned", None)  # type: ignore[attr-defined]
+    logging = _sys_modules.get("logging")
+    if logging is None:
+        return False
+    owned = getattr(getattr(logging, "_lock", None), "_is_owned", None)
     try:
         return bool(owned and owned())
     except Exception:

@@ -7,6 +7,7 @@ across any I/O.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import zlib
@@ -572,6 +573,8 @@ class Sender:
             except Exception:
                 pass  # encode never raises; item_events on an odd record: stop there
 
+        if sys.is_finalizing():  # no thread can run any more: what is encoded is none
+            return []
         helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
         try:
             helper.start()

@@ -209,6 +209,9 @@ class Shipper:
     def _start_flusher_locked(self) -> None:
         if self._thread_failed:
             return
+        if sys.is_finalizing():  # a new thread would never run (and start() would wait)
+            self._thread_failed = True
+            return
         thread = threading.Thread(target=self._sender.run,
                                   name=f"loghandler-flusher:{self.dataset}", daemon=True)
         try:
@@ -346,14 +349,20 @@ class Shipper:
         ledger = self._ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         before = ledger.undelivered()
-        self._sender.drain_on_this_thread(deadline)
+        why = "within shutdown_timeout"
+        try:
+            self._sender.drain_on_this_thread(deadline)
+        except BaseException as exc:
+            # Late in interpreter shutdown (a __del__ of a module global), the modules sending
+            # needs may be torn down already: the event cannot go, and that is told.
+            why = f"during interpreter shutdown ({type(exc).__name__}: {exc})"
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
         if ledger.undelivered() > before:
             where = ("spooled" if self.stats().spooled
                      else "counted in stats().dropped_shutdown")
             self._reporter.report(
                 Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
-                        f"hook) could not be delivered within shutdown_timeout; it was {where}")
+                        f"hook or a __del__) could not be delivered {why}; it was {where}")
 
     def _exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""

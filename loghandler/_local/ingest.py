@@ -230,8 +230,11 @@ def _parse_csv(text: str, delimiter: str | None) -> list[Any]:
 
 # ---------------------------------------------------------------------------- time
 
+# RFC 3339, and the ISO 8601 forms the service also takes: no offset (UTC), a space for the
+# "T", or a date alone (midnight UTC).
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:?\d\d)\Z",
+    r"(\d{4})-(\d\d)-(\d\d)(?:[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?)?"
+    r"([Zz]|[+-]\d\d:?\d\d)?\Z",
     re.ASCII,
 )
 _CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z", re.ASCII)
@@ -280,8 +283,9 @@ def normalize_time(value: Any) -> str:
             raise ValueError(f"{value[:64]!r} is not an RFC 3339 time "
                              "(like 2024-05-01T12:00:00Z) nor an epoch number")
         year, month, day, hour, minute, second, frac, zone = m.groups()
+        hour, minute, second = hour or "0", minute or "0", second or "0"
         try:
-            if zone in ("Z", "z"):
+            if zone is None or zone in ("Z", "z"):
                 tz = timezone.utc
             else:
                 digits = zone.replace(":", "")

@@ -219,7 +219,8 @@ class Server(ThreadingHTTPServer):
         return str(self.server_address[0]) in _WILDCARDS
 
     def token_ok(self, header: str | None) -> bool:
-        if not header or not header.startswith("Bearer "):
+        # The scheme is case-insensitive (RFC 9110): "bearer <token>" works as "Bearer".
+        if not header or header[:7].lower() != "bearer ":
             return False
         given = header[7:].strip().encode()
         ok = False
@@ -396,6 +397,12 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.headers.get("Content-Length")
         if raw is None:
             return None
+        lengths = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
+        if len(lengths) > 1:
+            # Two lengths that disagree: which one frames the body is anyone's guess (the rest
+            # would be read as another request on this connection). Refused (RFC 9112).
+            self.close_connection = True
+            raise HttpError(400, "the request has Content-Length headers that disagree")
         # ASCII digits only: str.isdigit() also takes "²", which int() then refuses.
         if not _DIGITS.fullmatch(raw.strip()):
             self.close_connection = True

@@ -134,7 +134,9 @@ async function refreshDatasets() {
     ul.append(li);
   });
   if (!state.selected && names.length) select({ kind: "dataset", name: names[0] });
-  if (!state.selected) setStatus("live · no events yet");
+  // The welcome text only once the list is known, so a first paint never claims "no events".
+  $("loading").hidden = true;
+  if (!state.selected) { $("welcome").hidden = false; setStatus("live · no events yet"); }
 }
 
 async function refreshViews() {
@@ -178,6 +180,7 @@ function select(what) {
   }
   $("title").textContent = what.kind === "dataset" ? what.name : "View: " + what.view.name;
   $("welcome").hidden = true;
+  $("loading").hidden = true;
   $("panes").hidden = false;
   $("histogram").hidden = what.kind !== "dataset";
   refreshEvents();
