@@ -15,7 +15,7 @@ from .. import _encoding as encoding
 from .events import item_events
 from .ledger import Fate, Ledger
 
-__all__ = ["Chunk", "Cutter", "chunks", "cut"]
+__all__ = ["Chunk", "Cutter", "chunks", "cut", "encode_each"]
 
 
 def cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> int:
@@ -38,6 +38,19 @@ def chunks(parts: list[bytes], max_events: int, max_bytes: int) -> Iterator[list
         end = cut(parts, i, max_events, max_bytes)
         yield parts[i:end]
         i = end
+
+
+def encode_each(events: list[dict[str, Any]]) -> list[bytes]:
+    """Each event encoded on its own (to cut by bytes, to split, to spool).
+
+    orjson returns every result in a buffer of at least 4 KiB, whatever its length: 10,000
+    events held for a spool write took 39 MiB instead of 2.7 MiB, and the allocator kept that
+    peak for reuse (RSS grew by it during an outage). A right-sized copy costs about 50 ns.
+    """
+    encode = encoding.encode
+    if encoding.HAVE_ORJSON:
+        return [b"%b" % encode(e) for e in events]
+    return [encode(e) for e in events]
 
 
 class Chunk:
@@ -65,8 +78,7 @@ class Chunk:
 
     def as_parts(self) -> list[bytes]:
         if self.parts is None:
-            encode = encoding.encode
-            self.parts = [encode(e) for e in self.events or ()]
+            self.parts = encode_each(self.events or [])
         return self.parts
 
     def halves(self) -> tuple[Chunk, Chunk]:
@@ -99,16 +111,23 @@ class Cutter:
         self.select = select
         self.carry: list[bytes] = []
 
-    def next(self, partial: bool) -> Chunk | None:
+    def next(self, partial: bool, spill: int = 0, spill_bytes: int | None = None
+             ) -> Chunk | None:
         """The next batch; None when the queue holds none (or, unless ``partial``, less than a
-        full one). An event too large for any request is settled ``dropped_too_large``."""
+        full one). An event too large for any request is settled ``dropped_too_large``.
+
+        ``spill``: the events go to the spool, not to the service (an outage is known): take up
+        to that many (and ``spill_bytes`` of estimated sizes) at once, unencoded, so that the
+        spool's fixed cost per write (system calls, each costing the flusher the GIL) is paid
+        once for several batches."""
         ledger = self.ledger
         carry = self.carry
         while True:
             if carry:
                 items = ledger.take(self.max_events - len(carry), partial=True) or []
             else:
-                taken = ledger.take(self.max_events, partial)
+                taken = (ledger.take(spill, partial, spill_bytes) if spill
+                         else ledger.take(self.max_events, partial))
                 if taken is None:
                     return None
                 items = taken
@@ -117,13 +136,14 @@ class Cutter:
                 events = self.select(events)
                 if not events and not carry:
                     continue
+            if spill and not carry:
+                return Chunk(events)
             if not carry:
                 body = encoding.encode_many(events)
                 if body is not None and len(body) <= self.max_bytes:
                     return Chunk(events, body=body)
             # Too big for one request, or a value the fast path refused: event by event.
-            encode = encoding.encode
-            parts = carry + [encode(event) for event in events]
+            parts = carry + encode_each(events)
             carry.clear()
             start = 0
             while start < len(parts) and 2 + len(parts[start]) > self.max_bytes:

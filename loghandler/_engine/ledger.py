@@ -48,11 +48,14 @@ from .events import RECORD, SIZE, item_size
 from .guard import in_sender_thread
 from .stats import Count, Fate, Stats
 
-__all__ = ["FAST_ITEM_BYTES", "Count", "Fate", "FlushTicket", "Ledger"]
+__all__ = ["FAST_ITEM_BYTES", "SPILL_BATCHES", "Count", "Fate", "FlushTicket", "Ledger"]
 
 _monotonic = time.monotonic
 # The largest event (by estimated size) the lock-free fast path takes; larger ones lock.
 FAST_ITEM_BYTES = 8 * 1024
+# While spilling to the spool: batches (batch_size events, max_batch_bytes of estimated sizes)
+# the queue may hold beyond its bounds, and the sender takes in one step.
+SPILL_BATCHES = 2
 
 
 class FlushTicket:
@@ -88,12 +91,48 @@ class Ledger:
     """
 
     __slots__ = (
-        "_abandoned", "_accounted", "_block_timeout", "_close_deadline", "_closed", "_counts",
-        "_flusher_started", "_force", "_inflight", "_inflight_first", "_interrupt", "_late_ok",
-        "_late_pending", "_lock", "_max_batch", "_max_batch_bytes", "_max_bytes", "_max_size",
-        "_on_late", "_on_put", "_overflow", "_paused_until", "_progress", "_queue_bytes",
-        "_refused_too_large", "_space", "_taken", "_undelivered", "_wake", "_wake_bytes",
-        "_wake_pending", "fast_len", "queue",
+        "_abandoned",
+        "_accounted",
+        "_block_timeout",
+        "_close_deadline",
+        "_closed",
+        "_counts",
+        "_flusher_started",
+        "_force",
+        "_half_bytes",
+        "_half_len",
+        "_inflight",
+        "_inflight_first",
+        "_interrupt",
+        "_late_ok",
+        "_late_pending",
+        "_limit_bytes",
+        "_limit_len",
+        "_lock",
+        "_max_batch",
+        "_max_batch_bytes",
+        "_max_bytes",
+        "_max_size",
+        "_on_late",
+        "_on_put",
+        "_overflow",
+        "_paused_until",
+        "_pressure",
+        "_progress",
+        "_queue_bytes",
+        "_refused_too_large",
+        "_space",
+        "_spill_ok",
+        "_spilling",
+        "_taken",
+        "_undelivered",
+        "_wake",
+        "_wake_bytes",
+        "_wake_len",
+        "_wake_pending",
+        "_watching",
+        "fast_len",
+        "queue",
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None],
@@ -102,11 +141,11 @@ class Ledger:
         self._on_late = on_late
         self._max_batch = options.batch_size
         self._max_batch_bytes = options.max_batch_bytes
-        # Queued sizes are memory estimates, about three times the encoded JSON: wake up for a
-        # byte-full batch at twice max_batch_bytes of them (the real cut is on encoded bytes).
-        self._wake_bytes = 2 * options.max_batch_bytes
         self._max_size = options.max_queue_size
         self._max_bytes = options.max_queue_bytes
+        self._spill_ok = options.spool_dir is not None
+        self._half_len = max(1, self._max_size // 2)  # "pressed": see pressed()
+        self._half_bytes = max(1, self._max_bytes // 2)
         self._overflow = options.overflow
         self._block_timeout = options.block_timeout
         self.reset()
@@ -120,6 +159,10 @@ class Ledger:
         self._space = threading.Condition(self._lock)  # room in the queue (overflow="block")
         self._wake = threading.Event()  # the flusher: a batch is full, or flush/close
         self._interrupt = threading.Event()  # the flusher: close() came, re-measure waits
+        # The flusher waiting out a retry with a spool (wait_pressed): the queue is half full,
+        # spill now. Set by the slow path while _watching, and by close().
+        self._pressure = threading.Event()
+        self._watching = False
         self.queue: deque[dict[Any, Any]] = deque()
         self._queue_bytes = 0  # sizes of the accounted events still queued
         self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
@@ -135,6 +178,7 @@ class Ledger:
         self._paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
         self._abandoned = False
         self._flusher_started = False
+        self._set_wake_marks_locked(False)
         self._counts = dict.fromkeys(Count, 0)
         self._undelivered = 0  # events settled other than delivered, ever: flush()'s answer
         # Events refused at submit as too large since the last flush(), which answers False for
@@ -221,10 +265,17 @@ class Ledger:
             return self._drop_locked(Fate.DROPPED_TOO_LARGE)
         self._account_locked()
         q = self.queue
-        if (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes) and (
-            not self._make_room_locked(size)
-        ):
-            return False
+        if len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes:
+            if self._spill_ok and not self._spilling:
+                # Full, with a spool: the flusher is busy (a request, a write) while a burst
+                # comes faster than it can look. Room for what goes to disk, and wake it.
+                self._set_wake_marks_locked(True)
+                self._wake_pending = True
+                self._wake.set()
+            if (len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes) and (
+                not self._make_room_locked(size)
+            ):
+                return False
         q.append(item)
         self._account_locked()
         self._on_put()
@@ -232,10 +283,12 @@ class Ledger:
         # Wake the flusher once per full batch, not per event: setting an Event costs more
         # than everything else here.
         if not self._wake_pending and (
-            len(q) >= self._max_batch or self._queue_bytes >= self._wake_bytes
+            len(q) >= self._wake_len or self._queue_bytes >= self._wake_bytes
         ):
             self._wake_pending = True
             self._wake.set()
+        if self._watching and (len(q) >= self._half_len or self._queue_bytes >= self._half_bytes):
+            self._pressure.set()
         self._update_fast_path_locked()
         return True
 
@@ -248,7 +301,8 @@ class Ledger:
             self._wake.set()
             while True:
                 self._account_locked()
-                if len(self.queue) < self._max_size and self._queue_bytes + size <= self._max_bytes:
+                if (len(self.queue) < self._limit_len
+                        and self._queue_bytes + size <= self._limit_bytes):
                     break
                 remaining = deadline - _monotonic()
                 # Sending is paused (Retry-After, a bad token) past our bound: no room will
@@ -260,7 +314,8 @@ class Ledger:
             return True
         if policy == "drop_oldest":
             q = self.queue
-            while q and (len(q) >= self._max_size or self._queue_bytes + size > self._max_bytes):
+            while q and (len(q) >= self._limit_len
+                         or self._queue_bytes + size > self._limit_bytes):
                 self._pop_dropped_locked()
             return True
         return self._drop_locked(Fate.DROPPED_QUEUE_FULL)
@@ -347,6 +402,39 @@ class Ledger:
             self._queue_bytes = 0  # exact again whenever nothing accounted is left
         return item
 
+    def _set_wake_marks_locked(self, spilling: bool) -> None:
+        """When the flusher is woken: a full batch. Queued sizes are memory estimates, about
+        three times the encoded JSON: a byte-full batch is twice max_batch_bytes of them (the
+        real cut is on encoded bytes). With a spool, at a quarter of the queue when that comes
+        first: a queue smaller than a batch would otherwise wait for the interval while it
+        overflows (at full speed a queue of 1,000 fills in 10 ms, and one request or spool
+        write of the flusher takes a few of those)."""
+        self._spilling = spilling
+        self._wake_len, self._wake_bytes = self._max_batch, 2 * self._max_batch_bytes
+        if self._spill_ok:
+            self._wake_len = max(1, min(self._wake_len, self._max_size // 4))
+            self._wake_bytes = max(1, min(self._wake_bytes, self._max_bytes // 4))
+        # The bounds at which the queue is full. While spilling, the events on their way to
+        # disk may wait in the queue too, up to SPILL_BATCHES batches more: every system call
+        # of a spool write hands the GIL to the application, and at full speed the flusher
+        # gets it back a switch interval (5 ms, some 500 events) later; a small queue would
+        # overflow in one write while the disk has room.
+        extra = SPILL_BATCHES if spilling else 0
+        self._limit_len = self._max_size + extra * self._max_batch
+        self._limit_bytes = self._max_bytes + extra * self._max_batch_bytes
+
+    def set_spilling(self, spilling: bool) -> None:
+        """The sender spills to the spool (an outage is known, or a burst filled the queue),
+        or no longer does. The raised bounds stay while the queue is nearly full (the caller
+        asks again), so that no event is dropped for the change."""
+        if spilling is self._spilling:
+            return
+        with self._lock:
+            if not spilling and self.nearly_full():
+                return
+            self._set_wake_marks_locked(spilling)
+            self._update_fast_path_locked()
+
     def _update_fast_path_locked(self) -> None:
         """Set the queue length under which ``offer`` may skip the lock: room, by count and by
         bytes, for events of up to FAST_ITEM_BYTES each beyond those accounted for."""
@@ -354,18 +442,22 @@ class Ledger:
             self.fast_len = 0
             return
         if self._wake_pending:
-            max_n, max_b = self._max_size, self._max_bytes
+            max_n, max_b = self._limit_len, self._limit_bytes
         else:  # up to the next wake-up of the flusher
-            max_n = min(self._max_size, self._max_batch)
-            max_b = min(self._max_bytes, self._wake_bytes)
+            max_n = min(self._limit_len, self._wake_len)
+            max_b = min(self._limit_bytes, self._wake_bytes)
+        if self._watching:  # the slow path tells the waiting flusher when the queue is half full
+            max_n, max_b = min(max_n, self._half_len), min(max_b, self._half_bytes)
         held = self._accounted - self._taken
         room = min(max_n - held, (max_b - self._queue_bytes) // FAST_ITEM_BYTES)
         self.fast_len = held + room if room > 0 else 0
 
     # ------------------------------------------------------------------ flusher side
 
-    def take(self, limit: int, partial: bool) -> list[dict[Any, Any]] | None:
-        """Take up to ``limit`` accounted events from the front into flight.
+    def take(self, limit: int, partial: bool,
+             max_bytes: int | None = None) -> list[dict[Any, Any]] | None:
+        """Take up to ``limit`` accounted events from the front into flight, and (when given)
+        up to ``max_bytes`` of their estimated sizes (at least one event).
 
         None when there is nothing to take, or (unless ``partial``) less than a full batch.
         """
@@ -373,7 +465,7 @@ class Ledger:
             self._account_locked()
             # Only accounted events are taken: the fast path may append more meanwhile.
             n = self._accounted - self._taken
-            if n <= 0 or (not partial and n < self._max_batch
+            if n <= 0 or (not partial and n < self._wake_len
                           and self._queue_bytes < self._wake_bytes):
                 return None
             take = min(limit, n)
@@ -382,8 +474,19 @@ class Ledger:
             if self._inflight == 0:
                 self._inflight_first = self._taken + 1
             popleft = self.queue.popleft
-            items = [popleft() for _ in range(take)]
-            self._queue_bytes -= sum(map(item_size, items))  # all accounted
+            if max_bytes is None:
+                items = [popleft() for _ in range(take)]
+                self._queue_bytes -= sum(map(item_size, items))  # all accounted
+            else:
+                q, items, nbytes = self.queue, [], 0
+                while len(items) < take:
+                    size = q[0][SIZE]
+                    if items and nbytes + size > max_bytes:
+                        break
+                    items.append(popleft())
+                    nbytes += size
+                take = len(items)
+                self._queue_bytes -= nbytes
             self._taken += take
             if self._accounted == self._taken:
                 self._queue_bytes = 0
@@ -538,8 +641,37 @@ class Ledger:
 
     def pressed(self) -> bool:
         """The queue is half full (by count or by bytes): waiting longer would soon drop."""
-        return (len(self.queue) * 2 >= self._max_size
-                or self._queue_bytes * 2 >= self._max_bytes)
+        return len(self.queue) >= self._half_len or self._queue_bytes >= self._half_bytes
+
+    def nearly_full(self) -> bool:
+        """Three quarters full (by count or by bytes): the next moments will drop."""
+        return (len(self.queue) * 4 >= 3 * self._max_size
+                or self._queue_bytes * 4 >= 3 * self._max_bytes)
+
+    def wait_pressed(self, until: float) -> bool | None:
+        """``sleep_until``, but None as soon as the queue is half full (``pressed``). At full
+        speed a queue fills in milliseconds: the application's slow path wakes this wait the
+        moment it crosses the mark, rather than a poll noticing it too late."""
+        with self._lock:
+            self._watching = True
+            self._pressure.clear()
+            self._update_fast_path_locked()
+        try:
+            while True:
+                if self.pressed():
+                    return None
+                now = _monotonic()
+                if now >= until:
+                    return True
+                deadline = self._close_deadline
+                if deadline is not None:
+                    return self.sleep_until(until)
+                self._pressure.wait(until - now)
+                self._pressure.clear()
+        finally:
+            with self._lock:
+                self._watching = False
+                self._update_fast_path_locked()
 
     def record_sent(self, nbytes: int) -> None:
         """A request of ``nbytes`` was answered 2xx."""
@@ -608,6 +740,7 @@ class Ledger:
             self._update_fast_path_locked()
             self._space.notify_all()
         self._interrupt.set()
+        self._pressure.set()
         self._wake.set()
 
     def undelivered(self) -> int:

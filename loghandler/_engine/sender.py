@@ -23,7 +23,7 @@ from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
 from .events import SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
-from .ledger import Count, Fate, Ledger
+from .ledger import SPILL_BATCHES, Count, Fate, Ledger
 from .policy import (
     MAX_PAUSE,
     Answer,
@@ -96,6 +96,7 @@ class Sender:
         # but one try every OUTAGE_PROBE seconds, until a batch is delivered.
         self.outage = False
         self.next_probe = 0.0
+        self.spill_until = 0.0  # a burst filled the queue: spill until then (_spill_step)
         self.auth_delay = opts.auth_retry_delay
 
     # ------------------------------------------------------------------ the flusher thread
@@ -166,15 +167,35 @@ class Sender:
         cutter = self.cutter
         try:
             while not self._deadline_passed():
-                batch = cutter.next(partial)
+                spill = self._spill_step()
+                batch = cutter.next(partial, spill, SPILL_BATCHES * self.options.max_batch_bytes)
                 if batch is None:
                     break
+                if spill:  # taken for the spool
+                    self._fail(batch, Outcome.RETRIES_EXHAUSTED, None, spill=True)
+                    continue
                 self._deliver(batch)
         finally:
             if cutter.carry:  # only when the close deadline cut the loop short
                 carry = cutter.carry[:]
                 cutter.carry.clear()
                 self._fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
+
+    def _spill_step(self) -> int:
+        """While an outage is known, with a spool (``_deliver``): how many events to take in one
+        step, straight to disk (0: batch by batch, to the service). Large steps, so the spool
+        keeps up with an application logging at full speed; bounded, since they are in flight
+        on top of the queue."""
+        if self.spool is None:
+            return 0
+        now = _monotonic()
+        if self.ledger.nearly_full():
+            # A burst faster than the service can be tried (a request, even one refused at
+            # once, lets the queue fill meanwhile): to disk for a while, to the service after.
+            self.spill_until = now + OUTAGE_PROBE
+        spilling = now < self.spill_until or (self.outage and now < self.next_probe)
+        self.ledger.set_spilling(spilling or self.outage)
+        return SPILL_BATCHES * self.options.batch_size if spilling else 0
 
     def _select(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
@@ -388,14 +409,7 @@ class Sender:
         caller to spill instead of waiting (``_spilling``).
         """
         if spill and self.spool is not None:
-            while True:
-                now = _monotonic()
-                if now >= until:
-                    return True
-                if self.ledger.pressed():
-                    return None
-                if not self.ledger.sleep_until(min(until, now + 0.05)):
-                    return False
+            return self.ledger.wait_pressed(until)
         return self.ledger.sleep_until(until)
 
     def _spilling(self, error: Error | None, *, limit: float | None = None,
@@ -409,6 +423,7 @@ class Sender:
             return False
         if not self.outage:
             self.outage = True
+            self.ledger.set_spilling(True)
             why = (f"the service is unreachable ({error})"
                    if error is not None and not long_limit
                    else "sending is paused (the service asked to wait)")
@@ -419,21 +434,25 @@ class Sender:
         return True
 
     def _recovered(self) -> None:
-        self.outage = False
+        if self.outage:
+            self.outage = False
+            self.ledger.set_spilling(False)
         if self.reporter.recovered():
             self.auth_delay = self.options.auth_retry_delay
 
     # ------------------------------------------------------------------ undeliverable
 
-    def _fail(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> None:
-        """``chunk`` is undeliverable: spool it when the outcome allows, else count it."""
+    def _fail(self, chunk: Chunk, outcome: Outcome, error: Error | None, *,
+              spill: bool = False) -> None:
+        """``chunk`` is undeliverable: spool it when the outcome allows, else count it.
+        ``spill``: a spill step (``_spill_step``), written in files of several batches."""
         if self.ledger.abandoned:
             return
         fate = outcome.fate
         assert fate is not None
         spooled = False
         if self.spool is not None and outcome.spoolable:
-            stored = self._spool_write(chunk.as_parts())
+            stored = self._spool_write(chunk.as_parts(), SPILL_BATCHES if spill else 1)
             spooled = stored == len(chunk)
             if stored and not spooled:  # on disk all the same: a later replay delivers them
                 chunk = Chunk(parts=chunk.as_parts()[stored:])
@@ -466,12 +485,12 @@ class Sender:
         if not spooled:
             self._settle(len(chunk), fate)
 
-    def _spool_write(self, parts: list[bytes]) -> int:
+    def _spool_write(self, parts: list[bytes], batches: int = 1) -> int:
         """Write in-flight events to the spool and settle them ``spooled``: how many are on
-        disk (the rest are the caller's to count)."""
+        disk (the rest are the caller's to count). ``batches``: per file (a spill step)."""
         assert self.spool is not None
         try:
-            dropped = self.spool.write(parts)
+            dropped = self.spool.write(parts, batches)
         except Exception as exc:
             self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: {exc}")
             self.reporter.error(exc)

@@ -100,6 +100,13 @@ class Shipper:
                                 max_bytes=self.options.max_spool_bytes,
                                 max_file_events=self.options.batch_size,
                                 max_file_bytes=self.options.max_batch_bytes)
+            # Imported now, not by the first request (urllib3; the codec that encodes a host
+            # name): during an outage at full speed, each file an import reads hands the GIL to
+            # the application, which gives it back a switch interval (5 ms) later, so those
+            # imports held up the flusher's first try for 50-250 ms while the queue filled.
+            import encodings.idna  # noqa: F401
+
+            import urllib3  # noqa: F401
         # The ledger (and through it the flusher thread) holds the shipper weakly: a shipper the
         # application drops without close() can be collected, and then delivers what it holds
         # and lets its thread end (lifecycle.Orphan).
