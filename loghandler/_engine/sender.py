@@ -130,8 +130,13 @@ class Sender:
                     # never idle, and the spool must still drain, interleaved with new events.
                     self._replay_spool()
         except BaseException as exc:  # never let the thread die silently
+            # What it held in flight would otherwise stay unaccounted (and flush() waiting for
+            # it): counted where a bug of ours counts an event, as the handler's path does.
+            lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
             self.reporter.report(Cause.INTERNAL, f"the flusher thread stopped on an internal "
-                                                 f"error: {type(exc).__name__}: {exc}")
+                                                 f"error: {type(exc).__name__}: {exc}"
+                                 + (f"; {lost} events in flight were counted in "
+                                    f"stats().dropped_invalid" if lost else ""))
             self.reporter.error(exc)
         finally:
             _FLUSHERS.discard(_get_ident())
