@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from . import _compiled
 from ._client import Client
 from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
 from ._encoding import using_default
@@ -22,7 +23,6 @@ from ._engine.events import (
     RESERVED,
     SIZE,
     STANDARD,
-    record_message,
     record_to_event,
 )
 from ._engine.guard import _SENDERS, _get_ident, own_record
@@ -39,6 +39,7 @@ __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 # computed set would cost more); the event model itself, record_to_event and the sizes
 # ("the memory model") included, is events.py's.
 _LogRecord = logging.LogRecord
+_record_put = _compiled.record_put
 _modules = sys.modules
 _INIT_SET = frozenset(INIT_KEYS)
 _N_INIT = len(INIT_KEYS)
@@ -102,6 +103,7 @@ class IngestHandler(logging.Handler):
         self._hold = self.shipper._hold
         self._owns_shipper = shipper is None
         self._custom: bool | None = None
+        self._compiled_put: Any = None
         try:
             super().__init__(level)
             self._update_custom()
@@ -126,6 +128,18 @@ class IngestHandler(logging.Handler):
                 record = rv
             if not rv:
                 return rv
+        put = self._compiled_put
+        if put is not None and type(record) is _LogRecord:
+            # emit(), compiled and inlined here (one Python call less per record).
+            ledger = self._ledger
+            context = _context_on or "opentelemetry.trace" in _modules
+            try:
+                got = put(record.__dict__, ledger.queue, 0 if context else ledger.fast_len)
+                if got is not True:
+                    self._put_compiled(record, got, context)
+            except Exception:
+                self._put_event(record)
+            return record if _HANDLE_RETURNS_RECORD else True
         self.emit(record)
         return record if _HANDLE_RETURNS_RECORD else True
 
@@ -137,6 +151,19 @@ class IngestHandler(logging.Handler):
             # here, but for _time and level, which the flusher formats (events.py "Queue
             # items"); anything else goes through record_to_event.
             d = record.__dict__
+            put = self._compiled_put
+            if put is not None:
+                # The same copy and lock-free append, compiled (_speedups.c): True when queued;
+                # None is everything it leaves to the careful path.
+                if type(record) is not _LogRecord:
+                    self._put_event(record)
+                    return
+                ledger = self._ledger
+                context = _context_on or "opentelemetry.trace" in _modules
+                got = put(d, ledger.queue, 0 if context else ledger.fast_len)
+                if got is not True:
+                    self._put_compiled(record, got, context)
+                return
             msg = d["msg"]
             if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
                     and not d["stack_info"] and self._custom is None):
@@ -144,8 +171,9 @@ class IngestHandler(logging.Handler):
                 if args:
                     try:
                         message = msg % args
-                    except Exception:
-                        message = record_message(record)
+                    except Exception:  # record_to_event writes the error into the message
+                        self._put_event(record)
+                        return
                 else:
                     message = msg
                 size = FAST_EVENT_SIZE + len(message)
@@ -167,10 +195,11 @@ class IngestHandler(logging.Handler):
                 if len(d) > _N_INIT:
                     # makeRecord() adds extras after __init__'s attributes: only the tail can
                     # hold them. A non-plain value (to be copied now, JSON-safe), an event key
-                    # (to be renamed) or a record attribute out of place takes the slow path; a
-                    # formatter's attributes ("message", "asctime") are no extras.
+                    # (to be renamed), a key that is no str or a record attribute out of place
+                    # takes the slow path; a formatter's attributes ("message", "asctime") are
+                    # no extras.
                     for key in _islice(d, _N_INIT, None):
-                        if key in _SPECIAL:
+                        if key in _SPECIAL or type(key) is not str:
                             if key in _FORMATTER:
                                 continue
                             self._put_event(record)
@@ -203,6 +232,17 @@ class IngestHandler(logging.Handler):
                 self._put_event(record)
         except Exception:
             self._put_event(record)
+
+    def _put_compiled(self, record: logging.LogRecord,
+                      got: tuple[dict[Any, Any], int] | None, context: bool) -> None:
+        # What _speedups.record_put did not queue itself: the careful path's records, and its
+        # events for the context or the locked slow path.
+        if got is None:
+            self._put_event(record)
+        elif context:
+            self._put_in_context(got[0], got[1], record.levelno)
+        else:
+            self._ledger.put(*got)
 
     def _put_in_context(self, event: dict[Any, Any], size: int, levelno: Any) -> None:
         # The fast path's event, with the snapshot of the caller's context (events.py "Queue
@@ -260,6 +300,9 @@ class IngestHandler(logging.Handler):
     def _update_custom(self) -> None:
         custom = self.formatter is not None or self.shipper.options.json_default is not None
         self._custom = True if custom else None
+        # handle()'s compiled path stands in for emit(): not when a subclass has its own.
+        own_emit = type(self).emit is IngestHandler.emit
+        self._compiled_put = _record_put if own_emit and not custom else None
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).

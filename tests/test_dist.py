@@ -57,7 +57,8 @@ def sdist_of(out: Path) -> Path:
 
 
 def wheel_of(out: Path) -> Path:
-    (wheel,) = out.glob("loghandler_ingest-*-py3-none-any.whl")
+    # A platform wheel: it carries the compiled hot path built for this interpreter.
+    (wheel,) = out.glob("loghandler_ingest-*.whl")
     return wheel
 
 
@@ -91,6 +92,29 @@ def test_wheel_metadata(dist: tuple[Path, str]) -> None:
     # The page's files and the typing marker ship in the wheel; tests and docs do not.
     assert "loghandler/_local/web/index.html" in names and "loghandler/py.typed" in names
     assert not any(n.startswith(("tests/", "docs/", "examples/")) for n in names)
+    # The compiled hot path, built (this machine has a compiler); its source stays in the sdist.
+    assert any(n.startswith("loghandler/_speedups.") and n.endswith(".so") for n in names)
+    assert not any(n.endswith(".c") for n in names)
+
+
+def test_without_a_compiler_the_build_succeeds_on_the_python_path(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No compiler (CC points at a program that fails): the wheel builds all the same, without
+    the extension, and the package then runs its pure-Python path (tests/test_speedups.py
+    runs that path with the extension blocked)."""
+    if importlib.util.find_spec("build") is None:
+        pytest.skip("`build` is not installed (pip install -e '.[dev]')")
+    out = tmp_path_factory.mktemp("nocc")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LOGHANDLER_", "PYTHON")) and k != "VIRTUAL_ENV"}
+    env.update(CC="false", LDSHARED="false", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    proc = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
+                str(ROOT)], cwd=tmp_path_factory.mktemp("cwd2"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with zipfile.ZipFile(wheel_of(out)) as wheel:
+        names = wheel.namelist()
+    assert "loghandler/_handler.py" in names
+    assert not any(n.endswith(".so") for n in names)
 
 
 def test_sdist_carries_tests_examples_docs(dist: tuple[Path, str]) -> None:
@@ -101,7 +125,7 @@ def test_sdist_carries_tests_examples_docs(dist: tuple[Path, str]) -> None:
                    "tests/conftest.py", "tests/helpers.py", "tests/faultserver.py",
                    "tests/test_faults.py", "examples/quickstart.py", "docs/index.md",
                    "docs/guides/flask.md", "benchmarks/__init__.py",
-                   "loghandler/_local/web/app.js"):
+                   "loghandler/_local/web/app.js", "loghandler/_speedups.c", "setup.py"):
         assert needed in names, needed
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
 

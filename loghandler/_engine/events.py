@@ -106,6 +106,24 @@ _floor = math.floor
 _gmtime = time.gmtime
 
 
+# The keys every event of the handler's fast path starts with, in this order (the handler and
+# _speedups.c build them so).
+FAST_HEAD = ("_time", "level", "message", "logger", "module", "function", "line", "file",
+             "process", "thread")
+
+# _speedups.format_record and format_items, when the compiled path is in use (set by
+# loghandler/_compiled.py): item_events in C, for the fast path's events; every other item
+# goes the Python way (_item_events), which stays the reference.
+_compiled_format: Callable[[dict[Any, Any]], bool] | None = None
+_compiled_items: Callable[..., list[dict[str, Any]]] | None = None
+
+
+def use_compiled(format_record: Callable[[dict[Any, Any]], bool] | None,
+                 format_items: Callable[..., list[dict[str, Any]]] | None = None) -> None:
+    global _compiled_format, _compiled_items
+    _compiled_format, _compiled_items = format_record, format_items
+
+
 def item_events(items: Any, fields: Mapping[str, Any] | None = None,
                 finish: Callable[..., None] | None = None) -> list[dict[str, Any]]:
     """The events of queue items (see "Queue items"), on the flusher thread.
@@ -114,6 +132,27 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
     item's context: the event's own fields win, then the context, then ``fields``. ``finish``
     (the shipper's exclusions and scrubbing, ``shaping.Finisher``) runs last on each event.
     """
+    batch = _compiled_items
+    if batch is None:
+        return _item_events(items, fields, finish)
+    static = tuple(fields.items()) if fields else ()
+    clean_keys = getattr(finish, "clean_keys", None)
+    clean = clean_keys() if clean_keys is not None else None
+    skip = 0
+    if clean is not None:
+        # Checked once a batch, not per event: the static fields' keys (else the scrubber sees
+        # every event, which teaches it these keys: the first batch, usually), and the fast
+        # path's fixed head, which then need not be looked at.
+        if not clean.issuperset([key for key, _ in static]):
+            clean = None
+        elif clean.issuperset(FAST_HEAD):
+            skip = len(FAST_HEAD)
+    return batch(items, static, all(type(v) in PLAIN for _, v in static), finish, clean,
+                 lambda item: _item_events((item,), fields, finish)[0], skip)
+
+
+def _item_events(items: Any, fields: Mapping[str, Any] | None,
+                 finish: Callable[..., None] | None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     append = out.append
     levels = LEVELS
@@ -123,6 +162,7 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
     static = tuple(fields.items()) if fields else ()
     static_plain = all(type(v) in PLAIN for _, v in static)
     pop = dict.pop
+    compiled = _compiled_format
     for event in items:
         pop(event, SIZE, None)
         snap = pop(event, CONTEXT, None)
@@ -134,7 +174,7 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
         record = pop(event, RECORD, None) is not None
         # Flat (for the scrubber): the fast path's plain values, and nothing nested added.
         plain = record and snap is None and static_plain
-        if record:
+        if record and (compiled is None or not compiled(event)):
             try:
                 created = event["_time"]
                 sec = floor(created)

@@ -167,7 +167,10 @@ class Scrubber:
         if plain and not self._scan:
             # By key only, on a flat event: a set difference in C leaves the keys not seen yet
             # (the same dozen recur event after event), and only those are looked at.
-            rest = event.keys() - self._clean
+            clean = self._clean
+            if clean.issuperset(event):  # the common case, in C, with no set built
+                return
+            rest = event.keys() - clean
             for key in rest:
                 if type(key) is str and self.secret_key(key):
                     value = event[key]
@@ -258,6 +261,15 @@ class Finisher:
     def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None) -> None:
         self._exclude = tuple(exclude)
         self._scrubber = scrubber
+
+    def clean_keys(self) -> set[Any] | None:
+        """The keys a flat event may hold with nothing to do (the scrubber's plain path, which
+        grows the set), for the compiled item_events to skip the call; None when every event
+        needs the call (exclusions, text scanning)."""
+        scrubber = self._scrubber
+        if self._exclude or scrubber is None or scrubber._scan:
+            return None
+        return scrubber._clean
 
     def __call__(self, event: dict[str, Any], plain: bool = False) -> None:
         for key in self._exclude:

@@ -86,9 +86,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     "times; set the clock (NTP)")
         else:
             ok(f"the clock agrees with the service's (within {max(1.0, abs(skew)):.0f} s)")
+    _out(f"(the logging call's hot path: {_hot_path()})")
     if problems:
         raise Failure("")
     return EXIT_OK
+
+
+def _hot_path() -> str:
+    from .. import _compiled
+
+    if _compiled.ACTIVE:
+        return "compiled"
+    if _compiled.extension() is not None:
+        return "pure Python, as LOGHANDLER_PURE_PYTHON asks"
+    return ("pure Python: the compiled part was not built (no C compiler at install time); "
+            "reinstall with one for a cheaper call")
 
 
 def _skew(date: Any, now: float) -> float | None:

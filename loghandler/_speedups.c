@@ -1,0 +1,546 @@
+/* The compiled hot path: the same rules as the pure-Python code it stands in for, in C.
+ *
+ * record_event(d) is the caller's copy of a plain LogRecord's __dict__ into its queued event
+ * (loghandler/_handler.py, IngestHandler.emit: the fast path); format_events(items) is the
+ * flusher's formatting of the _time and level of such events (events.py, item_events). Each
+ * returns None for anything outside its narrow case, and the Python code then takes its own
+ * careful path for that event: the Python module stays the reference, and
+ * tests/test_speedups.py proves the two equal on hostile input.
+ *
+ * Nothing here may crash the host: every C API call's failure is checked, and an error clears
+ * itself into the fallback (None), never into the application.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+/* Set once by configure() from events.py's own constants: one source of truth. */
+static PyObject *k_special;    /* frozenset: extras the fast path leaves to the careful one */
+static PyObject *k_formatter;  /* frozenset: attributes formatters set (no extras) */
+static PyObject *k_record;     /* the RECORD marker key */
+static PyObject *k_levels;     /* dict: levelname -> the event's level */
+static PyObject *k_size;       /* the SIZE marker key */
+static PyObject *k_context;    /* the CONTEXT marker key */
+static Py_ssize_t fast_item;   /* FAST_ITEM_BYTES: the largest event the lock-free path takes */
+static Py_ssize_t n_init;      /* how many attributes LogRecord.__init__ sets */
+static Py_ssize_t event_size;  /* FAST_EVENT_SIZE */
+static Py_ssize_t extra_size;  /* FAST_EXTRA_SIZE */
+
+/* The record attributes copied, and the event keys they become (interned at module init). */
+static const char *const FIELDS[][2] = {
+    {"created", "_time"},   {"levelname", "level"}, {"name", "logger"},
+    {"module", "module"},   {"funcName", "function"}, {"lineno", "line"},
+    {"pathname", "file"},   {"process", "process"}, {"threadName", "thread"},
+};
+#define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
+static PyObject *src_keys[N_FIELDS];
+static PyObject *dst_keys[N_FIELDS];
+static PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message;
+
+static PyObject *
+configure(PyObject *self, PyObject *args)
+{
+    PyObject *special, *formatter, *record, *levels, *size, *context;
+    Py_ssize_t ninit, esize, xsize, fitem;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OOnnnn", &PyFrozenSet_Type, &special, &PyFrozenSet_Type,
+                          &formatter, &record, &PyDict_Type, &levels, &size, &context, &ninit,
+                          &esize, &xsize, &fitem))
+        return NULL;
+    Py_INCREF(context);
+    Py_XSETREF(k_context, context);
+    Py_INCREF(size);
+    Py_XSETREF(k_size, size);
+    fast_item = fitem;
+    Py_INCREF(special);
+    Py_XSETREF(k_special, special);
+    Py_INCREF(formatter);
+    Py_XSETREF(k_formatter, formatter);
+    Py_INCREF(record);
+    Py_XSETREF(k_record, record);
+    Py_INCREF(levels);
+    Py_XSETREF(k_levels, levels);
+    n_init = ninit;
+    event_size = esize;
+    extra_size = xsize;
+    Py_RETURN_NONE;
+}
+
+/* The value as the fast path keeps it: exact str, int, float, bool or None (PLAIN). */
+static inline int
+is_plain(PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    return t == &PyUnicode_Type || t == &PyLong_Type || t == &PyFloat_Type ||
+           t == &PyBool_Type || v == Py_None;
+}
+
+/* record_event(d) -> (event, size) | None
+ *
+ * d: the __dict__ of a record whose type is exactly logging.LogRecord (the caller checks).
+ * None: not this path's case (a traceback, a non-str message, arguments that do not format,
+ * an extra that is not plain or needs renaming): the caller goes the careful way. */
+static PyObject *
+make_event(PyObject *d, Py_ssize_t *out_size)
+{
+    if (k_special == NULL || !PyDict_CheckExact(d))
+        return NULL;
+    /* Strong references from here on: the truth tests and the formatting below may run the
+     * application's code (__bool__, __str__), which may change the record under us. */
+    PyObject *msg = PyDict_GetItemWithError(d, s_msg);
+    if (msg == NULL || !PyUnicode_CheckExact(msg))
+        goto fallback;
+    PyObject *exc = PyDict_GetItemWithError(d, s_exc_info);
+    PyObject *stack = PyDict_GetItemWithError(d, s_stack_info);
+    PyObject *fargs = PyDict_GetItemWithError(d, s_args);
+    if (exc == NULL || stack == NULL || fargs == NULL)
+        goto fallback;
+    Py_INCREF(msg);
+    Py_INCREF(exc);
+    Py_INCREF(stack);
+    Py_INCREF(fargs);
+    PyObject *message = NULL;
+    int t = PyObject_IsTrue(exc);
+    if (t == 0)
+        t = PyObject_IsTrue(stack);
+    if (t == 0) {
+        t = PyObject_IsTrue(fargs);
+        if (t > 0) {
+            /* A failure is the careful path's: it writes the error into the message. */
+            message = PyUnicode_Format(msg, fargs);
+            if (message != NULL && !PyUnicode_CheckExact(message))
+                Py_CLEAR(message);
+        }
+        else if (t == 0) {
+            Py_INCREF(msg);
+            message = msg;
+        }
+    }
+    Py_DECREF(msg);
+    Py_DECREF(exc);
+    Py_DECREF(stack);
+    Py_DECREF(fargs);
+    if (message == NULL)
+        goto fallback;
+    Py_ssize_t size = event_size + PyUnicode_GET_LENGTH(message);
+    /* Room for every key at once (the fields, message, the markers, the extras): no resize. */
+    Py_ssize_t extras = PyDict_GET_SIZE(d) - n_init;
+    PyObject *event = _PyDict_NewPresized(N_FIELDS + 3 + (extras > 0 ? extras : 0));
+    if (event == NULL) {
+        Py_DECREF(message);
+        goto fallback;
+    }
+    /* The keys in the order the Python path builds them: _time, level, message, logger, ... */
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        PyObject *v = PyDict_GetItemWithError(d, src_keys[i]);
+        if (v == NULL || PyDict_SetItem(event, dst_keys[i], v) < 0)
+            goto fail;
+        if (i == 1 && PyDict_SetItem(event, s_message, message) < 0)
+            goto fail;
+    }
+    if (PyDict_SetItem(event, k_record, Py_True) < 0)
+        goto fail;
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n > n_init) {
+        /* makeRecord() adds extras after __init__'s attributes: only the tail can hold them.
+         * The walk starts past the first n_init slots; it saw the whole tail when it met
+         * n - n_init keys (no slot of the head was deleted), else the careful path decides. */
+        Py_ssize_t pos = n_init, seen = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            seen++;
+            /* An exact str: hashing and comparing it runs no code of the application's, which
+             * could change the record while its borrowed key and value are in hand. */
+            if (!PyUnicode_CheckExact(key))
+                goto fail;
+            int special = PySet_Contains(k_special, key);
+            if (special < 0)
+                goto fail;
+            if (special) {
+                int fmt = PySet_Contains(k_formatter, key);
+                if (fmt < 0)
+                    goto fail;
+                if (fmt)
+                    continue;
+                goto fail;  /* an event key to rename, or an attribute out of place */
+            }
+            PyTypeObject *vt = Py_TYPE(value);
+            if (vt == &PyUnicode_Type)
+                size += extra_size + PyUnicode_GET_LENGTH(value);
+            else if (is_plain(value))
+                size += extra_size;
+            else
+                goto fail;
+            if (PyDict_SetItem(event, key, value) < 0)
+                goto fail;
+        }
+        if (seen != n - n_init)
+            goto fail;
+    }
+    Py_DECREF(message);
+    *out_size = size;
+    return event;
+fail:
+    Py_DECREF(event);
+    Py_DECREF(message);
+fallback:
+    PyErr_Clear();
+    return NULL;
+}
+
+/* The event with its size, as a pair (for the Python caller's slow put or context). */
+static PyObject *
+pair(PyObject *event, Py_ssize_t size)
+{
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    if (size_obj == NULL) {
+        Py_DECREF(event);
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *result = PyTuple_Pack(2, event, size_obj);
+    Py_DECREF(event);
+    Py_DECREF(size_obj);
+    if (result == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
+/* record_event(d) -> (event, size) | None
+ *
+ * d: the __dict__ of a record whose type is exactly logging.LogRecord (the caller checks).
+ * None: not this path's case (a traceback, a non-str message, arguments that do not format,
+ * an extra that is not plain or needs renaming): the caller goes the careful way. */
+static PyObject *
+record_event(PyObject *self, PyObject *d)
+{
+    Py_ssize_t size;
+    PyObject *event = make_event(d, &size);
+    if (event == NULL)
+        Py_RETURN_NONE;
+    return pair(event, size);
+}
+
+/* record_put(d, queue, fast_len) -> True | (event, size) | None
+ *
+ * record_event, then the ledger's lock-free append (Ledger.offer's fast path) when the queue is
+ * under ``fast_len`` and the event small: True. (event, size): queued by the caller (its slow,
+ * locked path, or the context's). None: the careful path. */
+static PyObject *
+record_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static PyObject *s_append;
+    if (nargs != 3 || k_size == NULL)
+        Py_RETURN_NONE;
+    if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size;
+    PyObject *event = make_event(args[0], &size);
+    if (event == NULL)
+        Py_RETURN_NONE;
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    if (size_obj == NULL || PyDict_SetItem(event, k_size, size_obj) < 0) {
+        Py_XDECREF(size_obj);
+        Py_DECREF(event);
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(size_obj);
+    PyObject *queue = args[1];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t held = limit > 0 ? PyObject_Size(queue) : -1;
+    if (limit > 0 && held >= 0 && held < limit && size <= fast_item) {
+        PyObject *r = PyObject_CallMethodOneArg(queue, s_append, event);
+        if (r != NULL) {
+            Py_DECREF(r);
+            Py_DECREF(event);
+            Py_RETURN_TRUE;
+        }
+    }
+    PyErr_Clear();
+    return pair(event, size);
+}
+
+/* RFC 3339 in UTC with microseconds, as events.py writes it ("2024-05-01T12:00:00.123456Z").
+ * The "YYYY-MM-DDTHH:MM:SS" of the last second is kept (most events of a batch share it), as
+ * the Python path keeps it; only the flusher thread calls this, with the GIL held. 0: done. */
+static long long cached_sec = -1;
+static char cached_prefix[20];
+
+static int
+format_time(double created, char out[28])
+{
+    if (!isfinite(created) || created < 0 || created >= 253402300800.0) /* year 10000 */
+        return -1;
+    double fsec = floor(created);
+    long long micros = (long long)floor((created - fsec) * 1e6);
+    if (micros < 0 || micros > 999999)
+        return -1;  /* a hair under a second rounded up: the Python path clamps it */
+    long long sec = (long long)fsec;
+    if (sec != cached_sec) {
+        time_t t = (time_t)sec;
+        struct tm tm;
+        if (gmtime_r(&t, &tm) == NULL)
+            return -1;
+        int f[6] = {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                    tm.tm_sec};
+        char *p = cached_prefix;
+        p[0] = '0' + f[0] / 1000; p[1] = '0' + f[0] / 100 % 10;
+        p[2] = '0' + f[0] / 10 % 10; p[3] = '0' + f[0] % 10;
+        static const char seps[] = "--T::";
+        for (int i = 1; i < 6; i++) {
+            p[1 + 3 * i] = seps[i - 1];
+            p[2 + 3 * i] = '0' + f[i] / 10;
+            p[3 + 3 * i] = '0' + f[i] % 10;
+        }
+        cached_prefix[19] = 0;
+        cached_sec = sec;
+    }
+    memcpy(out, cached_prefix, 19);
+    out[19] = '.';
+    for (int i = 25; i >= 20; i--) {
+        out[i] = '0' + micros % 10;
+        micros /= 10;
+    }
+    out[26] = 'Z';
+    out[27] = 0;
+    return 0;
+}
+
+static PyObject *s_time, *s_level;
+
+/* The event's raw _time (a float) and levelname made the event's: 1; 0 when it is not this
+ * path's case (the event is unchanged), -1 on an error (the event may be half done). */
+static int
+format_fields(PyObject *event)
+{
+    PyObject *created = PyDict_GetItemWithError(event, s_time);
+    PyObject *level = PyDict_GetItemWithError(event, s_level);
+    /* Exact types only: looking them up runs no code of the application's. */
+    if (created == NULL || level == NULL || !PyFloat_CheckExact(created) ||
+        !PyUnicode_CheckExact(level))
+        return PyErr_Occurred() ? -1 : 0;
+    char buf[28];
+    if (format_time(PyFloat_AS_DOUBLE(created), buf) < 0)
+        return 0;
+    PyObject *mapped = PyDict_GetItemWithError(k_levels, level);
+    if (mapped == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *ts = PyUnicode_FromStringAndSize(buf, 27);
+    if (ts == NULL)
+        return -1;
+    int r = (PyDict_SetItem(event, s_level, mapped) < 0 ||
+             PyDict_SetItem(event, s_time, ts) < 0) ? -1 : 1;
+    Py_DECREF(ts);
+    return r;
+}
+
+/* format_record(event) -> bool: an event record_event made (RECORD marker popped by the
+ * caller), its _time and level formatted. False: the Python path formats it (the event is
+ * unchanged). */
+static PyObject *
+format_record(PyObject *self, PyObject *event)
+{
+    if (k_levels == NULL || !PyDict_CheckExact(event))
+        Py_RETURN_FALSE;
+    int r = format_fields(event);
+    if (r > 0)
+        Py_RETURN_TRUE;
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+}
+
+/* format_items(items, static, static_plain, finish, clean, fallback, skip_head) -> list
+ *
+ * events.py's item_events, for the events the handler's fast path made (a RECORD marker, no
+ * CONTEXT): markers taken out, _time and level formatted, the shipper's fields added where the
+ * event lacks them, and ``finish`` run unless ``clean`` (a set, or None) holds every key (the
+ * scrubber's plain path: nothing to do). Every other item, and any that fails on the way, is
+ * ``fallback(item)``'s: the Python path, whose answer is taken as it is. */
+static PyObject *
+format_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || k_levels == NULL || k_context == NULL) {
+        PyErr_SetString(PyExc_TypeError, "format_items: not configured, or wrong arguments");
+        return NULL;
+    }
+    PyObject *items = args[0], *stat = args[1], *finish = args[3], *clean = args[4];
+    PyObject *fallback = args[5];
+    Py_ssize_t skip_head = PyLong_AsSsize_t(args[6]);
+    if (skip_head < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "format_items: skip must be >= 0");
+        return NULL;
+    }
+    int static_plain = PyObject_IsTrue(args[2]);
+    if (static_plain < 0)
+        return NULL;
+    if (!PyTuple_CheckExact(stat) || (clean != Py_None && !PyAnySet_Check(clean))) {
+        PyErr_SetString(PyExc_TypeError, "format_items: static must be a tuple, clean a set");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(items, "format_items: items must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t nstatic = PyTuple_GET_SIZE(stat);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(item);
+        PyObject *done = NULL;
+        int ours = PyDict_CheckExact(item);
+        if (ours) {
+            int has_context = PyDict_Contains(item, k_context);
+            int has_record = PyDict_Contains(item, k_record);
+            ours = has_context == 0 && has_record == 1;
+        }
+        if (ours) {
+            /* Taken out first, as the Python path does; then the formatting, which leaves the
+             * event as it was when it is not its case. */
+            if (PyDict_DelItem(item, k_size) < 0)
+                PyErr_Clear();
+            int r = PyDict_DelItem(item, k_record) < 0 ? -1 : format_fields(item);
+            if (r <= 0) {
+                /* Not formatted: the Python path, with the marker back (it decides by it). */
+                PyErr_Clear();
+                if (PyDict_SetItem(item, k_record, Py_True) < 0)
+                    goto error_item;
+                ours = 0;
+            }
+        }
+        if (ours) {
+            int skip = finish == Py_None;
+            /* (The scrubber's plain path is the flat events' only: static values plain.) */
+            if (!skip && clean != Py_None && static_plain) {
+                /* Every key known clean: the scrubber's plain path would do nothing. The caller
+                 * vouches for the static fields' keys, and for the fast path's fixed head of
+                 * ``skip_head`` fields, which every such event holds first, in order. */
+                Py_ssize_t pos = skip_head;
+                PyObject *key, *value;
+                skip = 1;
+                while (PyDict_Next(item, &pos, &key, &value)) {
+                    int in = PyUnicode_CheckExact(key) ? PySet_Contains(clean, key) : 0;
+                    if (in < 0)
+                        goto error_item;
+                    if (!in) {
+                        skip = 0;
+                        break;
+                    }
+                }
+            }
+            for (Py_ssize_t k = 0; k < nstatic; k++) {
+                PyObject *pair = PyTuple_GET_ITEM(stat, k);
+                if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+                    continue;
+                PyObject *key = PyTuple_GET_ITEM(pair, 0);
+                if (PyDict_SetDefault(item, key, PyTuple_GET_ITEM(pair, 1)) == NULL)
+                    goto error_item;
+            }
+            if (!skip) {
+                PyObject *r = PyObject_CallFunctionObjArgs(
+                    finish, item, static_plain ? Py_True : Py_False, NULL);
+                if (r == NULL) {
+                    /* As the Python path: what could not be checked for secrets goes out
+                     * without its values. */
+                    PyErr_Clear();
+                    if (PyDict_Check(item)) {
+                        PyObject *keys = PyDict_Keys(item);
+                        if (keys == NULL)
+                            goto error_item;
+                        static PyObject *s_logger, *s_blank;
+                        if (s_logger == NULL) {
+                            s_logger = PyUnicode_InternFromString("logger");
+                            s_blank = PyUnicode_InternFromString(
+                                "[not shipped: scrubbing failed]");
+                        }
+                        for (Py_ssize_t k = 0; s_blank != NULL && k < PyList_GET_SIZE(keys); k++) {
+                            PyObject *key = PyList_GET_ITEM(keys, k);
+                            int keep = 0;
+                            if (PyUnicode_CheckExact(key))
+                                keep = PyUnicode_Compare(key, s_time) == 0 ||
+                                       PyUnicode_Compare(key, s_level) == 0 ||
+                                       PyUnicode_Compare(key, s_logger) == 0;
+                            if (!keep && PyDict_SetItem(item, key, s_blank) < 0)
+                                PyErr_Clear();
+                        }
+                        Py_DECREF(keys);
+                    }
+                }
+                else
+                    Py_DECREF(r);
+            }
+            done = item;
+            Py_INCREF(done);
+        }
+        else {
+            done = PyObject_CallOneArg(fallback, item);
+            if (done == NULL)
+                goto error_item;
+        }
+        Py_DECREF(item);
+        int ar = PyList_Append(out, done);
+        Py_DECREF(done);
+        if (ar < 0)
+            goto error;
+        continue;
+error_item:
+        Py_DECREF(item);
+        goto error;
+    }
+    Py_DECREF(seq);
+    return out;
+error:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "Set the event model's constants (events.py)."},
+    {"record_event", record_event, METH_O,
+     "record_event(d) -> (event, size) | None: the fast path's event of a plain record."},
+    {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
+     "record_put(d, queue, fast_len) -> True | (event, size) | None: record_event, queued."},
+    {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,
+     "format_items(items, static, static_plain, finish, clean, fallback, skip) -> list."},
+    {"format_record", format_record, METH_O,
+     "format_record(event) -> bool: _time and level of a fast-path event formatted."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "loghandler._speedups",
+    "The compiled hot path (see loghandler/_speedups.c); the Python code is the reference.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        src_keys[i] = PyUnicode_InternFromString(FIELDS[i][0]);
+        dst_keys[i] = PyUnicode_InternFromString(FIELDS[i][1]);
+        if (src_keys[i] == NULL || dst_keys[i] == NULL)
+            return NULL;
+    }
+    s_msg = PyUnicode_InternFromString("msg");
+    s_args = PyUnicode_InternFromString("args");
+    s_exc_info = PyUnicode_InternFromString("exc_info");
+    s_stack_info = PyUnicode_InternFromString("stack_info");
+    s_message = PyUnicode_InternFromString("message");
+    s_time = PyUnicode_InternFromString("_time");
+    s_level = PyUnicode_InternFromString("level");
+    if (!s_msg || !s_args || !s_exc_info || !s_stack_info || !s_message || !s_time || !s_level)
+        return NULL;
+    return PyModule_Create(&module);
+}

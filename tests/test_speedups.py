@@ -1,0 +1,298 @@
+"""The compiled hot path (loghandler/_speedups.c) against its reference, the Python code.
+
+Both builds run the whole suite in CI (README's test command: once as installed, once with
+``LOGHANDLER_PURE_PYTHON=1``); here the two are compared directly, on generated and on hostile
+records: every queue item the compiled path makes is the Python path's, key for key and size for
+size, and nothing it is given crashes the process or raises into the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_event_model import records
+
+from loghandler import IngestHandler, _compiled
+from loghandler._encoding import encode
+from loghandler._engine import events
+from loghandler._engine.events import RECORD, SIZE, item_events
+from loghandler._engine.shaping import make_finisher
+from loghandler.testing import LocalService
+
+TOKEN = "speedups-token"
+PURE = os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0")
+# The extension itself, in both runs (turned off or not, it is compared with the Python path).
+EXT = _compiled.extension()
+
+
+def test_the_compiled_path_is_built_and_in_use() -> None:
+    """`pip install -e .` on a machine with a compiler builds it (CI's machines have one), and
+    it is used unless turned off; a build that silently fell back would pass every other test."""
+    assert EXT is not None
+    assert _compiled.ACTIVE is (not PURE)
+    assert (_compiled.record_put is None) is PURE
+
+
+@pytest.fixture(scope="module")
+def handlers() -> Iterator[tuple[IngestHandler, IngestHandler]]:
+    """A handler on the compiled path and one forced onto the Python path; neither flushes
+    during the test, so what each queued stays at the end of its queue."""
+    with LocalService(token=TOKEN) as svc:
+        opts: dict[str, Any] = dict(url=svc.url, token=TOKEN, flush_interval=3600,
+                                    batch_size=10_000)
+        fast = IngestHandler("compiled", **opts)
+        fast._compiled_put = EXT.record_put
+        pure = IngestHandler("pure", **opts)
+        pure._compiled_put = None
+        yield fast, pure
+        fast.close()
+        pure.close()
+
+
+def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool = False) -> Any:
+    ledger = handler.shipper._ledger
+    before = len(ledger.queue)
+    if via_emit:
+        handler.emit(record)
+    else:
+        handler.handle(record)
+    assert len(ledger.queue) == before + 1
+    return ledger.queue[-1]
+
+
+def same_item(a: dict[Any, Any], b: dict[Any, Any]) -> None:
+    """Equal keys in equal order, equal values (NaN equal to NaN), equal sizes."""
+    assert list(a) == list(b)
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, float) and math.isnan(x):
+            assert isinstance(y, float) and math.isnan(y)
+        else:
+            assert x == y and type(x) is type(y), key
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=records(), via_emit=st.booleans())
+def test_compiled_item_is_the_python_item(handlers: tuple[IngestHandler, IngestHandler],
+                                          record: logging.LogRecord, via_emit: bool) -> None:
+    fast, pure = handlers
+    same_item(last_item(fast, record, via_emit), last_item(pure, record, via_emit))
+
+
+def formatted(item: dict[Any, Any], compiled: bool, fields: Any = None,
+              finish: Any = None) -> dict[str, Any]:
+    saved = events._compiled_format, events._compiled_items
+    if compiled:
+        events.use_compiled(EXT.format_record, EXT.format_items)
+    else:
+        events.use_compiled(None, None)
+    try:
+        (event,) = item_events([dict(item)], fields, finish)
+    finally:
+        events.use_compiled(*saved)
+    return event
+
+
+@settings(max_examples=500, deadline=None)
+@given(created=st.one_of(st.floats(), st.integers(-10**12, 10**12).map(float),
+                         st.floats(min_value=0, max_value=1e11)),
+       level=st.one_of(st.sampled_from(sorted(logging._nameToLevel)), st.text(max_size=8)))
+def test_compiled_formatting_is_the_python_formatting(created: float, level: str) -> None:
+    """_time (any float: negative, past year 9999, NaN, a hair under a second) and level."""
+    item = {"_time": created, "level": level, "message": "m", SIZE: 1, RECORD: True}
+    compiled = formatted(item, True)
+    expected = formatted(item, False)
+    try:
+        time.gmtime(math.floor(created))
+    except (OverflowError, ValueError, OSError):
+        # No time the calendar holds: both paths stamp the moment of formatting.
+        compiled.pop("_time"), expected.pop("_time")
+    assert compiled == expected
+
+
+# ------------------------------------------------------------------ hostile input
+
+class Evil:
+    """A value whose truth test and text change the record they belong to."""
+
+    def __init__(self, record: logging.LogRecord, key: str) -> None:
+        self.record, self.key = record, key
+
+    def __bool__(self) -> bool:
+        self.record.__dict__.pop(self.key, None)
+        self.record.__dict__.clear()
+        return False
+
+    def __str__(self) -> str:
+        self.record.__dict__.clear()
+        return "evil"
+
+
+class EvilKey(str):
+    def __hash__(self) -> int:
+        return hash("msg")
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other)
+
+
+def _plain(msg: Any = "m %s", args: Any = ("x",), **extra: Any) -> logging.LogRecord:
+    record = logging.LogRecord("app", logging.INFO, "/app.py", 3, msg, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def hostile_records() -> Iterator[tuple[str, logging.LogRecord]]:
+    r = _plain()
+    r.exc_info = Evil(r, "stack_info")  # type: ignore[assignment]
+    yield "exc_info whose __bool__ empties the record", r
+    r = _plain()
+    r.args = (Evil(r, "msg"),)
+    yield "an argument whose __str__ empties the record", r
+    r = _plain()
+    r.stack_info = Evil(r, "args")  # type: ignore[assignment]
+    yield "stack_info whose __bool__ empties the record", r
+    r = _plain()
+    r.__dict__[7] = "a non-str key"  # type: ignore[index]
+    yield "a non-str key", r
+    r = _plain()
+    r.__dict__[EvilKey("sneaky")] = 1
+    yield "a str subclass key with its own hash", r
+    yield "a 10 MB message", _plain("x" * 10_000_000, ())
+    yield "a 10 MB extra", _plain(big="y" * 10_000_000)
+    yield "10,000 extras", _plain(**{f"k{i}": i for i in range(10_000)})
+    yield "args that do not format", _plain("%d %d", ("a",))
+    yield "a dict as args", _plain("%(a)s", ({"a": 1},))
+    r = _plain()
+    del r.__dict__["msg"]
+    yield "no msg at all", r
+    r = _plain()
+    del r.__dict__["lineno"]
+    yield "a field missing", r
+    r = _plain(extra_key="v")
+    del r.__dict__["name"]  # a hole in the head: the tail walk must not trust positions
+    r.__dict__["name"] = "app"
+    yield "a head key deleted and re-added", r
+    yield "str subclass message", _plain(type("S", (str,), {})("sub %s"))
+    r = _plain()
+    r.created = float("inf")
+    yield "created is infinite", r
+    r = _plain()
+    r.created = 1e300
+    yield "created past year 9999", r
+
+
+@pytest.mark.parametrize("name,record", list(hostile_records()),
+                         ids=[name for name, _ in hostile_records()])
+def test_hostile_records_never_crash_and_match_python(
+        handlers: tuple[IngestHandler, IngestHandler], name: str, record: logging.LogRecord
+) -> None:
+    fast, pure = handlers
+    snapshot = dict(record.__dict__)
+    fast.handle(record)  # must neither crash nor raise
+    fast_item = fast.shipper._ledger.queue[-1]
+    record.__dict__.clear()
+    record.__dict__.update(snapshot)
+    pure.handle(record)
+    pure_item = pure.shipper._ledger.queue[-1]
+    assert list(fast_item) == list(pure_item)
+    assert fast_item[SIZE] == pure_item[SIZE]
+
+
+def test_record_event_refuses_what_it_does_not_know() -> None:
+    """Called with anything but a record's dict, it answers None (the careful path), not an
+    error or a crash."""
+    _speedups = EXT
+    for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
+        assert _speedups.record_event(bad) is None
+        assert _speedups.record_put(bad, [], 10) is None
+    assert _speedups.record_put() is None
+    for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
+        assert _speedups.format_record(bad) is False
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+SHIP = """
+import logging, sys
+from loghandler import _compiled
+from loghandler.testing import LocalService
+import loghandler
+with LocalService(token="t0") as svc:
+    h = loghandler.IngestHandler("ds", url=svc.url, token="t0")
+    log = logging.getLogger("x")
+    log.addHandler(h)
+    for i in range(100):
+        log.warning("n %d", i, extra={"i": i})
+    assert h.flush(10)
+    print(_compiled.ACTIVE, len(svc.events("ds")))
+"""
+
+
+def test_pure_python_is_forced_by_the_environment() -> None:
+    proc = _run(SHIP, LOGHANDLER_PURE_PYTHON="1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "100"]
+
+
+def test_a_missing_extension_falls_back_to_python() -> None:
+    """No compiler at install time: no extension, and everything works the Python way."""
+    block = "import sys; sys.modules['loghandler._speedups'] = None\n"
+    proc = _run(block + SHIP, LOGHANDLER_PURE_PYTHON="0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "100"]
+
+
+def _raising_finish(event: dict[str, Any], plain: bool = False) -> None:
+    raise RuntimeError("a scrubber bug")
+
+
+FINISHERS = {
+    "none": None,
+    "keys": make_finisher((), "keys", (), ()),
+    "keys+own": make_finisher((), "keys", ("order_id",), ()),
+    "all": make_finisher((), "all", (), ()),
+    "exclude": make_finisher(("module", "line"), "keys", (), ()),
+    "raising": _raising_finish,
+}
+FIELDS = {
+    "none": None,
+    "plain": {"service": "checkout", "region": "eu", "message": "never wins"},
+    "nested": {"deploy": {"sha": "abc", "token": "secret-value"}},
+    "secret": {"api_key": "sk-12345678", "password": ""},
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=records(), finisher=st.sampled_from(sorted(FINISHERS)),
+       fields=st.sampled_from(sorted(FIELDS)))
+def test_compiled_batch_is_the_python_batch(handlers: tuple[IngestHandler, IngestHandler],
+                                            record: logging.LogRecord, finisher: str,
+                                            fields: str) -> None:
+    """item_events in C (markers, _time, level, the shipper's fields, the scrubber's plain path
+    skipped when every key is known clean, a failing scrubber) ships what the Python one ships,
+    for every kind of queue item the handler makes."""
+    _, pure = handlers
+    a = last_item(pure, record)
+    b = last_item(pure, record)
+    finish = FINISHERS[finisher]
+    got = formatted(a, True, FIELDS[fields], finish)
+    want = formatted(b, False, FIELDS[fields], finish)
+    if got.get("_time") != want.get("_time"):  # both stamped "now" (no time of its own)
+        got.pop("_time"), want.pop("_time")
+    assert json.loads(encode(got)) == json.loads(encode(want))
+    assert list(got) == list(want)
