@@ -71,6 +71,17 @@ class TestIngestEvents:
         assert status.ingested == 1
         assert svc.events("app")[0]["_time"] == "2024-05-01T08:30:00.000000Z"
 
+    def test_timestamp_format_with_literal_text(self, svc: LocalService,
+                                               ax: axiom_py.Client) -> None:
+        """A Go layout holding literal text, as axiom-py's own integration test sends it
+        (2/Jan/2006:15:04:05 +0000: " +0000" is text the value holds, not a zone directive):
+        accepted, not a 400."""
+        opts = axiom_py.IngestOptions(timestamp_field="date",
+                                      timestamp_format="2/Jan/2006:15:04:05 +0000")
+        status = ax.ingest_events("app", [{"date": "1/May/2024:08:30:05 +0000"}], opts)
+        assert (status.ingested, status.failed) == (1, 0)
+        assert svc.events("app")[0]["_time"] == "2024-05-01T08:30:05.000000Z"
+
     def test_csv_uncompressed(self, svc: LocalService, ax: axiom_py.Client) -> None:
         """Client.ingest with CSV and ContentEncoding.IDENTITY (sent as "1")."""
         status = ax.ingest("app", b"level;msg\ninfo;hello\n", axiom_py.ContentType.CSV,

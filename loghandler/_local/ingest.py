@@ -325,7 +325,7 @@ _GO_FRACTION = re.compile(r"[.,](0+|9+)")
 
 
 def go_layout_to_strptime(layout: str) -> str:
-    """A Go time layout (``2006-01-02 15:04:05``) as a strptime format; ValueError if unknown."""
+    """A Go time layout (``2006-01-02 15:04:05``) as a strptime format."""
     out: list[str] = []
     i = 0
     while i < len(layout):
@@ -340,12 +340,15 @@ def go_layout_to_strptime(layout: str) -> str:
                 i += len(element)
                 break
         else:
+            # Anything else is literal text, digits included, as Go reads a layout: in
+            # "2/Jan/2006:15:04:05 +0000" (the official SDK's own test) " +0000" is text the
+            # value must hold, not a zone.
             ch = layout[i]
-            if ch.isdigit():
-                raise ValueError(f"timestamp-format {layout!r}: {ch!r} at {i} is not a part "
-                                 "of Go's reference time Mon Jan 2 15:04:05 -0700 MST 2006")
             out.append("%%" if ch == "%" else ch)
             i += 1
+    if not any(part.startswith("%") and part != "%%" or part.endswith("%f") for part in out):
+        raise ValueError(f"timestamp-format {layout!r} names no part of Go's reference time "
+                         "Mon Jan 2 15:04:05 -0700 MST 2006")
     return "".join(out)
 
 
