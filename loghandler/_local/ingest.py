@@ -138,12 +138,14 @@ def media_type(content_type: str | None) -> str:
 
 
 def parse_values(body: bytes, content_type: str | None, *,
-                 csv_delimiter: str | None = None) -> list[Any]:
+                 csv_delimiter: str | None = None,
+                 csv_fields: list[str] | None = None) -> list[Any]:
     """The values of a body: each one is meant to be an event (checked later, one by one).
 
     JSON: one array (its elements), one value, or several values separated by whitespace
     (NDJSON sent as application/json). NDJSON: one value per line, blank lines skipped. CSV:
-    a header line, then one event per row, every value a string.
+    a header line, then one event per row, every value a string; with ``csv_fields`` (the
+    CSV-fields header) those name the columns and every line is a row.
     """
     kind = media_type(content_type)
     if not body.strip():
@@ -151,9 +153,10 @@ def parse_values(body: bytes, content_type: str | None, *,
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise HttpError(400, f"the body is not valid JSON: it is not UTF-8 ({exc})") from None
+        what = "CSV" if kind in _CSV_TYPES else "JSON"
+        raise HttpError(400, f"the body is not valid {what}: it is not UTF-8 ({exc})") from None
     if kind in _CSV_TYPES:
-        return _parse_csv(text, csv_delimiter)
+        return _parse_csv(text, csv_delimiter, csv_fields)
     if kind in _NDJSON_TYPES:
         return _parse_ndjson(text)
     if kind not in _JSON_TYPES:
@@ -205,7 +208,7 @@ def _parse_ndjson(text: str) -> list[Any]:
     return values
 
 
-def _parse_csv(text: str, delimiter: str | None) -> list[Any]:
+def _parse_csv(text: str, delimiter: str | None, fields: list[str] | None = None) -> list[Any]:
     if delimiter is not None and len(delimiter) != 1:
         raise HttpError(400, f"csv-delimiter must be one character, not {delimiter!r}")
     try:
@@ -213,11 +216,16 @@ def _parse_csv(text: str, delimiter: str | None) -> list[Any]:
         rows = [row for row in reader if row]
     except csv.Error as exc:
         raise HttpError(400, f"the body is not valid CSV: {exc}") from None
-    if not rows:
-        raise HttpError(400, "the CSV body has no header line")
-    header, *data = rows
-    if len(set(header)) != len(header) or not all(name.strip() for name in header):
-        raise HttpError(400, "the CSV header line must name every column once")
+    if fields is not None:
+        header, data = fields, rows
+        if len(set(header)) != len(header) or not all(name.strip() for name in header):
+            raise HttpError(400, "the CSV-fields header must name every column once")
+    else:
+        if not rows:
+            raise HttpError(400, "the CSV body has no header line")
+        header, *data = rows
+        if len(set(header)) != len(header) or not all(name.strip() for name in header):
+            raise HttpError(400, "the CSV header line must name every column once")
     events: list[Any] = []
     for row in data:
         event = dict(zip(header, row, strict=False))
@@ -346,7 +354,7 @@ def go_layout_to_strptime(layout: str) -> str:
             ch = layout[i]
             out.append("%%" if ch == "%" else ch)
             i += 1
-    if not any(part.startswith("%") and part != "%%" or part.endswith("%f") for part in out):
+    if not any((part.startswith("%") and part != "%%") or part.endswith("%f") for part in out):
         raise ValueError(f"timestamp-format {layout!r} names no part of Go's reference time "
                          "Mon Jan 2 15:04:05 -0700 MST 2006")
     return "".join(out)
@@ -403,13 +411,49 @@ def _parse_with_format(value: Any, fmt: str) -> str:
     return format_time(dt)
 
 
-def prepare_events(values: list[Any], options: IngestOptions,
-                   now: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+# Field names the service keeps for itself: one a client sends is stored as _user_<name>.
+RESERVED_FIELDS = frozenset({"_sysTime", "_rowID", "_cursor", "_source", "_blockInfo"})
+# The longest string value the service stores; a longer one is replaced by TOO_LONG.
+MAX_VALUE_BYTES = 1024 * 1024
+TOO_LONG = "<invalid string: too long>"
+# The most events one ingest request may hold.
+MAX_EVENTS_PER_REQUEST = 10_000
+
+
+def _cap_strings(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string over MAX_VALUE_BYTES (encoded) replaced, nested ones too."""
+    if isinstance(value, str):
+        if len(value) * 4 > MAX_VALUE_BYTES and len(value.encode("utf-8", "surrogatepass")) > (
+                MAX_VALUE_BYTES):
+            return TOO_LONG
+        return value
+    if depth < 64:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                capped = _cap_strings(v, depth + 1)
+                if capped is not v:
+                    value[k] = capped
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                capped = _cap_strings(v, depth + 1)
+                if capped is not v:
+                    value[i] = capped
+    return value
+
+
+def prepare_events(values: list[Any], options: IngestOptions, now: str,
+                   labels: Mapping[str, Any] | None = None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The events to store (each with a normalized ``_time``) and the failures to report.
 
     ``now`` (the ingest time, stored form) is the time of an event that has none, and the
-    ``timestamp`` of each failure. The dicts in ``values`` are updated in place.
+    ``timestamp`` of each failure. ``labels`` (the event-labels header) are added to every
+    event that lacks them. Reserved names become ``_user_<name>``; a string over 1 MB becomes
+    ``<invalid string: too long>``. The dicts in ``values`` are updated in place.
     """
+    if len(values) > MAX_EVENTS_PER_REQUEST:
+        raise HttpError(400, f"a request may hold at most {MAX_EVENTS_PER_REQUEST:,} events, "
+                             f"this one held {len(values):,}: send smaller batches")
     events: list[dict[str, Any]] = []
     failures: list[dict[str, str]] = []
     field = options.timestamp_field
@@ -419,6 +463,13 @@ def prepare_events(values: list[Any], options: IngestOptions,
             failures.append({"timestamp": now,
                              "error": f"an event must be a JSON object, not {json_kind(value)}"})
             continue
+        if labels:
+            for key, label in labels.items():
+                value.setdefault(key, label)
+        if not RESERVED_FIELDS.isdisjoint(value):
+            for key in RESERVED_FIELDS.intersection(value):
+                value[f"_user_{key}"] = value.pop(key)
+        _cap_strings(value)
         raw = value.get(field)
         if raw is None:
             value["_time"] = now

@@ -68,6 +68,8 @@ _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/style.css": ("style.css", "text/css; charset=utf-8")}
 _INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
+# A personal access token (the service's own prefix): it needs the organization's id header.
+PAT_PREFIX = "xapt-"
 # /v1/datasets (and /v2/datasets), /v1/datasets/{name}, /v1/datasets/{name}/trim
 _DATASETS = re.compile(r"^/v[12]/datasets(?:/([^/]+))?(/trim)?$")
 _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -313,10 +315,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._discard()
                 self._send_static(*_STATIC[path])
                 return
-            if not self.server.token_ok(self.headers.get("Authorization")):
+            auth = self.headers.get("Authorization")
+            if not self.server.token_ok(auth):
                 self._discard()
                 raise HttpError(403, "authentication failed: send Authorization: Bearer <token> "
                                      "with a token this service accepts")
+            if auth is not None and auth[7:].strip().startswith(PAT_PREFIX) and (
+                    not self._service_header("Org-Id")):
+                self._discard()
+                raise HttpError(403, "a personal access token needs the organization's id: "
+                                     "send it in the x-service-org-id header (LOGHANDLER_ORG_ID, "
+                                     "--org-id)")
             self._rate_limit()
             m = _INGEST.match(path)
             if path == _QUERY_PATH:
@@ -574,6 +583,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(404, f"dataset {name!r} not found")
         return 200, found
 
+    def _service_header(self, name: str) -> str | None:
+        """The service's own header ``name``, in the seed's spelling (``x-service-<name>``) or
+        the real service's (``X-Axiom-<name>``, what its official clients send)."""
+        for prefix in ("x-service-", "X-Axiom-"):
+            value = self.headers.get(prefix + name)
+            if value is not None:
+                return value
+        return None
+
     def _ingest(self, dataset: str, params: dict[str, list[str]]) -> dict[str, Any]:
         allowed = self.server.datasets
         if allowed is not None and dataset not in allowed:
@@ -584,11 +602,25 @@ class _Handler(BaseHTTPRequestHandler):
         except HttpError:
             self._discard()
             raise
+        fields_header = self._service_header("CSV-Fields")
+        labels_header = self._service_header("Event-Labels")
+        labels: Any = None
+        try:
+            if labels_header is not None:
+                labels = json.loads(labels_header)
+                if not isinstance(labels, dict):
+                    raise ValueError("not a JSON object")
+        except ValueError as exc:
+            self._discard()
+            raise HttpError(400, f"the event-labels header must be a JSON object of the "
+                                 f"fields to add to every event ({exc})") from None
         body = self._read_body()
         values = parse_values(body, self.headers.get("Content-Type"),
-                              csv_delimiter=options.csv_delimiter)
+                              csv_delimiter=options.csv_delimiter,
+                              csv_fields=(None if fields_header is None else
+                                          [f.strip() for f in fields_header.split(",")]))
         now = format_time(time.time_ns() // 1000)
-        events, failures = prepare_events(values, options, now)
+        events, failures = prepare_events(values, options, now, labels)
         self.server.store.add_events(dataset, events)
         return {"ingested": len(events), "failed": len(failures), "failures": failures,
                 "processedBytes": len(body), "blocksCreated": 0, "walLength": len(events)}

@@ -1,0 +1,124 @@
+"""The local service as the real service documents it (issue 24), item by item.
+
+Each test names what it follows: the service's API reference (ingest, limits, authentication)
+or its official SDK (axiom-py 0.15.0), run for real where it exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import axiom_py
+import pytest
+from test_service import TOKEN, call, ingest_path
+
+import loghandler
+from loghandler.testing import LocalService
+
+PAT = "xapt-fidelity-personal-token"
+
+
+@pytest.fixture
+def svc() -> Iterator[LocalService]:
+    with LocalService(token=TOKEN) as service:
+        yield service
+
+
+@pytest.fixture
+def pat_svc() -> Iterator[LocalService]:
+    with LocalService(token=PAT) as service:
+        yield service
+
+
+class TestHeaders:
+    @pytest.mark.parametrize("prefix", ["x-service-", "X-Axiom-"])
+    def test_csv_fields_header_names_the_columns(self, svc: LocalService, prefix: str) -> None:
+        """API reference, ingest: the CSV-fields header names the columns of a CSV body that
+        has no header line, so every line is data. Both spellings (the seed's and the real
+        service's, which its official clients send)."""
+        status, body, _ = call(svc, "POST", ingest_path(), raw=b"info,hello\nerror,boom\n",
+                               headers={"Content-Type": "text/csv",
+                                        f"{prefix}CSV-Fields": "level, msg"})
+        assert (status, body["ingested"]) == (200, 2), body
+        assert [(e["level"], e["msg"]) for e in svc.events("app")] == [
+            ("info", "hello"), ("error", "boom")]
+
+    @pytest.mark.parametrize("prefix", ["x-service-", "X-Axiom-"])
+    def test_event_labels_are_added_to_every_event(self, svc: LocalService, prefix: str) -> None:
+        """API reference, ingest: the event-labels header (a JSON object) adds its fields to
+        every event of the request; an event's own field of the same name stays."""
+        labels = json.dumps({"region": "eu", "team": "shop"})
+        status, body, _ = call(svc, "POST", ingest_path(), [{"a": 1}, {"a": 2, "team": "own"}],
+                               headers={f"{prefix}Event-Labels": labels})
+        assert (status, body["ingested"]) == (200, 2), body
+        got = [(e["a"], e["region"], e["team"]) for e in svc.events("app")]
+        assert got == [(1, "eu", "shop"), (2, "eu", "own")]
+
+    def test_event_labels_that_are_no_object_are_a_400(self, svc: LocalService) -> None:
+        for bad in ("[1]", "not json"):
+            status, body, _ = call(svc, "POST", ingest_path(), [{"a": 1}],
+                                   headers={"X-Axiom-Event-Labels": bad})
+            assert status == 400 and "event-labels header must be a JSON object" in (
+                body["message"])
+        assert svc.events("app") == []
+
+    def test_csv_with_bad_utf8_says_csv(self, svc: LocalService) -> None:
+        status, body, _ = call(svc, "POST", ingest_path(), raw=b"a,b\n\xff\xfe,1\n",
+                               headers={"Content-Type": "text/csv"})
+        assert status == 400 and body["message"].startswith("the body is not valid CSV")
+
+
+class TestLimits:
+    def test_reserved_names_are_kept_as_user_fields(self, svc: LocalService) -> None:
+        """API reference, ingest: names the service keeps for itself, sent by a client, are
+        stored with a _user_ prefix."""
+        sent = {"_sysTime": "x", "_rowID": 1, "_cursor": "c", "_source": "s", "_blockInfo": {},
+                "kept": True}
+        assert call(svc, "POST", ingest_path(), [sent])[0] == 200
+        (event,) = svc.events("app")
+        assert {k for k in event if k.startswith("_user_")} == {
+            "_user__sysTime", "_user__rowID", "_user__cursor", "_user__source",
+            "_user__blockInfo"}
+        assert event["kept"] is True and "_rowID" not in event
+
+    def test_a_value_over_one_megabyte_is_replaced(self, svc: LocalService) -> None:
+        """Limits: a string value over 1 MB is stored as <invalid string: too long>, nested
+        ones too; the event itself is kept."""
+        big = "x" * (1024 * 1024 + 1)
+        with LocalService(token=TOKEN, max_body_bytes=8 * 1024 * 1024) as roomy:
+            status, body, _ = call(roomy, "POST", ingest_path(),
+                                   [{"big": big, "nested": {"big": big}, "small": "ok"}])
+            assert (status, body["ingested"]) == (200, 1)
+            (event,) = roomy.events("app")
+        assert event["big"] == "<invalid string: too long>"
+        assert event["nested"]["big"] == "<invalid string: too long>"
+        assert event["small"] == "ok"
+
+    def test_more_than_ten_thousand_events_is_refused(self, svc: LocalService) -> None:
+        """Limits: at most 10,000 events a request."""
+        with LocalService(token=TOKEN, max_body_bytes=8 * 1024 * 1024) as roomy:
+            status, body, _ = call(roomy, "POST", ingest_path(), [{"i": i} for i in range(10_001)])
+            assert status == 400 and "at most 10,000 events" in body["message"]
+            assert roomy.events("app") == []
+            assert call(roomy, "POST", ingest_path(), [{"i": i} for i in range(10_000)])[0] == 200
+
+
+class TestPersonalAccessTokens:
+    def test_a_pat_needs_the_org_id_header(self, svc: LocalService,
+                                           pat_svc: LocalService) -> None:
+        """Authentication, rule 2: with a personal access token, send the org-id header too;
+        without it the answer is 403."""
+        status, body, _ = call(pat_svc, "GET", "/v1/datasets", token=PAT)
+        assert status == 403 and "organization's id" in body["message"]
+        for header in ("x-service-org-id", "X-Axiom-Org-Id"):
+            assert call(pat_svc, "GET", "/v1/datasets", token=PAT,
+                        headers={header: "org-1"})[0] == 200
+        assert call(svc, "GET", "/v1/datasets", token=TOKEN)[0] == 200  # an API token: none
+
+    def test_the_package_and_the_official_sdk_send_it(self, pat_svc: LocalService) -> None:
+        with loghandler.Client(token=PAT, url=pat_svc.url, org_id="org-1") as client:
+            assert client.ingest("app", [{"via": "loghandler"}])["ingested"] == 1
+        ax = axiom_py.Client(token=PAT, org_id="org-1", url=pat_svc.url)
+        assert ax.ingest_events("app", [{"via": "axiom-py"}]).ingested == 1
+        assert sorted(e["via"] for e in pat_svc.events("app")) == ["axiom-py", "loghandler"]
