@@ -122,3 +122,35 @@ class TestPersonalAccessTokens:
         ax = axiom_py.Client(token=PAT, org_id="org-1", url=pat_svc.url)
         assert ax.ingest_events("app", [{"via": "axiom-py"}]).ingested == 1
         assert sorted(e["via"] for e in pat_svc.events("app")) == ["axiom-py", "loghandler"]
+
+
+def _apl(svc: LocalService, apl: str, path: str = "/v1/datasets/_apl?format=tabular") -> tuple:
+    return call(svc, "POST", path, {"apl": apl})[:2]
+
+
+class TestQueryBounds:
+    @pytest.mark.parametrize("apl,named", [
+        ("['app'] | take 99999999999999999999999", "take 99999999999999999999999 is out of range"),
+        ("['app'] | top 99999999999999999999 by a", "top 99999999999999999999 is out of range"),
+        ("['app'] | summarize count() by bin(_time, 99999999999999999999d)",
+         "the timespan 99999999999999999999d is out of range"),
+        ("['app'] | where _time > ago(1e300s)", "the timespan 1e300s is out of range"),
+    ])
+    def test_out_of_range_is_a_400_naming_it(self, svc: LocalService, apl: str,
+                                              named: str) -> None:
+        """A query out of range is a 400 naming the problem, never a 500 (both were 500s with
+        a traceback on the service's stderr)."""
+        assert call(svc, "POST", ingest_path(), [{"a": 1}])[0] == 200
+        status, body = _apl(svc, apl)
+        assert status == 400 and named in body["message"], body
+
+
+class TestEdgeEndpoints:
+    def test_ingest_and_query_at_the_edge_paths(self, svc: LocalService) -> None:
+        """The official SDK, configured for an edge endpoint, ingests at /v1/ingest/{dataset}
+        and queries at /v1/query/_apl: the same service answers both."""
+        status, body, _ = call(svc, "POST", "/v1/ingest/app", [{"edge": True}])
+        assert (status, body["ingested"]) == (200, 1)
+        status, body = _apl(svc, "['app'] | count", "/v1/query/_apl?format=tabular")
+        assert status == 200
+        assert body["tables"][0]["columns"] == [[1]]

@@ -86,14 +86,25 @@ def parse_relative_time(value: Any, now_us: int) -> int:
                    f"'now' or 'now-1h'")
 
 
+# The largest integer a query may use (SQLite's, 64-bit); a timespan too, in microseconds.
+MAX_INT = 2**63 - 1
+
+
 def _span(number: str, unit: str, pos: int, text: str | None = None) -> int:
     scale = _US.get(unit)
+    where = position(text, pos) if text is not None else f"character {pos + 1}"
     if scale is None:
-        where = position(text, pos) if text is not None else f"character {pos + 1}"
         raise AplError(f"unknown timespan unit {unit!r} in {number}{unit}: use d, h, m, s, ms "
                        f"or us, as in 5m, at {where}")
-    return int(float(number) * scale) if "." in number or "e" in number.lower() else (
-        int(number) * scale)
+    try:
+        us = int(float(number) * scale) if "." in number or "e" in number.lower() else (
+            int(number) * scale)
+    except (OverflowError, ValueError):
+        us = MAX_INT + 1
+    if abs(us) > MAX_INT:
+        raise AplError(f"the timespan {number}{unit} is out of range (at most about 292,000 "
+                       f"years), at {where}")
+    return us
 
 
 # ---------------------------------------------------------------------------- tokenizer
@@ -332,10 +343,7 @@ class _Parser:
                 keys.append(self.sort_key())
             return ("sort", keys)
         if word in ("take", "limit"):
-            n = self.expect("number", what="a number of rows").value
-            if not isinstance(n, int) or n < 0:
-                raise self.fail(f"{word} needs a whole number of rows", tok)
-            return ("take", n)
+            return ("take", self.row_count(word, tok))
         if word == "project":
             items = [self.named_expr()]
             while self.at("op", ","):
@@ -355,9 +363,7 @@ class _Parser:
                 names.append(self.field_name())
             return ("project-away", names)
         if word == "top":
-            n = self.expect("number", what="a number of rows").value
-            if not isinstance(n, int) or n < 0:
-                raise self.fail("top needs a whole number of rows", tok)
+            n = self.row_count(word, tok)
             if not self.at_word("by"):
                 raise self.fail("expected 'by' after top N")
             self.next()
@@ -453,6 +459,14 @@ class _Parser:
         return name, e
 
     # -- expressions
+    def row_count(self, word: str, tok: Any) -> int:
+        n = self.expect("number", what="a number of rows").value
+        if not isinstance(n, int) or n < 0:
+            raise self.fail(f"{word} needs a whole number of rows", tok)
+        if n > MAX_INT:  # SQLite's integers are 64-bit: a larger one is no row count
+            raise self.fail(f"{word} {n} is out of range: at most {MAX_INT}", tok)
+        return n
+
     def bin(self, op: str, left: Any, right: Any, pos: int) -> Bin:
         # A chain of and/or/+ is a left-deep tree that the compiler walks recursively: bound
         # the operators per query as the nesting is bounded.

@@ -61,13 +61,15 @@ _CHUNK = 64 * 1024
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
 _QUERY_PATH = "/v1/datasets/_apl"
+_QUERY_PATHS = (_QUERY_PATH, "/v1/query/_apl")  # the second: the edge endpoint
 # The web page: plain files shipped in the package, served without a token (the page then
 # reads everything through the authenticated API, with the token from the URL fragment).
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/index.html": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/style.css": ("style.css", "text/css; charset=utf-8")}
-_INGEST = re.compile(r"^/v1/datasets/([^/]+)/ingest$")
+# The ingest endpoint, and the edge endpoint the official SDK uses when configured for one.
+_INGEST = re.compile(r"^/v1/(?:datasets/([^/]+)/ingest|ingest/([^/]+))$")
 # A personal access token (the service's own prefix): it needs the organization's id header.
 PAT_PREFIX = "xapt-"
 # /v1/datasets (and /v2/datasets), /v1/datasets/{name}, /v1/datasets/{name}/trim
@@ -328,13 +330,13 @@ class _Handler(BaseHTTPRequestHandler):
                                      "--org-id)")
             self._rate_limit()
             m = _INGEST.match(path)
-            if path == _QUERY_PATH:
+            if path in _QUERY_PATHS:
                 self._allow(method, "POST")
                 status, answer = 200, self._query()
             elif (d := _DATASETS.match(path)) is not None and not m:
                 status, answer = self._datasets(method, d.group(1), d.group(2))
             elif m:
-                dataset = unquote(m.group(1))
+                dataset = unquote(m.group(1) or m.group(2))
                 self._allow(method, "POST")
                 answer = self._ingest(dataset, parse_qs(parts.query))
                 count, failed = answer["ingested"], answer["failed"]
