@@ -124,8 +124,9 @@ class TestPersonalAccessTokens:
         assert sorted(e["via"] for e in pat_svc.events("app")) == ["axiom-py", "loghandler"]
 
 
-def _apl(svc: LocalService, apl: str, path: str = "/v1/datasets/_apl?format=tabular") -> tuple:
-    return call(svc, "POST", path, {"apl": apl})[:2]
+def _apl(svc: LocalService, apl: str, path: str = "/v1/datasets/_apl?format=tabular",
+         token: str = TOKEN) -> tuple:
+    return call(svc, "POST", path, {"apl": apl}, token=token)[:2]
 
 
 class TestQueryBounds:
@@ -154,3 +155,63 @@ class TestEdgeEndpoints:
         status, body = _apl(svc, "['app'] | count", "/v1/query/_apl?format=tabular")
         assert status == 200
         assert body["tables"][0]["columns"] == [[1]]
+
+
+class TestTokensAndAnnotations:
+    """/v2/tokens and /v2/annotations as the API reference documents them, driven by the
+    official SDK's own clients (axiom_py.tokens, axiom_py.annotations)."""
+
+    def test_annotations_crud(self, svc: LocalService) -> None:
+        ax = axiom_py.Client(token=TOKEN, url=svc.url)
+        made = ax.annotations.create(axiom_py.AnnotationCreateRequest(
+            datasets=["app"], type="deploy", time=None, endTime=None, title="v1.2",
+            description=None, url=None))
+        assert ax.annotations.get(made.id).title == "v1.2"
+        assert [a.id for a in ax.annotations.list(datasets=["app"])] == [made.id]
+        assert ax.annotations.list(datasets=["other"]) == []
+        updated = ax.annotations.update(made.id, axiom_py.AnnotationUpdateRequest(
+            datasets=None, type=None, time=None, endTime=None, title="v1.3", description=None,
+            url=None))
+        assert (updated.title, updated.type) == ("v1.3", "deploy")
+        ax.annotations.delete(made.id)
+        status, _, _ = call(svc, "GET", f"/v2/annotations/{made.id}")
+        assert status == 404
+
+    def test_a_created_token_does_what_it_may_and_no_more(self, svc: LocalService) -> None:
+        """The seed: an API token limits the actions allowed with it, for example only
+        querying one particular dataset. Created through the API, it works for that and gets
+        403 for the rest."""
+        from axiom_py.tokens import CreateTokenRequest, TokenDatasetCapabilities
+
+        assert call(svc, "POST", ingest_path("app"), [{"n": 1}])[0] == 200
+        assert call(svc, "POST", ingest_path("other"), [{"n": 2}])[0] == 200
+        ax = axiom_py.Client(token=TOKEN, url=svc.url)
+        made = ax.tokens.create(CreateTokenRequest(
+            name="query app only",
+            datasetCapabilities={"app": TokenDatasetCapabilities(query=["read"])}))
+        assert made.token.startswith("xaat-") and made.id
+        assert [t.name for t in ax.tokens.list()] == ["query app only"]
+        assert made.token not in json.dumps(call(svc, "GET", "/v2/tokens")[1])
+
+        status, body = _apl(svc, "['app'] | count", token=made.token)
+        assert status == 200 and body["tables"][0]["columns"] == [[1]]
+        status, body = _apl(svc, "['other'] | count", token=made.token)
+        assert status == 403 and "may not read query in dataset 'other'" in body["message"]
+        status, body, _ = call(svc, "POST", ingest_path("app"), [{"n": 3}], token=made.token)
+        assert status == 403 and "may not create ingest" in body["message"]
+        assert call(svc, "GET", "/v1/datasets", token=made.token)[0] == 403
+        assert call(svc, "GET", "/v2/tokens", token=made.token)[0] == 403
+
+        ax.tokens.delete(made.id)
+        assert _apl(svc, "['app'] | count", token=made.token)[0] == 403
+
+    def test_where_true_warns_in_the_status(self, svc: LocalService) -> None:
+        """The status's messages carry the service's warnings: `where true` includes all."""
+        assert call(svc, "POST", ingest_path(), [{"a": 1}])[0] == 200
+        status, body = _apl(svc, "['app'] | where true")
+        assert status == 200
+        assert body["status"]["messages"] == [{
+            "priority": "warn", "count": 1,
+            "code": "apl_whereclausealwaysevaluatestoTRUEwhichwillincludealldata_1",
+            "msg": "where clause always evaluates to TRUE, which will include all data"}]
+        assert _apl(svc, "['app'] | where a == 1")[1]["status"]["messages"] == []

@@ -329,6 +329,7 @@ class Compiled:
     order: list[tuple[str, bool]]  # (field, desc), as reported
     bin_us: int | None  # the span of a bin(_time, ...) group
     hidden: list[str] = field(default_factory=list)  # system fields left out of whole events
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the status's warnings
 
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
@@ -485,7 +486,18 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"
            + (f" ORDER BY {final_order}" if final_order else "") + f" LIMIT {MAX_ROWS}")
     return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
-                    hidden)
+                    hidden, _messages(q))
+
+
+def _messages(q: Any) -> list[dict[str, Any]]:
+    """The warnings the service reports in a query's status (its own wording and codes)."""
+    always = sum(1 for op in q.ops if op[0] == "where" and isinstance(op[1], Lit)
+                 and op[1].value is True)
+    if not always:
+        return []
+    return [{"priority": "warn", "count": always,
+             "code": "apl_whereclausealwaysevaluatestoTRUEwhichwillincludealldata_1",
+             "msg": "where clause always evaluates to TRUE, which will include all data"}]
 
 
 # ---------------------------------------------------------------------------- running
@@ -584,7 +596,7 @@ def _status(result: Result, rows_examined: int, start: str, end: str) -> dict[st
         "cacheStatus": 1,
         "minBlockTime": min(times) if times else start,
         "maxBlockTime": max(times) if times else end,
-        "messages": [],
+        "messages": c.messages,
         "minCursor": min(row_ids) if row_ids else "",
         "maxCursor": max(row_ids) if row_ids else "",
     }

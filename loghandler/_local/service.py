@@ -13,7 +13,6 @@ Storage and queries are store.py. Used by ``loghandler serve`` and ``loghandler.
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 import socket
@@ -29,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import apl as apl
 from . import aplsql as aplsql
+from .access import Access, Annotations, verb
 from .apl import format_time
 from .ingest import (
     HttpError,
@@ -74,6 +74,8 @@ _INGEST = re.compile(r"^/v1/(?:datasets/([^/]+)/ingest|ingest/([^/]+))$")
 PAT_PREFIX = "xapt-"
 # /v1/datasets (and /v2/datasets), /v1/datasets/{name}, /v1/datasets/{name}/trim
 _DATASETS = re.compile(r"^/v[12]/datasets(?:/([^/]+))?(/trim)?$")
+_TOKENS = re.compile(r"^/v2/tokens(?:/([^/]+)(/regenerate)?)?$")
+_ANNOTATIONS = re.compile(r"^/v2/annotations(?:/([^/]+))?$")
 _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _VIEW = re.compile(r"^/v2/views/([^/]+)$")
 
@@ -148,7 +150,9 @@ class Server(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.store = store
-        self._tokens = [t.encode() for t in tokens]
+        self.access = Access([t.encode() for t in tokens])  # and the tokens created by API
+        self.annotations = Annotations()
+        self.edge_deployments: dict[str, str] = {}  # dataset -> edgeDeployment, as created
         self.max_body_bytes = max_body_bytes
         self.on_request = on_request
         # None: a dataset is created by its first ingest. A set: only these exist (404 else).
@@ -223,14 +227,7 @@ class Server(ThreadingHTTPServer):
         return str(self.server_address[0]) in _WILDCARDS
 
     def token_ok(self, header: str | None) -> bool:
-        # The scheme is case-insensitive (RFC 9110): "bearer <token>" works as "Bearer".
-        if not header or header[:7].lower() != "bearer ":
-            return False
-        given = header[7:].strip().encode()
-        ok = False
-        for token in self._tokens:  # every token compared, in constant time
-            ok |= hmac.compare_digest(given, token)
-        return ok
+        return self.access.find(header) is not None
 
 
 def make_server(
@@ -311,6 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._limit_headers = {}
         self._body = None
         self._body_kind = None
+        self._token: Any = None  # Access.find's answer, once the token is read
         try:
             self._body_kind = self._framing()
             if method == "GET" and path in _STATIC:
@@ -318,7 +316,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_static(*_STATIC[path])
                 return
             auth = self.headers.get("Authorization")
-            if not self.server.token_ok(auth):
+            self._token = self.server.access.find(auth)
+            if self._token is None:
                 self._discard()
                 raise HttpError(403, "authentication failed: send Authorization: Bearer <token> "
                                      "with a token this service accepts")
@@ -334,14 +333,23 @@ class _Handler(BaseHTTPRequestHandler):
                 self._allow(method, "POST")
                 status, answer = 200, self._query()
             elif (d := _DATASETS.match(path)) is not None and not m:
+                self._may("datasets", method)
                 status, answer = self._datasets(method, d.group(1), d.group(2))
             elif m:
                 dataset = unquote(m.group(1) or m.group(2))
                 self._allow(method, "POST")
+                self._may("ingest", method, dataset)
                 answer = self._ingest(dataset, parse_qs(parts.query))
                 count, failed = answer["ingested"], answer["failed"]
                 status = 200
+            elif (t := _TOKENS.match(path)) is not None:
+                self._may("apiTokens", method)
+                status, answer = self._tokens(method, t.group(1), t.group(2))
+            elif (a := _ANNOTATIONS.match(path)) is not None:
+                self._may("annotations", method)
+                status, answer = self._annotations(method, a.group(1), parts.query)
             elif path == "/v2/views":
+                self._may("views", method)
                 self._allow(method, "GET", "POST")
                 if method == "GET":
                     self._discard()
@@ -350,6 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
                     view = validate_view(self._parse_json(self._read_body()))
                     status, answer = 200, self.server.store.create_view(view)
             elif (m := _VIEW.match(path)) is not None:
+                self._may("views", method)
                 self._allow(method, "GET", "PUT", "DELETE")
                 status, answer = self._view(method, unquote(m.group(1)))
             else:
@@ -535,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
                     known = {d["name"] for d in listed}
                     listed += [{"id": n, "name": n, "description": "", "who": "",
                                 "created": ""} for n in sorted(allowed) if n not in known]
-                return 200, listed
+                return 200, [self._with_edge(d) for d in listed]
             data = self._parse_json(self._read_body())
             if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not (
                     _DATASET_NAME.fullmatch(data["name"])):
@@ -546,7 +555,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(409, f"dataset {data['name']!r} exists already")
             if allowed is not None:
                 allowed.add(data["name"])
-            return 200, created
+            edge = data.get("edgeDeployment")
+            if isinstance(edge, str) and edge:
+                self.server.edge_deployments[data["name"]] = edge
+            return 200, self._with_edge(created)
         name = unquote(name)
         if trim:
             self._allow(method, "POST")
@@ -580,10 +592,72 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(404, f"dataset {name!r} not found")
             if allowed is not None:
                 allowed.discard(name)
+            self.server.edge_deployments.pop(name, None)
             return 204, None
         if found is None:
             raise HttpError(404, f"dataset {name!r} not found")
-        return 200, found
+        return 200, self._with_edge(found)
+
+    def _with_edge(self, dataset: dict[str, Any]) -> dict[str, Any]:
+        # The edge deployment a dataset was created in (the official SDK's edge tests read it
+        # back); kept for the life of the service, "" when none was given.
+        return {**dataset, "edgeDeployment": self.server.edge_deployments.get(
+            dataset.get("name", ""), "")}
+
+    def _may(self, capability: str, method: str, dataset: str | None = None) -> None:
+        """403 unless the request's token allows this: a token created through /v2/tokens
+        holds only the capabilities it was given (the tokens the service started with: all)."""
+        token = self._token
+        if token is True or token is None:
+            return
+        action = verb(method) if capability not in ("ingest", "query") else (
+            "create" if capability == "ingest" else "read")
+        if not Access.allows(token, capability, action, dataset):
+            self._discard()
+            where = f"dataset {dataset!r}" if dataset is not None else "the organization"
+            raise HttpError(403, f"this token may not {action} {capability} in {where}: "
+                                 "create one with that capability")
+
+    def _tokens(self, method: str, token_id: str | None, sub: str | None) -> tuple[int, Any]:
+        access = self.server.access
+        if token_id is None:
+            self._allow(method, "GET", "POST")
+            if method == "GET":
+                self._discard()
+                return 200, access.list()
+            return 200, access.create(self._parse_json(self._read_body()))
+        token_id = unquote(token_id)
+        if sub:
+            self._allow(method, "POST")
+            return 200, access.regenerate(token_id, self._parse_json(self._read_body()))
+        self._allow(method, "GET", "DELETE")
+        self._discard()
+        if method == "GET":
+            return 200, access.get(token_id)
+        access.delete(token_id)
+        return 204, None
+
+    def _annotations(self, method: str, item_id: str | None, query: str) -> tuple[int, Any]:
+        notes = self.server.annotations
+        if item_id is None:
+            self._allow(method, "GET", "POST")
+            if method == "GET":
+                self._discard()
+                params = parse_qs(query)
+                datasets = [d for v in params.get("datasets", []) for d in v.split(",") if d]
+                start, end = params.get("start"), params.get("end")
+                return 200, notes.list(datasets, start[0] if start else None,
+                                       end[0] if end else None)
+            return 200, notes.create(self._parse_json(self._read_body()))
+        item_id = unquote(item_id)
+        self._allow(method, "GET", "PUT", "DELETE")
+        if method == "PUT":
+            return 200, notes.update(item_id, self._parse_json(self._read_body()))
+        self._discard()
+        if method == "GET":
+            return 200, notes.get(item_id)
+        notes.delete(item_id)
+        return 204, None
 
     def _service_header(self, name: str) -> str | None:
         """The service's own header ``name``, in the seed's spelling (``x-service-<name>``) or
@@ -652,13 +726,15 @@ class _Handler(BaseHTTPRequestHandler):
         if fmt not in ("legacy", "tabular"):
             raise HttpError(400, f"unsupported format {fmt!r}; use legacy or tabular")
         allowed = self.server.datasets
-        if allowed is not None:
-            # Only the named datasets exist (serve --dataset): another one is the real 404.
+        if allowed is not None or self._token is not True:
             try:
                 name: str | None = apl.parse_query(data["apl"]).dataset
             except apl.AplError:
                 name = None  # the store's run of the query answers 400, naming what is wrong
-            if name is not None and name not in allowed:
+            if name is not None:
+                self._may("query", "GET", name)
+            # Only the named datasets exist (serve --dataset): another one is the real 404.
+            if allowed is not None and name is not None and name not in allowed:
                 raise HttpError(404, "dataset not found")
         return self.server.store.query(data["apl"], data.get("startTime"),
                                        data.get("endTime"), fmt)
