@@ -151,19 +151,6 @@ class IngestHandler(logging.Handler):
             # here, but for _time and level, which the flusher formats (events.py "Queue
             # items"); anything else goes through record_to_event.
             d = record.__dict__
-            put = self._compiled_put
-            if put is not None:
-                # The same copy and lock-free append, compiled (_speedups.c): True when queued;
-                # None is everything it leaves to the careful path.
-                if type(record) is not _LogRecord:
-                    self._put_event(record)
-                    return
-                ledger = self._ledger
-                context = _context_on or "opentelemetry.trace" in _modules
-                got = put(d, ledger.queue, 0 if context else ledger.fast_len)
-                if got is not True:
-                    self._put_compiled(record, got, context)
-                return
             msg = d["msg"]
             if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
                     and not d["stack_info"] and self._custom is None):
@@ -195,11 +182,10 @@ class IngestHandler(logging.Handler):
                 if len(d) > _N_INIT:
                     # makeRecord() adds extras after __init__'s attributes: only the tail can
                     # hold them. A non-plain value (to be copied now, JSON-safe), an event key
-                    # (to be renamed), a key that is no str or a record attribute out of place
-                    # takes the slow path; a formatter's attributes ("message", "asctime") are
-                    # no extras.
+                    # (to be renamed) or a record attribute out of place takes the slow path; a
+                    # formatter's attributes ("message", "asctime") are no extras.
                     for key in _islice(d, _N_INIT, None):
-                        if key in _SPECIAL or type(key) is not str:
+                        if key in _SPECIAL:
                             if key in _FORMATTER:
                                 continue
                             self._put_event(record)

@@ -150,9 +150,12 @@ make_event(PyObject *d, Py_ssize_t *out_size)
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             seen++;
-            /* An exact str: hashing and comparing it runs no code of the application's, which
-             * could change the record while its borrowed key and value are in hand. */
-            if (!PyUnicode_CheckExact(key))
+            /* A key whose hashing and comparing run no code of the application's, which could
+             * change the record while its borrowed key and value are in hand: an exact str (or
+             * a plain number, as the Python path takes it too). Any other key: careful path. */
+            PyTypeObject *kt = Py_TYPE(key);
+            if (kt != &PyUnicode_Type && kt != &PyLong_Type && kt != &PyFloat_Type &&
+                kt != &PyBool_Type && key != Py_None)
                 goto fail;
             int special = PySet_Contains(k_special, key);
             if (special < 0)

@@ -193,6 +193,15 @@ def hostile_records() -> Iterator[tuple[str, logging.LogRecord]]:
     yield "created past year 9999", r
 
 
+def queued_or_none(handler: IngestHandler, record: logging.LogRecord) -> Any:
+    """The queue item handle() made of ``record``; None when it was refused as too large."""
+    refused = handler.stats().dropped_too_large
+    handler.handle(record)
+    if handler.stats().dropped_too_large > refused:
+        return None
+    return handler.shipper._ledger.queue[-1]
+
+
 @pytest.mark.parametrize("name,record", list(hostile_records()),
                          ids=[name for name, _ in hostile_records()])
 def test_hostile_records_never_crash_and_match_python(
@@ -200,14 +209,22 @@ def test_hostile_records_never_crash_and_match_python(
 ) -> None:
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    fast.handle(record)  # must neither crash nor raise
-    fast_item = fast.shipper._ledger.queue[-1]
+    fast_item = queued_or_none(fast, record)  # must neither crash nor raise
     record.__dict__.clear()
     record.__dict__.update(snapshot)
-    pure.handle(record)
-    pure_item = pure.shipper._ledger.queue[-1]
-    assert list(fast_item) == list(pure_item)
-    assert fast_item[SIZE] == pure_item[SIZE]
+    pure_item = queued_or_none(pure, record)
+    if fast_item is None or pure_item is None:  # refused (too large for any request)
+        assert fast_item is None and pure_item is None
+        return
+    if name != "a str subclass key with its own hash":
+        assert list(fast_item) == list(pure_item)
+        assert fast_item[SIZE] == pure_item[SIZE]
+    # (That key the compiled path leaves to the careful one, whose hashing may run the
+    # application's code: the queue items differ, what ships does not.)
+    shipped = [json.loads(encode(formatted(item, False))) for item in (fast_item, pure_item)]
+    for event in shipped:
+        event.pop("_time", None)
+    assert shipped[0] == shipped[1]
 
 
 def test_record_event_refuses_what_it_does_not_know() -> None:
