@@ -106,7 +106,7 @@ class TestAplErrors:
          "the query starts with the operator 'take': name the dataset first, as in ['logs'] | "
          "take ..., at line 1, column 1"),
         ("['app'] | summarize count() by bin(_time, 1x)",
-         "unknown timespan unit 'x' in 1x: use d, h, m, s, ms or us, as in 5m, at line 1, "
+         "unknown timespan unit 'x' in 1x: use w, d, h, m, s, ms or us, as in 5m, at line 1, "
          "column 43"),
     ])
     def test_points_the_right_way(self, svc, apl, said):

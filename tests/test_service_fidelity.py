@@ -215,3 +215,28 @@ class TestTokensAndAnnotations:
             "code": "apl_whereclausealwaysevaluatestoTRUEwhichwillincludealldata_1",
             "msg": "where clause always evaluates to TRUE, which will include all data"}]
         assert _apl(svc, "['app'] | where a == 1")[1]["status"]["messages"] == []
+
+
+class TestQueryRange:
+    def test_end_defaults_to_now_and_relative_weeks(self, svc: LocalService) -> None:
+        """API reference, query: [startTime, endTime), endTime defaulting to now, so an event
+        stamped in the future is outside a query that names no end; relative forms include
+        weeks (now-1w)."""
+        import time as _time
+
+        now = _time.time()
+        events = [{"_time": now - 3 * 86400, "n": "3 days ago"},
+                  {"_time": now - 10 * 86400, "n": "10 days ago"},
+                  {"_time": now + 3600, "n": "in an hour"}]
+        assert call(svc, "POST", ingest_path(), events)[0] == 200
+
+        def names(**range_: str) -> list[str]:
+            status, body, _ = call(svc, "POST", "/v1/datasets/_apl?format=tabular",
+                                   {"apl": "['app'] | project n", **range_})
+            assert status == 200, body
+            return sorted(body["tables"][0]["columns"][0])
+
+        assert names() == ["10 days ago", "3 days ago"]
+        assert names(startTime="now-1w") == ["3 days ago"]
+        assert names(startTime="now-2w", endTime="now+1d") == [
+            "10 days ago", "3 days ago", "in an hour"]

@@ -48,7 +48,8 @@ OPERATORS = ("where", "sort by", "order by", "take", "limit", "top", "project", 
              "extend", "count", "summarize", "distinct")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_US = {"d": 86_400_000_000, "day": 86_400_000_000, "days": 86_400_000_000,
+_US = {"w": 604_800_000_000, "week": 604_800_000_000, "weeks": 604_800_000_000,
+       "d": 86_400_000_000, "day": 86_400_000_000, "days": 86_400_000_000,
        "h": 3_600_000_000, "hr": 3_600_000_000, "hrs": 3_600_000_000,
        "hour": 3_600_000_000, "hours": 3_600_000_000,
        "m": 60_000_000, "min": 60_000_000, "minute": 60_000_000, "minutes": 60_000_000,
@@ -94,8 +95,8 @@ def _span(number: str, unit: str, pos: int, text: str | None = None) -> int:
     scale = _US.get(unit)
     where = position(text, pos) if text is not None else f"character {pos + 1}"
     if scale is None:
-        raise AplError(f"unknown timespan unit {unit!r} in {number}{unit}: use d, h, m, s, ms "
-                       f"or us, as in 5m, at {where}")
+        raise AplError(f"unknown timespan unit {unit!r} in {number}{unit}: use w, d, h, m, s, "
+                       f"ms or us, as in 5m, at {where}")
     try:
         us = int(float(number) * scale) if "." in number or "e" in number.lower() else (
             int(number) * scale)

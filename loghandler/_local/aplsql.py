@@ -358,8 +358,14 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     now = time.time_ns() // 1000 if now_us is None else now_us
     comp = _Compiler(now, text)
     if start_us is not None or data_range is not None:
-        first = start_us if start_us is not None else data_range[0]  # type: ignore[index]
-        last = end_us if end_us is not None else (data_range[1] if data_range else now)
+        if start_us is not None:
+            first = start_us
+            last = end_us if end_us is not None else now
+        else:  # no start: the data's own range (up to the end, which defaults to now)
+            assert data_range is not None
+            first = data_range[0]
+            last = data_range[1] if end_us is None else max(first + 1, min(end_us,
+                                                                            data_range[1]))
         comp.auto_span_us = auto_span(first, last)
     cond = [f"dataset = {_q(q.dataset)}"]
     if start_us is not None:

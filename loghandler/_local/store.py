@@ -281,7 +281,9 @@ class Store:
         now_us = time.time_ns() // 1000
         try:
             start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
-            end_us = None if end in (None, "") else apl.parse_relative_time(end, now_us)
+            # endTime defaults to now, as the service's does: an event stamped in the future
+            # is outside a query that names no end.
+            end_us = now_us if end in (None, "") else apl.parse_relative_time(end, now_us)
             data_range = None
             if "bin_auto" in text and start_us is None:
                 # Without a start, bin_auto's bins span the data's own time range.

@@ -226,6 +226,14 @@ class _Follower:
         self._newest: int | None = None  # the newest _time shown, epoch microseconds
         self._seen: dict[str, int] = {}  # key -> _time, of the events in the look-back window
 
+    def _query(self, apl: str) -> list[dict[str, Any]]:
+        # Up to a day ahead: a query's end defaults to now, and an event a skewed clock stamped
+        # in the future would never show.
+        import time
+
+        return self._client.query(apl, end=self._format_time(time.time_ns() // 1000
+                                                              + 86_400_000_000))
+
     @staticmethod
     def _key(event: dict[str, Any]) -> str:
         row_id = event.get("_rowId")
@@ -249,14 +257,13 @@ class _Follower:
     def newest(self, n: int) -> list[dict[str, Any]]:
         """The newest ``n`` events, oldest first; what is older counts as seen."""
         # What the look-back window holds now is old news, shown or not; then the newest n.
-        self._remember(self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
-                                          f"| take 1"))
+        self._remember(self._query(f"{self._source} | sort by _time desc, _rowId desc "
+                                   f"| take 1"))
         self._scan()
         self._forget_old()
         if n <= 0:
             return []
-        rows = self._client.query(f"{self._source} | sort by _time desc, _rowId desc "
-                                  f"| take {n}")
+        rows = self._query(f"{self._source} | sort by _time desc, _rowId desc | take {n}")
         rows.reverse()
         self._remember(rows)
         return rows
@@ -274,8 +281,8 @@ class _Follower:
         while True:
             where = "" if since is None else (
                 f" | where _time >= datetime('{self._format_time(since)}')")
-            rows = self._client.query(f"{self._source}{where} | sort by _time asc, _rowId asc "
-                                      f"| take {page}")
+            rows = self._query(f"{self._source}{where} | sort by _time asc, _rowId asc "
+                               f"| take {page}")
             fresh = [r for r in rows if self._key(r) not in self._seen]
             self._remember(fresh)
             out.extend(fresh)
