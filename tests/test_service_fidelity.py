@@ -240,3 +240,22 @@ class TestQueryRange:
         assert names(startTime="now-1w") == ["3 days ago"]
         assert names(startTime="now-2w", endTime="now+1d") == [
             "10 days ago", "3 days ago", "in an hour"]
+
+
+class TestQueryAnswerBounds:
+    def test_an_answer_is_capped_and_marked_partial(self, svc: LocalService,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        """A query is bounded as a whole, its answer too (a query over 40 MB of stored events
+        took 69.7 s and 2.4 GB): past MAX_ANSWER_BYTES of events read, the answer is partial
+        (isPartial), not larger. Lowered here to 20 KB over 100 events of 1 KB."""
+        from loghandler._local import aplsql
+
+        monkeypatch.setattr(aplsql, "MAX_ANSWER_BYTES", 20 * 1024)
+        events = [{"i": i, "pad": "x" * 1000} for i in range(100)]
+        assert call(svc, "POST", ingest_path(), events)[0] == 200
+        status, body = _apl(svc, "['app']")
+        assert status == 200
+        assert body["status"]["isPartial"] is True
+        assert 1 <= len(body["tables"][0]["columns"][0]) < 25
+        status, body = _apl(svc, "['app'] | count")  # an aggregate reads little: whole
+        assert body["tables"][0]["columns"] == [[100]] and body["status"]["isPartial"] is False

@@ -39,6 +39,9 @@ __all__ = ["Compiled", "Result", "compile_query", "legacy_answer", "run", "tabul
 
 # At most this many rows in one answer, like the real service's cap on a query's result.
 MAX_ROWS = 65_000
+# At most this much of stored events is read for one answer (a larger one is partial): a
+# query over big events otherwise took minutes and gigabytes of memory.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 def _q(s: str) -> str:
@@ -517,18 +520,50 @@ class Result:
     system: list[tuple[str | None, str | None, str | None]]  # (_time, _sysTime, _rowId)
     fields: list[str]
     elapsed_us: int
+    truncated: bool = False  # cut at MAX_ANSWER_BYTES: a partial answer
 
 
-def run(db: Any, compiled: Compiled) -> Result:
-    """Run a compiled query on a sqlite3 connection (the caller holds its lock)."""
+class QueryTimeout(Exception):
+    """Building the answer ran past the query's deadline."""
+
+
+def _fetch(cursor: Any, deadline: float | None, max_bytes: int) -> tuple[list[Any], bool]:
+    """The rows of a running query, until their stored events add up to ``max_bytes`` (then
+    True: truncated); QueryTimeout past ``deadline`` (monotonic)."""
+    raw: list[Any] = []
+    total = 0
+    while True:
+        chunk = cursor.fetchmany(1000)
+        if not chunk:
+            return raw, False
+        for row in chunk:
+            body = row[3]
+            total += len(body) if isinstance(body, (str, bytes)) else 16
+            if total > max_bytes and raw:
+                return raw, True
+            raw.append(row)
+        if deadline is not None and time.monotonic() > deadline:
+            raise QueryTimeout
+
+
+def run(db: Any, compiled: Compiled, deadline: float | None = None,
+        max_bytes: int | None = None) -> Result:
+    """Run a compiled query on a sqlite3 connection (the caller holds its lock).
+
+    Bounded as a whole: the rows read stop at ``max_bytes`` of stored events (default
+    MAX_ANSWER_BYTES: a partial answer), and building them raises QueryTimeout past
+    ``deadline``, as the SQL step is interrupted there."""
     started = time.perf_counter()
-    raw = db.execute(compiled.sql).fetchall()
+    raw, truncated = _fetch(db.execute(compiled.sql), deadline,
+                            MAX_ANSWER_BYTES if max_bytes is None else max_bytes)
     rows: list[dict[str, Any]] = []
     system: list[tuple[str | None, str | None, str | None]] = []
     loads = json.loads
     if compiled.fields is None:
         seen: dict[str, None] = {"_time": None, "_sysTime": None, "_rowId": None}
-        for seq, t, sys_time, body in raw:
+        for i, (seq, t, sys_time, body) in enumerate(raw):
+            if deadline is not None and not i % 1000 and time.monotonic() > deadline:
+                raise QueryTimeout
             event = loads(body)
             stamp = event.get("_time")
             if not isinstance(stamp, str):
@@ -555,7 +590,7 @@ def run(db: Any, compiled: Compiled) -> Result:
             system.append((None if t is None else format_time(t), sys_time,
                            None if seq is None else f"{seq:016x}"))
     return Result(compiled, rows, system, fields,
-                  int((time.perf_counter() - started) * 1_000_000))
+                  int((time.perf_counter() - started) * 1_000_000), truncated)
 
 
 # ---------------------------------------------------------------------------- answers
@@ -598,7 +633,7 @@ def _status(result: Result, rows_examined: int, start: str, end: str) -> dict[st
         "rowsExamined": rows_examined,
         "rowsMatched": matched,
         "numGroups": len(result.rows) if c.aggregated else 0,
-        "isPartial": len(result.rows) >= MAX_ROWS,
+        "isPartial": result.truncated or len(result.rows) >= MAX_ROWS,
         "cacheStatus": 1,
         "minBlockTime": min(times) if times else start,
         "maxBlockTime": max(times) if times else end,

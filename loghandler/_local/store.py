@@ -303,9 +303,12 @@ class Store:
         with lock:
             db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
             try:
-                result = aplsql.run(db, compiled)
-            except sqlite3.OperationalError as exc:
-                if "interrupt" in str(exc):
+                result = aplsql.run(db, compiled, deadline)
+            except (sqlite3.DatabaseError, aplsql.QueryTimeout, ValueError,
+                    OverflowError) as exc:
+                # A query out of range somewhere SQLite or the answer's times notice (a
+                # datatype mismatch, a number past the calendar): the client's to fix, a 400.
+                if isinstance(exc, aplsql.QueryTimeout) or "interrupt" in str(exc):
                     raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
                                          f"with a time range or a where") from None
                 raise HttpError(400, f"the query cannot run: {exc}") from None
