@@ -126,6 +126,16 @@ class TestTail:
         assert [{k: v for k, v in r.items() if k not in ("_sysTime", "_rowId")}
                 for r in rows] == EVENTS
 
+    def test_search_is_the_pages(self, svc: LocalService) -> None:
+        """tail --search takes the web page's search (the same translation to APL)."""
+        proc = run(svc, "tail", "app", "--json", "--search", "level:error")
+        assert proc.returncode == 0, proc.stderr
+        assert [json.loads(line)["n"] for line in proc.stdout.splitlines()] == [
+            e["n"] for e in EVENTS if str(e.get("level", "")).lower() == "error"]
+        proc = run(svc, "tail", "app", "--search", "n>=oops")
+        assert proc.returncode == 2
+        assert "--search: 'n>=oops': a comparison needs a number" in proc.stderr
+
     def test_missing_dataset(self, svc: LocalService) -> None:
         """A dataset with no events is said so (tests/test_first_hour.py has the words)."""
         proc = run(svc, "tail", "nothing-here")

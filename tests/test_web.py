@@ -269,3 +269,72 @@ def test_first_paint_says_loading_not_no_events(served: tuple[str, str]) -> None
         html = resp.read().decode()
     assert '<p id="loading"' in html and "Loading…" in html
     assert '<div id="welcome" class="welcome" hidden>' in html
+
+
+def test_search_covers_the_dataset_and_the_address_keeps_it(
+        driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: the search runs on the service over the whole dataset (not the 200 rows on
+    screen), with field filters; the query line shows the APL that ran; the dataset, search
+    and range are in the address, so a reload (or a shared link) shows the same; a view does
+    not inherit the search."""
+    import time as _time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    now = _time.time()
+    old = [{"_time": now - 1800 + i, "level": "error", "message": f"card {i} declined",
+            "order": i} for i in range(50)]
+    new = [{"_time": now - 600 + i, "level": "info", "message": f"page {i} served"}
+           for i in range(250)]
+    client.ingest("checkout", old + new)
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=checkout")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the newest 200 events")
+    assert not any("declined" in r for r in rows(driver))  # all 50 are older than those
+
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("declined")
+    wait_until(driver, lambda d: len(rows(d)) == 50 and all("declined" in r for r in rows(d)),
+               "the search's 50 events, beyond the 200 shown before")
+    assert driver.find_element(By.ID, "query").text == (
+        "['checkout'] | search \"declined\" | sort by _time desc | take 200")
+    assert "dataset=checkout" in driver.current_url and "q=declined" in driver.current_url
+
+    box.clear()
+    box.send_keys("level:error order>=40")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "a field filter and a comparison")
+    assert "where level =~ \"error\" | where order >= 40" in driver.find_element(
+        By.ID, "query").text
+
+    box.clear()
+    box.send_keys("-level:info")
+    wait_until(driver, lambda d: len(rows(d)) == 50, "a negation")
+
+    Select(driver.find_element(By.ID, "range")).select_by_value("15m")
+    wait_until(driver, lambda d: len(rows(d)) == 0 and d.find_element(By.ID, "empty")
+               .is_displayed(), "the range leaves the older errors out")
+    assert "ago(15m)" in driver.find_element(By.ID, "query").text
+    assert "range=15m" in driver.current_url
+
+    driver.refresh()
+    wait_until(driver, lambda d: d.find_element(By.ID, "filter").get_attribute("value")
+               == "-level:info" and "ago(15m)" in d.find_element(By.ID, "query").text,
+               "the reload keeping the search and the range")
+    assert Select(driver.find_element(By.ID, "range")).first_selected_option.get_attribute(
+        "value") == "15m"
+
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys(" status>=oops")
+    notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
+                        and d.find_element(By.ID, "notice"), "a search that cannot run")
+    assert "a comparison needs a number" in notice.text
+
+    click(driver, "//li[@data-view='1']", "a view")
+    wait_until(driver, lambda d: "View: Payment errors" in d.find_element(By.ID, "title").text,
+               "the view")
+    assert driver.find_element(By.ID, "filter").get_attribute("value") == ""
+    assert "view=1" in driver.current_url and "q=" not in driver.current_url
+    client.close()

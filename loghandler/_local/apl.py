@@ -44,8 +44,8 @@ __all__ = [
 MAX_DEPTH = 64
 MAX_OPERATORS = 200
 
-OPERATORS = ("where", "sort by", "order by", "take", "limit", "top", "project", "project-away",
-             "extend", "count", "summarize", "distinct")
+OPERATORS = ("where", "search", "sort by", "order by", "take", "limit", "top", "project",
+             "project-away", "extend", "count", "summarize", "distinct")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = {"w": 604_800_000_000, "week": 604_800_000_000, "weeks": 604_800_000_000,
@@ -334,6 +334,13 @@ class _Parser:
         self.next()
         if word in ("where", "filter"):
             return ("where", self.expr())
+        if word == "search":
+            # search "a" "b": events holding every term anywhere (names and values), case
+            # folded as ASCII.
+            terms = [self.expect("string", what='a quoted term, as in search "timeout"').value]
+            while self.at("string"):
+                terms.append(self.next().value)
+            return ("search", terms)
         if word in ("sort", "order"):
             self.expect("ident", None, "'by'")
             if self.toks[self.i - 1].value.lower() != "by":

@@ -403,6 +403,12 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         if kind == "where":
             c = comp.expr(op[1])
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
+        elif kind == "search":
+            # The stored text is the event's JSON with ASCII escapes: each term is looked for
+            # in that form, case folded as SQLite folds (ASCII).
+            conds = " AND ".join(
+                f"instr(lower(body), lower({_q(json.dumps(term)[1:-1])})) > 0" for term in op[1])
+            sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {conds}"
         elif kind == "sort":
             parts, order_report = [], []
             for e, desc in op[1]:

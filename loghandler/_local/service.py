@@ -37,6 +37,7 @@ from .ingest import (
     parse_values,
     prepare_events,
 )
+from .search import SearchError, page_query
 from .store import VIEW_FIELDS, Store, reject_constant, validate_view
 
 __all__ = [
@@ -342,6 +343,9 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = self._ingest(dataset, parse_qs(parts.query))
                 count, failed = answer["ingested"], answer["failed"]
                 status = 200
+            elif path == "/local/search":  # the page's search box, as APL (search.py)
+                self._allow(method, "POST")
+                status, answer = 200, self._search()
             elif (t := _TOKENS.match(path)) is not None:
                 self._may("apiTokens", method)
                 status, answer = self._tokens(method, t.group(1), t.group(2))
@@ -658,6 +662,18 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, notes.get(item_id)
         notes.delete(item_id)
         return 204, None
+
+    def _search(self) -> dict[str, Any]:
+        data = self._parse_json(self._read_body())
+        if not isinstance(data, dict) or not isinstance(data.get("dataset"), str) or not (
+                isinstance(data.get("q", ""), str)):
+            raise HttpError(400, 'send {"dataset": "...", "q": "...", "range": "1h"}')
+        try:
+            return {"apl": page_query(data["dataset"], data.get("q", ""),
+                                      data.get("range") if isinstance(data.get("range"), str)
+                                      else None)}
+        except SearchError as exc:
+            raise HttpError(400, str(exc)) from None
 
     def _service_header(self, name: str) -> str | None:
         """The service's own header ``name``, in the seed's spelling (``x-service-<name>``) or

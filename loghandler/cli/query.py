@@ -46,6 +46,9 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                       help="with -f: how late an event may arrive and still be shown "
                            "(default 5)")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.add_argument("--search", default="", metavar="TEXT",
+                      help="only matching events, as the web page's search: words, "
+                           "\"a phrase\", level:error, status>=500, -level:debug")
     query.set_defaults(func=cmd_query)
     tail.set_defaults(func=cmd_tail)
     return {"query": query, "tail": tail}
@@ -214,12 +217,21 @@ class _Follower:
 
     PAGE = 2000
 
-    def __init__(self, client: Any, dataset: str, lookback: float = 5.0) -> None:
+    def __init__(self, client: Any, dataset: str, lookback: float = 5.0,
+                 search: str = "") -> None:
         from .._time import format_micros as format_time
         from .._time import parse_micros as parse_time
 
         self._client = client
         self._source = _apl_name(dataset)
+        if search:
+            # The page's search, the same translation (a pipeline the polls append to).
+            from .._local.search import SearchError, search_apl
+
+            try:
+                self._source = search_apl(self._source, search)
+            except SearchError as exc:
+                raise UsageError(f"--search: {exc}") from None
         self._parse_time = parse_time
         self._format_time = format_time
         self._lookback = int(lookback * 1_000_000)
@@ -319,7 +331,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from .._errors import TransportError
 
     with _client(args) as client:
-        follower = _Follower(client, args.dataset, args.lookback)
+        follower = _Follower(client, args.dataset, args.lookback, args.search)
         first = follower.newest(args.lines)
         show(first)
         if not first:

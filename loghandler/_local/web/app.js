@@ -21,9 +21,13 @@ const state = {
   seen: new Set(),
   selectedRow: null,
   signature: "",
-  filter: "",
+  search: "", // the search box's text: server-side, over the whole dataset (/local/search)
+  range: "all", // the time range: all, 5m, 15m, 1h, 24h, 7d
+  apl: null, // the selected dataset's query for search and range, as the service made it
+  wanted: null, // what the address asks to show, until the lists are known
   timers: [],
 };
+const RANGE_SECONDS = { "5m": 300, "15m": 900, "1h": 3600, "24h": 86400, "7d": 604800 };
 
 const $ = (id) => document.getElementById(id);
 
@@ -49,6 +53,30 @@ function tokenFromHash() {
   const m = location.hash.match(/(?:^#|&)token=([^&]*)/);
   if (!m) return "";
   try { return decodeURIComponent(m[1]); } catch (e) { return m[1]; }
+}
+
+// The address holds what is shown (dataset or view, search, range, the event opened), so a
+// link shows the same and a reload keeps it: #token=...&dataset=...&q=...&range=...&event=...
+function hashParams() {
+  const out = {};
+  for (const part of location.hash.replace(/^#/, "").split("&")) {
+    const i = part.indexOf("=");
+    if (i <= 0) continue;
+    try { out[part.slice(0, i)] = decodeURIComponent(part.slice(i + 1)); } catch (e) { /* skip */ }
+  }
+  return out;
+}
+
+function writeHash() {
+  const parts = ["token=" + encodeURIComponent(state.token)];
+  const s = state.selected;
+  if (s && s.kind === "dataset") parts.push("dataset=" + encodeURIComponent(s.name));
+  if (s && s.kind === "view") parts.push("view=" + encodeURIComponent(s.view.id));
+  if (state.search) parts.push("q=" + encodeURIComponent(state.search));
+  if (state.range !== "all") parts.push("range=" + encodeURIComponent(state.range));
+  if (state.selectedRow) parts.push("event=" + encodeURIComponent(state.selectedRow));
+  const hash = "#" + parts.join("&");
+  if (location.hash !== hash) history.replaceState(null, "", hash);
 }
 
 class ApiError extends Error {
@@ -133,7 +161,13 @@ async function refreshDatasets() {
     li.addEventListener("click", () => select({ kind: "dataset", name }));
     ul.append(li);
   });
-  if (!state.selected && names.length) select({ kind: "dataset", name: names[0] });
+  if (!state.selected && names.length) {
+    const wanted = state.wanted;
+    if (wanted && wanted.view) return; // the views' list selects it
+    const name = wanted && wanted.dataset && names.includes(wanted.dataset)
+      ? wanted.dataset : names[0];
+    select({ kind: "dataset", name });
+  }
   // The welcome text only once the list is known, so a first paint never claims "no events".
   $("loading").hidden = true;
   if (!state.selected) { $("welcome").hidden = false; setStatus("live · no events yet"); }
@@ -154,6 +188,12 @@ async function refreshViews() {
     li.addEventListener("click", () => select({ kind: "view", view }));
     ul.append(li);
   }
+  const wanted = state.wanted;
+  if (!state.selected && wanted && wanted.view) {
+    const view = views.find((v) => v.id === wanted.view);
+    if (view) select({ kind: "view", view });
+    else state.wanted = { ...wanted, view: null };
+  }
 }
 
 async function refreshSidebar() {
@@ -171,8 +211,18 @@ function select(what) {
   state.rows = [];
   state.signature = "";
   state.seen = new Set();
-  state.selectedRow = null;
+  const wanted = state.wanted;
+  state.wanted = null;
+  state.selectedRow = wanted && wanted.event ? wanted.event : null;
   $("detail").hidden = true;
+  if (what.kind === "view") {
+    // A view runs its own query: the dataset's search does not carry into it.
+    state.search = "";
+    $("filter").value = "";
+  }
+  $("filter").disabled = what.kind === "view";
+  $("range").disabled = what.kind === "view";
+  state.apl = null;
   for (const li of document.querySelectorAll(".list li")) {
     const on = what.kind === "dataset" ? li.dataset.dataset === what.name
       : li.dataset.view === what.view.id;
@@ -183,15 +233,51 @@ function select(what) {
   $("loading").hidden = true;
   $("panes").hidden = false;
   $("histogram").hidden = what.kind !== "dataset";
-  refreshEvents();
-  if (what.kind === "dataset") refreshHistogram();
+  writeHash();
+  if (what.kind === "dataset") {
+    recompute();
+    refreshHistogram();
+  } else {
+    refreshEvents();
+  }
+}
+
+// The dataset's query for the search and the range, made by the service (search.py), so the
+// query line shows exactly what ran.
+async function recompute() {
+  const s = state.selected;
+  if (!s || s.kind !== "dataset") return;
+  writeHash();
+  if (!state.search && state.range === "all") {
+    state.apl = null;
+    refreshEvents();
+    return;
+  }
+  const asked = [s, state.search, state.range];
+  try {
+    const made = await api("POST", "/local/search",
+      { dataset: s.name, q: state.search, range: state.range });
+    if (asked[0] !== state.selected || asked[1] !== state.search || asked[2] !== state.range) {
+      return; // typed on meanwhile
+    }
+    state.apl = made.apl;
+    state.signature = "";
+    refreshEvents();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 400) {
+      $("notice").textContent = "The search cannot run: " + err.message;
+      $("notice").hidden = false;
+    } else {
+      handleError(err);
+    }
+  }
 }
 
 function currentQuery() {
   const s = state.selected;
   if (!s) return null;
   if (s.kind === "dataset") {
-    return source(s.name) + " | sort by _time desc | take " + EVENTS_LIMIT;
+    return state.apl || (source(s.name) + " | sort by _time desc | take " + EVENTS_LIMIT);
   }
   return s.view.aplQuery;
 }
@@ -249,10 +335,7 @@ function levelOf(row) {
 
 function renderEvents() {
   const table = $("events");
-  const needle = state.filter.toLowerCase();
-  const rows = needle
-    ? state.rows.filter((r) => JSON.stringify(r).toLowerCase().includes(needle))
-    : state.rows;
+  const rows = state.rows;
   const eventsLike = rows.length === 0 || rows.every((r) => "_time" in r);
   const head = el("thead");
   const body = el("tbody");
@@ -294,11 +377,17 @@ function renderEvents() {
   for (const row of state.rows) state.seen.add(rowKey(row));
   table.replaceChildren(head, body);
   $("empty").hidden = rows.length > 0;
-  $("empty").textContent = state.rows.length ? "no events match the filter" : "no events";
+  $("empty").textContent = state.search || state.range !== "all"
+    ? "no events match the search" : "no events";
+  if (state.selectedRow) {
+    const row = rows.find((r) => rowKey(r) === state.selectedRow);
+    if (row && $("detail").hidden) showDetail(row, state.selectedRow);
+  }
 }
 
 function showDetail(row, key) {
   state.selectedRow = key;
+  writeHash();
   $("detail-json").textContent = JSON.stringify(row, null, 2);
   $("detail").hidden = false;
   for (const tr of document.querySelectorAll("#events tr.row")) {
@@ -318,13 +407,15 @@ async function refreshHistogram() {
     // The hour up to now, or, for a dataset whose newest event is older, up to that event.
     const newest = await query(source(s.name) + " | sort by _time desc | take 1");
     if (s !== state.selected) return;
+    // The range chosen, or (all time) the hour up to the newest event.
+    const width = RANGE_SECONDS[state.range] || 3600;
     let end = Date.now();
-    if (newest.length) {
+    if (newest.length && state.range === "all") {
       const t = Date.parse(newest[0]._time);
-      if (!Number.isNaN(t) && t < end - 3600e3) end = t + 1000;
+      if (!Number.isNaN(t) && t < end - width * 1e3) end = t + 1000;
     }
-    const start = end - 3600e3;
-    const [seconds, span] = SPANS.find(([sec]) => 3600 / sec <= 60);
+    const start = end - width * 1e3;
+    const [seconds, span] = SPANS.find(([sec]) => width / sec <= 60) || SPANS[SPANS.length - 1];
     const apl = source(s.name) + " | where _time >= datetime('" + new Date(start).toISOString()
       + "') and _time < datetime('" + new Date(end).toISOString() + "')"
       + " | summarize count() by bin(_time, " + span + "), level";
@@ -387,7 +478,7 @@ function drawHistogram(rows, start, end, binMs) {
     sw.style.background = LEVEL_COLOURS[level];
     legend.append(el("span", {}, sw, level));
   }
-  if (!present.size) legend.append(el("span", { text: "no events in this hour" }));
+  if (!present.size) legend.append(el("span", { text: "no events in this range" }));
   fig.replaceChildren(root, legend);
 }
 
@@ -404,6 +495,14 @@ function showLogin(message) {
 
 function start() {
   state.token = tokenFromHash();
+  const params = hashParams();
+  state.wanted = { dataset: params.dataset || null, view: params.view || null,
+    event: params.event || null };
+  state.search = params.q || "";
+  state.range = RANGE_SECONDS[params.range] ? params.range : "all";
+  state.selected = null;
+  $("filter").value = state.search;
+  $("range").value = state.range;
   state.timers.forEach(clearInterval);
   state.timers = [];
   if (!state.token) { showLogin(""); return; }
@@ -420,10 +519,22 @@ function start() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderEvents(); });
+  let typing = null;
+  $("filter").addEventListener("input", (e) => {
+    state.search = e.target.value.trim();
+    $("notice").hidden = true;
+    clearTimeout(typing);
+    typing = setTimeout(recompute, 300); // one query when the typing pauses
+  });
+  $("range").addEventListener("change", (e) => {
+    state.range = e.target.value;
+    recompute();
+    refreshHistogram();
+  });
   $("detail-close").addEventListener("click", () => {
     $("detail").hidden = true;
     state.selectedRow = null;
+    writeHash();
     for (const tr of document.querySelectorAll("#events tr.selected")) {
       tr.classList.remove("selected");
     }
@@ -433,6 +544,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const token = $("login-token").value.trim();
     if (token) location.hash = "token=" + encodeURIComponent(token);
   });
+  // A link pasted into the address bar (another dataset, search or token): start over.
   window.addEventListener("hashchange", start);
   start();
 });

@@ -1,0 +1,69 @@
+"""The page's search syntax (loghandler/_local/search.py), translated to APL and run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import loghandler
+from loghandler._local.search import SearchError, page_query, search_apl
+from loghandler.testing import LocalService
+
+TOKEN = "search-test-token"
+EVENTS = [
+    {"message": "Payment DECLINED", "level": "ERROR", "user_id": 17, "status": 502,
+     "path": "/api/pay", "geo": {"city": "Rome"}},
+    {"message": "ok", "level": "info", "user_id": "17", "status": 200, "path": "/home"},
+    {"message": "debug stuff", "level": "debug", "status": 200},
+]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[loghandler.Client]:
+    with LocalService(token=TOKEN) as svc:
+        c = loghandler.Client(token=TOKEN, url=svc.url)
+        c.ingest("app", EVENTS)
+        yield c
+        c.close()
+
+
+@pytest.mark.parametrize("text,apl,messages", [
+    ("declined", '| search "declined"', ["Payment DECLINED"]),
+    ('"payment declined"', '| search "payment declined"', ["Payment DECLINED"]),
+    ("level:error", '| where level =~ "error"', ["Payment DECLINED"]),
+    ("user_id:17", '| where (user_id == 17 or user_id == "17")', ["Payment DECLINED", "ok"]),
+    ("path:/api/*", '| where path startswith "/api/"', ["Payment DECLINED"]),
+    ("status>=500", "| where status >= 500", ["Payment DECLINED"]),
+    ("-level:debug", '| where not(level =~ "debug")', ["Payment DECLINED", "ok"]),
+    ("-ok", '| where not(message contains "ok")', ["Payment DECLINED", "debug stuff"]),
+    ("geo.city:rome", '| where geo.city =~ "rome"', ["Payment DECLINED"]),
+    ("status:200 -level:debug", '| where (status == 200 or status == "200") | '
+                                'where not(level =~ "debug")', ["ok"]),
+    ("", "", ["Payment DECLINED", "debug stuff", "ok"]),
+])
+def test_search_runs_as_apl(client: loghandler.Client, text: str, apl: str,
+                            messages: list[str]) -> None:
+    query = search_apl("['app']", text, "| project message")
+    assert query == "['app'] " + (apl + " " if apl else "") + "| project message"
+    assert sorted(r["message"] for r in client.query(query)) == sorted(messages)
+
+
+@pytest.mark.parametrize("text,said", [
+    ("status>abc", "a comparison needs a number"),
+    ('"open quote', "a quote is not closed"),
+    (":value", "name a field before the colon"),
+    (" ".join(["w"] * 33), "at most 32 terms"),
+])
+def test_what_cannot_run_says_why(text: str, said: str) -> None:
+    with pytest.raises(SearchError, match=said):
+        search_apl("['app']", text)
+
+
+def test_page_query_adds_the_range_and_the_page() -> None:
+    assert page_query("app", "level:error", "1h") == (
+        "['app'] | where _time >= ago(1h) | where level =~ \"error\" "
+        "| sort by _time desc | take 200")
+    assert page_query("o'k", "", None) == "['o\\'k'] | sort by _time desc | take 200"
+    with pytest.raises(SearchError, match="unknown range"):
+        page_query("app", "", "3y")
