@@ -338,3 +338,32 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
     assert driver.find_element(By.ID, "filter").get_attribute("value") == ""
     assert "view=1" in driver.current_url and "q=" not in driver.current_url
     client.close()
+
+
+def test_events_read_as_events(driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: a structlog event's text (`event`) is its message; the application's own
+    fields come before where the code ran; a traceback shows as a trace, line by line."""
+    from selenium.webdriver.common.by import By
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    trace = 'Traceback (most recent call last):\n  File "app.py", line 3, in pay\nKeyError: 7'
+    client.ingest("reading", [
+        {"level": "error", "message": "payment failed", "exception": trace, "order": 7,
+         "logger": "shop", "module": "pay", "line": 3},
+        {"level": "info", "event": "user signed in", "user": "ann"},
+    ])
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=reading")
+    wait_until(driver, lambda d: len(rows(d)) == 2, "the two events")
+    structlog_row = next(r for r in rows(driver) if "ann" in r)
+    assert "user signed in" in structlog_row
+    failed = next(r for r in rows(driver) if "payment failed" in r)
+    assert failed.index("order=7") < failed.index("logger=shop")  # own fields first
+    assert "Traceback" not in failed
+    click(driver, "//tr[contains(., 'payment failed')]", "the failed event")
+    shown = wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#detail-traces pre")
+                       .text, "the trace")
+    assert shown.splitlines() == trace.splitlines()
+    assert "event=" in driver.current_url  # the event opened is in the address
+    client.close()

@@ -13,6 +13,17 @@ const LEVELS = ["debug", "info", "warning", "error", "critical"];
 const LEVEL_COLOURS = { debug: "#8b95a5", info: "#2f9e44", warning: "#e8a317",
   error: "#e03131", critical: "#9c36b5", other: "#4c6ef5" };
 const SYSTEM = new Set(["_time", "_sysTime", "_rowId"]);
+// Where the code ran: shown after the application's own fields, which say what happened.
+const CODE_FIELDS = ["logger", "module", "function", "line", "file", "process", "thread"];
+const TRACE_FIELDS = ["exception", "stack", "stack_trace", "traceback", "error.stack"];
+
+// An event's text: its message, or structlog's `event` (or `msg`) when it has none.
+function messageOf(row) {
+  for (const key of ["message", "event", "msg"]) {
+    if (typeof row[key] === "string") return [key, row[key]];
+  }
+  return ["message", row.message];
+}
 
 const state = {
   token: "",
@@ -357,15 +368,20 @@ function renderEvents() {
     if (state.selectedRow === key) tr.classList.add("selected");
     if (eventsLike) {
       const level = levelOf(row);
-      const fields = Object.entries(row)
-        .filter(([k]) => !SYSTEM.has(k) && k !== "level" && k !== "message")
-        .map(([k, v]) => k + "=" + text(v)).join("  ");
+      const [messageKey, message] = messageOf(row);
+      const own = [], code = [];
+      for (const [k, v] of Object.entries(row)) {
+        if (SYSTEM.has(k) || k === "level" || k === messageKey) continue;
+        if (TRACE_FIELDS.includes(k)) continue; // shown as a trace in the event's pane
+        (CODE_FIELDS.includes(k) ? code : own).push(k + "=" + text(v));
+      }
+      const traced = TRACE_FIELDS.some((k) => typeof row[k] === "string");
       tr.append(
         el("td", { class: "time", text: text(row._time) }),
         el("td", {}, el("span", { class: "level " + (level || "none"),
           text: text(row.level || "—") })),
-        el("td", { class: "message", text: text(row.message) }),
-        el("td", { class: "fields", text: fields }));
+        el("td", { class: "message", text: text(message) + (traced ? "  ⚠ trace" : "") }),
+        el("td", { class: "fields", text: [...own, ...code].join("  ") }));
     } else {
       for (const c of columns) tr.append(el("td", { text: text(row[c]) }));
     }
@@ -388,6 +404,15 @@ function renderEvents() {
 function showDetail(row, key) {
   state.selectedRow = key;
   writeHash();
+  // A traceback reads as one, with its lines, not as a JSON string full of \n.
+  const traces = $("detail-traces");
+  traces.replaceChildren();
+  for (const k of TRACE_FIELDS) {
+    if (typeof row[k] === "string" && row[k]) {
+      traces.append(el("h3", { text: k }), el("pre", { class: "trace", text: row[k] }));
+    }
+  }
+  traces.hidden = !traces.childElementCount;
   $("detail-json").textContent = JSON.stringify(row, null, 2);
   $("detail").hidden = false;
   for (const tr of document.querySelectorAll("#events tr.row")) {
