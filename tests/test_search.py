@@ -67,3 +67,19 @@ def test_page_query_adds_the_range_and_the_page() -> None:
     assert page_query("o'k", "", None) == "['o\\'k'] | sort by _time desc | take 200"
     with pytest.raises(SearchError, match="unknown range"):
         page_query("app", "", "3y")
+
+
+def test_facets_count_what_one_filters_on(client: loghandler.Client) -> None:
+    """Top values per field, the fields most present first; long texts, objects and the
+    message are not counted."""
+    from loghandler._local.search import facets
+
+    answer = client.send("POST", "/v1/datasets/_apl?format=tabular",
+                         b'{"apl": "[\'app\']"}', headers={"Content-Type": "application/json"})
+    got = facets(answer.body["tables"])
+    assert got["rows"] == 3
+    by_name = {f["name"]: f for f in got["fields"]}
+    assert "message" not in by_name and "geo" not in by_name
+    assert by_name["status"]["values"] == [[200, 2], [502, 1]]
+    assert by_name["status"]["present"] == 3 and by_name["path"]["present"] == 2
+    assert [f["name"] for f in got["fields"]][:2] == ["level", "status"]

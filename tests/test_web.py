@@ -367,3 +367,39 @@ def test_events_read_as_events(driver: Any, served: tuple[str, str]) -> None:
     assert shown.splitlines() == trace.splitlines()
     assert "event=" in driver.current_url  # the event opened is in the address
     client.close()
+
+
+def test_facets_show_top_values_and_filter_in_and_out(
+        driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: for the current search, the fields present with their top values and
+    counts; a value filters in, its − button filters out (the search box says so)."""
+    from selenium.webdriver.common.by import By
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    client.ingest("facets", [{"level": "error", "service": "checkout", "n": i} for i in range(3)]
+                  + [{"level": "info", "service": "checkout", "n": i} for i in range(5)]
+                  + [{"level": "info", "service": "search", "n": i} for i in range(2)])
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=facets")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
+
+    def values(d: Any, field: str) -> list[str]:
+        return list(d.execute_script(
+            "return [...document.querySelectorAll(`#facets li button.in[data-field='${arguments[0]}']`)]"
+            ".map(b => b.innerText + ' ' + b.nextElementSibling.innerText);", field))
+
+    wait_until(driver, lambda d: values(d, "level") == ["info 7", "error 3"], "level's values")
+    assert values(driver, "service") == ["checkout 8", "search 2"]
+    click(driver, "//button[@data-field='level' and .='error']", "filter in level:error")
+    wait_until(driver, lambda d: len(rows(d)) == 3, "only the errors")
+    assert driver.find_element(By.ID, "filter").get_attribute("value") == "level:error"
+    wait_until(driver, lambda d: values(d, "level") == ["error 3"], "facets of the search")
+    driver.find_element(By.ID, "filter").clear()
+    driver.find_element(By.ID, "filter").send_keys(" ")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the search cleared")
+    click(driver, "//button[@data-field='service' and .='search']/following-sibling::button",
+          "filter out service:search")
+    wait_until(driver, lambda d: len(rows(d)) == 8, "all but service:search")
+    assert driver.find_element(By.ID, "filter").get_attribute("value") == "-service:search"
+    client.close()

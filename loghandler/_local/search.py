@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from typing import Any
 
-__all__ = ["RANGES", "SearchError", "page_query", "search_apl"]
+__all__ = ["FACET_ROWS", "RANGES", "SearchError", "facets", "page_query", "search_apl"]
 
 # The page's time ranges, as APL timespans.
 RANGES = {"5m": "5m", "15m": "15m", "1h": "1h", "24h": "24h", "7d": "7d"}
@@ -117,13 +119,51 @@ def search_apl(source: str, text: str, tail: str = "") -> str:
     return " | ".join(parts) + (" " + tail if tail else "")
 
 
-def page_query(dataset: str, text: str, time_range: str | None) -> str:
+# Facets look at this many of the newest matching events (bounded work for any dataset).
+FACET_ROWS = 5_000
+FACET_FIELDS = 20
+FACET_VALUES = 5
+_SKIP_FACETS = frozenset({"_time", "_sysTime", "_rowId", "message", "exception", "stack"})
+
+
+def facets(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of a tabular answer's rows with their most frequent values: ``{"rows": n,
+    "fields": [{"name", "present", "values": [[value, count], ...]}]}``, the fields present in
+    most rows first. Values are counted as the service stores them; long texts, objects and
+    arrays are not (they are not what one filters on)."""
+    table = next((t for t in tables if t.get("name") != "_totals"), None)
+    if table is None:
+        return {"rows": 0, "fields": []}
+    columns = table.get("columns") or []
+    names = [f["name"] for f in table.get("fields", [])]
+    n = len(columns[0]) if columns else 0
+    out = []
+    for name, column in zip(names, columns, strict=False):
+        if name in _SKIP_FACETS:
+            continue
+        counts: Counter[Any] = Counter()
+        present = 0
+        for value in column:
+            if value is None:
+                continue
+            present += 1
+            if isinstance(value, (str, int, float, bool)) and not (
+                    isinstance(value, str) and len(value) > 200):
+                counts[value] += 1
+        if present and counts:
+            out.append({"name": name, "present": present,
+                        "values": [[v, c] for v, c in counts.most_common(FACET_VALUES)]})
+    out.sort(key=lambda f: (-f["present"], f["name"]))
+    return {"rows": n, "fields": out[:FACET_FIELDS]}
+
+
+def page_query(dataset: str, text: str, time_range: str | None, rows: int = PAGE_ROWS) -> str:
     """The page's query for a dataset: its search, its time range (``RANGES``; None or "all":
-    every time), the newest PAGE_ROWS first."""
+    every time), the newest ``rows`` first."""
     source = "['" + dataset.replace("\\", "\\\\").replace("'", "\\'") + "']"
     if time_range not in (None, "", "all"):
         span = RANGES.get(time_range)
         if span is None:
             raise SearchError(f"unknown range {time_range!r}: use {', '.join(RANGES)} or all")
         source += f" | where _time >= ago({span})"
-    return search_apl(source, text, f"| sort by _time desc | take {PAGE_ROWS}")
+    return search_apl(source, text, f"| sort by _time desc | take {rows}")

@@ -37,7 +37,7 @@ from .ingest import (
     parse_values,
     prepare_events,
 )
-from .search import SearchError, page_query
+from .search import FACET_ROWS, SearchError, facets, page_query
 from .store import VIEW_FIELDS, Store, reject_constant, validate_view
 
 __all__ = [
@@ -346,6 +346,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/local/search":  # the page's search box, as APL (search.py)
                 self._allow(method, "POST")
                 status, answer = 200, self._search()
+            elif path == "/local/facets":  # the page's facets of a search (search.py)
+                self._allow(method, "POST")
+                status, answer = 200, self._facets()
             elif (t := _TOKENS.match(path)) is not None:
                 self._may("apiTokens", method)
                 status, answer = self._tokens(method, t.group(1), t.group(2))
@@ -663,17 +666,24 @@ class _Handler(BaseHTTPRequestHandler):
         notes.delete(item_id)
         return 204, None
 
-    def _search(self) -> dict[str, Any]:
+    def _search(self, rows: int | None = None) -> dict[str, Any]:
         data = self._parse_json(self._read_body())
         if not isinstance(data, dict) or not isinstance(data.get("dataset"), str) or not (
                 isinstance(data.get("q", ""), str)):
             raise HttpError(400, 'send {"dataset": "...", "q": "...", "range": "1h"}')
+        self._may("query", "GET", data["dataset"])
+        time_range = data.get("range") if isinstance(data.get("range"), str) else None
         try:
-            return {"apl": page_query(data["dataset"], data.get("q", ""),
-                                      data.get("range") if isinstance(data.get("range"), str)
-                                      else None)}
+            if rows is None:
+                return {"apl": page_query(data["dataset"], data.get("q", ""), time_range)}
+            return {"apl": page_query(data["dataset"], data.get("q", ""), time_range, rows)}
         except SearchError as exc:
             raise HttpError(400, str(exc)) from None
+
+    def _facets(self) -> dict[str, Any]:
+        apl = self._search(FACET_ROWS)["apl"]
+        answer = self.server.store.query(apl, None, None, "tabular")
+        return {"apl": apl, **facets(answer.get("tables", []))}
 
     def _service_header(self, name: str) -> str | None:
         """The service's own header ``name``, in the seed's spelling (``x-service-<name>``) or

@@ -250,6 +250,7 @@ function select(what) {
     refreshHistogram();
   } else {
     refreshEvents();
+    refreshFacets();
   }
 }
 
@@ -262,6 +263,7 @@ async function recompute() {
   if (!state.search && state.range === "all") {
     state.apl = null;
     refreshEvents();
+    refreshFacets();
     return;
   }
   const asked = [s, state.search, state.range];
@@ -274,6 +276,7 @@ async function recompute() {
     state.apl = made.apl;
     state.signature = "";
     refreshEvents();
+    refreshFacets();
   } catch (err) {
     if (err instanceof ApiError && err.status === 400) {
       $("notice").textContent = "The search cannot run: " + err.message;
@@ -420,6 +423,53 @@ function showDetail(row, key) {
   }
 }
 
+// ------------------------------------------------------------------ facets
+
+// A search term for field = value, quoted when it holds a space or a quote.
+function term(field, value) {
+  const v = String(value);
+  return field + ":" + (/[\s"]/.test(v) ? JSON.stringify(v) : v);
+}
+
+function addTerm(t) {
+  const box = $("filter");
+  box.value = (box.value.trim() + " " + t).trim();
+  state.search = box.value;
+  recompute();
+}
+
+async function refreshFacets() {
+  const s = state.selected;
+  const panel = $("facets");
+  if (!s || s.kind !== "dataset") {
+    panel.replaceChildren(el("p", { class: "muted", text: "—" }));
+    return;
+  }
+  try {
+    const got = await api("POST", "/local/facets",
+      { dataset: s.name, q: state.search, range: state.range });
+    if (s !== state.selected) return;
+    panel.replaceChildren();
+    if (!got.fields.length) panel.append(el("p", { class: "muted", text: "no fields" }));
+    for (const f of got.fields) {
+      const list = el("ul", { class: "values" });
+      for (const [value, count] of f.values) {
+        const inBtn = el("button", { type: "button", class: "in", "data-field": f.name,
+          title: "only events with " + term(f.name, value), text: String(value) });
+        const outBtn = el("button", { type: "button", class: "out", "aria-label":
+          "leave out " + term(f.name, value), text: "−" });
+        inBtn.addEventListener("click", () => addTerm(term(f.name, value)));
+        outBtn.addEventListener("click", () => addTerm("-" + term(f.name, value)));
+        list.append(el("li", {}, inBtn, el("span", { class: "n", text: String(count) }), outBtn));
+      }
+      panel.append(el("div", { class: "facet" },
+        el("div", { class: "facet-name", text: f.name + " (" + f.present + ")" }), list));
+    }
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 400)) handleError(err);
+  }
+}
+
 // ------------------------------------------------------------------ histogram
 
 const SPANS = [[1, "1s"], [5, "5s"], [10, "10s"], [30, "30s"], [60, "1m"], [300, "5m"],
@@ -539,8 +589,9 @@ function start() {
   state.timers.push(setInterval(refreshViewList, VIEWS_EVERY_MS));
   state.timers.push(setInterval(() => { if ($("live").checked) refreshEvents(); },
     EVENTS_EVERY_MS));
-  state.timers.push(setInterval(() => { if ($("live").checked) refreshHistogram(); },
-    HISTOGRAM_EVERY_MS));
+  state.timers.push(setInterval(() => {
+    if ($("live").checked) { refreshHistogram(); refreshFacets(); }
+  }, HISTOGRAM_EVERY_MS));
 }
 
 document.addEventListener("DOMContentLoaded", () => {
