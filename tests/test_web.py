@@ -386,7 +386,8 @@ def test_facets_show_top_values_and_filter_in_and_out(
 
     def values(d: Any, field: str) -> list[str]:
         return list(d.execute_script(
-            "return [...document.querySelectorAll(`#facets li button.in[data-field='${arguments[0]}']`)]"
+            "const sel = `#facets li button.in[data-field='${arguments[0]}']`;"
+            "return [...document.querySelectorAll(sel)]"
             ".map(b => b.innerText + ' ' + b.nextElementSibling.innerText);", field))
 
     wait_until(driver, lambda d: values(d, "level") == ["info 7", "error 3"], "level's values")
