@@ -63,10 +63,28 @@ def test_what_cannot_run_says_why(text: str, said: str) -> None:
 def test_page_query_adds_the_range_and_the_page() -> None:
     assert page_query("app", "level:error", "1h") == (
         "['app'] | where _time >= ago(1h) | where level =~ \"error\" "
-        "| sort by _time desc | take 200")
-    assert page_query("o'k", "", None) == "['o\\'k'] | sort by _time desc | take 200"
+        "| sort by _time desc, _rowId desc | take 200")
+    assert page_query("o'k", "", None) == (
+        "['o\\'k'] | sort by _time desc, _rowId desc | take 200")
     with pytest.raises(SearchError, match="unknown range"):
         page_query("app", "", "3y")
+    with pytest.raises(SearchError, match="not one this service gave"):
+        page_query("app", "", None, before=("2024-05-01T00:00:00Z", "x') or true"))
+
+
+def test_pages_follow_each_other_none_twice_none_skipped(client: loghandler.Client) -> None:
+    """The next page starts after the last row shown, by time then row id: events at one
+    instant are neither shown twice nor skipped."""
+    client.ingest("paging", [{"n": i, "_time": "2024-05-01T00:00:00Z"} for i in range(7)])
+    seen: list[int] = []
+    after = None
+    for _ in range(5):
+        rows = client.query(page_query("paging", "", None, 3, after))
+        if not rows:
+            break
+        seen += [r["n"] for r in rows]
+        after = (rows[-1]["_time"], rows[-1]["_rowId"])
+    assert seen == [6, 5, 4, 3, 2, 1, 0]
 
 
 def test_facets_count_what_one_filters_on(client: loghandler.Client) -> None:

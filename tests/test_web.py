@@ -300,7 +300,7 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
     wait_until(driver, lambda d: len(rows(d)) == 50 and all("declined" in r for r in rows(d)),
                "the search's 50 events, beyond the 200 shown before")
     assert driver.find_element(By.ID, "query").text == (
-        "['checkout'] | search \"declined\" | sort by _time desc | take 200")
+        "['checkout'] | search \"declined\" | sort by _time desc, _rowId desc | take 200")
     assert "dataset=checkout" in driver.current_url and "q=declined" in driver.current_url
 
     box.clear()
@@ -403,4 +403,33 @@ def test_facets_show_top_values_and_filter_in_and_out(
           "filter out service:search")
     wait_until(driver, lambda d: len(rows(d)) == 8, "all but service:search")
     assert driver.find_element(By.ID, "filter").get_attribute("value") == "-service:search"
+    client.close()
+
+
+def test_paging_past_the_first_page_pauses_live(driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: Older events pages on past the first 200 (the query API's time and row id:
+    none twice, none skipped, events at one instant included); live updates pause meanwhile."""
+    from selenium.webdriver.common.by import By
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    # 450 events, 150 of them at one and the same instant (a page boundary falls among them).
+    events = [{"_time": "2024-05-01T12:00:00Z", "n": i} for i in range(150)]
+    events += [{"_time": f"2024-05-01T12:{1 + i // 60:02d}:{i % 60:02d}Z", "n": 150 + i}
+               for i in range(300)]
+    client.ingest("paging", events)
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=paging")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the first page")
+    assert driver.find_element(By.ID, "live").is_selected()
+    click(driver, "//button[@id='older']", "Older events")
+    wait_until(driver, lambda d: len(rows(d)) == 400, "the second page")
+    assert not driver.find_element(By.ID, "live").is_selected()
+    click(driver, "//button[@id='older']", "Older events again")
+    wait_until(driver, lambda d: len(rows(d)) == 450, "the last page")
+    ids = driver.execute_script(
+        "return [...document.querySelectorAll('#events tr.row')].map(r => r.dataset.rowId);")
+    assert len(set(ids)) == 450
+    wait_until(driver, lambda d: not d.find_element(By.ID, "older").is_displayed(),
+               "no more pages")
     client.close()

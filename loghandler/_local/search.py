@@ -157,13 +157,24 @@ def facets(tables: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": n, "fields": out[:FACET_FIELDS]}
 
 
-def page_query(dataset: str, text: str, time_range: str | None, rows: int = PAGE_ROWS) -> str:
+_ROW_ID = re.compile(r"[0-9a-f]{1,32}\Z")
+
+
+def page_query(dataset: str, text: str, time_range: str | None, rows: int = PAGE_ROWS,
+               before: tuple[str, str] | None = None) -> str:
     """The page's query for a dataset: its search, its time range (``RANGES``; None or "all":
-    every time), the newest ``rows`` first."""
+    every time), the newest ``rows`` first; with ``before`` (the ``_time`` and ``_rowId`` of
+    the last row shown), the page after it: older events, none twice, none skipped."""
     source = "['" + dataset.replace("\\", "\\\\").replace("'", "\\'") + "']"
     if time_range not in (None, "", "all"):
         span = RANGES.get(time_range)
         if span is None:
             raise SearchError(f"unknown range {time_range!r}: use {', '.join(RANGES)} or all")
         source += f" | where _time >= ago({span})"
-    return search_apl(source, text, f"| sort by _time desc | take {rows}")
+    if before is not None:
+        when, row_id = before
+        if not _ROW_ID.match(row_id) or not re.fullmatch(r"[0-9T:.\-+Z]{10,40}", when):
+            raise SearchError("the page to continue after is not one this service gave")
+        source += (f" | where _time < datetime('{when}') or (_time == datetime('{when}') "
+                   f"and _rowId < '{row_id}')")
+    return search_apl(source, text, f"| sort by _time desc, _rowId desc | take {rows}")

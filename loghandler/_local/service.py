@@ -37,7 +37,7 @@ from .ingest import (
     parse_values,
     prepare_events,
 )
-from .search import FACET_ROWS, SearchError, facets, page_query
+from .search import FACET_ROWS, PAGE_ROWS, SearchError, facets, page_query
 from .store import VIEW_FIELDS, Store, reject_constant, validate_view
 
 __all__ = [
@@ -673,10 +673,16 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, 'send {"dataset": "...", "q": "...", "range": "1h"}')
         self._may("query", "GET", data["dataset"])
         time_range = data.get("range") if isinstance(data.get("range"), str) else None
+        after = data.get("after")  # the last row shown: {"_time", "_rowId"}, for the next page
+        before = None
+        if isinstance(after, dict):
+            if not isinstance(after.get("_time"), str) or not isinstance(after.get("_rowId"),
+                                                                           str):
+                raise HttpError(400, '"after" needs the "_time" and "_rowId" of a row')
+            before = (after["_time"], after["_rowId"])
         try:
-            if rows is None:
-                return {"apl": page_query(data["dataset"], data.get("q", ""), time_range)}
-            return {"apl": page_query(data["dataset"], data.get("q", ""), time_range, rows)}
+            return {"apl": page_query(data["dataset"], data.get("q", ""), time_range,
+                                      PAGE_ROWS if rows is None else rows, before)}
         except SearchError as exc:
             raise HttpError(400, str(exc)) from None
 

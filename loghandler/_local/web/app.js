@@ -234,6 +234,7 @@ function select(what) {
   $("filter").disabled = what.kind === "view";
   $("range").disabled = what.kind === "view";
   state.apl = null;
+  state.more = false;
   for (const li of document.querySelectorAll(".list li")) {
     const on = what.kind === "dataset" ? li.dataset.dataset === what.name
       : li.dataset.view === what.view.id;
@@ -275,6 +276,7 @@ async function recompute() {
     }
     state.apl = made.apl;
     state.signature = "";
+    state.rows = [];
     refreshEvents();
     refreshFacets();
   } catch (err) {
@@ -296,9 +298,32 @@ function currentQuery() {
   return s.view.aplQuery;
 }
 
+// The next page, older than the last row shown (the query API's time and row id); live
+// updates pause meanwhile, so what was paged to stays put.
+async function loadOlder() {
+  const s = state.selected;
+  const last = state.rows[state.rows.length - 1];
+  if (!s || s.kind !== "dataset" || !last || !last._rowId) return;
+  $("live").checked = false;
+  try {
+    const made = await api("POST", "/local/search", { dataset: s.name, q: state.search,
+      range: state.range, after: { _time: last._time, _rowId: last._rowId } });
+    let rows = await query(made.apl);
+    if (s !== state.selected) return;
+    rows = rows.map(compact);
+    $("query").textContent = made.apl;
+    state.rows = state.rows.concat(rows);
+    state.signature = JSON.stringify(state.rows);
+    state.more = rows.length >= EVENTS_LIMIT;
+    renderEvents();
+    setStatus("paused · " + state.rows.length + " events shown");
+  } catch (err) { handleError(err); }
+}
+
 async function refreshEvents() {
   const apl = currentQuery();
   if (!apl) return;
+  if (state.rows.length > EVENTS_LIMIT) return; // paged past the first page: kept as is
   $("query").textContent = apl;
   const notice = $("notice");
   const asked = state.selected;
@@ -313,6 +338,7 @@ async function refreshEvents() {
     if (signature !== state.signature) {
       state.signature = signature;
       state.rows = rows;
+      state.more = state.selected.kind === "dataset" && rows.length >= EVENTS_LIMIT;
       renderEvents();
     }
     setStatus((($("live").checked) ? "live · " : "paused · ") + "updated "
@@ -398,6 +424,7 @@ function renderEvents() {
   $("empty").hidden = rows.length > 0;
   $("empty").textContent = state.search || state.range !== "all"
     ? "no events match the search" : "no events";
+  $("older").hidden = !state.more;
   if (state.selectedRow) {
     const row = rows.find((r) => rowKey(r) === state.selectedRow);
     if (row && $("detail").hidden) showDetail(row, state.selectedRow);
@@ -601,6 +628,16 @@ document.addEventListener("DOMContentLoaded", () => {
     $("notice").hidden = true;
     clearTimeout(typing);
     typing = setTimeout(recompute, 300); // one query when the typing pauses
+  });
+  $("older").addEventListener("click", loadOlder);
+  // Live updates pause while the reader scrolls down the events, and resume at the top.
+  $("events-wrap").addEventListener("scroll", (e) => {
+    const down = e.target.scrollTop > 40;
+    if (down && $("live").checked) { $("live").checked = false; state.autoPaused = true; }
+    if (!down && state.autoPaused && state.rows.length <= EVENTS_LIMIT) {
+      $("live").checked = true;
+      state.autoPaused = false;
+    }
   });
   $("range").addEventListener("change", (e) => {
     state.range = e.target.value;
