@@ -11,6 +11,7 @@ median. ``--events 20000`` for a quick run.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -56,6 +57,44 @@ def fill(store: Any, n: int, batch: int = 10_000) -> float:
     return time.perf_counter() - started
 
 
+def _post(client: Any, path: str, body: dict[str, Any]) -> Any:
+    resp = client.send("POST", path, json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+    assert resp.status == 200, resp.body
+    return resp.body
+
+
+def page_steps(client: Any) -> list[tuple[str, Any]]:
+    """What the page asks when a user searches: the query the search becomes (then run), the
+    facets of the search, and the page after the first."""
+
+    def search(q: str) -> Any:
+        def step() -> int:
+            apl = _post(client, "/local/search", {"dataset": "bench", "q": q})["apl"]
+            return len(client.query(apl))
+        return step
+
+    def facets() -> int:
+        got = _post(client, "/local/facets", {"dataset": "bench", "q": "status:500"})
+        return int(got["rows"])
+
+    first = client.query(_post(client, "/local/search",
+                               {"dataset": "bench", "q": "level:error"})["apl"])
+    last = first[-1]
+
+    def next_page() -> int:
+        apl = _post(client, "/local/search", {"dataset": "bench", "q": "level:error",
+                                              "after": {"_time": last["_time"],
+                                                        "_rowId": last["_rowId"]}})["apl"]
+        return len(client.query(apl))
+
+    return [("page: search a word (user 4242)", search('"user 4242 "')),
+            ("page: search level:error", search("level:error")),
+            ("page: search a rare word", search("nowhere-to-be-found")),
+            ("page: facets of status:500", facets),
+            ("page: next page of level:error", next_page)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.local_query")
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -81,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                 times.append((time.perf_counter() - t0) * 1000)
             print(f"{label:36} {len(rows):>6} {min(times):>9.1f} "
                   f"{statistics.median(times):>10.1f}")
+        # The page's own steps (issue 27): a search, its facets, the next page.
+        for label, step in page_steps(client):
+            times = []
+            n = 0
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                n = step()
+                times.append((time.perf_counter() - t0) * 1000)
+            print(f"{label:36} {n:>6} {min(times):>9.1f} {statistics.median(times):>10.1f}")
         client.close()
     finally:
         server.shutdown()
