@@ -433,3 +433,55 @@ def test_paging_past_the_first_page_pauses_live(driver: Any, served: tuple[str, 
     wait_until(driver, lambda d: not d.find_element(By.ID, "older").is_displayed(),
                "no more pages")
     client.close()
+
+
+def test_query_editor_charts_aggregates_and_saves_views(
+        driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: an APL editor; a summarize answer shows as a chart and a table (not as event
+    rows with blank levels); saved as a view, the view renders the same; the query is in the
+    address."""
+    from selenium.webdriver.common.by import By
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    events = [{"_time": f"2024-05-01T12:0{m}:{s:02d}Z", "level": lv, "n": s}
+              for m, (count, lv) in enumerate([(3, "info"), (5, "error"), (2, "info")])
+              for s in range(count)]
+    client.ingest("sales", events)
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=sales")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    apl = "['sales'] | summarize count() by bin(_time, 1m)"
+    box.send_keys(apl)
+    driver.find_element(By.ID, "editor-run").click()
+
+    def bars(d: Any) -> list[tuple[str, float]]:
+        return [(b, float(v)) for b, v in d.execute_script(
+            "return [...document.querySelectorAll('#chart rect')]"
+            ".map(r => [r.dataset.label, r.dataset.value]);")]
+
+    wait_until(driver, lambda d: [v for _, v in bars(d)] == [3.0, 5.0, 2.0],
+               "a bar per minute, in time order")
+    assert bars(driver)[0][0].startswith("2024-05-01 12:00")
+    headers = driver.execute_script(
+        "return [...document.querySelectorAll('#events th')].map(t => t.innerText);")
+    assert headers == ["_time", "count_"]  # a table, not event rows
+    assert not driver.find_elements(By.CSS_SELECTOR, "#events .level")
+    assert "apl=" in driver.current_url
+
+    driver.find_element(By.ID, "editor-name").send_keys("Sales per minute")
+    driver.find_element(By.ID, "editor-save").click()
+    wait_until(driver, lambda d: "View: Sales per minute" in d.find_element(By.ID, "title").text
+               and [v for _, v in bars(d)] == [3.0, 5.0, 2.0], "the saved view, charted")
+    assert "Sales per minute" in driver.find_element(By.ID, "views").text
+
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['sales'] | summarize count() by level")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: sorted(bars(d)) == [("error", 5.0), ("info", 5.0)],
+               "a bar per group")
+    client.close()

@@ -83,6 +83,7 @@ function writeHash() {
   const s = state.selected;
   if (s && s.kind === "dataset") parts.push("dataset=" + encodeURIComponent(s.name));
   if (s && s.kind === "view") parts.push("view=" + encodeURIComponent(s.view.id));
+  if (s && s.kind === "query") parts.push("apl=" + encodeURIComponent(s.apl));
   if (state.search) parts.push("q=" + encodeURIComponent(state.search));
   if (state.range !== "all") parts.push("range=" + encodeURIComponent(state.range));
   if (state.selectedRow) parts.push("event=" + encodeURIComponent(state.selectedRow));
@@ -172,6 +173,12 @@ async function refreshDatasets() {
     li.addEventListener("click", () => select({ kind: "dataset", name }));
     ul.append(li);
   });
+  if (!state.selected && state.wanted && state.wanted.apl) {
+    const apl = state.wanted.apl;
+    $("editor-apl").value = apl;
+    openEditor(true);
+    select({ kind: "query", apl });
+  }
   if (!state.selected && names.length) {
     const wanted = state.wanted;
     if (wanted && wanted.view) return; // the views' list selects it
@@ -226,21 +233,22 @@ function select(what) {
   state.wanted = null;
   state.selectedRow = wanted && wanted.event ? wanted.event : null;
   $("detail").hidden = true;
-  if (what.kind === "view") {
-    // A view runs its own query: the dataset's search does not carry into it.
+  if (what.kind !== "dataset") {
+    // A view or a query runs its own APL: the dataset's search does not carry into it.
     state.search = "";
     $("filter").value = "";
   }
-  $("filter").disabled = what.kind === "view";
-  $("range").disabled = what.kind === "view";
+  $("filter").disabled = what.kind !== "dataset";
+  $("range").disabled = what.kind !== "dataset";
   state.apl = null;
   state.more = false;
   for (const li of document.querySelectorAll(".list li")) {
     const on = what.kind === "dataset" ? li.dataset.dataset === what.name
-      : li.dataset.view === what.view.id;
+      : what.kind === "view" && li.dataset.view === what.view.id;
     li.classList.toggle("active", !!on);
   }
-  $("title").textContent = what.kind === "dataset" ? what.name : "View: " + what.view.name;
+  $("title").textContent = what.kind === "dataset" ? what.name
+    : what.kind === "view" ? "View: " + what.view.name : "Query";
   $("welcome").hidden = true;
   $("loading").hidden = true;
   $("panes").hidden = false;
@@ -292,6 +300,7 @@ async function recompute() {
 function currentQuery() {
   const s = state.selected;
   if (!s) return null;
+  if (s.kind === "query") return s.apl;
   if (s.kind === "dataset") {
     return state.apl || (source(s.name) + " | sort by _time desc | take " + EVENTS_LIMIT);
   }
@@ -349,6 +358,7 @@ async function refreshEvents() {
       notice.textContent = (state.selected.kind === "view"
         ? "This view's query is outside the APL subset the local service runs: "
         : "The query failed: ") + err.message;
+      drawChart([]);
       notice.hidden = false;
       state.rows = [];
       state.signature = "";
@@ -376,7 +386,10 @@ function levelOf(row) {
 function renderEvents() {
   const table = $("events");
   const rows = state.rows;
-  const eventsLike = rows.length === 0 || rows.every((r) => "_time" in r);
+  // Whole events carry the service's row id; an aggregate's rows (even by _time) do not:
+  // they read as a table, and as a chart when they are counts (drawChart).
+  const eventsLike = rows.length === 0 || rows.every((r) => "_rowId" in r);
+  drawChart(eventsLike ? [] : rows);
   const head = el("thead");
   const body = el("tbody");
   let columns = [];
@@ -447,6 +460,100 @@ function showDetail(row, key) {
   $("detail").hidden = false;
   for (const tr of document.querySelectorAll("#events tr.row")) {
     tr.classList.toggle("selected", tr.dataset.rowId === key);
+  }
+}
+
+// ------------------------------------------------------------------ charts
+
+// An aggregate's answer as a chart: over time (a _time column) as bars along time, else one
+// bar per group; each numeric column is a series (its bars side by side).
+function drawChart(rows) {
+  const fig = $("chart");
+  if (!rows.length) { fig.hidden = true; fig.replaceChildren(); return; }
+  const names = Object.keys(rows[0]);
+  const series = names.filter((k) => k !== "_time" && rows.every((r) => typeof r[k] === "number"
+    || r[k] === null));
+  if (!series.length) { fig.hidden = true; fig.replaceChildren(); return; }
+  const overTime = names.includes("_time");
+  const groups = names.filter((k) => k !== "_time" && !series.includes(k));
+  const label = (r) => overTime ? String(r._time).replace("T", " ").replace(/\.0+Z$|Z$/, "")
+    : groups.map((g) => String(r[g])).join(" · ") || "all";
+  const points = overTime ? [...rows].sort((a, b) => String(a._time) < String(b._time) ? -1 : 1)
+    : rows;
+  const max = Math.max(1, ...points.flatMap((r) => series.map((k) => r[k] || 0)));
+  const W = 1000, H = 140, top = 8, bottom = 22, left = 40;
+  const plotH = H - top - bottom;
+  const slot = (W - left) / points.length;
+  const barW = Math.max(1, (slot - 2) / series.length);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img",
+    "aria-label": series.join(", ") + (overTime ? " over time" : " by " + groups.join(", ")) });
+  const text = (x, y, str, anchor) => {
+    const t = svg("text", { x, y, "font-size": 10, fill: "#4b5563", "text-anchor": anchor });
+    t.textContent = str;
+    root.append(t);
+  };
+  text(left - 4, top + 8, String(max), "end");
+  text(left - 4, H - bottom, "0", "end");
+  const palette = ["#4c6ef5", "#2f9e44", "#e8a317", "#e03131", "#9c36b5"];
+  points.forEach((r, i) => {
+    series.forEach((k, j) => {
+      const v = r[k] || 0;
+      const h = (v / max) * plotH;
+      const rect = svg("rect", { x: left + i * slot + 1 + j * barW, y: H - bottom - h,
+        width: Math.max(1, barW - 1), height: h, fill: palette[j % palette.length],
+        "data-series": k, "data-label": label(r), "data-value": v });
+      const title = svg("title");
+      title.textContent = `${label(r)} ${k}: ${v}`;
+      rect.append(title);
+      root.append(rect);
+    });
+  });
+  if (points.length) {
+    text(left, H - 6, label(points[0]), "start");
+    if (points.length > 1) text(W, H - 6, label(points[points.length - 1]), "end");
+  }
+  const legend = el("div", { class: "legend" });
+  series.forEach((k, j) => {
+    const sw = el("span", { class: "swatch" });
+    sw.style.background = palette[j % palette.length];
+    legend.append(el("span", {}, sw, k));
+  });
+  fig.replaceChildren(root, legend);
+  fig.hidden = false;
+}
+
+// ------------------------------------------------------------------ the query editor
+
+function openEditor(open) {
+  $("editor").hidden = !open;
+  $("editor-toggle").setAttribute("aria-expanded", String(open));
+  if (open) {
+    const box = $("editor-apl");
+    if (!box.value) box.value = currentQuery() || "";
+    box.focus();
+  }
+}
+
+function runEditor() {
+  const apl = $("editor-apl").value.trim();
+  if (!apl) return;
+  $("editor-said").textContent = "";
+  select({ kind: "query", apl });
+}
+
+async function saveEditor() {
+  const apl = $("editor-apl").value.trim();
+  const name = $("editor-name").value.trim();
+  if (!apl || !name) { $("editor-said").textContent = "name the view and write its query"; return; }
+  const m = apl.match(/^\s*\[?'?"?([^'"\]|\s]+)/);
+  try {
+    const view = await api("POST", "/v2/views", { name, aplQuery: apl,
+      datasets: m ? [m[1]] : [], description: "" });
+    $("editor-said").textContent = "saved as view " + view.name;
+    await refreshViews();
+    select({ kind: "view", view });
+  } catch (err) {
+    $("editor-said").textContent = err.message;
   }
 }
 
@@ -599,7 +706,7 @@ function start() {
   state.token = tokenFromHash();
   const params = hashParams();
   state.wanted = { dataset: params.dataset || null, view: params.view || null,
-    event: params.event || null };
+    event: params.event || null, apl: params.apl || null };
   state.search = params.q || "";
   state.range = RANGE_SECONDS[params.range] ? params.range : "all";
   state.selected = null;
@@ -630,6 +737,12 @@ document.addEventListener("DOMContentLoaded", () => {
     typing = setTimeout(recompute, 300); // one query when the typing pauses
   });
   $("older").addEventListener("click", loadOlder);
+  $("editor-toggle").addEventListener("click", () => openEditor($("editor").hidden));
+  $("editor").addEventListener("submit", (e) => { e.preventDefault(); runEditor(); });
+  $("editor-apl").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runEditor(); }
+  });
+  $("editor-save").addEventListener("click", saveEditor);
   // Live updates pause while the reader scrolls down the events, and resume at the top.
   $("events-wrap").addEventListener("scroll", (e) => {
     const down = e.target.scrollTop > 40;
