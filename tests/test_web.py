@@ -485,3 +485,51 @@ def test_query_editor_charts_aggregates_and_saves_views(
     wait_until(driver, lambda d: sorted(bars(d)) == [("error", 5.0), ("info", 5.0)],
                "a bar per group")
     client.close()
+
+
+def test_time_zone_zoom_and_grouping(driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27: one time convention, switchable UTC/local; a drag on the histogram zooms to
+    that time (a custom range, in the query and the address); events grouped by request."""
+    import time as _time
+
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    now = _time.time()
+    early = [{"_time": now - 3000 + i, "level": "debug", "message": f"early {i}",
+              "request_id": "r-1"} for i in range(3)]
+    late = [{"_time": now - 300 + i, "level": "error", "message": f"late {i}",
+             "request_id": f"r-{2 + i % 2}"} for i in range(4)]
+    client.ingest("zoom", early + late)
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=zoom")
+    wait_until(driver, lambda d: len(rows(d)) == 7, "the events")
+    first_time = driver.find_element(By.CSS_SELECTOR, "#events td.time").text
+    assert first_time.endswith("Z") and " " in first_time  # UTC, said so
+    Select(driver.find_element(By.ID, "tz")).select_by_value("local")
+    wait_until(driver, lambda d: not d.find_element(By.CSS_SELECTOR, "#events td.time")
+               .text.endswith("Z"), "local times")
+    assert "tz=local" in driver.current_url
+
+    Select(driver.find_element(By.ID, "group")).select_by_value("request_id")
+    groups = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#events tr.group')].map(r => r.innerText);"),
+        "group headers")
+    assert sorted(groups) == ["request_id = r-1 · 3 events", "request_id = r-2 · 2 events",
+                              "request_id = r-3 · 2 events"]
+
+    wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#histogram rect"),
+               "the histogram's bars")
+    svg = driver.find_element(By.CSS_SELECTOR, "#histogram svg")
+    width = svg.size["width"]
+    # The last hour in 60 bins: drag over the last tenth (the late errors only).
+    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.38), 0).click_and_hold()\
+        .move_to_element_with_offset(svg, int(width * 0.49), 0).release().perform()
+    wait_until(driver, lambda d: len(rows(d)) == 4 and all("late" in r for r in rows(d)),
+               "the zoomed range")
+    assert "datetime('" in driver.find_element(By.ID, "query").text
+    assert "range=" in driver.current_url and "%2F" in driver.current_url
+    client.close()

@@ -160,6 +160,9 @@ def facets(tables: list[dict[str, Any]]) -> dict[str, Any]:
 _ROW_ID = re.compile(r"[0-9a-f]{1,32}\Z")
 
 
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z\Z")
+
+
 def page_query(dataset: str, text: str, time_range: str | None, rows: int = PAGE_ROWS,
                before: tuple[str, str] | None = None) -> str:
     """The page's query for a dataset: its search, its time range (``RANGES``; None or "all":
@@ -167,10 +170,19 @@ def page_query(dataset: str, text: str, time_range: str | None, rows: int = PAGE
     the last row shown), the page after it: older events, none twice, none skipped."""
     source = "['" + dataset.replace("\\", "\\\\").replace("'", "\\'") + "']"
     if time_range not in (None, "", "all"):
-        span = RANGES.get(time_range)
-        if span is None:
-            raise SearchError(f"unknown range {time_range!r}: use {', '.join(RANGES)} or all")
-        source += f" | where _time >= ago({span})"
+        start, sep, end = (time_range or "").partition("/")
+        if sep:  # a custom range, "START/END" in UTC (the page's drag on the histogram)
+            if not _ISO.match(start) or not _ISO.match(end) or start >= end:
+                raise SearchError(f"a custom range is START/END, both UTC with a Z, START "
+                                  f"first: not {time_range!r}")
+            source += (f" | where _time >= datetime('{start}') and "
+                       f"_time < datetime('{end}')")
+        else:
+            span = RANGES.get(time_range)
+            if span is None:
+                raise SearchError(f"unknown range {time_range!r}: use {', '.join(RANGES)}, "
+                                  f"START/END or all")
+            source += f" | where _time >= ago({span})"
     if before is not None:
         when, row_id = before
         if not _ROW_ID.match(row_id) or not re.fullmatch(r"[0-9T:.\-+Z]{10,40}", when):

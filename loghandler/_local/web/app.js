@@ -36,9 +36,43 @@ const state = {
   range: "all", // the time range: all, 5m, 15m, 1h, 24h, 7d
   apl: null, // the selected dataset's query for search and range, as the service made it
   wanted: null, // what the address asks to show, until the lists are known
+  tz: "utc", // every time on the page in UTC, or in the browser's local time
+  group: "", // events grouped by this field's value (trace_id, request_id), or not
+  hist: null, // the histogram's scale, for a drag to zoom: {first, end, binMs, left, W, barW}
   timers: [],
 };
 const RANGE_SECONDS = { "5m": 300, "15m": 900, "1h": 3600, "24h": 86400, "7d": 604800 };
+
+// A custom range ("START/END", UTC), as [startMs, endMs], or null.
+function customRange(range) {
+  const [a, b] = String(range).split("/");
+  if (b === undefined) return null;
+  const start = Date.parse(a), end = Date.parse(b);
+  return Number.isNaN(start) || Number.isNaN(end) ? null : [start, end];
+}
+
+// One time convention on the whole page: UTC (as stored) or the browser's local time.
+function pad(n, w) { return String(n).padStart(w || 2, "0"); }
+function fmtTime(value, withDate) {
+  const ms = typeof value === "number" ? value : Date.parse(value);
+  if (Number.isNaN(ms)) return String(value);
+  const d = new Date(ms);
+  const utc = state.tz === "utc";
+  const Y = utc ? d.getUTCFullYear() : d.getFullYear();
+  const M = (utc ? d.getUTCMonth() : d.getMonth()) + 1;
+  const D = utc ? d.getUTCDate() : d.getDate();
+  const h = utc ? d.getUTCHours() : d.getHours();
+  const m = utc ? d.getUTCMinutes() : d.getMinutes();
+  const s = utc ? d.getUTCSeconds() : d.getSeconds();
+  const clock = pad(h) + ":" + pad(m) + ":" + pad(s);
+  let frac = "";
+  if (typeof value === "string") {
+    const f = value.match(/\.(\d+)/);
+    if (f) frac = "." + f[1];
+  }
+  const zone = utc ? "Z" : "";
+  return (withDate === false ? clock : `${Y}-${pad(M)}-${pad(D)} ${clock}`) + frac + zone;
+}
 
 const $ = (id) => document.getElementById(id);
 
@@ -86,6 +120,8 @@ function writeHash() {
   if (s && s.kind === "query") parts.push("apl=" + encodeURIComponent(s.apl));
   if (state.search) parts.push("q=" + encodeURIComponent(state.search));
   if (state.range !== "all") parts.push("range=" + encodeURIComponent(state.range));
+  if (state.tz !== "utc") parts.push("tz=" + state.tz);
+  if (state.group) parts.push("group=" + encodeURIComponent(state.group));
   if (state.selectedRow) parts.push("event=" + encodeURIComponent(state.selectedRow));
   const hash = "#" + parts.join("&");
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -263,6 +299,24 @@ function select(what) {
   }
 }
 
+// The range picker shows a custom range (a drag on the histogram) as an option of its own.
+function setRangeOption() {
+  const select = $("range");
+  let custom = select.querySelector("option[data-custom]");
+  const span = customRange(state.range);
+  if (span) {
+    if (!custom) {
+      custom = el("option", { "data-custom": "1" });
+      select.append(custom);
+    }
+    custom.value = state.range;
+    custom.textContent = fmtTime(span[0]) + " – " + fmtTime(span[1], false);
+  } else if (custom) {
+    custom.remove();
+  }
+  select.value = state.range;
+}
+
 // The dataset's query for the search and the range, made by the service (search.py), so the
 // query line shows exactly what ran.
 async function recompute() {
@@ -403,7 +457,28 @@ function renderEvents() {
     head.append(el("tr", {}, ...columns.map((c) => el("th", { text: c }))));
   }
   const firstRender = state.seen.size === 0;
-  for (const row of rows) {
+  let ordered = rows;
+  const groupHeads = new Map(); // the first row of each group -> [value, size]
+  if (eventsLike && state.group) {
+    // One request's (or trace's) events together, the group with the newest event first.
+    const groups = new Map();
+    for (const row of rows) {
+      const v = row[state.group] === undefined ? "(none)" : text(row[state.group]);
+      if (!groups.has(v)) groups.set(v, []);
+      groups.get(v).push(row);
+    }
+    ordered = [];
+    for (const [v, members] of groups) {
+      groupHeads.set(members[0], [v, members.length]);
+      ordered.push(...members);
+    }
+  }
+  for (const row of ordered) {
+    if (groupHeads.has(row)) {
+      const [v, size] = groupHeads.get(row);
+      body.append(el("tr", { class: "group" }, el("td", { colspan: "4",
+        text: `${state.group} = ${v} · ${size} event${size === 1 ? "" : "s"}` })));
+    }
     const key = rowKey(row);
     const tr = el("tr", { class: "row", "data-row-id": key });
     if (!firstRender && !state.seen.has(key)) tr.classList.add("fresh");
@@ -419,7 +494,7 @@ function renderEvents() {
       }
       const traced = TRACE_FIELDS.some((k) => typeof row[k] === "string");
       tr.append(
-        el("td", { class: "time", text: text(row._time) }),
+        el("td", { class: "time", title: text(row._time), text: fmtTime(row._time) }),
         el("td", {}, el("span", { class: "level " + (level || "none"),
           text: text(row.level || "—") })),
         el("td", { class: "message", text: text(message) + (traced ? "  ⚠ trace" : "") }),
@@ -476,7 +551,7 @@ function drawChart(rows) {
   if (!series.length) { fig.hidden = true; fig.replaceChildren(); return; }
   const overTime = names.includes("_time");
   const groups = names.filter((k) => k !== "_time" && !series.includes(k));
-  const label = (r) => overTime ? String(r._time).replace("T", " ").replace(/\.0+Z$|Z$/, "")
+  const label = (r) => overTime ? fmtTime(r._time).replace(/\.0+(Z?)$/, "$1")
     : groups.map((g) => String(r[g])).join(" · ") || "all";
   const points = overTime ? [...rows].sort((a, b) => String(a._time) < String(b._time) ? -1 : 1)
     : rows;
@@ -616,9 +691,10 @@ async function refreshHistogram() {
     // The hour up to now, or, for a dataset whose newest event is older, up to that event.
     const newest = await query(source(s.name) + " | sort by _time desc | take 1");
     if (s !== state.selected) return;
-    // The range chosen, or (all time) the hour up to the newest event.
-    const width = RANGE_SECONDS[state.range] || 3600;
-    let end = Date.now();
+    // The range chosen (a custom one too), or (all time) the hour up to the newest event.
+    const custom = customRange(state.range);
+    const width = custom ? (custom[1] - custom[0]) / 1e3 : (RANGE_SECONDS[state.range] || 3600);
+    let end = custom ? custom[1] : Date.now();
     if (newest.length && state.range === "all") {
       const t = Date.parse(newest[0]._time);
       if (!Number.isNaN(t) && t < end - width * 1e3) end = t + 1000;
@@ -663,8 +739,9 @@ function drawHistogram(rows, start, end, binMs) {
   };
   label(left - 4, top + 8, String(max), "end");
   label(left - 4, H - bottom, "0", "end");
-  label(left, H - 4, new Date(first).toLocaleTimeString(), "start");
-  label(W, H - 4, new Date(end).toLocaleTimeString(), "end");
+  label(left, H - 4, fmtTime(first), "start");
+  label(W, H - 4, fmtTime(end), "end");
+  state.hist = { first, end, binMs, left, W, barW };
   bins.forEach((bin, i) => {
     let y = H - bottom;
     for (const level of [...LEVELS, "other"]) {
@@ -675,7 +752,7 @@ function drawHistogram(rows, start, end, binMs) {
       const rect = svg("rect", { x: left + i * barW + 1, y, width: Math.max(1, barW - 2),
         height: h, fill: LEVEL_COLOURS[level], "data-level": level });
       const title = svg("title");
-      title.textContent = `${new Date(first + i * binMs).toLocaleTimeString()} ${level}: ${n}`;
+      title.textContent = `${fmtTime(first + i * binMs)} ${level}: ${n}`;
       rect.append(title);
       root.append(rect);
     }
@@ -708,10 +785,14 @@ function start() {
   state.wanted = { dataset: params.dataset || null, view: params.view || null,
     event: params.event || null, apl: params.apl || null };
   state.search = params.q || "";
-  state.range = RANGE_SECONDS[params.range] ? params.range : "all";
+  state.range = RANGE_SECONDS[params.range] || customRange(params.range) ? params.range : "all";
+  state.tz = params.tz === "local" ? "local" : "utc";
+  state.group = params.group || "";
   state.selected = null;
   $("filter").value = state.search;
-  $("range").value = state.range;
+  setRangeOption();
+  $("tz").value = state.tz;
+  $("group").value = state.group;
   state.timers.forEach(clearInterval);
   state.timers = [];
   if (!state.token) { showLogin(""); return; }
@@ -751,6 +832,43 @@ document.addEventListener("DOMContentLoaded", () => {
       $("live").checked = true;
       state.autoPaused = false;
     }
+  });
+  $("tz").addEventListener("change", (e) => {
+    state.tz = e.target.value;
+    writeHash();
+    setRangeOption();
+    state.signature = "";
+    renderEvents();
+    refreshHistogram();
+  });
+  $("group").addEventListener("change", (e) => {
+    state.group = e.target.value;
+    writeHash();
+    renderEvents();
+  });
+  // Drag across the histogram to zoom to that time.
+  let dragFrom = null;
+  const toTime = (e) => {
+    const h = state.hist;
+    const box = $("histogram").querySelector("svg").getBoundingClientRect();
+    const x = (e.clientX - box.left) / box.width * h.W;
+    return h.first + Math.max(0, (x - h.left) / h.barW) * h.binMs;
+  };
+  $("histogram").addEventListener("mousedown", (e) => {
+    if (state.hist && e.target.closest("svg")) { dragFrom = toTime(e); e.preventDefault(); }
+  });
+  window.addEventListener("mouseup", (e) => {
+    if (dragFrom === null) return;
+    const to = toTime(e);
+    const [a, b] = [Math.min(dragFrom, to), Math.max(dragFrom, to)];
+    dragFrom = null;
+    if (b - a < (state.hist.binMs / 2)) return; // a click, not a drag
+    const bin = state.hist.binMs;
+    const start = Math.floor(a / bin) * bin, end = Math.ceil(b / bin) * bin;
+    state.range = new Date(start).toISOString() + "/" + new Date(end).toISOString();
+    setRangeOption();
+    recompute();
+    refreshHistogram();
   });
   $("range").addEventListener("change", (e) => {
     state.range = e.target.value;
