@@ -104,12 +104,19 @@ def test_without_a_compiler_the_build_succeeds_on_the_python_path(
     runs that path with the extension blocked)."""
     if importlib.util.find_spec("build") is None:
         pytest.skip("`build` is not installed (pip install -e '.[dev]')")
+    import shutil
+
     out = tmp_path_factory.mktemp("nocc")
+    # A copy of the source alone: a checkout's own build/ (or an extension built in place)
+    # would be packed as it is, compiler or not.
+    src = tmp_path_factory.mktemp("nocc-src") / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache"))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LOGHANDLER_", "PYTHON")) and k != "VIRTUAL_ENV"}
     env.update(CC="false", LDSHARED="false", PIP_DISABLE_PIP_VERSION_CHECK="1")
     proc = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
-                str(ROOT)], cwd=tmp_path_factory.mktemp("cwd2"), env=env)
+                str(src)], cwd=tmp_path_factory.mktemp("cwd2"), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with zipfile.ZipFile(wheel_of(out)) as wheel:
         names = wheel.namelist()
