@@ -533,3 +533,58 @@ def test_time_zone_zoom_and_grouping(driver: Any, served: tuple[str, str]) -> No
     assert "datetime('" in driver.find_element(By.ID, "query").text
     assert "range=" in driver.current_url and "%2F" in driver.current_url
     client.close()
+
+
+def test_from_an_error_to_its_request_and_the_lines_around_it(
+        driver: Any, served: tuple[str, str]) -> None:
+    """Issue 27's done-when, on the page alone: the errors of the checkout service in the last
+    15 minutes, grouped by request, then the debug lines around one of them."""
+    import time as _time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page, token = served
+    base = page.split("/#", 1)[0]
+    client = Client(token, url=base)
+    now = _time.time()
+    events = []
+    for r in range(4):  # four requests, 2 minutes apart; each: debug, info, then an error
+        t = now - 600 + r * 120
+        for dt, level, message in ((0, "debug", "cart loaded"), (1, "info", "paying"),
+                                   (2, "error", "payment declined")):
+            events.append({"_time": t + dt, "level": level, "message": message,
+                           "service": "checkout", "request_id": f"req-{r}"})
+    events.append({"_time": now - 2400, "level": "error", "message": "too old",
+                   "service": "checkout", "request_id": "req-old"})
+    events.append({"_time": now - 100, "level": "error", "message": "other service",
+                   "service": "search", "request_id": "req-s"})
+    client.ingest("journey", events)
+    driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=journey")
+    wait_until(driver, lambda d: len(rows(d)) == len(events), "the events")
+
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("level:error service:checkout")
+    Select(driver.find_element(By.ID, "range")).select_by_value("15m")
+    Select(driver.find_element(By.ID, "group")).select_by_value("request_id")
+    wait_until(driver, lambda d: len(rows(d)) == 4 and all("payment declined" in r
+                                                            for r in rows(d)),
+               "the checkout errors of the last 15 minutes")
+    heads = driver.execute_script(
+        "return [...document.querySelectorAll('#events tr.group')].map(r => r.innerText);")
+    assert len(heads) == 4 and all(h.endswith("· 1 event") for h in heads)
+
+    click(driver, "//tr[contains(., 'payment declined') and contains(., 'req-2')]",
+          "one of the errors")
+    click(driver, "//button[@id='detail-around']", "around it")
+    wait_until(driver, lambda d: sorted(r.split()[2] for r in rows(d)) == [
+        "DEBUG", "ERROR", "INFO"], "the minute around it: its debug and info lines too")
+    assert all("req-2" in r for r in rows(driver))
+    assert driver.find_element(By.ID, "filter").get_attribute("value") == ""
+
+    click(driver, "//tr[contains(., 'payment declined')]", "the error again")
+    click(driver, "//button[@id='detail-request']", "its request")
+    wait_until(driver, lambda d: len(rows(d)) == 3 and all("req-2" in r for r in rows(d)),
+               "every event of the request")
+    assert driver.find_element(By.ID, "filter").get_attribute("value") == "request_id:req-2"
+    client.close()

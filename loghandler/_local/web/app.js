@@ -531,6 +531,11 @@ function showDetail(row, key) {
     }
   }
   traces.hidden = !traces.childElementCount;
+  state.detailRow = row;
+  const key2 = ["request_id", "trace_id"].find((k) => typeof row[k] === "string" && row[k]);
+  $("detail-request").hidden = !key2 || state.selected.kind !== "dataset";
+  $("detail-request").textContent = key2 === "trace_id" ? "its trace" : "its request";
+  $("detail-around").hidden = state.selected.kind !== "dataset";
   $("detail-json").textContent = JSON.stringify(row, null, 2);
   $("detail").hidden = false;
   for (const tr of document.querySelectorAll("#events tr.row")) {
@@ -818,6 +823,28 @@ document.addEventListener("DOMContentLoaded", () => {
     typing = setTimeout(recompute, 300); // one query when the typing pauses
   });
   $("older").addEventListener("click", loadOlder);
+  // From one event: every event of the minute around it (the debug lines too), or every event
+  // of its request or trace.
+  $("detail-around").addEventListener("click", () => {
+    const t = Date.parse(state.detailRow && state.detailRow._time);
+    if (Number.isNaN(t)) return;
+    state.range = new Date(t - 60e3).toISOString() + "/" + new Date(t + 60e3).toISOString();
+    state.search = "";
+    $("filter").value = "";
+    setRangeOption();
+    recompute();
+    refreshHistogram();
+  });
+  $("detail-request").addEventListener("click", () => {
+    const row = state.detailRow || {};
+    const k = ["request_id", "trace_id"].find((f) => typeof row[f] === "string" && row[f]);
+    if (!k) return;
+    state.search = term(k, row[k]);
+    $("filter").value = state.search;
+    state.range = "all";
+    setRangeOption();
+    recompute();
+  });
   $("editor-toggle").addEventListener("click", () => openEditor($("editor").hidden));
   $("editor").addEventListener("submit", (e) => { e.preventDefault(); runEditor(); });
   $("editor-apl").addEventListener("keydown", (e) => {
