@@ -35,13 +35,17 @@ class LocalService:
     """The local service on a free loopback port, running in a daemon thread.
 
     ``LocalService(token="t", views=None, max_body_bytes=None, host="127.0.0.1", port=0,
-    db=None, datasets=None, rate_limit=None)``: ``views`` seeds views (``View`` objects or the
+    db=None, datasets=None, rate_limit=None, ingest_limit=None, max_fields=256)``: ``views``
+    seeds views (``View`` objects or the
     service's JSON dicts; those without an id get "1", "2", ...); ``max_body_bytes`` is the
     request size limit (413 above it, 10 MiB by default); ``db`` a SQLite file to keep the data
     in (default: memory); ``datasets`` the only dataset names that exist (an ingest into any
     other is a 404, as with the real service; default: any name, created by its first ingest);
     ``rate_limit`` requests per minute, answered 429 past it, every answer carrying
-    ``X-RateLimit-Limit/-Remaining/-Reset`` (default: no limit, no such headers).
+    ``X-RateLimit-Scope/-Limit/-Remaining/-Reset`` (default: no limit, no such headers);
+    ``ingest_limit`` bytes of ingest a month, answered 430 past it with
+    ``X-IngestLimit-Limit/-Remaining/-Reset``; ``max_fields`` the fields a dataset may hold (an
+    event past it is turned down in the ingest status).
     It starts at construction; ``stop()`` (or leaving the ``with`` block) stops it.
     """
 
@@ -55,6 +59,8 @@ class LocalService:
         db: str | None = None,
         datasets: Iterable[str] | None = None,
         rate_limit: int | None = None,
+        ingest_limit: int | None = None,
+        max_fields: int = 256,
     ) -> None:
         register_secret(check_token(token, "token="))
         self.token = token
@@ -65,7 +71,8 @@ class LocalService:
             self._server: Server = make_server(
                 host, port, tokens=[token], db=db, views=seed,
                 max_body_bytes=max_body_bytes, on_request=self._record,
-                datasets=datasets, rate_limit=rate_limit,
+                datasets=datasets, rate_limit=rate_limit, ingest_limit=ingest_limit,
+                max_fields=max_fields,
             )
         except HttpError as exc:
             raise ConfigurationError(f"bad seed view: {exc.message}") from None

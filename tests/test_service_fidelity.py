@@ -259,3 +259,45 @@ class TestQueryAnswerBounds:
         assert 1 <= len(body["tables"][0]["columns"][0]) < 25
         status, body = _apl(svc, "['app'] | count")  # an aggregate reads little: whole
         assert body["tables"][0]["columns"] == [[100]] and body["status"]["isPartial"] is False
+
+
+class TestIngestLimits:
+    def test_an_ingest_limit_answers_430_with_its_headers(self) -> None:
+        """Limits: past the plan's ingest (a monthly amount), 430 with
+        X-IngestLimit-Limit/-Remaining/-Reset; the shipper's 430 handling can be rehearsed."""
+        import calendar
+        import time as _time
+
+        with LocalService(token=TOKEN, ingest_limit=100) as limited:
+            status, _, headers = call(limited, "POST", ingest_path(), [{"pad": "x" * 80}])
+            assert status == 200 and headers["X-IngestLimit-Limit"] == "100"
+            assert int(headers["X-IngestLimit-Remaining"]) < 100
+            status, _, headers = call(limited, "POST", ingest_path(), [{"pad": "x" * 80}])
+            assert status == 200  # the allowance is checked before, spent after: 100 then 0
+            status, body, headers = call(limited, "POST", ingest_path(), [{"a": 1}])
+            assert status == 430 and "ingest limit exceeded" in body["message"]
+            assert headers["X-IngestLimit-Remaining"] == "0"
+            t = _time.gmtime()
+            month = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1)
+            assert int(headers["X-IngestLimit-Reset"]) == calendar.timegm(
+                (*month, 1, 0, 0, 0))
+            assert len(limited.events("app")) == 2
+            with loghandler.Client(token=TOKEN, url=limited.url) as client:
+                with pytest.raises(loghandler.RateLimitError) as info:
+                    client.ingest("app", [{"a": 2}])
+            assert info.value.retry_after is not None and info.value.retry_after > 0
+
+    def test_the_field_limit_turns_down_what_would_pass_it(self) -> None:
+        """Limits: a dataset holds at most so many fields (nested ones by their dotted path);
+        an event that would take it past is turned down in the status, the others stored."""
+        with LocalService(token=TOKEN, max_fields=5) as few:  # _time, a, b, geo.city, geo.zip
+            status, body, _ = call(few, "POST", ingest_path(), [
+                {"a": 1, "b": 2}, {"geo": {"city": "x", "zip": "y"}}, {"c": 3}, {"a": 5}])
+            assert (status, body["ingested"], body["failed"]) == (200, 3, 1)
+            assert "field limit exceeded" in body["failures"][0]["error"]
+            assert [e.get("c") for e in few.events("app")] == [None, None, None]
+
+    def test_rate_limit_headers_name_their_scope(self) -> None:
+        with LocalService(token=TOKEN, rate_limit=5) as limited:
+            headers = call(limited, "GET", "/v1/datasets")[2]
+        assert headers["X-RateLimit-Scope"] == "user" and headers["X-RateLimit-Limit"] == "5"

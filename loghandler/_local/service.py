@@ -37,6 +37,7 @@ from .ingest import (
     parse_values,
     prepare_events,
 )
+from .limits import DEFAULT_MAX_FIELDS, FieldLimit, IngestLimit
 from .search import FACET_ROWS, PAGE_ROWS, SearchError, facets, page_query
 from .store import VIEW_FIELDS, Store, reject_constant, validate_view
 
@@ -141,6 +142,8 @@ class Server(ThreadingHTTPServer):
         on_request: Callable[[RequestRecord], None] | None = None,
         datasets: Iterable[str] | None = None,
         rate_limit: int | None = None,
+        ingest_limit: int | None = None,
+        max_fields: int = DEFAULT_MAX_FIELDS,
     ) -> None:
         if not tokens or any(not isinstance(t, str) or not t for t in tokens):
             raise ValueError("the local service needs at least one non-empty token")
@@ -164,6 +167,8 @@ class Server(ThreadingHTTPServer):
                 raise ValueError("datasets must be non-empty dataset names")
             self.datasets = set(names)
         self.rate_limiter = None if rate_limit is None else RateLimiter(rate_limit)
+        self.ingest_limit = None if ingest_limit is None else IngestLimit(ingest_limit)
+        self.field_limit = FieldLimit(max_fields)
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -242,11 +247,15 @@ def make_server(
     on_request: Callable[[RequestRecord], None] | None = None,
     datasets: Iterable[str] | None = None,
     rate_limit: int | None = None,
+    ingest_limit: int | None = None,
+    max_fields: int = DEFAULT_MAX_FIELDS,
 ) -> Server:
     """A bound (not yet serving) local service; call ``serve_forever()`` on it.
 
     ``datasets``: the only datasets that exist (others answer 404); None: any name, created
     by its first ingest. ``rate_limit``: requests per minute, 429 past it; None: no limit.
+    ``ingest_limit``: bytes of ingest a month, 430 past it; ``max_fields``: fields a dataset
+    (limits.py).
     """
     store = Store(db)
     try:
@@ -254,7 +263,8 @@ def make_server(
             store.seed_views(views)
         return Server((host, port), store, tokens,
                       max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                      on_request=on_request, datasets=datasets, rate_limit=rate_limit)
+                      on_request=on_request, datasets=datasets, rate_limit=rate_limit,
+                      ingest_limit=ingest_limit, max_fields=max_fields)
     except BaseException:
         store.close()
         raise
@@ -396,7 +406,8 @@ class _Handler(BaseHTTPRequestHandler):
         if limiter is None:
             return
         allowed, remaining, reset = limiter.take()
-        self._limit_headers = {"X-RateLimit-Limit": str(limiter.limit),
+        self._limit_headers = {"X-RateLimit-Scope": "user",
+                               "X-RateLimit-Limit": str(limiter.limit),
                                "X-RateLimit-Remaining": str(remaining),
                                "X-RateLimit-Reset": str(reset)}
         if not allowed:
@@ -600,6 +611,7 @@ class _Handler(BaseHTTPRequestHandler):
             if allowed is not None:
                 allowed.discard(name)
             self.server.edge_deployments.pop(name, None)
+            self.server.field_limit.forget(name)
             return 204, None
         if found is None:
             raise HttpError(404, f"dataset {name!r} not found")
@@ -723,12 +735,24 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, f"the event-labels header must be a JSON object of the "
                                  f"fields to add to every event ({exc})") from None
         body = self._read_body()
+        limit = self.server.ingest_limit
+        if limit is not None:
+            allowed, headers = limit.take(len(body))
+            self._limit_headers = {**self._limit_headers, **headers}
+            if not allowed:
+                raise HttpError(430, f"ingest limit exceeded: this service takes {limit.limit:,} "
+                                     "bytes a month; wait until X-IngestLimit-Reset")
         values = parse_values(body, self.headers.get("Content-Type"),
                               csv_delimiter=options.csv_delimiter,
                               csv_fields=(None if fields_header is None else
                                           [f.strip() for f in fields_header.split(",")]))
         now = format_time(time.time_ns() // 1000)
         events, failures = prepare_events(values, options, now, labels)
+        events, refused = self.server.field_limit.admit(dataset, events)
+        for _ in refused:
+            failures.append({"timestamp": now, "error": (
+                f"field limit exceeded: dataset {dataset!r} may hold at most "
+                f"{self.server.field_limit.limit} fields")})
         self.server.store.add_events(dataset, events)
         return {"ingested": len(events), "failed": len(failures), "failures": failures,
                 "processedBytes": len(body), "blocksCreated": 0, "walLength": len(events)}

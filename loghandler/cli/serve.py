@@ -39,6 +39,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("--max-body-bytes must be a positive number of bytes")
     if args.rate_limit is not None and args.rate_limit < 1:
         raise UsageError("--rate-limit must be a positive number of requests per minute")
+    if args.ingest_limit is not None and args.ingest_limit < 1:
+        raise UsageError("--ingest-limit must be a positive number of bytes")
+    if args.max_fields < 1:
+        raise UsageError("--max-fields must be a positive number")
     if args.datasets is not None and not all(d.strip() for d in args.datasets):
         raise UsageError("--dataset must name a dataset")
     seed = _read_views_file(args.views) if args.views else None
@@ -72,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = make_server(args.host, args.port, tokens=[token], db=args.db, views=seed,
                              max_body_bytes=args.max_body_bytes,
                              on_request=None if args.quiet else log_request,
-                             datasets=args.datasets, rate_limit=args.rate_limit)
+                             datasets=args.datasets, rate_limit=args.rate_limit,
+                             ingest_limit=args.ingest_limit, max_fields=args.max_fields)
     except HttpError as exc:
         raise UsageError(f"{args.views}: {exc.message}") from None
     except OSError as exc:
@@ -198,5 +203,11 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
     serve.add_argument("--rate-limit", type=int, default=None, metavar="N",
                        help="requests per minute; past it 429 with X-RateLimit-* headers "
                             "(default: no limit)")
+    serve.add_argument("--ingest-limit", type=int, default=None, metavar="BYTES",
+                       help="bytes of ingest a month; past it 430 with X-IngestLimit-* headers "
+                            "(default: no limit)")
+    serve.add_argument("--max-fields", type=int, default=256, metavar="N",
+                       help="fields a dataset may hold (default 256, the service's); an event "
+                            "past it is turned down in the ingest status")
     serve.set_defaults(func=cmd_serve)
     return {"serve": serve}
