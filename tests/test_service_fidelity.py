@@ -282,9 +282,9 @@ class TestIngestLimits:
             assert int(headers["X-IngestLimit-Reset"]) == calendar.timegm(
                 (*month, 1, 0, 0, 0))
             assert len(limited.events("app")) == 2
-            with loghandler.Client(token=TOKEN, url=limited.url) as client:
-                with pytest.raises(loghandler.RateLimitError) as info:
-                    client.ingest("app", [{"a": 2}])
+            with loghandler.Client(token=TOKEN, url=limited.url) as client, pytest.raises(
+                    loghandler.RateLimitError) as info:
+                client.ingest("app", [{"a": 2}])
             assert info.value.retry_after is not None and info.value.retry_after > 0
 
     def test_the_field_limit_turns_down_what_would_pass_it(self) -> None:
