@@ -737,9 +737,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         limit = self.server.ingest_limit
         if limit is not None:
-            allowed, headers = limit.take(len(body))
+            within, headers = limit.take(len(body))
             self._limit_headers = {**self._limit_headers, **headers}
-            if not allowed:
+            if not within:
                 raise HttpError(430, f"ingest limit exceeded: this service takes {limit.limit:,} "
                                      "bytes a month; wait until X-IngestLimit-Reset")
         values = parse_values(body, self.headers.get("Content-Type"),
