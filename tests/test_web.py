@@ -422,6 +422,13 @@ def test_paging_past_the_first_page_pauses_live(driver: Any, served: tuple[str, 
     driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=paging")
     wait_until(driver, lambda d: len(rows(d)) == 200, "the first page")
     assert driver.find_element(By.ID, "live").is_selected()
+    # Scrolling down the events pauses live updates; back at the top they resume.
+    driver.execute_script("document.getElementById('events-wrap').scrollTop = 2000;")
+    wait_until(driver, lambda d: not d.find_element(By.ID, "live").is_selected(),
+               "live paused by the scroll")
+    driver.execute_script("document.getElementById('events-wrap').scrollTop = 0;")
+    wait_until(driver, lambda d: d.find_element(By.ID, "live").is_selected(),
+               "live resumed at the top")
     click(driver, "//button[@id='older']", "Older events")
     wait_until(driver, lambda d: len(rows(d)) == 400, "the second page")
     assert not driver.find_element(By.ID, "live").is_selected()
