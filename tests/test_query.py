@@ -204,7 +204,7 @@ ERRORS = [
     ("['app'] | where message has 'x'", ["unsupported operator 'has'"]),
     ("['app'] | where message !has 'x'", ["unsupported operator '!has'"]),
     ("['app'] | where message matches regex 'x'", ["unsupported operator 'matches'"]),
-    ("['app'] | where strcat(a, b) == 'x'", ["unsupported function 'strcat()'"]),
+    ("['app'] | where parse_json(a) == 'x'", ["unsupported function 'parse_json()'"]),
     ("['app'] | summarize percentile(n, 50)", ["unsupported aggregation 'percentile'"]),
     ("['app'] | summarize count() by bin(n, 10)", ["bin()", "_time"]),
     ("['app'] | where _time between_x_unused == 1", ["unexpected 'between_x_unused'"]),

@@ -301,3 +301,34 @@ class TestIngestLimits:
         with LocalService(token=TOKEN, rate_limit=5) as limited:
             headers = call(limited, "GET", "/v1/datasets")[2]
         assert headers["X-RateLimit-Scope"] == "user" and headers["X-RateLimit-Limit"] == "5"
+
+
+class TestAplFunctions:
+    """Functions of the APL reference that real queries and saved views use, answered as the
+    reference documents them (strcat, coalesce, tostring, toint/tolong, todouble/toreal, iff)."""
+
+    @pytest.mark.parametrize("extend,expected", [
+        ("strcat(service, '/', code)", "checkout/502"),  # strcat: arguments as text
+        ("strcat(missing, 'x')", "x"),  # a missing argument is empty
+        ("coalesce(missing, service, 'none')", "checkout"),  # the first that is not null
+        ("tostring(code)", "502"),
+        ("tostring(code > 500)", "true"),
+        ("toint(text_code)", 404),
+        ("toint('abc')", None),  # not a number: null, not 0
+        ("toint('0')", 0),
+        ("todouble(ratio)", 0.25),
+        ("iff(code >= 500, 'server', 'client')", "server"),
+        ("iif(code < 500, 'client', 'server')", "server"),
+    ])
+    def test_function(self, svc: LocalService, extend: str, expected: object) -> None:
+        event = {"service": "checkout", "code": 502, "text_code": "404", "ratio": "0.25"}
+        assert call(svc, "POST", ingest_path(), [event])[0] == 200
+        status, body = _apl(svc, f"['app'] | extend x = {extend} | project x")
+        assert status == 200, body
+        assert body["tables"][0]["columns"] == [[expected]]
+
+    def test_in_a_where(self, svc: LocalService) -> None:
+        events = [{"code": "500"}, {"code": "404"}, {"code": "nope"}]
+        assert call(svc, "POST", ingest_path(), events)[0] == 200
+        status, body = _apl(svc, "['app'] | where toint(code) >= 500 | count")
+        assert status == 200 and body["tables"][0]["columns"] == [[1]]

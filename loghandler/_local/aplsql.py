@@ -256,6 +256,36 @@ class _Compiler:
             arity(1)
             fn = {"tolower": "lower", "toupper": "upper", "strlen": "length"}[name]
             return _Sql(f"{fn}({self.expr(args[0]).sql})", "value")
+        if name in ("strcat", "coalesce"):
+            if not args or len(args) > 64:
+                raise AplError(f"{name}() takes 1 to 64 arguments")
+            parts = [self.expr(a) for a in args]
+            if name == "coalesce":
+                kinds = {p.kind for p in parts}
+                return _Sql(f"coalesce({', '.join(p.sql for p in parts)})",
+                            kinds.pop() if len(kinds) == 1 else "value")
+            # strcat: each argument as text, a missing one as nothing (as APL's strcat does).
+            return _Sql("(" + " || ".join(f"coalesce({self.text_of(p)}, '')" for p in parts)
+                        + ")", "value")
+        if name in ("tostring", "toint", "tolong", "todouble", "toreal"):
+            arity(1)
+            val = self.expr(args[0])
+            if name == "tostring":
+                return _Sql(self.text_of(val), "value")
+            cast = "INTEGER" if name in ("toint", "tolong") else "REAL"
+            # A number stays one; a text converts when it reads as a number, else null (as
+            # APL's conversions answer, where SQLite's CAST would say 0): its REAL is nonzero,
+            # or it starts the way a zero does.
+            text = f"trim(CAST({val.sql} AS TEXT))"
+            return _Sql(f"(CASE WHEN typeof({val.sql}) IN ('integer', 'real') "
+                        f"OR CAST({text} AS REAL) != 0 OR {text} GLOB '[-+0.]*' "
+                        f"THEN CAST({val.sql} AS {cast}) END)", "value")
+        if name in ("iff", "iif"):
+            arity(3)
+            cond, then, other = (self.expr(a) for a in args)
+            kind = then.kind if then.kind == other.kind else "value"
+            return _Sql(f"(CASE WHEN coalesce({cond.sql}, 0) THEN {then.sql} "
+                        f"ELSE {other.sql} END)", kind)
         if name == "bin":
             arity(2)
             x, size = self.expr(args[0]), self.expr(args[1])
@@ -275,7 +305,17 @@ class _Compiler:
             raise AplError(f"{name}() is an aggregation: use it in summarize")
         raise AplError(f"unsupported function '{name}()' at {position(self.text, c.pos)}; the "
                        f"local service supports now, ago, datetime, isnull, isnotnull, "
-                       f"isempty, isnotempty, not, tolower, toupper, strlen, bin")
+                       f"isempty, isnotempty, not, tolower, toupper, strlen, strcat, "
+                       f"coalesce, tostring, toint, tolong, todouble, toreal, iff, bin")
+
+    def text_of(self, v: _Sql) -> str:
+        """SQL for a value as APL's tostring() writes it: times in RFC 3339, booleans as
+        true/false, numbers and texts as they are."""
+        if v.kind == "time":
+            return _fmt_sql(v.sql)
+        if v.kind == "bool":
+            return f"(CASE WHEN {v.sql} THEN 'true' ELSE 'false' END)"
+        return f"CAST({v.sql} AS TEXT)"
 
     def json_value(self, s: _Sql, name: str | None = None) -> str:
         """SQL giving the value to put in a json_object (a JSON value, not its text)."""
