@@ -332,3 +332,22 @@ class TestAplFunctions:
         assert call(svc, "POST", ingest_path(), events)[0] == 200
         status, body = _apl(svc, "['app'] | where toint(code) >= 500 | count")
         assert status == 200 and body["tables"][0]["columns"] == [[1]]
+
+
+class TestHas:
+    """APL `has` (the reference: a whole term, case-insensitive; `has_cs` case-sensitive;
+    `!has` its negation)."""
+
+    @pytest.mark.parametrize("query,expected", [
+        ("where message has 'error'", ["an error here", "Error: boom"]),
+        ("where message has_cs 'error'", ["an error here"]),
+        ("where message !has 'error'", ["errors galore", "no match"]),
+        ("where message has 'boom'", ["Error: boom"]),
+    ])
+    def test_whole_terms(self, svc: LocalService, query: str, expected: list[str]) -> None:
+        events = [{"message": m} for m in ("an error here", "Error: boom", "errors galore",
+                                           "no match")]
+        assert call(svc, "POST", ingest_path(), events)[0] == 200
+        status, body = _apl(svc, f"['app'] | {query} | project message")
+        assert status == 200, body
+        assert sorted(body["tables"][0]["columns"][0]) == sorted(expected)

@@ -2,7 +2,8 @@
 recursive-descent parser. ``aplsql`` compiles the syntax tree to one SQLite query.
 
 The subset (docs, "Querying"): a source (``['name']`` or ``name``); ``where`` (``filter``)
-with ``== != < <= > >= =~ !~``, ``contains startswith endswith`` (and ``_cs`` and ``!`` forms),
+with ``== != < <= > >= =~ !~``, ``contains startswith endswith has`` (and ``_cs`` and ``!``
+forms),
 ``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
 ``now() ago() datetime()``, ``tolower toupper strlen``, ``strcat coalesce``, ``tostring toint
 tolong todouble toreal``, ``iff``, ``+ - * /``, timespans (``1s 5m 1h 1d 1w 100ms``); ``search
@@ -250,8 +251,8 @@ class Query:
 
 
 _STRING_OPS = {"contains", "contains_cs", "startswith", "startswith_cs", "endswith",
-               "endswith_cs"}
-_UNSUPPORTED_STRING_OPS = {"has", "has_cs", "hasprefix", "hassuffix", "has_any", "has_all",
+               "endswith_cs", "has", "has_cs"}
+_UNSUPPORTED_STRING_OPS = {"hasprefix", "hassuffix", "has_any", "has_all",
                            "matches", "like", "between", "hasprefix_cs", "hassuffix_cs"}
 _CMP = {"==", "!=", "<", "<=", ">", ">=", "=~", "!~"}
 AGGREGATIONS = {"count", "countif", "sum", "avg", "min", "max", "dcount"}
@@ -539,8 +540,8 @@ class _Parser:
             if word in _UNSUPPORTED_STRING_OPS or negated:
                 raise AplError(f"unsupported operator '{'!' if negated else ''}{tok.value}' at "
                                f"{self.where(tok)}; the local service supports == != < <= > >= "
-                               f"=~ !~ contains startswith endswith in (and their _cs and ! "
-                               f"forms)")
+                               f"=~ !~ contains startswith endswith has in (and their _cs "
+                               f"and ! forms)")
         return left
 
     def add_expr(self) -> Any:

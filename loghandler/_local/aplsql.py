@@ -169,6 +169,11 @@ class _Compiler:
             neg = op == "!~"
         elif name == "contains":
             sql = _guard(pre, f"coalesce(instr({a}, {b}) > 0, 0)")
+        elif name == "has":
+            # A whole term (store.apl_has): "error" has "error", "errors" does not.
+            cs = 1 if base.endswith("_cs") else 0
+            pre = self.prefilter(left, right, "contains_cs" if cs else "contains")
+            sql = _guard(pre, f"coalesce(apl_has({left.sql}, {right.sql}, {cs}), 0)")
         elif name == "startswith":
             sql = _guard(pre, f"coalesce(substr({a}, 1, length({b})) = {b}, 0)")
         elif name == "endswith":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import sqlite3
 import threading
 import time
@@ -69,6 +70,26 @@ def reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_TERM_EDGE = "(?<![0-9A-Za-z_])"
+_TERM_END = "(?![0-9A-Za-z_])"
+
+
+def _apl_has(text: Any, term: Any, cs: int) -> int | None:
+    """APL's ``has``: ``term`` as a whole term of ``text`` (not inside a longer word)."""
+    if text is None or term is None:
+        return None
+    text, term = str(text), str(term)
+    if not term:
+        return 1
+    flags = 0 if cs else re.IGNORECASE
+    return 1 if re.search(_TERM_EDGE + re.escape(term) + _TERM_END, text, flags) else 0
+
+
+def _add_functions(db: sqlite3.Connection) -> None:
+    # The query's functions SQLite lacks (aplsql uses them by these names).
+    db.create_function("apl_has", 3, _apl_has, deterministic=True)
+
+
 class Store:
     """Events and views in SQLite: one connection shared by the handler threads, under a lock.
 
@@ -82,6 +103,7 @@ class Store:
         self.path = path
         self._db = sqlite3.connect(path or ":memory:", check_same_thread=False,
                                    isolation_level=None)
+        _add_functions(self._db)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         with self._lock:
@@ -116,6 +138,7 @@ class Store:
             uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro"
             self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False,
                                            isolation_level=None)
+            _add_functions(self._reader)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
