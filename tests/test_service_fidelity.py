@@ -351,3 +351,24 @@ class TestHas:
         status, body = _apl(svc, f"['app'] | {query} | project message")
         assert status == 200, body
         assert sorted(body["tables"][0]["columns"][0]) == sorted(expected)
+
+
+class TestMoreApl:
+    """case(), todatetime() and raw strings, as the APL reference writes them."""
+
+    def test_case_todatetime_and_raw_strings(self, svc: LocalService) -> None:
+        events = [{"code": 502, "path": "C:\\logs\\a", "when": "2024-05-01T12:00:00Z"},
+                  {"code": 404, "path": "x", "when": "not a time"}, {"code": 200, "path": "y"}]
+        assert call(svc, "POST", ingest_path(), events)[0] == 200
+
+        def column(apl: str) -> list[object]:
+            status, body = _apl(svc, apl)
+            assert status == 200, body
+            return sorted(body["tables"][0]["columns"][0], key=str)
+
+        assert column("['app'] | extend k = case(code >= 500, 'server', code >= 400, "
+                      "'client', 'ok') | project k") == ["client", "ok", "server"]
+        assert column("['app'] | where path == @'C:\\logs\\a' | project code") == [502]
+        assert column("['app'] | where todatetime(when) < datetime(2024-05-02) "
+                      "| project code") == [502]
+        assert column("['app'] | where isnull(todatetime(when)) | project code") == [200, 404]

@@ -6,7 +6,7 @@ with ``== != < <= > >= =~ !~``, ``contains startswith endswith has`` (and ``_cs`
 forms),
 ``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
 ``now() ago() datetime()``, ``tolower toupper strlen``, ``strcat coalesce``, ``tostring toint
-tolong todouble toreal``, ``iff``, ``+ - * /``, timespans (``1s 5m 1h 1d 1w 100ms``); ``search
+tolong todouble toreal todatetime``, ``iff case``, raw strings (``@'...'``), ``+ - * /``, timespans (``1s 5m 1h 1d 1w 100ms``); ``search
 "term"``; ``sort by`` / ``order by`` (``asc``/``desc``, default ``desc``); ``take`` / ``limit``;
 ``top N by``; ``project`` / ``extend`` (``name`` or ``name = expr``); ``project-away``;
 ``count``; ``summarize`` with ``count() countif() sum() avg() min() max() dcount()`` ``by``
@@ -148,6 +148,15 @@ def tokenize(text: str) -> list[Token]:
                 raise AplError(f"expected ')' after the datetime at {i + 1}")
             out.append(Token("string", text[i:j].strip(), i))
             i = j
+            continue
+        if c == "@" and i + 1 < n and text[i + 1] in "\"'":
+            # A raw string (@'C:\\logs', @"a\b"): no escapes, up to the same quote.
+            quote = text[i + 1]
+            j = text.find(quote, i + 2)
+            if j < 0:
+                raise AplError(f"unterminated string starting at {i + 1}")
+            out.append(Token("string", text[i + 2:j], i))
+            i = j + 1
             continue
         if c in "\"'":
             j, buf = i + 1, []

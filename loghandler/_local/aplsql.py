@@ -285,6 +285,25 @@ class _Compiler:
             return _Sql(f"(CASE WHEN typeof({val.sql}) IN ('integer', 'real') "
                         f"OR CAST({text} AS REAL) != 0 OR {text} GLOB '[-+0.]*' "
                         f"THEN CAST({val.sql} AS {cast}) END)", "value")
+        if name == "todatetime":
+            arity(1)
+            when = self.expr(args[0])
+            if when.kind == "time":
+                return when
+            if when.is_const:
+                return self.as_time(when)
+            # A field's text read as a time (store.apl_todatetime); not a time: null.
+            return _Sql(f"apl_todatetime({when.sql})", "time")
+        if name == "case":
+            # case(predicate, then, [predicate, then, ...] else): the first that holds.
+            if len(args) < 3 or len(args) % 2 == 0 or len(args) > 129:
+                raise AplError("case() takes predicate, value pairs and a last else value")
+            parts = [self.expr(a) for a in args]
+            whens = " ".join(f"WHEN coalesce({parts[k].sql}, 0) THEN {parts[k + 1].sql}"
+                             for k in range(0, len(parts) - 1, 2))
+            kinds = {p.kind for p in parts[1::2]} | {parts[-1].kind}
+            return _Sql(f"(CASE {whens} ELSE {parts[-1].sql} END)",
+                        kinds.pop() if len(kinds) == 1 else "value")
         if name in ("iff", "iif"):
             arity(3)
             cond, then, other = (self.expr(a) for a in args)
@@ -311,7 +330,8 @@ class _Compiler:
         raise AplError(f"unsupported function '{name}()' at {position(self.text, c.pos)}; the "
                        f"local service supports now, ago, datetime, isnull, isnotnull, "
                        f"isempty, isnotempty, not, tolower, toupper, strlen, strcat, "
-                       f"coalesce, tostring, toint, tolong, todouble, toreal, iff, bin")
+                       f"coalesce, tostring, toint, tolong, todouble, toreal, todatetime, "
+                       f"iff, case, bin")
 
     def text_of(self, v: _Sql) -> str:
         """SQL for a value as APL's tostring() writes it: times in RFC 3339, booleans as

@@ -85,9 +85,15 @@ def _apl_has(text: Any, term: Any, cs: int) -> int | None:
     return 1 if re.search(_TERM_EDGE + re.escape(term) + _TERM_END, text, flags) else 0
 
 
+def _apl_todatetime(value: Any) -> int | None:
+    """APL's ``todatetime`` of a stored text: epoch microseconds, or null."""
+    return parse_time(value) if isinstance(value, str) else None
+
+
 def _add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
+    db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
 
 
 class Store:
