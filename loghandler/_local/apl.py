@@ -3,14 +3,14 @@ recursive-descent parser. ``aplsql`` compiles the syntax tree to one SQLite quer
 
 The subset (docs, "Querying"): a source (``['name']`` or ``name``); ``where`` (``filter``)
 with ``== != < <= > >= =~ !~``, ``contains startswith endswith has`` (and ``_cs`` and ``!``
-forms),
-``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
+forms), ``in`` / ``!in`` / ``in~``, ``and or not()``, ``isnull isnotnull isempty isnotempty``,
 ``now() ago() datetime()``, ``tolower toupper strlen``, ``strcat coalesce``, ``tostring toint
-tolong todouble toreal todatetime``, ``iff case``, raw strings (``@'...'``), ``+ - * /``, timespans (``1s 5m 1h 1d 1w 100ms``); ``search
-"term"``; ``sort by`` / ``order by`` (``asc``/``desc``, default ``desc``); ``take`` / ``limit``;
-``top N by``; ``project`` / ``extend`` (``name`` or ``name = expr``); ``project-away``;
-``count``; ``summarize`` with ``count() countif() sum() avg() min() max() dcount()`` ``by``
-fields, ``bin(_time, span)`` and ``bin_auto(_time)``; ``distinct``. Anything else raises
+tolong todouble toreal todatetime``, ``iff case``, raw strings (``@'...'``), ``+ - * /``,
+timespans (``1s 5m 1h 1d 1w 100ms``); ``search "term"``; ``sort by`` / ``order by``
+(``asc``/``desc``, default ``desc``); ``take`` / ``limit``; ``top N by``; ``project`` /
+``extend`` (``name`` or ``name = expr``); ``project-away``; ``count``; ``summarize`` with
+``count() countif() sum() avg() min() max() dcount()`` ``by`` fields, ``bin(_time, span)`` and
+``bin_auto(_time)``; ``distinct``. Anything else raises
 ``AplError`` naming the unsupported part and where it is (the service answers it as a 400).
 """
 
