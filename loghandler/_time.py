@@ -69,6 +69,14 @@ def format_micros(us: int) -> str:
     return _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(seconds)) + f".{frac:06d}Z"
 
 
+def format_micros_trimmed(us: int) -> str:
+    """Epoch microseconds as RFC 3339 UTC with the fraction's trailing zeros cut (none at all
+    on a whole second), as the service writes times in its answers."""
+    seconds, frac = divmod(us, 1_000_000)
+    text = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(seconds))
+    return text + (f".{frac:06d}".rstrip("0") + "Z" if frac else "Z")
+
+
 def parse_micros(value: Any) -> int | None:
     """An RFC 3339 string as epoch microseconds (UTC when it has no offset); None when it is
     not one. Takes "Z" and up to nine fraction digits (nanoseconds, cut to microseconds)."""

@@ -27,7 +27,7 @@ TOKEN = "query-test-token"
 
 
 def stamp(minute: int, second: int = 0) -> str:
-    return f"2026-05-01T12:{minute:02d}:{second:02d}.000000Z"  # the stored form
+    return f"2026-05-01T12:{minute:02d}:{second:02d}Z"  # the stored form
 
 
 # Ten events, one a minute, arriving out of time order (the query orders by _time).
@@ -131,13 +131,13 @@ ROWS_TABLE = [
       {"level": "debug", "count_": 1}, {"level": "error", "count_": 2},
       {"level": "info", "count_": 4}, {"level": "warning", "count_": 1}]),
     ("['app'] | where n < 4 | summarize count() by bin(_time, 2m)",
-     [{"_time": "2026-05-01T12:00:00.000000Z", "count_": 2},
-      {"_time": "2026-05-01T12:02:00.000000Z", "count_": 2}]),
+     [{"_time": "2026-05-01T12:00:00Z", "count_": 2},
+      {"_time": "2026-05-01T12:02:00Z", "count_": 2}]),
     ("['app'] | where n < 4 | summarize count() by bin(_time, 2m), level",
-     [{"_time": "2026-05-01T12:00:00.000000Z", "level": "debug", "count_": 1},
-      {"_time": "2026-05-01T12:00:00.000000Z", "level": "info", "count_": 1},
-      {"_time": "2026-05-01T12:02:00.000000Z", "level": "error", "count_": 1},
-      {"_time": "2026-05-01T12:02:00.000000Z", "level": "info", "count_": 1}]),
+     [{"_time": "2026-05-01T12:00:00Z", "level": "debug", "count_": 1},
+      {"_time": "2026-05-01T12:00:00Z", "level": "info", "count_": 1},
+      {"_time": "2026-05-01T12:02:00Z", "level": "error", "count_": 1},
+      {"_time": "2026-05-01T12:02:00Z", "level": "info", "count_": 1}]),
     ("['app'] | summarize total = sum(n), top = max(n), users = dcount(user), "
      "errors = countif(level == 'error')",
      [{"total": 45, "top": 9, "users": 4, "errors": 2}]),
@@ -159,8 +159,8 @@ ROWS_TABLE = [
     ("['app'] | distinct level | where level startswith 'i'",
      [{"level": "INFO"}, {"level": "info"}]),
     ("['app'] | where n < 2 | summarize count() by bin_auto(_time)",
-     [{"_time": "2026-05-01T12:00:00.000000Z", "count_": 1},
-      {"_time": "2026-05-01T12:01:00.000000Z", "count_": 1}]),
+     [{"_time": "2026-05-01T12:00:00Z", "count_": 1},
+      {"_time": "2026-05-01T12:01:00Z", "count_": 1}]),
     ("['app'] | where n == 2 | project-away _sysTime, _rowId, message, ctx, user",
      [{"_time": stamp(2), "level": "error", "n": 2}]),
     ("['app'] | where n == 2 | project n, user, level | project-away user",
@@ -177,13 +177,18 @@ def test_query_rows(svc: LocalService, query: str, expected: list[dict[str, Any]
 
 
 def test_whole_events_carry_system_fields(svc: LocalService) -> None:
-    """Whole events come back with _time, _sysTime and _rowId first, then their own fields."""
+    """Whole events come back as the service answers them (API reference, "Query data":
+    tabular rows): _time and _sysTime first, then the event's own fields, a nested object as
+    dotted fields; times without trailing zeros; no _rowId unless the query names it."""
     with svc.client() as client:
         [row] = client.query("['app'] | where n == 2")
-    assert list(row)[:3] == ["_time", "_sysTime", "_rowId"]
-    assert row["_time"] == stamp(2) and row["ctx"] == {"code": 402}
-    assert apl.parse_time(row["_sysTime"]) is not None
-    assert {k: v for k, v in row.items() if k not in ("_sysTime", "_rowId")} == EVENTS[3]
+        [keyed] = client.query("['app'] | where n == 2 | sort by _rowId")
+    assert list(row)[:2] == ["_time", "_sysTime"] and "_rowId" not in row
+    assert row["_time"] == "2026-05-01T12:02:00Z" and row["ctx.code"] == 402 and "ctx" not in row
+    assert not row["_sysTime"].endswith("0Z") and apl.parse_time(row["_sysTime"]) is not None
+    expected = {k: v for k, v in EVENTS[3].items() if k != "ctx"} | {"ctx.code": 402}
+    assert {k: v for k, v in row.items() if k != "_sysTime"} == expected
+    assert list(keyed)[:3] == ["_time", "_sysTime", "_rowId"] and int(keyed["_rowId"], 16) > 0
 
 
 def test_start_and_end_bound_the_time(svc: LocalService) -> None:
@@ -303,9 +308,9 @@ def test_legacy_answer(svc: LocalService) -> None:
     status, body = post_query(
         svc, {"apl": "['app'] | summarize count() by bin(_time, 5m)"})
     series = body["buckets"]["series"]
-    assert [s["startTime"] for s in series] == ["2026-05-01T12:00:00.000000Z",
-                                                "2026-05-01T12:05:00.000000Z"]
-    assert series[0]["endTime"] == "2026-05-01T12:05:00.000000Z"
+    assert [s["startTime"] for s in series] == ["2026-05-01T12:00:00Z",
+                                                "2026-05-01T12:05:00Z"]
+    assert series[0]["endTime"] == "2026-05-01T12:05:00Z"
     assert [s["groups"][0]["aggregations"][0]["value"] for s in series] == [5, 5]
 
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .._time import format_micros as format_time
+from .._time import format_micros_trimmed as format_trimmed
 from .._time import parse_micros as parse_time
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Lit",
     "Query",
     "format_time",
+    "format_trimmed",
     "parse_query",
     "parse_relative_time",
     "parse_time",

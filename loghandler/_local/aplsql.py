@@ -28,7 +28,7 @@ from .apl import (
     Field,
     InList,
     Lit,
-    format_time,
+    format_trimmed,
     parse_query,
     parse_time,
     position,
@@ -398,6 +398,7 @@ class Compiled:
     bin_us: int | None  # the span of a bin(_time, ...) group
     hidden: list[str] = field(default_factory=list)  # system fields left out of whole events
     messages: list[dict[str, Any]] = field(default_factory=list)  # the status's warnings
+    row_id: bool = False  # whole events carry _rowId: the query names it
 
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
@@ -566,7 +567,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"
            + (f" ORDER BY {final_order}" if final_order else "") + f" LIMIT {MAX_ROWS}")
     return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
-                    hidden, _messages(q))
+                    hidden, _messages(q), "_rowId" in text)
 
 
 def _messages(q: Any) -> list[dict[str, Any]]:
@@ -617,13 +618,34 @@ def _fetch(cursor: Any, deadline: float | None, max_bytes: int) -> tuple[list[An
             raise QueryTimeout
 
 
+def _trim(stamp: Any) -> Any:
+    """An RFC 3339 time with its fraction's trailing zeros cut, as the service answers."""
+    if isinstance(stamp, str) and stamp.endswith("Z") and "." in stamp[19:]:
+        return stamp[:-1].rstrip("0").rstrip(".") + "Z"
+    return stamp
+
+
+def _flatten(prefix: str, value: dict[str, Any], row: dict[str, Any]) -> None:
+    # The service stores a nested object as dotted fields, and answers them so.
+    for k, v in value.items():
+        name = f"{prefix}.{k}"
+        if isinstance(v, dict) and v:
+            _flatten(name, v, row)
+        elif name not in row:
+            row[name] = v
+
+
 def run(db: Any, compiled: Compiled, deadline: float | None = None,
         max_bytes: int | None = None) -> Result:
     """Run a compiled query on a sqlite3 connection (the caller holds its lock).
 
     Bounded as a whole: the rows read stop at ``max_bytes`` of stored events (default
     MAX_ANSWER_BYTES: a partial answer), and building them raises QueryTimeout past
-    ``deadline``, as the SQL step is interrupted there."""
+    ``deadline``, as the SQL step is interrupted there.
+
+    Whole events come back as the service answers them: ``_time`` and ``_sysTime`` (trailing
+    zeros of the fraction cut), then the event's fields with nested objects as dotted fields;
+    ``_rowId`` only when the query names it (a paging key of the local service's own)."""
     started = time.perf_counter()
     raw, truncated = _fetch(db.execute(compiled.sql), deadline,
                             MAX_ANSWER_BYTES if max_bytes is None else max_bytes)
@@ -631,21 +653,29 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
     system: list[tuple[str | None, str | None, str | None]] = []
     loads = json.loads
     if compiled.fields is None:
-        seen: dict[str, None] = {"_time": None, "_sysTime": None, "_rowId": None}
+        with_row_id = compiled.row_id
+        seen: dict[str, None] = {"_time": None, "_sysTime": None}
+        if with_row_id:
+            seen["_rowId"] = None
         for i, (seq, t, sys_time, body) in enumerate(raw):
             if deadline is not None and not i % 1000 and time.monotonic() > deadline:
                 raise QueryTimeout
             event = loads(body)
-            stamp = event.get("_time")
-            if not isinstance(stamp, str):
-                stamp = format_time(t)
+            stamp = format_trimmed(t)
+            sys_time = _trim(sys_time)
             row_id = f"{seq:016x}"
-            row = {"_time": stamp, "_sysTime": sys_time, "_rowId": row_id}
+            row: dict[str, Any] = {"_time": stamp, "_sysTime": sys_time}
+            if with_row_id:
+                row["_rowId"] = row_id
             for k, v in event.items():
                 if k not in row:
-                    row[k] = v
-                    if k not in seen:
-                        seen[k] = None
+                    if isinstance(v, dict) and v:
+                        _flatten(k, v, row)
+                    else:
+                        row[k] = v
+            for k in row:
+                if k not in seen:
+                    seen[k] = None
             rows.append(row)
             system.append((stamp, sys_time, row_id))
         for name in compiled.hidden:
@@ -655,10 +685,14 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
         fields = list(seen)
     else:
         fields = list(compiled.fields)
+        times = [name for name in fields if name in ("_time", "_sysTime")]
         for seq, t, sys_time, body in raw:
             data = loads(body)
-            rows.append({name: data.get(name) for name in fields})
-            system.append((None if t is None else format_time(t), sys_time,
+            row = {name: data.get(name) for name in fields}
+            for name in times:
+                row[name] = _trim(row[name])
+            rows.append(row)
+            system.append((None if t is None else format_trimmed(t), _trim(sys_time),
                            None if seq is None else f"{seq:016x}"))
     return Result(compiled, rows, system, fields,
                   int((time.perf_counter() - started) * 1_000_000), truncated)
@@ -766,7 +800,7 @@ def legacy_answer(result: Result, rows_examined: int, start: str, end: str) -> d
         for stamp, entries in by_time.items():
             bin_start = parse_time(stamp) or 0
             series.append({"startTime": stamp,
-                           "endTime": format_time(bin_start + (c.bin_us or 0)),
+                           "endTime": format_trimmed(bin_start + (c.bin_us or 0)),
                            "groups": [{"id": i, **e} for i, e in enumerate(entries)]})
     return {"format": "legacy", "status": _status(result, rows_examined, start, end),
             "matches": matches, "buckets": {"series": series, "totals": totals},

@@ -28,12 +28,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import apl as apl
 from . import aplsql as aplsql
+from . import otlp
 from .access import Access, Annotations, verb
 from .apl import format_time
 from .ingest import (
     HttpError,
     IngestOptions,
     decode_body,
+    media_type,
     parse_values,
     prepare_events,
 )
@@ -353,6 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = self._ingest(dataset, parse_qs(parts.query))
                 count, failed = answer["ingested"], answer["failed"]
                 status = 200
+            elif path in ("/v1/logs", "/v1/traces"):  # OTLP/HTTP (otlp.py)
+                self._allow(method, "POST")
+                status_, answer = self._otlp(path[4:])
+                dataset = self._service_header("Dataset")
+                count, failed, status = status_["ingested"], status_["failed"], 200
             elif path == "/local/search":  # the page's search box, as APL (search.py)
                 self._allow(method, "POST")
                 status, answer = 200, self._search()
@@ -399,7 +406,10 @@ class _Handler(BaseHTTPRequestHandler):
                 on_request(RequestRecord(method, path, status, dataset, count, error, failed))
             except Exception:
                 pass
-        self._send_json(status, answer)
+        if isinstance(answer, _Raw):
+            self._send_raw(status, answer)
+        else:
+            self._send_json(status, answer)
 
     def _rate_limit(self) -> None:
         limiter = self.server.rate_limiter
@@ -746,6 +756,11 @@ class _Handler(BaseHTTPRequestHandler):
                               csv_delimiter=options.csv_delimiter,
                               csv_fields=(None if fields_header is None else
                                           [f.strip() for f in fields_header.split(",")]))
+        return self._store(dataset, values, options, labels, len(body))
+
+    def _store(self, dataset: str, values: list[Any], options: IngestOptions, labels: Any,
+               size: int) -> dict[str, Any]:
+        """Validate and store the values of one request: its ingest status."""
         now = format_time(time.time_ns() // 1000)
         events, failures = prepare_events(values, options, now, labels)
         events, refused = self.server.field_limit.admit(dataset, events)
@@ -755,7 +770,33 @@ class _Handler(BaseHTTPRequestHandler):
                 f"{self.server.field_limit.limit} fields")})
         self.server.store.add_events(dataset, events)
         return {"ingested": len(events), "failed": len(failures), "failures": failures,
-                "processedBytes": len(body), "blocksCreated": 0, "walLength": len(events)}
+                "processedBytes": size, "blocksCreated": 0, "walLength": len(events)}
+
+    def _otlp(self, signal: str) -> tuple[dict[str, Any], _Raw]:
+        """OTLP/HTTP logs or traces into the dataset the dataset header names (otlp.py)."""
+        dataset = self._service_header("Dataset")
+        if not dataset:
+            self._discard()
+            raise HttpError(400, "name the dataset for OTLP data in the X-Axiom-Dataset "
+                                 "(or x-service-dataset) header")
+        self._may("ingest", "POST", dataset)
+        allowed = self.server.datasets
+        if allowed is not None and dataset not in allowed:
+            self._discard()
+            raise HttpError(404, "dataset not found")
+        kind = media_type(self.headers.get("Content-Type"))
+        if kind not in ("application/x-protobuf", "application/json"):
+            self._discard()
+            raise HttpError(415, "OTLP/HTTP bodies are application/x-protobuf or "
+                                 "application/json")
+        body = self._read_body()
+        try:
+            values = otlp.decode_request(body, kind, signal)
+        except otlp.OtlpError as exc:
+            raise HttpError(400, f"the body is not an OTLP {signal} request: {exc}") from None
+        status = self._store(dataset, values, IngestOptions({}), None, len(body))
+        message = "; ".join(sorted({f["error"] for f in status["failures"]}))
+        return status, _Raw(otlp.encode_response(kind, signal, status["failed"], message), kind)
 
     def _view(self, method: str, view_id: str) -> tuple[int, Any]:
         store = self.server.store
@@ -810,6 +851,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _send_raw(self, status: int, raw: _Raw) -> None:
+        self.send_response(status)
+        for name, value in getattr(self, "_limit_headers", {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", raw.content_type)
+        self.send_header("Content-Length", str(len(raw.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if raw.body:
+            self.wfile.write(raw.body)
+
     def _send_json(self, status: int, payload: Any) -> None:
         body = b"" if status == 204 else json.dumps(payload).encode()
         self.send_response(status)
@@ -823,6 +876,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body:
             self.wfile.write(body)
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """An answer that is not JSON: its bytes and their media type (OTLP's protobuf)."""
+
+    body: bytes
+    content_type: str
 
 
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)

@@ -162,10 +162,10 @@ def cmd_query(args: argparse.Namespace) -> int:
     for row in rows:
         for key in row:
             columns.setdefault(key)
-    if all(name in columns for name in _SYSTEM_FIELDS):
-        # Whole events: their _sysTime and _rowId would crowd the table (--json has them).
+    if "_time" in columns and "_sysTime" in columns:
+        # Whole events: their _sysTime (and _rowId) would crowd the table (--json has them).
         columns.pop("_sysTime")
-        columns.pop("_rowId")
+        columns.pop("_rowId", None)
     names = list(columns)
     table = [[_text(n) for n in names]] + [
         [_cell("null" if r.get(k) is None else _text(r.get(k)), 48) for k in names]

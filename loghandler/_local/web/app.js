@@ -17,11 +17,13 @@ const SYSTEM = new Set(["_time", "_sysTime", "_rowId"]);
 const CODE_FIELDS = ["logger", "module", "function", "line", "file", "process", "thread"];
 const TRACE_FIELDS = ["exception", "stack", "stack_trace", "traceback", "error.stack"];
 
-// An event's text: its message, or structlog's `event` (or `msg`) when it has none.
+// An event's text: its message, or structlog's `event` (or `msg`), or an OpenTelemetry log
+// record's `body`, or a span's `name`, when it has none.
 function messageOf(row) {
-  for (const key of ["message", "event", "msg"]) {
+  for (const key of ["message", "event", "msg", "body"]) {
     if (typeof row[key] === "string") return [key, row[key]];
   }
+  if (typeof row.name === "string" && "span_id" in row) return ["name", row.name];
   return ["message", row.message];
 }
 
@@ -356,7 +358,8 @@ function currentQuery() {
   if (!s) return null;
   if (s.kind === "query") return s.apl;
   if (s.kind === "dataset") {
-    return state.apl || (source(s.name) + " | sort by _time desc | take " + EVENTS_LIMIT);
+    return state.apl
+      || (source(s.name) + " | sort by _time desc, _rowId desc | take " + EVENTS_LIMIT);
   }
   return s.view.aplQuery;
 }
@@ -393,7 +396,7 @@ async function refreshEvents() {
   try {
     let rows = await query(apl);
     if (asked !== state.selected) return; // the user moved on meanwhile
-    if (rows.every((r) => "_rowId" in r)) rows = rows.map(compact);
+    if (rows.every((r) => "_sysTime" in r)) rows = rows.map(compact);
     notice.hidden = true;
     // Re-render only on a change: a table rebuilt every poll would lose the reader's text
     // selection and hover, and flicker.
@@ -440,9 +443,9 @@ function levelOf(row) {
 function renderEvents() {
   const table = $("events");
   const rows = state.rows;
-  // Whole events carry the service's row id; an aggregate's rows (even by _time) do not:
+  // Whole events carry the service's _sysTime; an aggregate's rows (even by _time) do not:
   // they read as a table, and as a chart when they are counts (drawChart).
-  const eventsLike = rows.length === 0 || rows.every((r) => "_rowId" in r);
+  const eventsLike = rows.length === 0 || rows.every((r) => "_sysTime" in r);
   drawChart(eventsLike ? [] : rows);
   const head = el("thead");
   const body = el("tbody");

@@ -1,0 +1,545 @@
+"""OTLP/HTTP (``/v1/logs``, ``/v1/traces``) read into events, so an application instrumented
+with OpenTelemetry's exporters can send to the local service as to the real one.
+
+Both encodings OTLP/HTTP defines: binary protobuf (``application/x-protobuf``, what the
+exporters send by default) and JSON (``application/json``: lowerCamelCase names, trace and span
+ids as hex, 64-bit integers as strings or numbers). The protobuf messages are read by a small
+decoder of the wire format below, for the few messages these two requests hold, so the local
+service stays stdlib-only: no protobuf runtime to install.
+
+Each log record and each span becomes one event, in the shape the real service stores them:
+``trace_id``/``span_id`` as hex, ``attributes`` and ``resource`` as objects (queried as dotted
+fields, ``attributes.http.method``), ``service.name`` from the resource, ``scope`` with its
+name and version; a span has ``name``, ``kind``, ``duration`` (nanoseconds), ``error``,
+``status.code`` and its ``events`` and ``links``; a log record has ``body``, ``severity``,
+``severity_number`` and, when the record names one, ``event_name``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from typing import Any
+
+from .._time import format_micros_trimmed
+
+__all__ = ["OtlpError", "decode_request", "encode_response"]
+
+# How deep AnyValue may nest (arrays and key-value lists inside each other): a hostile body
+# otherwise recurses until Python's stack gives out.
+MAX_DEPTH = 32
+
+_KINDS = ("unspecified", "internal", "server", "client", "producer", "consumer")
+_STATUS = ("UNSET", "OK", "ERROR")
+
+
+class OtlpError(ValueError):
+    """A body that is not the OTLP request it claims to be."""
+
+
+# ------------------------------------------------------------------ protobuf wire format
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise OtlpError("a varint runs past the end of the message")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise OtlpError("a varint is longer than 10 bytes")
+
+
+def _fields(buf: bytes) -> list[tuple[int, Any]]:
+    """A message's fields in order, as (number, value): an int for varint and fixed fields,
+    bytes for length-delimited ones (strings, bytes, messages, packed repeats)."""
+    out: list[tuple[int, Any]] = []
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        value: Any
+        if number == 0:
+            raise OtlpError("field number 0")
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 1:
+            if i + 8 > n:
+                raise OtlpError("a 64-bit field runs past the end of the message")
+            value = int.from_bytes(buf[i:i + 8], "little")
+            i += 8
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            if i + size > n:
+                raise OtlpError("a length-delimited field runs past the end of the message")
+            value = buf[i:i + size]
+            i += size
+        elif wire == 5:
+            if i + 4 > n:
+                raise OtlpError("a 32-bit field runs past the end of the message")
+            value = int.from_bytes(buf[i:i + 4], "little")
+            i += 4
+        else:
+            raise OtlpError(f"wire type {wire} is not one OTLP uses")
+        out.append((number, value))
+    return out
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, bytes):
+        raise OtlpError("a string field holds a number")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OtlpError("a string field is not valid UTF-8") from None
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _pb_any(buf: bytes, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise OtlpError(f"values nest deeper than {MAX_DEPTH} levels")
+    out: Any = None
+    for number, value in _fields(buf):
+        if number == 1:
+            out = _text(value)
+        elif number == 2:
+            out = bool(value)
+        elif number == 3:
+            out = _signed(value)
+        elif number == 4:
+            out = struct.unpack("<d", value.to_bytes(8, "little"))[0]
+        elif number == 5:
+            out = [_pb_any(v, depth + 1) for n, v in _fields(value) if n == 1]
+        elif number == 6:
+            out = _pb_attributes([v for n, v in _fields(value) if n == 1], depth + 1)
+        elif number == 7:
+            out = base64.b64encode(value).decode()
+    return out
+
+
+def _pb_attributes(items: list[bytes], depth: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, value = "", None
+        for number, raw in _fields(item):
+            if number == 1:
+                key = _text(raw)
+            elif number == 2:
+                value = _pb_any(raw, depth + 1)
+        out[key] = value
+    return out
+
+
+def _pb_resource(buf: bytes | None) -> dict[str, Any]:
+    if buf is None:
+        return {}
+    return _pb_attributes([v for n, v in _fields(buf) if n == 1])
+
+
+def _pb_scope(buf: bytes | None) -> dict[str, Any]:
+    scope: dict[str, Any] = {}
+    if buf is None:
+        return scope
+    attributes = []
+    for number, value in _fields(buf):
+        if number == 1:
+            scope["name"] = _text(value)
+        elif number == 2:
+            scope["version"] = _text(value)
+        elif number == 3:
+            attributes.append(value)
+    if attributes:
+        scope["attributes"] = _pb_attributes(attributes)
+    return scope
+
+
+def _pb_log(buf: bytes) -> dict[str, Any]:
+    r: dict[str, Any] = {"attributes": []}
+    for number, value in _fields(buf):
+        if number == 1:
+            r["time"] = value
+        elif number == 11:
+            r["observed"] = value
+        elif number == 2:
+            r["severity_number"] = value
+        elif number == 3:
+            r["severity"] = _text(value)
+        elif number == 5:
+            r["body"] = _pb_any(value, 0)
+        elif number == 6:
+            r["attributes"].append(value)
+        elif number == 9:
+            r["trace_id"] = value.hex()
+        elif number == 10:
+            r["span_id"] = value.hex()
+        elif number == 12:
+            r["event_name"] = _text(value)
+    r["attributes"] = _pb_attributes(r["attributes"])
+    return r
+
+
+def _pb_span(buf: bytes) -> dict[str, Any]:
+    s: dict[str, Any] = {"attributes": [], "events": [], "links": []}
+    for number, value in _fields(buf):
+        if number == 1:
+            s["trace_id"] = value.hex()
+        elif number == 2:
+            s["span_id"] = value.hex()
+        elif number == 4:
+            s["parent_span_id"] = value.hex()
+        elif number == 5:
+            s["name"] = _text(value)
+        elif number == 6:
+            s["kind"] = value
+        elif number == 7:
+            s["start"] = value
+        elif number == 8:
+            s["end"] = value
+        elif number == 9:
+            s["attributes"].append(value)
+        elif number == 11:
+            event: dict[str, Any] = {}
+            attributes = []
+            for n, v in _fields(value):
+                if n == 1:
+                    event["time"] = v
+                elif n == 2:
+                    event["name"] = _text(v)
+                elif n == 3:
+                    attributes.append(v)
+            event["attributes"] = _pb_attributes(attributes)
+            s["events"].append(event)
+        elif number == 13:
+            link: dict[str, Any] = {}
+            attributes = []
+            for n, v in _fields(value):
+                if n == 1:
+                    link["trace_id"] = v.hex()
+                elif n == 2:
+                    link["span_id"] = v.hex()
+                elif n == 4:
+                    attributes.append(v)
+            link["attributes"] = _pb_attributes(attributes)
+            s["links"].append(link)
+        elif number == 15:
+            for n, v in _fields(value):
+                if n == 2:
+                    s["status_message"] = _text(v)
+                elif n == 3:
+                    s["status_code"] = v
+    s["attributes"] = _pb_attributes(s["attributes"])
+    return s
+
+
+def _pb_request(body: bytes, signal: str) -> list[tuple[dict[str, Any], dict[str, Any],
+                                                        dict[str, Any]]]:
+    """(resource, scope, record) for every log record or span of the request."""
+    out = []
+    for number, resource_x in _fields(body):
+        if number != 1:
+            continue
+        resource: bytes | None = None
+        scopes: list[bytes] = []
+        for n, v in _fields(resource_x):
+            if n == 1:
+                resource = v
+            elif n == 2:
+                scopes.append(v)
+        res = _pb_resource(resource)
+        for scope_x in scopes:
+            scope: bytes | None = None
+            records: list[bytes] = []
+            for n, v in _fields(scope_x):
+                if n == 1:
+                    scope = v
+                elif n == 2:
+                    records.append(v)
+            sc = _pb_scope(scope)
+            for record in records:
+                out.append((res, sc, _pb_log(record) if signal == "logs" else _pb_span(record)))
+    return out
+
+
+# ------------------------------------------------------------------ JSON encoding
+
+def _int(value: Any, what: str) -> int:
+    # OTLP/JSON writes 64-bit integers as strings; numbers are accepted too.
+    if isinstance(value, bool):
+        raise OtlpError(f"{what} must be an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise OtlpError(f"{what} must be an integer, or an integer in a string")
+
+
+def _hex_id(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise OtlpError(f"{what} must be a hex string")
+    try:
+        bytes.fromhex(value)
+    except ValueError:
+        raise OtlpError(f"{what} must be a hex string") from None
+    return value.lower()
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OtlpError(f"{what} must be a JSON object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise OtlpError(f"{what} must be a JSON array")
+    return value
+
+
+def _js_any(value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise OtlpError(f"values nest deeper than {MAX_DEPTH} levels")
+    value = _obj(value, "an attribute's value")
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return _int(value["intValue"], "intValue")
+    if "doubleValue" in value:
+        d = value["doubleValue"]
+        return float(d) if isinstance(d, (int, float, str)) and not isinstance(d, bool) else None
+    if "arrayValue" in value:
+        return [_js_any(v, depth + 1) for v in _list(
+            _obj(value["arrayValue"], "arrayValue").get("values"), "arrayValue.values")]
+    if "kvlistValue" in value:
+        return _js_attributes(_obj(value["kvlistValue"], "kvlistValue").get("values"),
+                              depth + 1)
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _js_attributes(items: Any, depth: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in _list(items, "attributes"):
+        item = _obj(item, "an attribute")
+        key = item.get("key")
+        if not isinstance(key, str):
+            raise OtlpError("an attribute's key must be a string")
+        out[key] = _js_any(item.get("value"), depth + 1)
+    return out
+
+
+def _js_request(data: Any, signal: str) -> list[tuple[dict[str, Any], dict[str, Any],
+                                                      dict[str, Any]]]:
+    data = _obj(data, "the request")
+    outer, inner, items = (("resourceLogs", "scopeLogs", "logRecords") if signal == "logs"
+                           else ("resourceSpans", "scopeSpans", "spans"))
+    out = []
+    for rx in _list(data.get(outer), outer):
+        rx = _obj(rx, outer)
+        res = _js_attributes(_obj(rx.get("resource"), "resource").get("attributes"))
+        for sx in _list(rx.get(inner), inner):
+            sx = _obj(sx, inner)
+            scope_x = _obj(sx.get("scope"), "scope")
+            scope: dict[str, Any] = {k: scope_x[k] for k in ("name", "version")
+                                     if isinstance(scope_x.get(k), str)}
+            if scope_x.get("attributes"):
+                scope["attributes"] = _js_attributes(scope_x["attributes"])
+            for item in _list(sx.get(items), items):
+                item = _obj(item, items)
+                out.append((res, scope, _js_log(item) if signal == "logs" else _js_span(item)))
+    return out
+
+
+def _js_log(x: dict[str, Any]) -> dict[str, Any]:
+    r: dict[str, Any] = {"attributes": _js_attributes(x.get("attributes"))}
+    if "timeUnixNano" in x:
+        r["time"] = _int(x["timeUnixNano"], "timeUnixNano")
+    if "observedTimeUnixNano" in x:
+        r["observed"] = _int(x["observedTimeUnixNano"], "observedTimeUnixNano")
+    if "severityNumber" in x:
+        r["severity_number"] = _int(x["severityNumber"], "severityNumber")
+    if isinstance(x.get("severityText"), str):
+        r["severity"] = x["severityText"]
+    if "body" in x:
+        r["body"] = _js_any(x["body"], 0)
+    for key, name in (("traceId", "trace_id"), ("spanId", "span_id")):
+        if x.get(key):
+            r[name] = _hex_id(x[key], key)
+    if isinstance(x.get("eventName"), str):
+        r["event_name"] = x["eventName"]
+    return r
+
+
+def _js_span(x: dict[str, Any]) -> dict[str, Any]:
+    s: dict[str, Any] = {"attributes": _js_attributes(x.get("attributes")),
+                         "events": [], "links": []}
+    for key, name in (("traceId", "trace_id"), ("spanId", "span_id"),
+                      ("parentSpanId", "parent_span_id")):
+        if x.get(key):
+            s[name] = _hex_id(x[key], key)
+    if isinstance(x.get("name"), str):
+        s["name"] = x["name"]
+    if "kind" in x:
+        s["kind"] = _int(x["kind"], "kind")
+    if "startTimeUnixNano" in x:
+        s["start"] = _int(x["startTimeUnixNano"], "startTimeUnixNano")
+    if "endTimeUnixNano" in x:
+        s["end"] = _int(x["endTimeUnixNano"], "endTimeUnixNano")
+    for e in _list(x.get("events"), "events"):
+        e = _obj(e, "an event")
+        event: dict[str, Any] = {"attributes": _js_attributes(e.get("attributes"))}
+        if "timeUnixNano" in e:
+            event["time"] = _int(e["timeUnixNano"], "timeUnixNano")
+        if isinstance(e.get("name"), str):
+            event["name"] = e["name"]
+        s["events"].append(event)
+    for link_x in _list(x.get("links"), "links"):
+        link_x = _obj(link_x, "a link")
+        link: dict[str, Any] = {"attributes": _js_attributes(link_x.get("attributes"))}
+        for key, name in (("traceId", "trace_id"), ("spanId", "span_id")):
+            if link_x.get(key):
+                link[name] = _hex_id(link_x[key], key)
+        s["links"].append(link)
+    status = _obj(x.get("status"), "status")
+    if "code" in status:
+        s["status_code"] = _int(status["code"], "status.code")
+    if isinstance(status.get("message"), str):
+        s["status_message"] = status["message"]
+    return s
+
+
+# ------------------------------------------------------------------ events
+
+def _stamp(nanos: int | None) -> str | None:
+    if not nanos or nanos < 0 or nanos >= 1 << 63:
+        return None  # 0 is "unknown" in OTLP: the service stamps the event on arrival
+    return format_micros_trimmed(nanos // 1000)
+
+
+def _common(resource: dict[str, Any], scope: dict[str, Any]) -> dict[str, Any]:
+    event: dict[str, Any] = {}
+    if resource:
+        event["resource"] = resource
+    service = resource.get("service.name")
+    if service is not None:
+        event["service"] = {"name": service}
+    if scope:
+        event["scope"] = scope
+    return event
+
+
+def _log_event(resource: dict[str, Any], scope: dict[str, Any],
+               r: dict[str, Any]) -> dict[str, Any]:
+    event = _common(resource, scope)
+    stamp = _stamp(r.get("time")) or _stamp(r.get("observed"))
+    if stamp is not None:
+        event["_time"] = stamp
+    for name in ("body", "severity", "severity_number", "trace_id", "span_id", "event_name"):
+        if r.get(name) not in (None, ""):
+            event[name] = r[name]
+    if r["attributes"]:
+        event["attributes"] = r["attributes"]
+    return event
+
+
+def _span_event(resource: dict[str, Any], scope: dict[str, Any],
+                s: dict[str, Any]) -> dict[str, Any]:
+    event = _common(resource, scope)
+    stamp = _stamp(s.get("start"))
+    if stamp is not None:
+        event["_time"] = stamp
+    for name in ("trace_id", "span_id", "parent_span_id", "name"):
+        if s.get(name):
+            event[name] = s[name]
+    kind = s.get("kind", 0)
+    event["kind"] = _KINDS[kind] if 0 <= kind < len(_KINDS) else str(kind)
+    start, end = s.get("start"), s.get("end")
+    if start and end and end >= start:
+        event["duration"] = end - start
+    code = s.get("status_code", 0)
+    event["error"] = code == 2
+    status: dict[str, Any] = {"code": _STATUS[code] if 0 <= code < 3 else str(code)}
+    if s.get("status_message"):
+        status["message"] = s["status_message"]
+    event["status"] = status
+    if s["attributes"]:
+        event["attributes"] = s["attributes"]
+    if s["events"]:
+        event["events"] = [{**({"timestamp": _stamp(e["time"])} if e.get("time") else {}),
+                            "name": e.get("name", ""), "attributes": e["attributes"]}
+                           for e in s["events"]]
+    if s["links"]:
+        event["links"] = s["links"]
+    return event
+
+
+def decode_request(body: bytes, media_type: str, signal: str) -> list[dict[str, Any]]:
+    """The events of an OTLP ``signal`` ("logs" or "traces") request body; OtlpError if the
+    body is not one."""
+    if media_type == "application/x-protobuf":
+        items = _pb_request(body, signal)
+    elif media_type == "application/json":
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise OtlpError(f"the body is not valid JSON: {exc}") from None
+        items = _js_request(data, signal)
+    else:
+        raise OtlpError("unsupported media type")
+    make = _log_event if signal == "logs" else _span_event
+    return [make(resource, scope, record) for resource, scope, record in items]
+
+
+def _pb_len(number: int, payload: bytes) -> bytes:
+    return _pb_key(number, 2) + _pb_uvarint(len(payload)) + payload
+
+
+def _pb_key(number: int, wire: int) -> bytes:
+    return _pb_uvarint(number << 3 | wire)
+
+
+def _pb_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_response(media_type: str, signal: str, rejected: int, message: str) -> bytes:
+    """An Export…ServiceResponse: empty when all was taken, else its ``partial_success``
+    with the count turned down (``rejected_log_records`` / ``rejected_spans``: both field 1)
+    and why."""
+    if media_type == "application/json":
+        if not rejected:
+            return b"{}"
+        # rejected* is an int64: a string in OTLP/JSON.
+        key = "rejectedLogRecords" if signal == "logs" else "rejectedSpans"
+        return json.dumps({"partialSuccess": {key: str(rejected),
+                                              "errorMessage": message}}).encode()
+    if not rejected:
+        return b""
+    partial = (_pb_key(1, 0) + _pb_uvarint(rejected)
+               + _pb_len(2, message.encode("utf-8")))
+    return _pb_len(1, partial)
