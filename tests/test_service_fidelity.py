@@ -372,3 +372,189 @@ class TestMoreApl:
         assert column("['app'] | where todatetime(when) < datetime(2024-05-02) "
                       "| project code") == [502]
         assert column("['app'] | where isnull(todatetime(when)) | project code") == [200, 404]
+
+
+@pytest.fixture(scope="module")
+def paged() -> Iterator[LocalService]:
+    # 2,500 events over 25 s, arriving out of time order (row ids do not follow time).
+    events = [{"_time": f"2026-05-01T12:00:{(i * 7919) % 2500 // 100:02d}."
+                        f"{(i * 7919) % 100:02d}Z", "i": (i * 7919) % 2500}
+              for i in range(2500)]
+    with LocalService(token=TOKEN) as service:
+        service.client().ingest("app", events)
+        yield service
+
+
+class TestPaging:
+    """API reference, "Run query": with no take or limit, events come a page (1,000 rows) at a
+    time; the status's minCursor/maxCursor name the page's oldest and newest event, and a
+    query with ``cursor`` (``includeCursor`` to include that event) moves to the next page."""
+
+    def page(self, svc: LocalService, apl: str, **extra: object) -> dict[str, object]:
+        from test_query import post_query
+
+        status, body = post_query(svc, {"apl": apl, "startTime": "2026-01-01T00:00:00Z",
+                                        **extra}, fmt="tabular", token=TOKEN)
+        assert status == 200, body
+        return body  # type: ignore[no-any-return]
+
+    def column(self, body: dict[str, object], name: str) -> list[object]:
+        table = body["tables"][0]  # type: ignore[index]
+        names = [f["name"] for f in table["fields"]]
+        return table["columns"][names.index(name)]  # type: ignore[no-any-return]
+
+    def test_pages_newest_first_cover_everything_once(self, paged: LocalService) -> None:
+        seen: list[object] = []
+        cursor = None
+        for _ in range(5):
+            body = self.page(paged, "['app']", **({"cursor": cursor} if cursor else {}))
+            got = self.column(body, "i")
+            seen += got
+            status = body["status"]  # type: ignore[index]
+            if not status["isPartial"]:
+                break
+            assert len(got) == 1000
+            cursor = status["minCursor"]
+        assert seen == sorted(range(2500), reverse=True)
+
+    def test_pages_oldest_first_with_max_cursor(self, paged: LocalService) -> None:
+        first = self.page(paged, "['app'] | sort by _time asc")
+        second = self.page(paged, "['app'] | sort by _time asc",
+                           cursor=first["status"]["maxCursor"])  # type: ignore[index]
+        assert self.column(first, "i") == list(range(1000))
+        assert self.column(second, "i") == list(range(1000, 2000))
+
+    def test_include_cursor_repeats_that_event(self, paged: LocalService) -> None:
+        first = self.page(paged, "['app']")
+        cursor = first["status"]["minCursor"]  # type: ignore[index]
+        again = self.page(paged, "['app']", cursor=cursor, includeCursor=True)
+        assert self.column(again, "i")[0] == self.column(first, "i")[-1] == 1500
+
+    def test_take_is_not_paged(self, paged: LocalService) -> None:
+        body = self.page(paged, "['app'] | take 2000")
+        assert len(self.column(body, "i")) == 2000
+        assert body["status"]["isPartial"] is False  # type: ignore[index]
+
+    @pytest.mark.parametrize("cursor, said", [
+        ("zz", "must be a _rowId"), ("0000000000fffff0", "names no event"), (7, "must be")])
+    def test_bad_cursor_is_a_400(self, paged: LocalService, cursor: object, said: str) -> None:
+        from test_query import post_query
+
+        status, body = post_query(paged, {"apl": "['app']", "cursor": cursor}, token=TOKEN)
+        assert status == 400 and said in body["message"]
+
+
+class TestStatus:
+    """API reference, "Run query": the status counts the events matched (``rowsMatched``),
+    a tabular field names its aggregation (``agg.name``, ``agg.fields``, ``agg.args``), and a
+    time bin's ``buckets.size`` is in nanoseconds."""
+
+    def run(self, svc: LocalService, apl: str) -> dict[str, object]:
+        from test_query import post_query
+
+        status, body = post_query(svc, {"apl": apl, "startTime": "2026-01-01T00:00:00Z"},
+                                  fmt="tabular", token=TOKEN)
+        assert status == 200, body
+        return body  # type: ignore[no-any-return]
+
+    @pytest.mark.parametrize("apl, matched", [
+        ("['app'] | where i < 300 | take 10", 300),       # a take cuts rows, not matches
+        ("['app'] | where i < 300", 300),                 # one page of 1,000 holds them all
+        ("['app']", 2500),                                # a page of 1,000 out of 2,500
+        ("['app'] | where i >= 2000 | summarize avg(i) by bin(_time, 5s)", 500),
+        ("['app'] | where i % 2 == 0 | count", 1250),
+        ("['app'] | summarize max(i)", 2500),
+    ])
+    def test_rows_matched(self, paged: LocalService, apl: str, matched: int) -> None:
+        assert self.run(paged, apl)["status"]["rowsMatched"] == matched  # type: ignore[index]
+
+    def test_agg_names_its_field_and_args(self, paged: LocalService) -> None:
+        body = self.run(paged, "['app'] | summarize total = sum(i), n = count(), "
+                               "c = countif(i > 3) by bin(_time, 10s)")
+        table = body["tables"][0]  # type: ignore[index]
+        aggs = {f["name"]: f.get("agg") for f in table["fields"]}
+        assert aggs["total"] == {"name": "sum", "fields": ["i"], "args": []}
+        assert aggs["n"] == {"name": "count", "fields": [], "args": []}
+        assert aggs["c"]["name"] == "countif" and aggs["_time"] is None
+        assert table["buckets"] == {"field": "_time", "size": 10_000_000_000}
+
+
+@pytest.fixture(scope="module")
+def people() -> Iterator[LocalService]:
+    events = [{"_time": f"2026-05-01T12:0{i % 5}:00Z", "n": i, "user": u, "user_id": i * 10,
+               "geo": {"city": c, "zip": "0150"}, "msg": m}
+              for i, (u, c, m) in enumerate([
+                  ("ann", "Oslo", "ÉCOLE fermée"), ("bob", "Rome", "école"),
+                  ("cy", "Oslo", "Straße"), ("ann", "Paris", "x"), ("bob", "Oslo", "y"),
+                  ("dee", "Rome", "z")])]
+    with LocalService(token=TOKEN) as service:
+        service.client().ingest("p", events)
+        yield service
+
+
+class TestAplReference:
+    """The APL reference's operators and functions that saved views use, each answered as
+    the reference documents it (between, project-rename, wildcard project-away,
+    percentile(s), arg_max/arg_min, Unicode case folding)."""
+
+    def q(self, svc: LocalService, apl: str) -> list[dict[str, object]]:
+        with svc.client() as client:
+            return client.query(apl, start="2026-01-01T00:00:00Z")
+
+    @pytest.mark.parametrize("apl, expected", [
+        ("['p'] | where n between (1 .. 3) | sort by n asc | project n", [1, 2, 3]),
+        ("['p'] | where n !between (1 .. 3) | sort by n asc | project n", [0, 4, 5]),
+        ("['p'] | where _time between (datetime(2026-05-01T12:01:00Z) .. "
+         "datetime(2026-05-01T12:02:00Z)) | sort by n asc | project n", [1, 2]),
+        # =~ and tolower fold every letter, not only ASCII ones.
+        ("['p'] | where msg =~ 'école FERMÉE' | project n", [0]),
+        ("['p'] | where msg contains 'ÉCOLE' | sort by n asc | project n", [0, 1]),
+        ("['p'] | where toupper(msg) == 'STRASSE' | project n", [2]),
+    ])
+    def test_filters(self, people: LocalService, apl: str, expected: list[int]) -> None:
+        assert [r["n"] for r in self.q(people, apl)] == expected
+
+    def test_project_away_patterns(self, people: LocalService) -> None:
+        [row] = self.q(people, "['p'] | where n == 0 | project-away user*, geo.*, _sysTime")
+        assert set(row) == {"_time", "n", "msg"}
+        [row] = self.q(people, "['p'] | where n == 0 | project n, user, user_id "
+                               "| project-away *_id")
+        assert row == {"n": 0, "user": "ann"}
+
+    def test_project_rename(self, people: LocalService) -> None:
+        [row] = self.q(people, "['p'] | where n == 0 | project-rename who = user, "
+                               "city = geo.city")
+        assert row["who"] == "ann" and row["city"] == "Oslo"
+        assert "user" not in row and "geo.city" not in row and row["geo.zip"] == "0150"
+        assert self.q(people, "['p'] | where n == 1 | project n, user "
+                              "| project-rename who = user") == [{"n": 1, "who": "bob"}]
+        assert self.q(people, "['p'] | project-rename name = user | where name == 'cy' "
+                              "| project n") == [{"n": 2}]
+
+    def test_percentiles(self, people: LocalService) -> None:
+        assert self.q(people, "['p'] | summarize percentile(n, 50), p90 = percentile(n, 90)"
+                      ) == [{"percentile_n_50": 2, "p90": 5}]
+        assert self.q(people, "['p'] | where user == 'ann' | summarize percentiles(n, 25, 75)"
+                      ) == [{"percentile_n_25": 0, "percentile_n_75": 3}]
+
+    def test_arg_max_and_arg_min(self, people: LocalService) -> None:
+        assert self.q(people, "['p'] | summarize arg_max(n, user, msg) by geo.city") == [
+            {"geo.city": "Oslo", "n": 4, "user": "bob", "msg": "y"},
+            {"geo.city": "Paris", "n": 3, "user": "ann", "msg": "x"},
+            {"geo.city": "Rome", "n": 5, "user": "dee", "msg": "z"}]
+        rows = self.q(people, "['p'] | summarize arg_min(n, *) by user")
+        ann = next(r for r in rows if r["user"] == "ann")
+        assert ann["n"] == 0 and ann["msg"] == "ÉCOLE fermée" and ann["geo.city"] == "Oslo"
+        assert list(ann)[:2] == ["user", "n"]
+
+    @pytest.mark.parametrize("apl, said", [
+        ("['p'] | summarize percentile(n, 101)", "percentages from 0 to 100"),
+        ("['p'] | summarize percentile(n, 5, 9)", "percentiles() takes several"),
+        ("['p'] | summarize arg_max(n)", "fields to return"),
+        ("['p'] | project-rename _time = n", "system fields"),
+        ("['p'] | where n between (1, 3)", "'..'"),
+    ])
+    def test_bad_uses_say_what(self, people: LocalService, apl: str, said: str) -> None:
+        with people.client() as client, pytest.raises(loghandler.ApiError) as info:
+            client.query(apl)
+        assert said in str(info.value) and info.value.status == 400

@@ -49,7 +49,7 @@ MAX_DEPTH = 64
 MAX_OPERATORS = 200
 
 OPERATORS = ("where", "search", "sort by", "order by", "take", "limit", "top", "project",
-             "project-away", "extend", "count", "summarize", "distinct")
+             "project-away", "project-rename", "extend", "count", "summarize", "distinct")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = {"w": 604_800_000_000, "week": 604_800_000_000, "weeks": 604_800_000_000,
@@ -264,9 +264,10 @@ class Query:
 _STRING_OPS = {"contains", "contains_cs", "startswith", "startswith_cs", "endswith",
                "endswith_cs", "has", "has_cs"}
 _UNSUPPORTED_STRING_OPS = {"hasprefix", "hassuffix", "has_any", "has_all",
-                           "matches", "like", "between", "hasprefix_cs", "hassuffix_cs"}
+                           "matches", "like", "hasprefix_cs", "hassuffix_cs"}
 _CMP = {"==", "!=", "<", "<=", ">", ">=", "=~", "!~"}
-AGGREGATIONS = {"count", "countif", "sum", "avg", "min", "max", "dcount"}
+AGGREGATIONS = {"count", "countif", "sum", "avg", "min", "max", "dcount", "percentile",
+                "percentiles", "arg_max", "arg_min"}
 
 
 class _Parser:
@@ -378,11 +379,17 @@ class _Parser:
                 items.append(self.named_expr(require_name=True))
             return ("extend", items)
         if word == "project-away":
-            names = [self.field_name()]
+            names = [self.field_pattern()]
             while self.at("op", ","):
                 self.next()
-                names.append(self.field_name())
+                names.append(self.field_pattern())
             return ("project-away", names)
+        if word == "project-rename":
+            pairs = [self.rename()]
+            while self.at("op", ","):
+                self.next()
+                pairs.append(self.rename())
+            return ("project-rename", pairs)
         if word == "top":
             n = self.row_count(word, tok)
             if not self.at_word("by"):
@@ -411,6 +418,35 @@ class _Parser:
             self.next()
             self.expect("ident", None, "'first' or 'last'")
         return e, desc
+
+    def call_arg(self, function: str) -> Any:
+        # arg_max(x, *): every field of the row; nowhere else is * an argument.
+        if function in ("arg_max", "arg_min") and self.at("op", "*"):
+            self.next()
+            return Field("*")
+        return self.expr()
+
+    def field_pattern(self) -> str:
+        """A field name, or a pattern with ``*`` (``user*``, ``*_id``, ``geo.*``) for
+        project-away: the run of adjacent name characters, dots and stars."""
+        if self.at("op", "["):
+            return self.field_name()
+        first = self.peek()
+        end = first.pos
+        while (self.peek().pos == end and (self.peek().kind == "ident" or (
+                self.peek().kind == "op" and self.peek().value in (".", "*")))):
+            end += len(str(self.next().value))
+        name = self.text[first.pos:end]
+        if not name or name.startswith(".") or name.endswith(".") or ".." in name:
+            raise self.fail("expected a field name or a pattern, as in user*", first)
+        return name
+
+    def rename(self) -> tuple[str, str]:
+        if not (self.peek().kind == "ident" or self.at("op", "[")):
+            raise self.fail("expected new_name = old_name")
+        new = self.field_name()
+        self.expect("op", "=", "'=', as in project-rename new_name = old_name")
+        return new, self.field_name()
 
     def field_name(self) -> str:
         e = self.primary()
@@ -463,9 +499,26 @@ class _Parser:
             label = e.name if isinstance(e, Call) else tok.value
             raise AplError(f"unsupported aggregation '{label}' at {self.where(tok)}; the local "
                            f"service supports {', '.join(sorted(AGGREGATIONS))}")
+        if e.name in ("percentile", "percentiles"):
+            if len(e.args) < 2 or not isinstance(e.args[0], (Field, Call, Bin)) or not all(
+                    isinstance(a, Lit) and isinstance(a.value, (int, float))
+                    and not isinstance(a.value, bool) and 0 <= a.value <= 100
+                    for a in e.args[1:]):
+                raise AplError(f"{e.name}() takes a field and percentages from 0 to 100, as "
+                               f"in {e.name}(duration, 95), at {self.where(tok)}")
+            if e.name == "percentile" and len(e.args) != 2:
+                raise AplError(f"percentile() takes one percentage; percentiles() takes "
+                               f"several, at {self.where(tok)}")
+        if e.name in ("arg_max", "arg_min") and (len(e.args) < 2 or not all(
+                isinstance(a, Field) for a in e.args[1:])):
+            raise AplError(f"{e.name}() takes the expression to maximise and the fields to "
+                           f"return, as in {e.name}(duration, name, user), at "
+                           f"{self.where(tok)}")
         if name is None:
             arg = e.args[0] if e.args else None
             name = f"{e.name}_" + (arg.name if isinstance(arg, Field) else "")
+            if e.name in ("percentile", "percentiles"):
+                name = "percentile_" + (arg.name if isinstance(arg, Field) else "")
         return str(name), e
 
     def named_expr_group(self) -> tuple[str, Any]:
@@ -548,6 +601,20 @@ class _Parser:
                     values.append(self.expr())
                 self.expect("op", ")")
                 return InList(left, tuple(values), negated, insensitive)
+            if word == "between":
+                # x between (lo .. hi): both ends included; !between is outside them.
+                self.next()
+                self.expect("op", "(", "'(' and a range, as in between (1 .. 10)")
+                lo = self.add_expr()
+                self.expect("op", ".", "'..' between the range's ends")
+                self.expect("op", ".", "'..' between the range's ends")
+                hi = self.add_expr()
+                self.expect("op", ")")
+                if negated:
+                    return self.bin("or", self.bin("<", left, lo, tok.pos),
+                                    self.bin(">", left, hi, tok.pos), tok.pos)
+                return self.bin("and", self.bin(">=", left, lo, tok.pos),
+                                self.bin("<=", left, hi, tok.pos), tok.pos)
             if word in _UNSUPPORTED_STRING_OPS or negated:
                 raise AplError(f"unsupported operator '{'!' if negated else ''}{tok.value}' at "
                                f"{self.where(tok)}; the local service supports == != < <= > >= "
@@ -628,10 +695,10 @@ class _Parser:
                 self.next()
                 args: list[Any] = []
                 if not self.at("op", ")"):
-                    args.append(self.expr())
+                    args.append(self.call_arg(low))
                     while self.at("op", ","):
                         self.next()
-                        args.append(self.expr())
+                        args.append(self.call_arg(low))
                 self.expect("op", ")")
                 return Call(low, tuple(args), tok.pos)
             self.next()

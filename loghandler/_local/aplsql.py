@@ -14,6 +14,7 @@ body is still the stored JSON, a comparison with a string is first tested on its
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import time
@@ -39,6 +40,10 @@ __all__ = ["Compiled", "Result", "compile_query", "legacy_answer", "run", "tabul
 
 # At most this many rows in one answer, like the real service's cap on a query's result.
 MAX_ROWS = 65_000
+# The rows of events a query with no take or limit answers: a page, the next one by cursor.
+DEFAULT_PAGE = 1_000
+# A key no APL name can spell: each summary row's count of its events, for rowsMatched.
+MATCHED = "\x01matched"
 # At most this much of stored events is read for one answer (a larger one is partial): a
 # query over big events otherwise took minutes and gigabytes of memory.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -160,7 +165,7 @@ class _Compiler:
             return _Sql(f"({left.sql} {op} {right.sql})", "bool")
         neg = op.startswith("!")
         base = op.lstrip("!")
-        lo = "" if base.endswith("_cs") else "lower"
+        lo = "" if base.endswith("_cs") else _folder(left, right)
         name = base.removesuffix("_cs")
         a, b = f"{lo}({left.sql})", f"{lo}({right.sql})"
         pre = self.prefilter(left, right, base)
@@ -259,7 +264,8 @@ class _Compiler:
             return _Sql(f"(NOT coalesce({self.expr(args[0]).sql}, 0))", "bool")
         if name in ("tolower", "toupper", "strlen"):
             arity(1)
-            fn = {"tolower": "lower", "toupper": "upper", "strlen": "length"}[name]
+            # apl_lower/apl_upper (store.py): every letter, not only ASCII as SQLite's.
+            fn = {"tolower": "apl_lower", "toupper": "apl_upper", "strlen": "length"}[name]
             return _Sql(f"{fn}({self.expr(args[0]).sql})", "value")
         if name in ("strcat", "coalesce"):
             if not args or len(args) > 64:
@@ -372,6 +378,54 @@ class _Compiler:
             return _fmt_sql(f"{name}({x.sql})")
         return f"{name}({x.sql})"
 
+    def multi_aggregate(self, name: str, call: Call) -> list[tuple[str, str, dict[str, Any]]]:
+        """The columns of an aggregation that makes several: (column, SQL, its "agg")."""
+        args = call.args
+        x = self.expr(args[0])
+        field = args[0].name if isinstance(args[0], Field) else ""
+        out = []
+        if call.name in ("percentile", "percentiles"):
+            for a in args[1:]:
+                p = a.value
+                label = str(int(p)) if float(p).is_integer() else str(p).replace(".", "_")
+                column = (name if call.name == "percentile" and name != f"percentile_{field}"
+                          else f"percentile_{field}_{label}")
+                sql = f"apl_percentile({x.sql}, {float(p)!r})"
+                if x.kind == "time":
+                    sql = _fmt_sql(f"CAST({sql} AS INTEGER)")
+                out.append((column, sql, {"name": call.name, "fields": [field] if field
+                                          else [], "args": [p]}))
+            return out
+        # arg_max(x, a, b): the row where x is greatest (arg_min: least); x and its a and b.
+        best = "max" if call.name == "arg_max" else "min"
+        info = {"name": call.name, "fields": [field] if field else [], "args": []}
+        value = f"{best}({x.sql})"
+        out.append((field or name, _fmt_sql(value) if x.kind == "time" else value, info))
+        wanted = [a.name for a in args[1:] if isinstance(a, Field)]
+        if "*" in wanted:
+            out.append(("*", f"apl_{call.name}({x.sql}, body)", info))
+        named = [w for w in wanted if w != "*"]
+        if named:
+            parts = ", ".join(f"{_q(w)}, {self.json_value(self.expr(Field(w)), w)}"
+                              for w in named)
+            row = f"apl_{call.name}({x.sql}, json_object({parts}))"
+            for w in named:
+                out.append((w, f"json_extract({row}, {_q(_path_flat(w))})", info))
+        return out
+
+
+def _glob(pattern: str) -> str:
+    # APL's * as GLOB's; GLOB's other specials taken literally.
+    return "".join(f"[{c}]" if c in "?[" else c for c in pattern)
+
+
+def _folder(left: _Sql, right: _Sql) -> str:
+    """The case folding of a case-insensitive comparison: SQLite's ``lower`` (ASCII, fast)
+    when a side is an ASCII constant, as then no other letter can match; else every letter's
+    (store.apl_lower), so "ÉCOLE" =~ "école"."""
+    consts = [s.const for s in (left, right) if s.is_const and isinstance(s.const, str)]
+    return "lower" if consts and all(c.isascii() for c in consts) else "apl_lower"
+
 
 def _guard(pre: str, exact: str) -> str:
     # CASE, not AND: inside an expression SQLite evaluates both sides of an AND, and the
@@ -399,6 +453,11 @@ class Compiled:
     hidden: list[str] = field(default_factory=list)  # system fields left out of whole events
     messages: list[dict[str, Any]] = field(default_factory=list)  # the status's warnings
     row_id: bool = False  # whole events carry _rowId: the query names it
+    page: int | None = None  # rows of a page (no take or limit): more is a partial answer
+    agg_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # column -> its "agg"
+    count_sql: str | None = None  # counts the matched events, when the answer is cut
+    limit: int | None = None  # the rows the answer is cut at (a take, a page)
+    away: list[str] = field(default_factory=list)  # project-away patterns (user*)
 
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
@@ -417,11 +476,14 @@ def auto_span(first_us: int, last_us: int) -> int:
 
 def compile_query(text: str, *, start_us: int | None = None, end_us: int | None = None,
                   now_us: int | None = None,
-                  data_range: tuple[int, int] | None = None) -> Compiled:
+                  data_range: tuple[int, int] | None = None,
+                  cursor: tuple[int, int, bool] | None = None) -> Compiled:
     """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
 
     ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
-    query has no ``start_us``/``end_us``.
+    query has no ``start_us``/``end_us``. ``cursor`` (the ``_time`` and row of an event, and
+    whether to include it) starts the rows after that event in the query's time order: older
+    ones for the default newest-first order, newer ones after ``sort by _time asc``.
     """
     q = parse_query(text)
     now = time.time_ns() // 1000 if now_us is None else now_us
@@ -441,6 +503,14 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         cond.append(f"time >= {int(start_us)}")
     if end_us is not None:
         cond.append(f"time < {int(end_us)}")
+    if cursor is not None:
+        c_time, c_seq, include = int(cursor[0]), int(cursor[1]), cursor[2]
+        sorts = [op for op in q.ops if op[0] == "sort"]
+        ascending = bool(sorts) and isinstance(sorts[-1][1][0][0], Field) and (
+            sorts[-1][1][0][0].name == "_time") and not sorts[-1][1][0][1]
+        less, eq = (">", ">=" if include else ">") if ascending else ("<",
+                                                                        "<=" if include else "<")
+        cond.append(f"(time {less} {c_time} OR (time = {c_time} AND seq {eq} {c_seq}))")
     sql = f"SELECT seq, time, sys, body, NULL AS ord FROM events WHERE {' AND '.join(cond)}"
     order: str | None = None  # SQL ORDER BY for the current rows, None: unordered
     order_report: list[tuple[str, bool]] = []
@@ -458,14 +528,20 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                 f"FROM ({sql})")
 
     hidden: list[str] = []  # system fields that project-away took out of whole events
+    agg_info: dict[str, dict[str, Any]] = {}  # column -> the field's "agg" in a tabular answer
+    away_patterns: list[str] = []  # project-away patterns, for whole events' dotted fields
     ops: list[tuple[Any, ...]] = []
     for op in q.ops:
         if op[0] == "top":  # top N by x: sort by x, take N
             ops += [("sort", [op[2]]), ("take", op[1])]
         else:
             ops.append(op)
+    match_sql: str | None = None  # the events the query matches: before its first take/summary
+    takes = [op[1] for op in ops if op[0] == "take"]
     for op in ops:
         kind = op[0]
+        if match_sql is None and kind in ("take", "count", "summarize"):
+            match_sql = sql
         if kind == "where":
             c = comp.expr(op[1])
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
@@ -517,17 +593,48 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             sql = keep_order(sql)
             if order is not None:
                 order = "ord"
-            gone = op[1]
-            paths = ", ".join(_q(_path_flat(name)) for name in gone)
-            sql = f"SELECT seq, time, sys, json_remove(body, {paths}) AS body, ord FROM ({sql})"
+            gone = [name for name in op[1] if "*" not in name]
+            patterns = [name for name in op[1] if "*" in name]
+            new_body = "body"
+            if gone:
+                paths = ", ".join(_q(_path_flat(name)) for name in gone)
+                new_body = f"json_remove(body, {paths})"
+            if patterns:
+                # project-away user*: the top-level keys matching no pattern (and, as the
+                # answer is built, the dotted fields of nested objects: away_patterns).
+                keep = " AND ".join(f"NOT (key GLOB {_q(_glob(p))})" for p in patterns)
+                new_body = (f"(SELECT coalesce(json_group_object(key, value), '{{}}') FROM "
+                            f"json_each({new_body}) WHERE {keep})")
+            sql = f"SELECT seq, time, sys, {new_body} AS body, ord FROM ({sql})"
             if fields is not None:
-                fields = [name for name in fields if name not in gone]
+                fields = [name for name in fields if name not in gone and not any(
+                    fnmatch.fnmatchcase(name, p) for p in patterns)]
             else:
-                hidden += [name for name in gone if name in ("_time", "_sysTime", "_rowId")]
+                hidden += [name for name in ("_time", "_sysTime", "_rowId") if name in gone
+                           or any(fnmatch.fnmatchcase(name, p) for p in patterns)]
+                away_patterns += patterns
+            comp.raw_body = False
+        elif kind == "project-rename":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            new_body = "body"
+            for new, old in op[1]:
+                if old in ("_time", "_sysTime", "_rowId") or new in ("_time", "_sysTime",
+                                                                     "_rowId"):
+                    raise AplError(f"project-rename of {old} to {new}: the local service "
+                                   f"cannot rename its system fields")
+                value = comp.json_value(comp.expr(Field(old)), old)
+                removed = f"json_remove({new_body}, {_q(_path(old))}, {_q(_path_flat(old))})"
+                new_body = f"json_set({removed}, {_q(_path_flat(new))}, {value})"
+                if fields is not None:
+                    fields = [new if name == old else name for name in fields]
+            sql = f"SELECT seq, time, sys, {new_body} AS body, ord FROM ({sql})"
             comp.raw_body = False
         elif kind == "count":
             sql = (f"SELECT NULL AS seq, NULL AS time, NULL AS sys, "
-                   f"json_object('count', count(*)) AS body, NULL AS ord FROM ({sql})")
+                   f"json_object('count', count(*), {_q(MATCHED)}, count(*)) AS body, "
+                   f"NULL AS ord FROM ({sql})")
             fields, aggregated, order, order_report = ["count"], True, None, []
             comp.raw_body = False
             groups, aggs = [], [("count", "count")]
@@ -549,12 +656,35 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                 else:
                     order_parts.append(f"json_extract(body, {_q(_path_flat(name))}) ASC")
             aggs = []
+            star: str | None = None  # arg_max(x, *): the winning row's whole body
             for name, call in agg_list:
+                if call.name in ("percentile", "percentiles", "arg_max", "arg_min"):
+                    for column, value_sql, info in comp.multi_aggregate(name, call):
+                        if column == "*":
+                            if star is not None:
+                                raise AplError("one arg_max(..., *) or arg_min(..., *) per "
+                                               "summarize")
+                            star = value_sql
+                            names.append("*")
+                            continue
+                        if column in names:
+                            continue  # arg_max(x, x): the one column
+                        items.append(f"{_q(column)}, {value_sql}")
+                        names.append(column)
+                        aggs.append((column, call.name))
+                        agg_info[column] = info
+                    continue
                 items.append(f"{_q(name)}, {comp.aggregate(call)}")
                 names.append(name)
                 aggs.append((name, call.name))
+                agg_info[name] = _agg_info(call)
+            items.append(f"{_q(MATCHED)}, count(*)")  # the events in the group: rowsMatched
+            made = f"json_object({', '.join(items)})"
+            if star is not None:
+                # The winner's fields, then the groups and aggregations over them.
+                made = f"json_patch(coalesce({star}, '{{}}'), {made})"
             sql = (f"SELECT NULL AS seq, {time_group} AS time, NULL AS sys, "
-                   f"json_object({', '.join(items)}) AS body, NULL AS ord FROM ({sql})"
+                   f"{made} AS body, NULL AS ord FROM ({sql})"
                    + (f" GROUP BY {', '.join(group_sql)}" if group_sql else ""))
             fields, aggregated = names, True
             comp.raw_body = False
@@ -564,10 +694,29 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     final_order = order or (None if aggregated else _DEFAULT_ORDER)
     if not order_report and final_order == _DEFAULT_ORDER:
         order_report = [("_time", True)]
+    # Events with no take or limit come a page at a time, as the service answers them (one
+    # more row is read, to know whether there is a next page).
+    page = DEFAULT_PAGE if not aggregated and not takes else None
+    if match_sql is None:
+        match_sql = sql
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"
-           + (f" ORDER BY {final_order}" if final_order else "") + f" LIMIT {MAX_ROWS}")
+           + (f" ORDER BY {final_order}" if final_order else "")
+           + f" LIMIT {MAX_ROWS if page is None else page + 1}")
+    # Events cut by a take or a page may match more than the answer holds: counted apart.
+    count_sql = (None if aggregated else
+                 f"SELECT count(*) FROM ({match_sql})")
+    limit = page if page is not None else (min(takes) if takes else None)
     return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
-                    hidden, _messages(q), "_rowId" in text)
+                    hidden, _messages(q), "_rowId" in text, page, agg_info, count_sql, limit,
+                    away_patterns)
+
+
+def _agg_info(call: Call) -> dict[str, Any]:
+    """What a tabular answer says of an aggregation: its name, the fields it reads and its
+    other arguments (``percentile(duration, 95)``: fields ``duration``, args ``95``)."""
+    fields = [a.name for a in call.args if isinstance(a, Field)]
+    args = [a.value for a in call.args if isinstance(a, Lit)]
+    return {"name": call.name, "fields": fields, "args": args}
 
 
 def _messages(q: Any) -> list[dict[str, Any]]:
@@ -592,7 +741,9 @@ class Result:
     system: list[tuple[str | None, str | None, str | None]]  # (_time, _sysTime, _rowId)
     fields: list[str]
     elapsed_us: int
-    truncated: bool = False  # cut at MAX_ANSWER_BYTES: a partial answer
+    truncated: bool = False  # cut at MAX_ANSWER_BYTES or at a page: a partial answer
+    keys: list[tuple[int, int]] = field(default_factory=list)  # (time, seq) of event rows
+    matched: int = 0  # the events the query matched (rowsMatched)
 
 
 class QueryTimeout(Exception):
@@ -649,6 +800,11 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
     started = time.perf_counter()
     raw, truncated = _fetch(db.execute(compiled.sql), deadline,
                             MAX_ANSWER_BYTES if max_bytes is None else max_bytes)
+    if compiled.page is not None and len(raw) > compiled.page:
+        del raw[compiled.page:]
+        truncated = True  # there is a next page: the status says isPartial, and its cursors
+    keys = [(t, seq) for seq, t, _, _ in raw if t is not None and seq is not None]
+    matched = 0
     rows: list[dict[str, Any]] = []
     system: list[tuple[str | None, str | None, str | None]] = []
     loads = json.loads
@@ -682,20 +838,57 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
             seen.pop(name, None)
             for row in rows:
                 row.pop(name, None)
+        if compiled.away:
+            for name in [k for k in seen if any(fnmatch.fnmatchcase(k, p)
+                                                for p in compiled.away)]:
+                seen.pop(name)
+                for row in rows:
+                    row.pop(name, None)
         fields = list(seen)
     else:
         fields = list(compiled.fields)
+        datas = [loads(body) for _, _, _, body in raw]
+        if "*" in fields:
+            for i, data in enumerate(datas):
+                if any(isinstance(v, dict) and v for v in data.values()):
+                    flat: dict[str, Any] = {}
+                    for k, v in data.items():
+                        if isinstance(v, dict) and v:
+                            _flatten(k, v, flat)
+                        elif k not in flat:
+                            flat[k] = v
+                    datas[i] = flat
+            # arg_max(x, *): the winners' own fields, after the named columns.
+            at = fields.index("*")
+            named = set(fields)
+            rest: dict[str, None] = {}
+            for data in datas:
+                for k in data:
+                    if k not in named and k != MATCHED:
+                        rest[k] = None
+            fields[at:at + 1] = list(rest)
         times = [name for name in fields if name in ("_time", "_sysTime")]
-        for seq, t, sys_time, body in raw:
-            data = loads(body)
+        counted = compiled.aggregated
+        for (seq, t, sys_time, _), data in zip(raw, datas, strict=True):
+            if counted:
+                n = data.get(MATCHED)
+                if isinstance(n, int):
+                    matched += n
+                else:
+                    counted = False  # a project after the summary: rows are what matched
             row = {name: data.get(name) for name in fields}
             for name in times:
                 row[name] = _trim(row[name])
             rows.append(row)
             system.append((None if t is None else format_trimmed(t), _trim(sys_time),
                            None if seq is None else f"{seq:016x}"))
+    if compiled.fields is None or not counted:
+        matched = len(rows)
+        if compiled.count_sql is not None and compiled.limit is not None and (
+                len(raw) >= compiled.limit):
+            matched = db.execute(compiled.count_sql).fetchone()[0]
     return Result(compiled, rows, system, fields,
-                  int((time.perf_counter() - started) * 1_000_000), truncated)
+                  int((time.perf_counter() - started) * 1_000_000), truncated, keys, matched)
 
 
 # ---------------------------------------------------------------------------- answers
@@ -727,11 +920,7 @@ def _type_of(values: list[Any], name: str) -> str:
 
 def _status(result: Result, rows_examined: int, start: str, end: str) -> dict[str, Any]:
     c = result.compiled
-    matched = len(result.rows)
-    if c.aggregated and c.aggregations and c.aggregations[0][1] == "count":
-        matched = sum(int(r.get(c.aggregations[0][0]) or 0) for r in result.rows)
-    times = [t for t, _, _ in result.system if t]
-    row_ids = [r for _, _, r in result.system if r]
+    matched = result.matched
     return {
         "elapsedTime": result.elapsed_us,
         "blocksExamined": 1 if rows_examined else 0,
@@ -740,11 +929,13 @@ def _status(result: Result, rows_examined: int, start: str, end: str) -> dict[st
         "numGroups": len(result.rows) if c.aggregated else 0,
         "isPartial": result.truncated or len(result.rows) >= MAX_ROWS,
         "cacheStatus": 1,
-        "minBlockTime": min(times) if times else start,
-        "maxBlockTime": max(times) if times else end,
+        "minBlockTime": format_trimmed(min(result.keys)[0]) if result.keys else start,
+        "maxBlockTime": format_trimmed(max(result.keys)[0]) if result.keys else end,
         "messages": c.messages,
-        "minCursor": min(row_ids) if row_ids else "",
-        "maxCursor": max(row_ids) if row_ids else "",
+        # The oldest and the newest event of the answer: the cursor of the next page (for
+        # newest first, the minimum; after sort by _time asc, the maximum).
+        "minCursor": f"{min(result.keys)[1]:016x}" if result.keys else "",
+        "maxCursor": f"{max(result.keys)[1]:016x}" if result.keys else "",
     }
 
 
@@ -757,7 +948,8 @@ def tabular_answer(result: Result, rows_examined: int, start: str, end: str) -> 
     for name, column in zip(result.fields, columns, strict=False):
         entry: dict[str, Any] = {"name": name, "type": _type_of(column, name)}
         if name in aggs:
-            entry["agg"] = {"name": aggs[name], "args": [], "fields": []}
+            entry["agg"] = c.agg_info.get(name) or {"name": aggs[name], "args": [],
+                                                     "fields": []}
         fields.append(entry)
     table: dict[str, Any] = {
         "name": "0",
@@ -766,8 +958,8 @@ def tabular_answer(result: Result, rows_examined: int, start: str, end: str) -> 
         "order": [{"field": f, "desc": d} for f, d in c.order],
         "groups": [{"name": g} for g in c.groups],
         "range": {"field": "_time", "start": start, "end": end},
-        "buckets": ({"field": "_time", "size": c.bin_us // 1_000_000}
-                    if c.bin_us and c.bin_us % 1_000_000 == 0 else None),
+        # The bin's span in nanoseconds, as the service gives it.
+        "buckets": {"field": "_time", "size": c.bin_us * 1000} if c.bin_us else None,
         "columns": columns,
     }
     return {"format": "tabular", "status": _status(result, rows_examined, start, end),

@@ -834,7 +834,8 @@ class _Handler(BaseHTTPRequestHandler):
             if allowed is not None and name is not None and name not in allowed:
                 raise HttpError(404, "dataset not found")
         return self.server.store.query(data["apl"], data.get("startTime"),
-                                       data.get("endTime"), fmt)
+                                       data.get("endTime"), fmt, cursor=data.get("cursor"),
+                                       include_cursor=data.get("includeCursor", False))
 
     # ------------------------------------------------------------------ response
 

@@ -7,7 +7,9 @@ The HTTP side is service.py; this module knows nothing of requests.
 from __future__ import annotations
 
 import json
+import math
 import pathlib
+import random
 import re
 import sqlite3
 import threading
@@ -90,10 +92,90 @@ def _apl_todatetime(value: Any) -> int | None:
     return parse_time(value) if isinstance(value, str) else None
 
 
+def _fold(value: Any, upper: bool) -> Any:
+    # SQLite's lower()/upper() fold ASCII only; APL folds every letter ("É" is "é").
+    if isinstance(value, str):
+        return value.upper() if upper else value.lower()
+    if isinstance(value, (int, float)):
+        return str(value)  # as SQLite's lower(5) is '5'
+    return value
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # SQLite's order across types: numbers before text before blobs.
+    if isinstance(value, (int, float)):
+        return (0, value)
+    return (1, value) if isinstance(value, str) else (2, bytes(value))
+
+
+class _ArgBest:
+    """arg_max / arg_min: the row (JSON text) where the value is greatest / least; the first
+    such row on a tie."""
+
+    sign = 1
+
+    def __init__(self) -> None:
+        self.key: tuple[int, Any] | None = None
+        self.row: Any = None
+
+    def step(self, value: Any, row: Any) -> None:
+        if value is None:
+            return
+        key = _sort_key(value)
+        if self.key is None or (key > self.key if self.sign > 0 else key < self.key):
+            self.key, self.row = key, row
+
+    def finalize(self) -> Any:
+        return self.row
+
+
+class _ArgMin(_ArgBest):
+    sign = -1
+
+
+# A percentile is estimated from a uniform sample of at most this many values per group (the
+# service's is an estimate too): memory stays bounded however many events a group has.
+PERCENTILE_SAMPLE = 100_000
+
+
+class _Percentile:
+    """percentile(x, p): the nearest-rank percentile of the numbers (text and nulls skipped)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.seen = 0
+        self.p = 50.0
+        self.rng = random.Random(0)  # the same answer for the same data
+
+    def step(self, value: Any, p: Any) -> None:
+        if not isinstance(value, (int, float)):
+            return
+        self.p = float(p)
+        self.seen += 1
+        if len(self.values) < PERCENTILE_SAMPLE:
+            self.values.append(value)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < PERCENTILE_SAMPLE:
+                self.values[j] = value
+
+    def finalize(self) -> Any:
+        if not self.values:
+            return None
+        self.values.sort()
+        rank = max(1, math.ceil(self.p / 100 * len(self.values)))
+        return self.values[min(rank, len(self.values)) - 1]
+
+
 def _add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
     db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
+    db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
+    db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
+    db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
+    db.create_aggregate("apl_arg_min", 2, _ArgMin)  # type: ignore[arg-type]
+    db.create_aggregate("apl_percentile", 2, _Percentile)  # type: ignore[arg-type]
 
 
 class Store:
@@ -301,13 +383,19 @@ class Store:
             self._counts.clear()
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
-              timeout: float = QUERY_TIMEOUT) -> dict[str, Any]:
+              timeout: float = QUERY_TIMEOUT, cursor: Any = None,
+              include_cursor: Any = False) -> dict[str, Any]:
         """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
 
         ``HttpError(400)`` names what is outside the subset; a query is stopped after
         ``timeout`` seconds, so one query cannot hold the store (and ingest) for long.
+        ``cursor`` (a ``_rowId``, as the status's ``minCursor``/``maxCursor`` give) starts the
+        rows after that event, and with ``include_cursor`` at it: the next page.
         """
         now_us = time.time_ns() // 1000
+        at: tuple[int, int, bool] | None = None
+        if cursor not in (None, ""):
+            at = self._cursor(text, cursor, include_cursor)
         try:
             start_us = None if start in (None, "") else apl.parse_relative_time(start, now_us)
             # endTime defaults to now, as the service's does: an event stamped in the future
@@ -323,7 +411,7 @@ class Store:
                 if first is not None:
                     data_range = (first, last + 1)
             compiled = aplsql.compile_query(text, start_us=start_us, end_us=end_us,
-                                            now_us=now_us, data_range=data_range)
+                                            now_us=now_us, data_range=data_range, cursor=at)
         except apl.AplError as exc:
             raise HttpError(400, str(exc)) from None
         deadline = time.monotonic() + timeout
@@ -349,6 +437,25 @@ class Store:
         end_s = apl.format_time(end_us if end_us is not None else now_us)
         build = aplsql.tabular_answer if fmt == "tabular" else aplsql.legacy_answer
         return build(result, examined, start_s, end_s)
+
+    def _cursor(self, text: str, cursor: Any, include: Any) -> tuple[int, int, bool]:
+        """The ``_time`` and row of the event a cursor names; HttpError(400) if none."""
+        if not isinstance(include, bool):
+            raise HttpError(400, '"includeCursor" must be true or false')
+        try:
+            if not isinstance(cursor, str) or len(cursor) > 16:
+                raise ValueError
+            seq = int(cursor, 16)
+            dataset = apl.parse_query(text).dataset
+        except (ValueError, apl.AplError):
+            raise HttpError(400, f'"cursor" must be a _rowId of the queried dataset, as the '
+                                 f"status's minCursor and maxCursor give; got {cursor!r}") from None
+        with self._lock:
+            row = self._db.execute("SELECT time FROM events WHERE seq = ? AND dataset = ?",
+                                   (seq, dataset)).fetchone()
+        if row is None:
+            raise HttpError(400, f"the cursor {cursor!r} names no event of dataset {dataset!r}")
+        return row[0], seq, include
 
     # ------------------------------------------------------------------ views
 

@@ -15,7 +15,8 @@ const LEVEL_COLOURS = { debug: "#8b95a5", info: "#2f9e44", warning: "#e8a317",
 const SYSTEM = new Set(["_time", "_sysTime", "_rowId"]);
 // Where the code ran: shown after the application's own fields, which say what happened.
 const CODE_FIELDS = ["logger", "module", "function", "line", "file", "process", "thread"];
-const TRACE_FIELDS = ["exception", "stack", "stack_trace", "traceback", "error.stack"];
+const TRACE_FIELDS = ["exception", "exception.stacktrace", "stack", "stack_trace", "traceback",
+  "error.stack"];
 
 // An event's text: its message, or structlog's `event` (or `msg`), or an OpenTelemetry log
 // record's `body`, or a span's `name`, when it has none.
