@@ -202,7 +202,7 @@ def test_start_and_end_bound_the_time(svc: LocalService) -> None:
 
 # (query, words the 400 answer must contain)
 ERRORS = [
-    ("['app'] | parse message with x", ["unsupported operator 'parse'", "column 11"]),
+    ("['app'] | mv-apply x", ["unsupported operator 'mv-apply'", "column 11"]),
     ("['app'] | mv-expand tags", ["unsupported operator 'mv-expand'"]),
     ("['app'] | extend n + 1", ["name the computed column"]),
     ("['app'] | top 3", ["expected 'by'"]),
@@ -210,7 +210,7 @@ ERRORS = [
     ("['app'] | where message !hasprefix 'x'", ["unsupported operator '!hasprefix'"]),
     ("['app'] | where message matches regex 'x'", ["unsupported operator 'matches'"]),
     ("['app'] | where parse_json(a) == 'x'", ["unsupported function 'parse_json()'"]),
-    ("['app'] | summarize percentile(n, 50)", ["unsupported aggregation 'percentile'"]),
+    ("['app'] | summarize stdev(n)", ["unsupported aggregation 'stdev'"]),
     ("['app'] | summarize count() by bin(n, 10)", ["bin()", "_time"]),
     ("['app'] | where _time between_x_unused == 1", ["unexpected 'between_x_unused'"]),
     ("['app'] | where", ["expected a value or a field", "end of the query"]),
@@ -593,16 +593,18 @@ def test_the_text_pre_filter_never_changes_an_answer(
             return sorted(answer["tables"][0]["columns"][0])
 
         strings = [(i, v) for i, v in enumerate(values) if v is not None]
-        low = _lower(needle)
+        # Folding is SQLite's (ASCII) for an ASCII literal, every letter's for another.
+        fold = _lower if needle.isascii() else str.lower
+        low = fold(needle)
         expected = {
             "==": [i for i, v in strings if v == needle],
             "!=": [i for i, v in enumerate(values) if v != needle],
-            "=~": [i for i, v in strings if _lower(v) == low],
-            "contains": [i for i, v in strings if low in _lower(v)],
-            "!contains": [i for i, v in enumerate(values) if v is None or low not in _lower(v)],
+            "=~": [i for i, v in strings if fold(v) == low],
+            "contains": [i for i, v in strings if low in fold(v)],
+            "!contains": [i for i, v in enumerate(values) if v is None or low not in fold(v)],
             "contains_cs": [i for i, v in strings if needle in v],
-            "startswith": [i for i, v in strings if _lower(v).startswith(low)],
-            "endswith": [i for i, v in strings if _lower(v).endswith(low)],
+            "startswith": [i for i, v in strings if fold(v).startswith(low)],
+            "endswith": [i for i, v in strings if fold(v).endswith(low)],
             "startswith_cs": [i for i, v in strings if v.startswith(needle)],
         }
         for op, want in expected.items():

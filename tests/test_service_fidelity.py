@@ -558,3 +558,53 @@ class TestAplReference:
         with people.client() as client, pytest.raises(loghandler.ApiError) as info:
             client.query(apl)
         assert said in str(info.value) and info.value.status == 400
+
+
+@pytest.fixture(scope="module")
+def logs() -> Iterator[LocalService]:
+    events = [{"n": 0, "msg": "user=ann took 17ms at 2026-05-01T12:00:00Z ok=true"},
+              {"n": 1, "msg": "user=bob took x ms"}, {"n": 2, "msg": "nothing"},
+              {"n": 3, "msg": "user=" + "a" * 500_000}]
+    with LocalService(token=TOKEN) as service:
+        service.client().ingest("l", events)
+        yield service
+
+
+class TestParse:
+    """APL reference, parse (simple mode): string constants, typed columns and *; a text the
+    pattern does not match gives null columns."""
+
+    def q(self, svc: LocalService, apl: str) -> list[dict[str, object]]:
+        with svc.client() as client:
+            return client.query(apl + " | sort by n asc")
+
+    def test_typed_columns(self, logs: LocalService) -> None:
+        rows = self.q(logs, '[\'l\'] | parse msg with "user=" user " took " ms:int "ms at " '
+                            't:datetime " ok=" ok:bool | project n, user, ms, t, ok')
+        assert rows[0] == {"n": 0, "user": "ann", "ms": 17, "t": "2026-05-01T12:00:00Z",
+                           "ok": True}
+        assert all(r["user"] is None and r["ms"] is None for r in rows[1:])
+
+    def test_wildcards_and_the_rest(self, logs: LocalService) -> None:
+        assert self.q(logs, '[\'l\'] | parse msg with * "took " ms:long "ms" * '
+                            '| where ms > 10 | project n, ms') == [{"n": 0, "ms": 17}]
+        rows = self.q(logs, '[\'l\'] | parse msg with "user=" user " " rest '
+                            '| where isnotnull(user) | project n, user, rest')
+        assert rows == [{"n": 0, "user": "ann",
+                         "rest": "took 17ms at 2026-05-01T12:00:00Z ok=true"},
+                        {"n": 1, "user": "bob", "rest": "took x ms"}]
+        # The last column takes the rest: half a megabyte, read in one pass.
+        [row] = self.q(logs, '[\'l\'] | where n == 3 | parse msg with "user=" who '
+                             '| project n, size = strlen(who)')
+        assert row == {"n": 3, "size": 500_000}
+
+    @pytest.mark.parametrize("apl, said", [
+        ("['l'] | parse msg with user rest", "next to each other"),
+        ("['l'] | parse msg with \"x\"", "names no column"),
+        ("['l'] | parse msg with \"a=\" a:float", "unknown type 'float'"),
+        ("['l'] | parse msg \"a=\" a", "expected 'with'"),
+    ])
+    def test_bad_patterns(self, logs: LocalService, apl: str, said: str) -> None:
+        with logs.client() as client, pytest.raises(loghandler.ApiError) as info:
+            client.query(apl)
+        assert said in str(info.value)

@@ -49,7 +49,12 @@ MAX_DEPTH = 64
 MAX_OPERATORS = 200
 
 OPERATORS = ("where", "search", "sort by", "order by", "take", "limit", "top", "project",
-             "project-away", "project-rename", "extend", "count", "summarize", "distinct")
+             "project-away", "project-rename", "extend", "parse", "count", "summarize",
+             "distinct")
+# The types a parse column may name, and what each reads its text as.
+PARSE_TYPES = {"string": "string", "int": "long", "long": "long", "real": "real",
+               "double": "real", "bool": "bool", "boolean": "bool", "datetime": "datetime",
+               "date": "datetime"}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = {"w": 604_800_000_000, "week": 604_800_000_000, "weeks": 604_800_000_000,
@@ -65,7 +70,8 @@ _US = {"w": 604_800_000_000, "week": 604_800_000_000, "weeks": 604_800_000_000,
 
 # Operators that, standing first, mean the dataset was left out.
 _OPERATOR_WORDS = frozenset({"take", "limit", "where", "filter", "summarize", "sort", "order",
-                             "project", "extend", "count", "top", "distinct", "search"})
+                             "project", "extend", "count", "top", "distinct", "search",
+                             "parse"})
 
 
 class AplError(Exception):
@@ -126,7 +132,7 @@ _WORD_OP = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:-[A-Za-z][A-Za-z0-9_$]*)*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _UNIT = re.compile(r"[A-Za-z]+")
 _OPS = ("==", "!=", "<=", ">=", "=~", "!~", "|", "(", ")", "[", "]", ",", ".", "<", ">", "=",
-        "+", "-", "*", "/", "!", "~", "%")
+        "+", "-", "*", "/", "!", "~", "%", ":")
 
 
 def tokenize(text: str) -> list[Token]:
@@ -404,6 +410,8 @@ class _Parser:
             return ("summarize", [], groups)
         if word == "count":
             return ("count",)
+        if word == "parse":
+            return self.parse_op(tok)
         if word == "summarize":
             return self.summarize()
         raise AplError(f"unsupported operator '{tok.value}' at {self.where(tok)}; the local "
@@ -418,6 +426,50 @@ class _Parser:
             self.next()
             self.expect("ident", None, "'first' or 'last'")
         return e, desc
+
+    def parse_op(self, tok: Token) -> tuple[Any, ...]:
+        """parse x with "user=" user " took " ms:int "ms" *: the simple mode (string constants,
+        columns with an optional type, and * for any text)."""
+        source = self.expr()
+        if not self.at_word("with"):
+            raise self.fail("expected 'with' and a pattern, as in parse message with "
+                            "\"user=\" user \" \" *")
+        self.next()
+        parts: list[tuple[Any, ...]] = []
+        while not (self.at("op", "|") or self.at("eof")):
+            if self.at("string"):
+                text = self.next().value
+                if text:
+                    parts.append(("text", text))
+            elif self.at("op", "*"):
+                if parts and parts[-1][0] == "column":
+                    raise self.fail("a column and * next to each other: put the text between "
+                                    "them in the pattern")
+                self.next()
+                if not (parts and parts[-1][0] == "any"):
+                    parts.append(("any",))
+            elif self.peek().kind == "ident":
+                name = self.next().value
+                kind = "string"
+                if self.at("op", ":"):
+                    self.next()
+                    t = self.expect("ident", what="a type (string, int, long, real, "
+                                                  "datetime, bool)")
+                    kind = PARSE_TYPES.get(t.value.lower(), "")
+                    if not kind:
+                        raise self.fail(f"unknown type {t.value!r} in parse; use string, int, "
+                                        f"long, real, datetime or bool", t)
+                if parts and parts[-1][0] in ("column", "any"):
+                    raise self.fail("two columns (or * and a column) next to each other: put "
+                                    "the text between them in the pattern")
+                parts.append(("column", str(name), kind))
+            else:
+                raise self.fail("expected a string, a column name or * in the parse pattern")
+            if len(parts) > 64:
+                raise self.fail("a parse pattern has at most 64 parts")
+        if not any(p[0] == "column" for p in parts):
+            raise self.fail("the parse pattern names no column", tok)
+        return ("parse", source, parts)
 
     def call_arg(self, function: str) -> Any:
         # arg_max(x, *): every field of the row; nowhere else is * an argument.

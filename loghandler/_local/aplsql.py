@@ -579,6 +579,25 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                    f"FROM ({sql})")
             fields = names
             comp.raw_body = False
+        elif kind == "parse":
+            sql = keep_order(sql)
+            if order is not None:
+                order = "ord"
+            source = comp.expr(op[1])
+            spec = json.dumps(op[2])
+            typed = [(p[1], p[2]) for p in op[2] if p[0] == "column"]
+            columns = [name for name, _ in typed]
+            values = []
+            for i, (name, kind_) in enumerate(typed):
+                value = f"apl_parse({source.sql}, {_q(spec)}, {i})"
+                if kind_ == "bool":  # SQLite has no booleans: JSON's, not 1 and 0
+                    value = f"json(CASE {value} WHEN 1 THEN 'true' WHEN 0 THEN 'false' END)"
+                values.append(f"{_q(_path_flat(name))}, {value}")
+            sets = ", ".join(values)
+            sql = f"SELECT seq, time, sys, json_set(body, {sets}) AS body, ord FROM ({sql})"
+            if fields is not None:
+                fields += [name for name in columns if name not in fields]
+            comp.raw_body = False
         elif kind == "extend":
             sql = keep_order(sql)
             if order is not None:

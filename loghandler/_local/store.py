@@ -6,6 +6,7 @@ The HTTP side is service.py; this module knows nothing of requests.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import pathlib
@@ -19,7 +20,7 @@ from typing import Any
 
 from . import apl as apl
 from . import aplsql as aplsql
-from .apl import format_time, parse_time
+from .apl import format_time, format_trimmed, parse_time
 from .ingest import HttpError, json_kind
 
 __all__ = ["QUERY_TIMEOUT", "VIEW_FIELDS", "Store", "reject_constant", "validate_view"]
@@ -167,10 +168,75 @@ class _Percentile:
         return self.values[min(rank, len(self.values)) - 1]
 
 
+@functools.lru_cache(maxsize=64)
+def _parse_spec(spec: str) -> list[list[Any]]:
+    return json.loads(spec)  # type: ignore[no-any-return]
+
+
+def _parse_value(text: str, kind: str) -> Any:
+    if kind == "string":
+        return text
+    word = text.strip()
+    if kind == "long":
+        try:
+            return int(word)
+        except ValueError:
+            return None
+    if kind == "real":
+        try:
+            value = float(word)
+        except ValueError:
+            return None
+        return value if math.isfinite(value) else None
+    if kind == "bool":
+        return {"true": True, "false": False}.get(word.lower())
+    us = parse_time(word)
+    return None if us is None else format_trimmed(us)
+
+
+@functools.lru_cache(maxsize=8)  # the columns of one row ask in turn: one scan per row
+def _parse_all(text: str, spec: str) -> tuple[Any, ...] | None:
+    """APL ``parse`` (simple mode) of one text: the columns' values, or None for no match.
+
+    One pass, left to right: each string constant is found from where the last one ended,
+    and a column is the text between them (the rest of the text, at the end), so the work is
+    linear in the text whatever the pattern."""
+    values: list[Any] = []
+    pos = 0
+    pending: list[Any] | None = None  # a column or * waiting for the text that ends it
+    for part in _parse_spec(spec):
+        if part[0] != "text":
+            pending = part
+            continue
+        literal = part[1]
+        if pending is None:
+            if not text.startswith(literal, pos):
+                return None
+            pos += len(literal)
+            continue
+        j = text.find(literal, pos)
+        if j < 0:
+            return None
+        if pending[0] == "column":
+            values.append(_parse_value(text[pos:j], pending[2]))
+        pos, pending = j + len(literal), None
+    if pending is not None and pending[0] == "column":
+        values.append(_parse_value(text[pos:], pending[2]))
+    return tuple(values)
+
+
+def _apl_parse(value: Any, spec: str, index: int) -> Any:
+    if value is None:
+        return None
+    values = _parse_all(value if isinstance(value, str) else str(value), spec)
+    return None if values is None else values[index]
+
+
 def _add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
     db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
+    db.create_function("apl_parse", 3, _apl_parse, deterministic=True)
     db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
     db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
     db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
