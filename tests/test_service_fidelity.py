@@ -445,7 +445,8 @@ class TestPaging:
 
 
 class TestStatus:
-    """API reference, "Run query": the status counts the events matched (``rowsMatched``),
+    """API reference, "Run query": the status counts the events matched (``rowsMatched``: of
+    an aggregation, the events aggregated; of events, those the answer read),
     a tabular field names its aggregation (``agg.name``, ``agg.fields``, ``agg.args``), and a
     time bin's ``buckets.size`` is in nanoseconds."""
 
@@ -458,9 +459,11 @@ class TestStatus:
         return body  # type: ignore[no-any-return]
 
     @pytest.mark.parametrize("apl, matched", [
-        ("['app'] | where i < 300 | take 10", 300),       # a take cuts rows, not matches
+        # Events: those read for the answer (the scan stops once it is whole).
+        ("['app'] | where i < 300 | take 10", 10),
         ("['app'] | where i < 300", 300),                 # one page of 1,000 holds them all
-        ("['app']", 2500),                                # a page of 1,000 out of 2,500
+        ("['app']", 1000),                                # a page of 1,000 out of 2,500
+        # Aggregations: every event in the groups, not the number of groups.
         ("['app'] | where i >= 2000 | summarize avg(i) by bin(_time, 5s)", 500),
         ("['app'] | where i % 2 == 0 | count", 1250),
         ("['app'] | summarize max(i)", 2500),

@@ -455,8 +455,6 @@ class Compiled:
     row_id: bool = False  # whole events carry _rowId: the query names it
     page: int | None = None  # rows of a page (no take or limit): more is a partial answer
     agg_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # column -> its "agg"
-    count_sql: str | None = None  # counts the matched events, when the answer is cut
-    limit: int | None = None  # the rows the answer is cut at (a take, a page)
     away: list[str] = field(default_factory=list)  # project-away patterns (user*)
 
 
@@ -536,12 +534,9 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             ops += [("sort", [op[2]]), ("take", op[1])]
         else:
             ops.append(op)
-    match_sql: str | None = None  # the events the query matches: before its first take/summary
     takes = [op[1] for op in ops if op[0] == "take"]
     for op in ops:
         kind = op[0]
-        if match_sql is None and kind in ("take", "count", "summarize"):
-            match_sql = sql
         if kind == "where":
             c = comp.expr(op[1])
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
@@ -716,18 +711,11 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     # Events with no take or limit come a page at a time, as the service answers them (one
     # more row is read, to know whether there is a next page).
     page = DEFAULT_PAGE if not aggregated and not takes else None
-    if match_sql is None:
-        match_sql = sql
     sql = (f"SELECT seq, time, sys, body FROM ({sql})"
            + (f" ORDER BY {final_order}" if final_order else "")
            + f" LIMIT {MAX_ROWS if page is None else page + 1}")
-    # Events cut by a take or a page may match more than the answer holds: counted apart.
-    count_sql = (None if aggregated else
-                 f"SELECT count(*) FROM ({match_sql})")
-    limit = page if page is not None else (min(takes) if takes else None)
     return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
-                    hidden, _messages(q), "_rowId" in text, page, agg_info, count_sql, limit,
-                    away_patterns)
+                    hidden, _messages(q), "_rowId" in text, page, agg_info, away_patterns)
 
 
 def _agg_info(call: Call) -> dict[str, Any]:
@@ -902,10 +890,9 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
             system.append((None if t is None else format_trimmed(t), _trim(sys_time),
                            None if seq is None else f"{seq:016x}"))
     if compiled.fields is None or not counted:
+        # Events: those read to answer (as the service's scan stops once the answer is whole,
+        # and counting the rest would cost the page a second scan per poll).
         matched = len(rows)
-        if compiled.count_sql is not None and compiled.limit is not None and (
-                len(raw) >= compiled.limit):
-            matched = db.execute(compiled.count_sql).fetchone()[0]
     return Result(compiled, rows, system, fields,
                   int((time.perf_counter() - started) * 1_000_000), truncated, keys, matched)
 
