@@ -611,3 +611,24 @@ class TestParse:
         with logs.client() as client, pytest.raises(loghandler.ApiError) as info:
             client.query(apl)
         assert said in str(info.value)
+
+
+def test_limit_after_a_time_binned_summarize_keeps_whole_series() -> None:
+    """APL reference, limit: after summarize whose first group is a time bin, limit N keeps
+    the N groups (series) with the largest totals, each with every one of its time bins, not
+    the first N rows."""
+    events: list[dict[str, object]] = []
+    for minute in range(3):
+        for level, n in (("info", 10), ("warn", 50 if minute == 1 else 5), ("error", 1),
+                         ("debug", 3)):
+            events += [{"_time": f"2026-05-01T12:0{minute}:30Z", "level": level}] * n
+    with LocalService(token=TOKEN) as svc:
+        svc.client().ingest("s", events)
+        with svc.client() as client:
+            rows = client.query("['s'] | summarize count() by bin(_time, 1m), level | limit 2",
+                                start="2026-01-01T00:00:00Z")
+            plain = client.query("['s'] | summarize count() by level | limit 2",
+                                 start="2026-01-01T00:00:00Z")
+    assert {r["level"] for r in rows} == {"warn", "info"} and len(rows) == 6
+    assert [r["count_"] for r in rows if r["level"] == "warn"] == [5, 50, 5]
+    assert len(plain) == 2  # without a time bin, limit is the first N rows

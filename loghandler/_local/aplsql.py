@@ -535,8 +535,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         else:
             ops.append(op)
     takes = [op[1] for op in ops if op[0] == "take"]
+    series: tuple[list[str], str] | None = None  # right after a time-binned summarize by x
     for op in ops:
         kind = op[0]
+        after_series, series = series, None
         if kind == "where":
             c = comp.expr(op[1])
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
@@ -555,6 +557,16 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             if not aggregated:
                 parts.append("seq DESC" if op[1][0][1] else "seq ASC")
             order = ", ".join(parts)
+        elif kind == "take" and after_series is not None:
+            # limit right after summarize ... by bin(_time, ...), x: the N series (groups of x)
+            # with the largest total of the first aggregation, every time bin of each.
+            series_keys, series_value = after_series
+            key = "json_array(" + ", ".join(
+                f"json_extract(body, {_q(_path_flat(k))})" for k in series_keys) + ")"
+            total = f"sum(json_extract(body, {_q(_path_flat(series_value))}))"
+            sql = (f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {key} IN "
+                   f"(SELECT {key} FROM ({sql}) GROUP BY 1 ORDER BY {total} DESC, 1 "
+                   f"LIMIT {op[1]})")
         elif kind == "take":
             by = order or (None if aggregated else _DEFAULT_ORDER)
             sql = (f"SELECT seq, time, sys, body, ord FROM ({sql})"
@@ -703,6 +715,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             fields, aggregated = names, True
             comp.raw_body = False
             groups = [name for name, _ in group_list]
+            others = [name for (name, _), g in zip(group_list, group_sql, strict=True)
+                      if g != time_group]
+            if time_group != "NULL" and others and aggs and group_sql[0] == time_group:
+                series = (others, aggs[0][0])
             order = ", ".join(order_parts) or None
             order_report = []
     final_order = order or (None if aggregated else _DEFAULT_ORDER)
