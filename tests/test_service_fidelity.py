@@ -632,3 +632,63 @@ def test_limit_after_a_time_binned_summarize_keeps_whole_series() -> None:
     assert {r["level"] for r in rows} == {"warn", "info"} and len(rows) == 6
     assert [r["count_"] for r in rows if r["level"] == "warn"] == [5, 50, 5]
     assert len(plain) == 2  # without a time bin, limit is the first N rows
+
+
+class TestMatchesRegex:
+    """APL reference, matches regex: a value that matches the regular expression anywhere.
+    A pattern that backtracks without end stops at the query's deadline (a 400), and does not
+    hold the service meanwhile."""
+
+    def test_matches(self, people: LocalService) -> None:
+        with people.client() as client:
+            rows = client.query("['p'] | where msg matches regex @'^[a-zé]+$' "
+                                "| sort by n asc | project n", start="2026-01-01T00:00:00Z")
+            assert [r["n"] for r in rows] == [1, 3, 4, 5]
+            rows = client.query("['p'] | where user matches regex 'n{2}|^cy' "
+                                "| sort by n asc | project n", start="2026-01-01T00:00:00Z")
+            assert [r["n"] for r in rows] == [0, 2, 3]
+
+    def test_a_runaway_pattern_stops_at_the_deadline(self) -> None:
+        import threading
+        import time
+
+        from loghandler._local.ingest import HttpError
+
+        with LocalService(token=TOKEN) as svc:
+            svc.client().ingest("r", [{"s": "a" * 5000 + "!"}] * 3)
+            store = svc._server.store  # a deadline of 1 s instead of the service's 10
+            got: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    store.query("['r'] | where s matches regex '(a|a?)+$'", timeout=1.0)
+                except HttpError as exc:
+                    got.append(exc)
+
+            started = time.monotonic()
+            worker = threading.Thread(target=run)
+            worker.start()
+            # The service answers meanwhile: the regex does not hold the other threads.
+            assert svc.client().datasets.list() is not None
+            worker.join(10)
+            took = time.monotonic() - started
+            [exc] = got
+            assert isinstance(exc, HttpError) and exc.status == 400
+            assert "longer than 1 s" in exc.message and took < 5
+            assert svc.client().query("['r'] | count") == [{"count": 3}]
+
+    def test_without_the_regex_package_a_400_says_what_to_install(self) -> None:
+        import subprocess
+        import sys
+
+        code = ("import sys; sys.modules['regex'] = None\n"
+                "from loghandler.testing import LocalService\n"
+                "import loghandler\n"
+                "with LocalService() as s, s.client() as c:\n"
+                "    try:\n"
+                "        c.query(\"['x'] | where a matches regex 'b'\")\n"
+                "    except loghandler.ApiError as e:\n"
+                "        print(e.status, e)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        assert out.stdout.startswith("400 ") and "loghandler-ingest[regex]" in out.stdout, out

@@ -140,10 +140,15 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
     clean = clean_keys() if clean_keys is not None else None
     skip = 0
     if clean is not None:
-        # Checked once a batch, not per event: the static fields' keys (else the scrubber sees
-        # every event, which teaches it these keys: the first batch, usually), and the fast
-        # path's fixed head, which then need not be looked at.
-        if not clean.issuperset([key for key, _ in static]):
+        # Checked once a batch, not per event: the static fields' keys, and the fast path's
+        # fixed head, which then need not be looked at. The scrubber learns these keys from
+        # one event of them alone (a secret one it never learns: then every event takes the
+        # call), so the first batch too skips the call and the head per event.
+        keys = [key for key, _ in static]
+        if finish is not None and not (clean.issuperset(keys) and clean.issuperset(FAST_HEAD)):
+            finish({**dict.fromkeys(FAST_HEAD), **dict(static)},
+                   all(type(v) in PLAIN for _, v in static))
+        if not clean.issuperset(keys):
             clean = None
         elif clean.issuperset(FAST_HEAD):
             skip = len(FAST_HEAD)

@@ -270,7 +270,7 @@ class Query:
 _STRING_OPS = {"contains", "contains_cs", "startswith", "startswith_cs", "endswith",
                "endswith_cs", "has", "has_cs"}
 _UNSUPPORTED_STRING_OPS = {"hasprefix", "hassuffix", "has_any", "has_all",
-                           "matches", "like", "hasprefix_cs", "hassuffix_cs"}
+                           "like", "hasprefix_cs", "hassuffix_cs"}
 _CMP = {"==", "!=", "<", "<=", ">", ">=", "=~", "!~"}
 AGGREGATIONS = {"count", "countif", "sum", "avg", "min", "max", "dcount", "percentile",
                 "percentiles", "arg_max", "arg_min"}
@@ -653,6 +653,13 @@ class _Parser:
                     values.append(self.expr())
                 self.expect("op", ")")
                 return InList(left, tuple(values), negated, insensitive)
+            if word == "matches" and not negated:
+                self.next()
+                if not self.at_word("regex"):
+                    raise self.fail("expected 'regex' after 'matches', as in "
+                                    "message matches regex 'time(d)? ?out'")
+                self.next()
+                return self.bin("matches regex", left, self.add_expr(), tok.pos)
             if word == "between":
                 # x between (lo .. hi): both ends included; !between is outside them.
                 self.next()

@@ -163,6 +163,12 @@ class _Compiler:
             return _Sql(f"({left.sql} IS NOT {right.sql})", "bool")
         if op in ("<", "<=", ">", ">="):
             return _Sql(f"({left.sql} {op} {right.sql})", "bool")
+        if op == "matches regex":
+            if not right.is_const or not isinstance(right.const, str):
+                raise AplError(f"matches regex takes the pattern as a string, at "
+                               f"{position(self.text, e.pos)}")
+            check_regex(right.const, position(self.text, e.pos))
+            return _Sql(f"coalesce(apl_matches({left.sql}, {right.sql}), 0)", "bool")
         neg = op.startswith("!")
         base = op.lstrip("!")
         lo = "" if base.endswith("_cs") else _folder(left, right)
@@ -412,6 +418,29 @@ class _Compiler:
             for w in named:
                 out.append((w, f"json_extract({row}, {_q(_path_flat(w))})", info))
         return out
+
+
+# The longest regex pattern a query may hold.
+MAX_REGEX = 1_000
+
+
+def check_regex(pattern: str, where: str) -> None:
+    """AplError unless ``pattern`` is a regex the local service can run (``matches regex``).
+
+    It needs the ``regex`` package: its matching takes a timeout, so one pattern that
+    backtracks without end stops at the query's deadline. Python's own ``re`` cannot be
+    stopped mid-match, and holds every other thread of the service meanwhile."""
+    if len(pattern) > MAX_REGEX:
+        raise AplError(f"the regex at {where} is longer than {MAX_REGEX:,} characters")
+    try:
+        import regex  # type: ignore[import-untyped]
+    except ImportError:
+        raise AplError("matches regex needs the regex package in the local service's "
+                       "environment: pip install 'loghandler-ingest[regex]'") from None
+    try:
+        regex.compile(pattern)
+    except regex.error as exc:
+        raise AplError(f"the regex at {where} is not valid: {exc}") from None
 
 
 def _glob(pattern: str) -> str:

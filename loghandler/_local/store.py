@@ -232,11 +232,39 @@ def _apl_parse(value: Any, spec: str, index: int) -> Any:
     return None if values is None else values[index]
 
 
+# The query running on this thread: when it must stop (monotonic), for matches regex, and
+# whether a regex ran out of that time.
+_QUERY = threading.local()
+
+
+@functools.lru_cache(maxsize=32)
+def _regex(pattern: str) -> Any:
+    import regex  # type: ignore[import-untyped]
+
+    return regex.compile(pattern)
+
+
+def _apl_matches(value: Any, pattern: str) -> int | None:
+    """APL's ``matches regex`` (aplsql.check_regex vetted the pattern): bounded by the
+    query's deadline, as a backtracking pattern could otherwise run for ever."""
+    if value is None:
+        return None
+    deadline = getattr(_QUERY, "deadline", None)
+    timeout = QUERY_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+    text = value if isinstance(value, str) else str(value)
+    try:
+        return 1 if _regex(pattern).search(text, timeout=timeout) is not None else 0
+    except TimeoutError:
+        _QUERY.timed_out = True
+        raise
+
+
 def _add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
     db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
     db.create_function("apl_parse", 3, _apl_parse, deterministic=True)
+    db.create_function("apl_matches", 2, _apl_matches, deterministic=True)
     db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
     db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
     db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
@@ -485,18 +513,21 @@ class Store:
                     else (self._db, self._lock))
         with lock:
             db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+            _QUERY.deadline, _QUERY.timed_out = deadline, False
             try:
                 result = aplsql.run(db, compiled, deadline)
             except (sqlite3.DatabaseError, aplsql.QueryTimeout, ValueError,
                     OverflowError) as exc:
                 # A query out of range somewhere SQLite or the answer's times notice (a
                 # datatype mismatch, a number past the calendar): the client's to fix, a 400.
-                if isinstance(exc, aplsql.QueryTimeout) or "interrupt" in str(exc):
+                if (isinstance(exc, aplsql.QueryTimeout) or "interrupt" in str(exc)
+                        or _QUERY.timed_out):
                     raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
                                          f"with a time range or a where") from None
                 raise HttpError(400, f"the query cannot run: {exc}") from None
             finally:
                 db.set_progress_handler(None, 0)
+                _QUERY.deadline = None
         with self._lock:
             examined = self._counts.get(compiled.dataset, 0)
         start_s = apl.format_time(start_us if start_us is not None else 0)
