@@ -310,3 +310,23 @@ class IngestHandler(logging.Handler):
     def stats(self) -> Stats:
         """The shipper's counters (see ``Shipper.stats``)."""
         return self.shipper.stats()
+
+
+def _compile_handle() -> None:
+    # handle() in C (_speedups.handle) for the common record: the same fast path without its
+    # bytecode; it calls the Python handle above for anything else (tests/test_speedups.py).
+    module = _compiled.handle
+    if module is None:
+        return
+    python = IngestHandler.handle
+    from ._engine.ledger import Ledger
+
+    module.configure_handle(python, _SENDERS, globals(), _modules, _LogRecord,
+                            _HANDLE_RETURNS_RECORD, Ledger, Ledger.__dict__.get("queue"),
+                            Ledger.__dict__.get("fast_len"))
+    compiled = module.as_method(module.handle)
+    IngestHandler.handle = compiled  # type: ignore[method-assign]
+    IngestHandler._python_handle = python  # type: ignore[attr-defined]
+
+
+_compile_handle()

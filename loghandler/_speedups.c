@@ -12,6 +12,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "structmember.h"
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -508,7 +509,187 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ handle
+ *
+ * IngestHandler.handle for the common record: the Python method's fast path (_handler.py),
+ * without its bytecode. Anything else -- a thread inside loghandler's own sending, filters, a
+ * record of another class, a subclass's emit, a formatter, a context or an OpenTelemetry
+ * span, any error on the way -- is the Python handle's, called as it is. */
+
+static PyObject *h_python;      /* the Python handle(self, record) */
+static PyObject *h_senders;     /* guard._SENDERS: threads inside loghandler's own sending */
+static PyObject *h_globals;     /* _handler's module dict: _context_on */
+static PyObject *h_modules;     /* sys.modules */
+static PyObject *h_record_type; /* logging.LogRecord */
+static int h_returns_record;    /* Python 3.12+: handle() returns the record */
+static PyTypeObject *h_ledger_type;               /* ledger.Ledger (its __slots__) */
+static Py_ssize_t h_queue_at = -1, h_fast_len_at = -1; /* where its queue and fast_len are */
+static PyObject *hs_filters, *hs_put, *hs_ledger, *hs_queue, *hs_fast_len, *hs_put_compiled,
+    *hs_put_event, *hs_context_on, *hs_otel;
+
+static PyObject *
+configure_handle(PyObject *self, PyObject *args)
+{
+    PyObject *python, *senders, *globals, *modules, *record_type, *ledger_type, *queue_slot,
+        *fast_len_slot;
+    int returns_record;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!pO!OO", &python, &PyDict_Type, &senders,
+                          &PyDict_Type, &globals, &PyDict_Type, &modules, &PyType_Type,
+                          &record_type, &returns_record, &PyType_Type, &ledger_type,
+                          &queue_slot, &fast_len_slot))
+        return NULL;
+    /* The ledger's two slots, read at their offsets (a member descriptor's): no attribute
+     * lookup per record. Anything else than plain object slots: by attribute. */
+    if (Py_IS_TYPE(queue_slot, &PyMemberDescr_Type) &&
+        Py_IS_TYPE(fast_len_slot, &PyMemberDescr_Type) &&
+        ((PyMemberDescrObject *)queue_slot)->d_member->type == T_OBJECT_EX &&
+        ((PyMemberDescrObject *)fast_len_slot)->d_member->type == T_OBJECT_EX) {
+        h_queue_at = ((PyMemberDescrObject *)queue_slot)->d_member->offset;
+        h_fast_len_at = ((PyMemberDescrObject *)fast_len_slot)->d_member->offset;
+        Py_INCREF(ledger_type);
+        Py_XSETREF(h_ledger_type, (PyTypeObject *)ledger_type);
+    }
+    if (hs_filters == NULL) {
+        hs_filters = PyUnicode_InternFromString("filters");
+        hs_put = PyUnicode_InternFromString("_compiled_put");
+        hs_ledger = PyUnicode_InternFromString("_ledger");
+        hs_queue = PyUnicode_InternFromString("queue");
+        hs_fast_len = PyUnicode_InternFromString("fast_len");
+        hs_put_compiled = PyUnicode_InternFromString("_put_compiled");
+        hs_put_event = PyUnicode_InternFromString("_put_event");
+        hs_context_on = PyUnicode_InternFromString("_context_on");
+        hs_otel = PyUnicode_InternFromString("opentelemetry.trace");
+        if (hs_filters == NULL || hs_put == NULL || hs_ledger == NULL || hs_queue == NULL ||
+            hs_fast_len == NULL || hs_put_compiled == NULL || hs_put_event == NULL ||
+            hs_context_on == NULL || hs_otel == NULL)
+            return NULL;
+    }
+    Py_INCREF(python);
+    Py_XSETREF(h_python, python);
+    Py_INCREF(senders);
+    Py_XSETREF(h_senders, senders);
+    Py_INCREF(globals);
+    Py_XSETREF(h_globals, globals);
+    Py_INCREF(modules);
+    Py_XSETREF(h_modules, modules);
+    Py_INCREF(record_type);
+    Py_XSETREF(h_record_type, record_type);
+    h_returns_record = returns_record;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+handle_done(PyObject *record)
+{
+    if (h_returns_record) {
+        Py_INCREF(record);
+        return record;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+handle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || h_python == NULL) {
+        PyErr_SetString(PyExc_TypeError, "handle(self, record): not configured");
+        return NULL;
+    }
+    PyObject *self = args[0], *record = args[1];
+    /* Borrowed lookups only, and none that runs code of the application's. */
+    if (PyDict_GET_SIZE(h_senders) != 0 || Py_TYPE(record) != (PyTypeObject *)h_record_type)
+        goto python;
+    PyObject **self_dict = _PyObject_GetDictPtr(self);
+    PyObject **record_dict = _PyObject_GetDictPtr(record);
+    if (self_dict == NULL || *self_dict == NULL || record_dict == NULL || *record_dict == NULL)
+        goto python;
+    PyObject *filters = PyDict_GetItemWithError(*self_dict, hs_filters);
+    if (filters == NULL || !PyList_CheckExact(filters) || PyList_GET_SIZE(filters) != 0)
+        goto python;
+    PyObject *put = PyDict_GetItemWithError(*self_dict, hs_put);
+    if (put == NULL || put == Py_None)
+        goto python;
+    if (PyDict_GetItemWithError(h_globals, hs_context_on) != Py_False)
+        goto python;
+    int otel = PyDict_Contains(h_modules, hs_otel);
+    if (otel != 0)
+        goto python;
+    PyObject *ledger = PyDict_GetItemWithError(*self_dict, hs_ledger);
+    if (ledger == NULL)
+        goto python;
+    Py_INCREF(self);
+    Py_INCREF(record);
+    Py_INCREF(ledger);
+    PyObject *got = NULL;
+    PyObject *queue, *fast_len;
+    if (Py_TYPE(ledger) == h_ledger_type && h_queue_at >= 0) {
+        queue = *(PyObject **)((char *)ledger + h_queue_at);
+        fast_len = *(PyObject **)((char *)ledger + h_fast_len_at);
+        if (queue == NULL || fast_len == NULL)  /* not set yet: as an AttributeError */
+            queue = fast_len = NULL;
+        Py_XINCREF(queue);
+        Py_XINCREF(fast_len);
+    }
+    else {
+        queue = PyObject_GetAttr(ledger, hs_queue);
+        fast_len = queue == NULL ? NULL : PyObject_GetAttr(ledger, hs_fast_len);
+    }
+    Py_DECREF(ledger);
+    if (fast_len != NULL) {
+        PyObject *dict = *record_dict;
+        Py_INCREF(dict);
+        PyObject *put_args[3] = {dict, queue, fast_len};
+        got = record_put(NULL, put_args, 3);
+        Py_DECREF(dict);
+    }
+    Py_XDECREF(queue);
+    Py_XDECREF(fast_len);
+    PyObject *r = NULL;
+    if (got == Py_True)
+        r = Py_True, Py_INCREF(r);
+    else if (got != NULL) {
+        /* What record_put did not queue itself, as the Python path: the careful path's
+         * records, and its events for the locked slow path. */
+        PyObject *call_args[4] = {self, record, got, Py_False};
+        r = PyObject_VectorcallMethod(hs_put_compiled, call_args,
+                                      4, NULL);
+    }
+    Py_XDECREF(got);
+    if (r == NULL) {
+        /* As the Python path's except: the careful way, which accounts for what it drops. */
+        PyErr_Clear();
+        PyObject *call_args[2] = {self, record};
+        r = PyObject_VectorcallMethod(hs_put_event, call_args,
+                                      2, NULL);
+        if (r == NULL)
+            PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    PyObject *done = handle_done(record);
+    Py_DECREF(self);
+    Py_DECREF(record);
+    return done;
+python:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return PyObject_Vectorcall(h_python, args, 2, NULL);
+}
+
+/* method(func): func as a method, bound to the instance it is looked up on (a class's
+ * handle). */
+static PyObject *
+as_method(PyObject *self, PyObject *func)
+{
+    return PyInstanceMethod_New(func);
+}
+
 static PyMethodDef methods[] = {
+    {"configure_handle", configure_handle, METH_VARARGS,
+     "Hand over what handle() reads: the Python handle, _SENDERS, _handler's globals, "
+     "sys.modules, LogRecord, and whether handle() returns the record."},
+    {"handle", (PyCFunction)(void (*)(void))handle, METH_FASTCALL,
+     "IngestHandler.handle(self, record), compiled; the Python one for anything unusual."},
+    {"as_method", as_method, METH_O, "A callable as a method of the class it is set on."},
     {"configure", configure, METH_VARARGS, "Set the event model's constants (events.py)."},
     {"record_event", record_event, METH_O,
      "record_event(d) -> (event, size) | None: the fast path's event of a plain record."},

@@ -83,7 +83,8 @@ def test_wheel_metadata(dist: tuple[Path, str]) -> None:
     assert all(u.startswith("https://") for u in urls.values())
     assert metadata.get_all("Requires-Dist")[0].startswith("urllib3")
     extras = set(metadata.get_all("Provides-Extra"))
-    assert extras == {"structlog", "fast", "cli", "loguru", "opentelemetry", "dev"}  # no "test"
+    assert extras == {"structlog", "fast", "cli", "loguru", "opentelemetry", "regex",
+                      "dev"}  # no "test"
     # The description is README; on the package index a relative link leads nowhere.
     description = metadata.get_payload()
     assert "In 30 seconds" in description

@@ -313,3 +313,54 @@ def test_compiled_batch_is_the_python_batch(handlers: tuple[IngestHandler, Inges
         got.pop("_time"), want.pop("_time")
     assert json.loads(encode(got)) == json.loads(encode(want))
     assert list(got) == list(want)
+
+
+class _Sub(logging.LogRecord):
+    pass
+
+
+@pytest.mark.skipif(PURE, reason="the compiled handle is installed only on the compiled path")
+def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
+    """IngestHandler.handle in C: for the plain record and for each case it hands to the
+    Python handle (filters, a record subclass, a context, a non-plain extra, a formatter),
+    the queue holds the same items as the Python handle's, in the same order."""
+    import loghandler
+    from loghandler._handler import IngestHandler as Handler
+
+    python_handle = Handler._python_handle  # type: ignore[attr-defined]
+    assert Handler.handle is not python_handle
+
+    def make(i: int, cls: type[logging.LogRecord] = logging.LogRecord,
+             **extra: Any) -> logging.LogRecord:
+        record = cls("t", logging.INFO, "f.py", 3, "order %s", (i,), None)
+        record.__dict__.update(extra)
+        return record
+
+    def queued(h: Handler) -> list[dict[str, Any]]:
+        return [{k: v for k, v in item.items() if isinstance(k, str)}
+                for item in h.shipper._ledger.queue]
+
+    parked = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600,
+                  batch_size=10_000, shutdown_timeout=0.1)
+    compiled, python = Handler("ds", **parked), Handler("ds", **parked)
+    try:
+        cases = [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]
+        for record in cases:
+            compiled.handle(record)
+            python_handle(python, record)
+        with loghandler.context(user=7):
+            compiled.handle(make(4))
+            python_handle(python, make(4))
+        for h in (compiled, python):
+            h.addFilter(lambda r: r.args != (5,))
+        for i in (5, 6):
+            compiled.handle(make(i))
+            python_handle(python, make(i))
+        got, want = queued(compiled), queued(python)
+        for a, b in zip(got, want, strict=True):
+            a.pop("_time", None), b.pop("_time", None)
+        assert got == want  # 5 was filtered out:
+        assert [e["message"] for e in got] == [f"order {i}" for i in (0, 1, 2, 3, 4, 6)]
+    finally:
+        compiled.close()
+        python.close()
