@@ -246,26 +246,26 @@ def _pb_request(body: bytes, signal: str) -> list[tuple[dict[str, Any], dict[str
     for number, resource_x in _fields(body):
         if number != 1:
             continue
-        resource: bytes | None = None
-        scopes: list[bytes] = []
-        for n, v in _fields(resource_x):
-            if n == 1:
-                resource = v
-            elif n == 2:
-                scopes.append(v)
+        resource, scopes = _head_and_items(resource_x)
         res = _pb_resource(resource)
         for scope_x in scopes:
-            scope: bytes | None = None
-            records: list[bytes] = []
-            for n, v in _fields(scope_x):
-                if n == 1:
-                    scope = v
-                elif n == 2:
-                    records.append(v)
+            scope, records = _head_and_items(scope_x)
             sc = _pb_scope(scope)
             for record in records:
                 out.append((res, sc, _pb_log(record) if signal == "logs" else _pb_span(record)))
     return out
+
+
+def _head_and_items(buf: bytes) -> tuple[bytes | None, list[bytes]]:
+    # Resource…/Scope… messages: field 1 the resource or scope, field 2 the repeated items.
+    head: bytes | None = None
+    items: list[bytes] = []
+    for number, value in _fields(buf):
+        if number == 1:
+            head = value
+        elif number == 2:
+            items.append(value)
+    return head, items
 
 
 # ------------------------------------------------------------------ JSON encoding
