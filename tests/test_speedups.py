@@ -319,16 +319,24 @@ class _Sub(logging.LogRecord):
     pass
 
 
-@pytest.mark.skipif(PURE, reason="the compiled handle is installed only on the compiled path")
 def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     """IngestHandler.handle in C: for the plain record and for each case it hands to the
-    Python handle (filters, a record subclass, a context, a non-plain extra, a formatter),
-    the queue holds the same items as the Python handle's, in the same order."""
+    Python handle (filters, a record subclass, a context, a non-plain extra), the queue holds
+    the same items as the Python handle's, in the same order. In both runs: the extension's
+    handle is compared with the Python one whether it is installed or not."""
     import loghandler
+    from loghandler import _handler
+    from loghandler._engine.ledger import Ledger
     from loghandler._handler import IngestHandler as Handler
 
-    python_handle = Handler._python_handle  # type: ignore[attr-defined]
-    assert Handler.handle is not python_handle
+    assert EXT is not None
+    python_handle = getattr(Handler, "_python_handle", Handler.handle)
+    assert (Handler.handle is python_handle) is PURE  # installed on the compiled path only
+    if PURE:  # configured as _handler does it, for this comparison
+        EXT.configure_handle(python_handle, _handler._SENDERS, vars(_handler), sys.modules,
+                             logging.LogRecord, _handler._HANDLE_RETURNS_RECORD, Ledger,
+                             Ledger.__dict__["queue"], Ledger.__dict__["fast_len"])
+    c_handle = EXT.handle
 
     def make(i: int, cls: type[logging.LogRecord] = logging.LogRecord,
              **extra: Any) -> logging.LogRecord:
@@ -343,18 +351,19 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     parked = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600,
                   batch_size=10_000, shutdown_timeout=0.1)
     compiled, python = Handler("ds", **parked), Handler("ds", **parked)
+    compiled._compiled_put = python._compiled_put = EXT.record_put
     try:
         cases = [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]
         for record in cases:
-            compiled.handle(record)
+            c_handle(compiled, record)
             python_handle(python, record)
         with loghandler.context(user=7):
-            compiled.handle(make(4))
+            c_handle(compiled, make(4))
             python_handle(python, make(4))
         for h in (compiled, python):
             h.addFilter(lambda r: r.args != (5,))
         for i in (5, 6):
-            compiled.handle(make(i))
+            c_handle(compiled, make(i))
             python_handle(python, make(i))
         got, want = queued(compiled), queued(python)
         for a, b in zip(got, want, strict=True):
