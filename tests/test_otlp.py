@@ -232,3 +232,24 @@ class TestBadRequests:
         status, body, _ = call(svc, "POST", "/v1/logs", raw=b'{"resourceLogs": {}}',
                                headers={"X-Axiom-Dataset": "otel"})
         assert status == 400 and "resourceLogs must be a JSON array" in body["message"]
+
+
+def test_tail_shows_a_log_records_body(svc: LocalService) -> None:
+    """`loghandler tail` reads OpenTelemetry log records as events: the severity is the level,
+    the body the message."""
+    import subprocess
+    import sys
+
+    request = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{
+        "timeUnixNano": "1714564800000000000", "severityText": "ERROR",
+        "body": {"stringValue": "card declined"}}]}]}]}
+    status, _, _ = call(svc, "POST", "/v1/logs", raw=json.dumps(request).encode(),
+                        headers={"X-Axiom-Dataset": "otel"})
+    assert status == 200
+    proc = subprocess.run([sys.executable, "-m", "loghandler", "tail", "otel", "-n", "5"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"LOGHANDLER_URL": svc.url, "LOGHANDLER_TOKEN": TOKEN,
+                               "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert "ERROR" in proc.stdout and "card declined" in proc.stdout
+    assert "body=" not in proc.stdout and "severity=" not in proc.stdout

@@ -180,17 +180,20 @@ def cmd_query(args: argparse.Namespace) -> int:
 def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
     """One line for ``tail``: time, level, message, then the other fields as key=value.
 
-    The message is ``message``, else structlog's ``event``, else ``msg``; an ``exception``
-    object (``{type, message, stacktrace}``, or its dotted fields) follows on its own lines, as
-    a traceback reads."""
-    level = str(event.get("level", "") or "")
-    key = next((k for k in ("message", "event", "msg") if isinstance(event.get(k), str)), None)
+    The level is ``level``, else OpenTelemetry's ``severity``; the message is ``message``, else
+    structlog's ``event``, else ``msg``, else OpenTelemetry's ``body``; an ``exception`` object
+    (``{type, message, stacktrace}``, or its dotted fields) follows on its own lines, as a
+    traceback reads."""
+    level_key = "level" if event.get("level") else "severity"
+    level = str(event.get(level_key, "") or "")
+    key = next((k for k in ("message", "event", "msg", "body") if isinstance(event.get(k), str)),
+               None)
     message = event.get(key, "") if key else ""
     exc = event.get("exception")
     # Nested as shipped, or as dotted fields (exception.stacktrace) as the service answers.
     trace = exc.get("stacktrace") if isinstance(exc, dict) else event.get(
         "exception.stacktrace")
-    skip = {"level", key} | ({"exception"} if isinstance(trace, str) else set())
+    skip = {"level", level_key, key} | ({"exception"} if isinstance(trace, str) else set())
     traced = isinstance(trace, str)
     rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
                     if k not in _SYSTEM_FIELDS and k not in skip
