@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -27,6 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from test_service import TOKEN, call
 
+from loghandler._local import otlp
 from loghandler.testing import LocalService
 
 RESOURCE = Resource.create({"service.name": "checkout", "deployment.environment": "test"})
@@ -253,3 +256,47 @@ def test_tail_shows_a_log_records_body(svc: LocalService) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "ERROR" in proc.stdout and "card declined" in proc.stdout
     assert "body=" not in proc.stdout and "severity=" not in proc.stdout
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=600, deadline=None)
+def test_any_bytes_are_a_request_or_an_otlp_error(body: bytes) -> None:
+    """Property: whatever the bytes, the decoder gives events or OtlpError (a 400), never
+    another exception (a 500) and never a crash."""
+    for signal in ("logs", "traces"):
+        try:
+            events = otlp.decode_request(body, "application/x-protobuf", signal)
+        except otlp.OtlpError:
+            continue
+        assert isinstance(events, list) and all(isinstance(e, dict) for e in events)
+        json.dumps(events, allow_nan=False)
+
+
+def _wrap(field: int, payload: bytes) -> bytes:
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+@given(st.lists(st.tuples(st.integers(1, 15), st.sampled_from([0, 1, 2, 5]),
+                          st.binary(max_size=12)), max_size=8))
+@settings(max_examples=600, deadline=None)
+def test_well_framed_fields_of_any_type_are_handled(fields: list[tuple[int, int, bytes]]) -> None:
+    """Property: a well-framed message whose fields have any number and wire type, nested
+    where a log record or span belongs, decodes or is refused with OtlpError."""
+    inner = b""
+    for number, wire, data in fields:
+        key = bytes([number << 3 | wire])
+        if wire == 0:
+            inner += key + b"\x01"
+        elif wire == 1:
+            inner += key + (data + bytes(8))[:8]
+        elif wire == 5:
+            inner += key + (data + bytes(4))[:4]
+        else:
+            inner += key + bytes([len(data)]) + data
+    body = _wrap(1, _wrap(2, _wrap(2, inner)))  # resource…, scope…, the record
+    for signal in ("logs", "traces"):
+        try:
+            events = otlp.decode_request(body, "application/x-protobuf", signal)
+        except otlp.OtlpError:
+            continue
+        json.dumps(events, allow_nan=False)  # storable as they are

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 from typing import Any
 
@@ -99,6 +100,17 @@ def _text(value: Any) -> str:
         raise OtlpError("a string field is not valid UTF-8") from None
 
 
+def _finite(value: float) -> float | None:
+    # JSON has no NaN or infinity (OTLP/JSON spells them as strings): stored as null.
+    return value if math.isfinite(value) else None
+
+
+def _num(value: Any) -> int:
+    if not isinstance(value, int):
+        raise OtlpError("a number field holds bytes")
+    return value
+
+
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -111,11 +123,11 @@ def _pb_any(buf: bytes, depth: int) -> Any:
         if number == 1:
             out = _text(value)
         elif number == 2:
-            out = bool(value)
+            out = bool(_num(value))
         elif number == 3:
-            out = _signed(value)
+            out = _signed(_num(value))
         elif number == 4:
-            out = struct.unpack("<d", value.to_bytes(8, "little"))[0]
+            out = _finite(struct.unpack("<d", _num(value).to_bytes(8, "little"))[0])
         elif number == 5:
             out = [_pb_any(v, depth + 1) for n, v in _fields(value) if n == 1]
         elif number == 6:
@@ -165,11 +177,11 @@ def _pb_log(buf: bytes) -> dict[str, Any]:
     r: dict[str, Any] = {"attributes": []}
     for number, value in _fields(buf):
         if number == 1:
-            r["time"] = value
+            r["time"] = _num(value)
         elif number == 11:
-            r["observed"] = value
+            r["observed"] = _num(value)
         elif number == 2:
-            r["severity_number"] = value
+            r["severity_number"] = _num(value)
         elif number == 3:
             r["severity"] = _text(value)
         elif number == 5:
@@ -198,11 +210,11 @@ def _pb_span(buf: bytes) -> dict[str, Any]:
         elif number == 5:
             s["name"] = _text(value)
         elif number == 6:
-            s["kind"] = value
+            s["kind"] = _num(value)
         elif number == 7:
-            s["start"] = value
+            s["start"] = _num(value)
         elif number == 8:
-            s["end"] = value
+            s["end"] = _num(value)
         elif number == 9:
             s["attributes"].append(value)
         elif number == 11:
@@ -210,7 +222,7 @@ def _pb_span(buf: bytes) -> dict[str, Any]:
             attributes = []
             for n, v in _fields(value):
                 if n == 1:
-                    event["time"] = v
+                    event["time"] = _num(v)
                 elif n == 2:
                     event["name"] = _text(v)
                 elif n == 3:
@@ -234,7 +246,7 @@ def _pb_span(buf: bytes) -> dict[str, Any]:
                 if n == 2:
                     s["status_message"] = _text(v)
                 elif n == 3:
-                    s["status_code"] = v
+                    s["status_code"] = _num(v)
     s["attributes"] = _pb_attributes(s["attributes"])
     return s
 
@@ -322,7 +334,9 @@ def _js_any(value: Any, depth: int) -> Any:
         return _int(value["intValue"], "intValue")
     if "doubleValue" in value:
         d = value["doubleValue"]
-        return float(d) if isinstance(d, (int, float, str)) and not isinstance(d, bool) else None
+        if isinstance(d, bool) or not isinstance(d, (int, float, str)):
+            return None
+        return _finite(float(d))
     if "arrayValue" in value:
         return [_js_any(v, depth + 1) for v in _list(
             _obj(value["arrayValue"], "arrayValue").get("values"), "arrayValue.values")]
@@ -494,17 +508,25 @@ def decode_request(body: bytes, media_type: str, signal: str) -> list[dict[str, 
     """The events of an OTLP ``signal`` ("logs" or "traces") request body; OtlpError if the
     body is not one."""
     if media_type == "application/x-protobuf":
-        items = _pb_request(body, signal)
+        read: Any = _pb_request
     elif media_type == "application/json":
         try:
-            data = json.loads(body)
+            body = json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise OtlpError(f"the body is not valid JSON: {exc}") from None
-        items = _js_request(data, signal)
+        read = _js_request
     else:
         raise OtlpError("unsupported media type")
     make = _log_event if signal == "logs" else _span_event
-    return [make(resource, scope, record) for resource, scope, record in items]
+    try:
+        return [make(resource, scope, record) for resource, scope, record in read(body, signal)]
+    except OtlpError:
+        raise
+    except (AttributeError, TypeError, ValueError, OverflowError, IndexError,
+            struct.error) as exc:
+        # A field of another type than its message says (a number where a message or a
+        # string belongs, or the other way round): not the request it claims to be.
+        raise OtlpError(f"a field has the wrong type ({type(exc).__name__})") from None
 
 
 def _pb_len(number: int, payload: bytes) -> bytes:
