@@ -204,6 +204,8 @@ def test_start_and_end_bound_the_time(svc: LocalService) -> None:
 ERRORS = [
     ("['app'] | mv-apply x", ["unsupported operator 'mv-apply'", "column 11"]),
     ("['app'] | mv-expand tags", ["unsupported operator 'mv-expand'"]),
+    ("['app'] | where École == 1", ["unexpected character 'É'", "['É...']"]),
+    ("['app'] | take ²", ["unexpected character '²'"]),
     ("['app'] | extend n + 1", ["name the computed column"]),
     ("['app'] | top 3", ["expected 'by'"]),
     ("['app'] | where message hasprefix 'x'", ["unsupported operator 'hasprefix'"]),
@@ -621,7 +623,11 @@ _PIECES = ["['p']", "p", "|", "where", "project", "extend", "summarize", "count"
            "contains", "!contains", "startswith_cs", "in", "in~", "!in", "(", ")", ",", "=",
            "and", "or", "not(", "isnull(", "ago(1h)", "now()", "datetime(2026-01-01)", "1",
            "-", "+", "*", "/", "%", "1.5", "1d", "'x'", '"y"', "true", "null", "asc", "desc",
-           "[", "]", ".", "!", "~", "//", "\n", "'", "datetime(", "sum(i)", "tolower(s)"]
+           "[", "]", ".", "!", "~", "//", "\n", "'", "datetime(", "sum(i)", "tolower(s)",
+           # issue 24's additions
+           "between", "..", "(1 .. 2)", "project-rename", "a = s", "parse", "with", "s:int",
+           ":", "*", "i*", "matches", "regex", "'a+'", "percentile(i, 50)",
+           "percentiles(i, 5, 95)", "arg_max(i, s)", "arg_min(i, *)", "toupper(s)", "'É'"]
 
 
 @settings(max_examples=300, deadline=None)

@@ -192,7 +192,8 @@ def tokenize(text: str) -> list[Token]:
             continue
         if c.isdigit():
             m = _NUMBER.match(text, i)
-            assert m is not None
+            if m is None:  # "²" is a digit to str.isdigit(), not to a number
+                raise AplError(f"unexpected character {c!r} at {position(text, i)}")
             number = m.group(0)
             j = m.end()
             u = _UNIT.match(text, j)
@@ -210,7 +211,9 @@ def tokenize(text: str) -> list[Token]:
             # elsewhere a-b is a subtraction (names with hyphens are written ['a-b']).
             pattern = _WORD_OP if after_pipe else _WORD
             m = pattern.match(text, i)
-            assert m is not None
+            if m is None:  # a letter outside ASCII, not in quotes: names are ASCII (or ['...'])
+                raise AplError(f"unexpected character {c!r} at {position(text, i)}; a name "
+                               f"with other characters is written ['{c}...']")
             out.append(Token("ident", m.group(0), i))
             i = m.end()
             continue
