@@ -28,13 +28,13 @@ from ._engine.events import (
 )
 from ._engine.ledger import FAST_ITEM_BYTES
 
-__all__ = ["ACTIVE", "extension", "format_record", "handle", "record_event", "record_put"]
+__all__ = ["ACTIVE", "extension", "format_record", "record_event", "record_put", "speedups"]
 
 record_event: Callable[[Any], tuple[dict[Any, Any], int] | None] | None = None
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[Any], bool] | None = None
-# The extension's handle() and as_method(): IngestHandler.handle compiled (_handler.py).
-handle: Any = None
+# The extension itself when in use: _handler.py installs its handle() as IngestHandler's.
+speedups: Any = None
 
 
 def extension() -> Any | None:
@@ -51,7 +51,7 @@ def extension() -> Any | None:
 
 
 def _load() -> bool:
-    global record_event, record_put, format_record, handle
+    global record_event, record_put, format_record, speedups
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         return False
     module = extension()
@@ -60,7 +60,7 @@ def _load() -> bool:
     record_event = module.record_event
     record_put = module.record_put
     format_record = module.format_record
-    handle = module
+    speedups = module
     events.use_compiled(format_record, module.format_items)
     return True
 

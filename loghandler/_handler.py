@@ -315,7 +315,7 @@ class IngestHandler(logging.Handler):
 def _compile_handle() -> None:
     # handle() in C (_speedups.handle) for the common record: the same fast path without its
     # bytecode; it calls the Python handle above for anything else (tests/test_speedups.py).
-    module = _compiled.handle
+    module = _compiled.speedups
     if module is None:
         return
     python = IngestHandler.handle

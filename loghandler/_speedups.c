@@ -651,16 +651,14 @@ handle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         /* What record_put did not queue itself, as the Python path: the careful path's
          * records, and its events for the locked slow path. */
         PyObject *call_args[4] = {self, record, got, Py_False};
-        r = PyObject_VectorcallMethod(hs_put_compiled, call_args,
-                                      4, NULL);
+        r = PyObject_VectorcallMethod(hs_put_compiled, call_args, 4, NULL);
     }
     Py_XDECREF(got);
     if (r == NULL) {
         /* As the Python path's except: the careful way, which accounts for what it drops. */
         PyErr_Clear();
         PyObject *call_args[2] = {self, record};
-        r = PyObject_VectorcallMethod(hs_put_event, call_args,
-                                      2, NULL);
+        r = PyObject_VectorcallMethod(hs_put_event, call_args, 2, NULL);
         if (r == NULL)
             PyErr_Clear();
     }

@@ -136,23 +136,23 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
     if batch is None:
         return _item_events(items, fields, finish)
     static = tuple(fields.items()) if fields else ()
+    plain = all(type(v) in PLAIN for _, v in static)
     clean_keys = getattr(finish, "clean_keys", None)
     clean = clean_keys() if clean_keys is not None else None
     skip = 0
-    if clean is not None:
+    if clean is not None and finish is not None:  # clean_keys is the finisher's
         # Checked once a batch, not per event: the static fields' keys, and the fast path's
         # fixed head, which then need not be looked at. The scrubber learns these keys from
         # one event of them alone (a secret one it never learns: then every event takes the
         # call), so the first batch too skips the call and the head per event.
         keys = [key for key, _ in static]
-        if finish is not None and not (clean.issuperset(keys) and clean.issuperset(FAST_HEAD)):
-            finish({**dict.fromkeys(FAST_HEAD), **dict(static)},
-                   all(type(v) in PLAIN for _, v in static))
+        if not (clean.issuperset(keys) and clean.issuperset(FAST_HEAD)):
+            finish({**dict.fromkeys(FAST_HEAD), **dict(static)}, plain)
         if not clean.issuperset(keys):
             clean = None
         elif clean.issuperset(FAST_HEAD):
             skip = len(FAST_HEAD)
-    return batch(items, static, all(type(v) in PLAIN for _, v in static), finish, clean,
+    return batch(items, static, plain, finish, clean,
                  lambda item: _item_events((item,), fields, finish)[0], skip)
 
 

@@ -429,7 +429,7 @@ def check_regex(pattern: str, where: str) -> None:
 
     It needs the ``regex`` package: its matching takes a timeout, so one pattern that
     backtracks without end stops at the query's deadline. Python's own ``re`` cannot be
-    stopped mid-match, and holds every other thread of the service meanwhile."""
+    stopped mid-match: one such pattern would hold the query (and the store) for ever."""
     if len(pattern) > MAX_REGEX:
         raise AplError(f"the regex at {where} is longer than {MAX_REGEX:,} characters")
     try:
@@ -693,6 +693,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             fields, aggregated, order, order_report = ["count"], True, None, []
             comp.raw_body = False
             groups, aggs = [], [("count", "count")]
+            agg_info["count"] = {"name": "count", "fields": [], "args": []}
         elif kind == "summarize":
             _, agg_list, group_list = op
             items, group_sql, names = [], [], []
@@ -828,14 +829,22 @@ def _trim(stamp: Any) -> Any:
     return stamp
 
 
-def _flatten(prefix: str, value: dict[str, Any], row: dict[str, Any]) -> None:
-    # The service stores a nested object as dotted fields, and answers them so.
-    for k, v in value.items():
-        name = f"{prefix}.{k}"
-        if isinstance(v, dict) and v:
-            _flatten(name, v, row)
-        elif name not in row:
-            row[name] = v
+def _add_flat(event: dict[str, Any], row: dict[str, Any]) -> None:
+    """The event's fields into ``row`` (a key it holds already stays), a nested object as
+    dotted fields, as the service stores and answers them. A loop, not recursion: an event may
+    nest as deep as JSON parsing allowed at ingest."""
+    stack = [("", iter(event.items()))]
+    while stack:
+        prefix, items = stack[-1]
+        for k, v in items:
+            name = prefix + k
+            if isinstance(v, dict) and v:
+                stack.append((name + ".", iter(v.items())))
+                break
+            if name not in row:
+                row[name] = v
+        else:
+            stack.pop()
 
 
 def run(db: Any, compiled: Compiled, deadline: float | None = None,
@@ -856,7 +865,9 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
         del raw[compiled.page:]
         truncated = True  # there is a next page: the status says isPartial, and its cursors
     keys = [(t, seq) for seq, t, _, _ in raw if t is not None and seq is not None]
-    matched = 0
+    # Events: those read to answer (the service's scan stops once the answer is whole, and
+    # counting the rest would cost the page a second scan per poll).
+    matched = len(raw)
     rows: list[dict[str, Any]] = []
     system: list[tuple[str | None, str | None, str | None]] = []
     loads = json.loads
@@ -875,12 +886,7 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
             row: dict[str, Any] = {"_time": stamp, "_sysTime": sys_time}
             if with_row_id:
                 row["_rowId"] = row_id
-            for k, v in event.items():
-                if k not in row:
-                    if isinstance(v, dict) and v:
-                        _flatten(k, v, row)
-                    else:
-                        row[k] = v
+            _add_flat(event, row)
             for k in row:
                 if k not in seen:
                     seen[k] = None
@@ -902,14 +908,9 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
         datas = [loads(body) for _, _, _, body in raw]
         if "*" in fields:
             for i, data in enumerate(datas):
-                if any(isinstance(v, dict) and v for v in data.values()):
-                    flat: dict[str, Any] = {}
-                    for k, v in data.items():
-                        if isinstance(v, dict) and v:
-                            _flatten(k, v, flat)
-                        elif k not in flat:
-                            flat[k] = v
-                    datas[i] = flat
+                flat: dict[str, Any] = {}
+                _add_flat(data, flat)
+                datas[i] = flat
             # arg_max(x, *): the winners' own fields, after the named columns.
             at = fields.index("*")
             named = set(fields)
@@ -920,24 +921,18 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
                         rest[k] = None
             fields[at:at + 1] = list(rest)
         times = [name for name in fields if name in ("_time", "_sysTime")]
-        counted = compiled.aggregated
         for (seq, t, sys_time, _), data in zip(raw, datas, strict=True):
-            if counted:
-                n = data.get(MATCHED)
-                if isinstance(n, int):
-                    matched += n
-                else:
-                    counted = False  # a project after the summary: rows are what matched
             row = {name: data.get(name) for name in fields}
             for name in times:
                 row[name] = _trim(row[name])
             rows.append(row)
             system.append((None if t is None else format_trimmed(t), _trim(sys_time),
                            None if seq is None else f"{seq:016x}"))
-    if compiled.fields is None or not counted:
-        # Events: those read to answer (as the service's scan stops once the answer is whole,
-        # and counting the rest would cost the page a second scan per poll).
-        matched = len(rows)
+        # An aggregation's rows count their events (MATCHED); after a project that rebuilt
+        # them, the rows are what matched.
+        counts = [data.get(MATCHED) for data in datas]
+        if compiled.aggregated and all(isinstance(n, int) for n in counts):
+            matched = sum(counts)  # type: ignore[arg-type]
     return Result(compiled, rows, system, fields,
                   int((time.perf_counter() - started) * 1_000_000), truncated, keys, matched)
 
@@ -999,8 +994,7 @@ def tabular_answer(result: Result, rows_examined: int, start: str, end: str) -> 
     for name, column in zip(result.fields, columns, strict=False):
         entry: dict[str, Any] = {"name": name, "type": _type_of(column, name)}
         if name in aggs:
-            entry["agg"] = c.agg_info.get(name) or {"name": aggs[name], "args": [],
-                                                     "fields": []}
+            entry["agg"] = c.agg_info[name]
         fields.append(entry)
     table: dict[str, Any] = {
         "name": "0",

@@ -156,99 +156,67 @@ def _pb_resource(buf: bytes | None) -> dict[str, Any]:
     return _pb_attributes([v for n, v in _fields(buf) if n == 1])
 
 
-def _pb_scope(buf: bytes | None) -> dict[str, Any]:
-    scope: dict[str, Any] = {}
-    if buf is None:
-        return scope
-    attributes = []
+def _hex(value: Any) -> str:
+    if not isinstance(value, bytes):
+        raise OtlpError("an id field holds a number")
+    return value.hex()
+
+
+def _message(buf: bytes, spec: dict[int, tuple[str, Any]],
+             attributes_at: int | None = None) -> dict[str, Any]:
+    """A message's fields by ``spec`` (field number -> (name, reader); a name ending in
+    "[]" is repeated), and its KeyValue list at ``attributes_at`` as ``attributes``."""
+    out: dict[str, Any] = {}
+    attributes: list[bytes] = []
     for number, value in _fields(buf):
-        if number == 1:
-            scope["name"] = _text(value)
-        elif number == 2:
-            scope["version"] = _text(value)
-        elif number == 3:
+        if number == attributes_at:
             attributes.append(value)
-    if attributes:
-        scope["attributes"] = _pb_attributes(attributes)
+            continue
+        field = spec.get(number)
+        if field is None:
+            continue  # a field OTLP has added since, or one of no use here
+        name, read = field
+        if name.endswith("[]"):
+            out.setdefault(name[:-2], []).append(read(value))
+        else:
+            out[name] = read(value)
+    if attributes_at is not None:
+        out["attributes"] = _pb_attributes(attributes)
+    return out
+
+
+# The messages' fields (opentelemetry-proto's logs.proto, trace.proto and common.proto).
+_SCOPE = {1: ("name", _text), 2: ("version", _text)}
+_LOG = {1: ("time", _num), 11: ("observed", _num), 2: ("severity_number", _num),
+        3: ("severity", _text), 5: ("body", lambda v: _pb_any(v, 0)), 9: ("trace_id", _hex),
+        10: ("span_id", _hex), 12: ("event_name", _text)}
+_SPAN_EVENT = {1: ("time", _num), 2: ("name", _text)}
+_LINK = {1: ("trace_id", _hex), 2: ("span_id", _hex)}
+_STATUS_FIELDS = {2: ("status_message", _text), 3: ("status_code", _num)}
+_SPAN = {1: ("trace_id", _hex), 2: ("span_id", _hex), 4: ("parent_span_id", _hex),
+         5: ("name", _text), 6: ("kind", _num), 7: ("start", _num), 8: ("end", _num),
+         11: ("events[]", lambda v: _message(v, _SPAN_EVENT, 3)),
+         13: ("links[]", lambda v: _message(v, _LINK, 4)),
+         15: ("status", lambda v: _message(v, _STATUS_FIELDS))}
+
+
+def _pb_scope(buf: bytes | None) -> dict[str, Any]:
+    if buf is None:
+        return {}
+    scope = _message(buf, _SCOPE, 3)
+    if not scope["attributes"]:
+        del scope["attributes"]
     return scope
 
 
 def _pb_log(buf: bytes) -> dict[str, Any]:
-    r: dict[str, Any] = {"attributes": []}
-    for number, value in _fields(buf):
-        if number == 1:
-            r["time"] = _num(value)
-        elif number == 11:
-            r["observed"] = _num(value)
-        elif number == 2:
-            r["severity_number"] = _num(value)
-        elif number == 3:
-            r["severity"] = _text(value)
-        elif number == 5:
-            r["body"] = _pb_any(value, 0)
-        elif number == 6:
-            r["attributes"].append(value)
-        elif number == 9:
-            r["trace_id"] = value.hex()
-        elif number == 10:
-            r["span_id"] = value.hex()
-        elif number == 12:
-            r["event_name"] = _text(value)
-    r["attributes"] = _pb_attributes(r["attributes"])
-    return r
+    return _message(buf, _LOG, 6)
 
 
 def _pb_span(buf: bytes) -> dict[str, Any]:
-    s: dict[str, Any] = {"attributes": [], "events": [], "links": []}
-    for number, value in _fields(buf):
-        if number == 1:
-            s["trace_id"] = value.hex()
-        elif number == 2:
-            s["span_id"] = value.hex()
-        elif number == 4:
-            s["parent_span_id"] = value.hex()
-        elif number == 5:
-            s["name"] = _text(value)
-        elif number == 6:
-            s["kind"] = _num(value)
-        elif number == 7:
-            s["start"] = _num(value)
-        elif number == 8:
-            s["end"] = _num(value)
-        elif number == 9:
-            s["attributes"].append(value)
-        elif number == 11:
-            event: dict[str, Any] = {}
-            attributes = []
-            for n, v in _fields(value):
-                if n == 1:
-                    event["time"] = _num(v)
-                elif n == 2:
-                    event["name"] = _text(v)
-                elif n == 3:
-                    attributes.append(v)
-            event["attributes"] = _pb_attributes(attributes)
-            s["events"].append(event)
-        elif number == 13:
-            link: dict[str, Any] = {}
-            attributes = []
-            for n, v in _fields(value):
-                if n == 1:
-                    link["trace_id"] = v.hex()
-                elif n == 2:
-                    link["span_id"] = v.hex()
-                elif n == 4:
-                    attributes.append(v)
-            link["attributes"] = _pb_attributes(attributes)
-            s["links"].append(link)
-        elif number == 15:
-            for n, v in _fields(value):
-                if n == 2:
-                    s["status_message"] = _text(v)
-                elif n == 3:
-                    s["status_code"] = _num(v)
-    s["attributes"] = _pb_attributes(s["attributes"])
-    return s
+    span = _message(buf, _SPAN, 9)
+    span.update(span.pop("status", {}))
+    return span
 
 
 def _pb_request(body: bytes, signal: str) -> list[tuple[dict[str, Any], dict[str, Any],
@@ -376,67 +344,59 @@ def _js_request(data: Any, signal: str) -> list[tuple[dict[str, Any], dict[str, 
             if scope_x.get("attributes"):
                 scope["attributes"] = _js_attributes(scope_x["attributes"])
             for item in _list(sx.get(items), items):
-                item = _obj(item, items)
                 out.append((res, scope, _js_log(item) if signal == "logs" else _js_span(item)))
     return out
 
 
+def _str(value: Any, what: str) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _js_message(x: Any, what: str, spec: dict[str, tuple[str, Any]],
+                attributes: bool = True) -> dict[str, Any]:
+    """An OTLP/JSON object's fields by ``spec`` (its lowerCamelCase key -> (name, reader));
+    a field left out, null or empty is left out."""
+    x = _obj(x, what)
+    out: dict[str, Any] = {}
+    if attributes:
+        out["attributes"] = _js_attributes(x.get("attributes"))
+    for key, (name, read) in spec.items():
+        value = x.get(key)
+        if value is not None and value != "":
+            got = read(value, key)
+            if got is not None:
+                out[name] = got
+    return out
+
+
+def _js_list(spec: dict[str, tuple[str, Any]], what: str) -> Any:
+    return lambda value, key: [_js_message(v, what, spec) for v in _list(value, key)]
+
+
+# The same messages as the protobuf's, in OTLP/JSON's names.
+_JS_LOG = {"timeUnixNano": ("time", _int), "observedTimeUnixNano": ("observed", _int),
+           "severityNumber": ("severity_number", _int), "severityText": ("severity", _str),
+           "body": ("body", lambda v, _: _js_any(v, 0)), "traceId": ("trace_id", _hex_id),
+           "spanId": ("span_id", _hex_id), "eventName": ("event_name", _str)}
+_JS_LINK = {"traceId": ("trace_id", _hex_id), "spanId": ("span_id", _hex_id)}
+_JS_SPAN = {"traceId": ("trace_id", _hex_id), "spanId": ("span_id", _hex_id),
+            "parentSpanId": ("parent_span_id", _hex_id), "name": ("name", _str),
+            "kind": ("kind", _int), "startTimeUnixNano": ("start", _int),
+            "endTimeUnixNano": ("end", _int),
+            "events": ("events", _js_list({"timeUnixNano": ("time", _int),
+                                           "name": ("name", _str)}, "an event")),
+            "links": ("links", _js_list(_JS_LINK, "a link"))}
+_JS_STATUS = {"code": ("status_code", _int), "message": ("status_message", _str)}
+
+
 def _js_log(x: dict[str, Any]) -> dict[str, Any]:
-    r: dict[str, Any] = {"attributes": _js_attributes(x.get("attributes"))}
-    if "timeUnixNano" in x:
-        r["time"] = _int(x["timeUnixNano"], "timeUnixNano")
-    if "observedTimeUnixNano" in x:
-        r["observed"] = _int(x["observedTimeUnixNano"], "observedTimeUnixNano")
-    if "severityNumber" in x:
-        r["severity_number"] = _int(x["severityNumber"], "severityNumber")
-    if isinstance(x.get("severityText"), str):
-        r["severity"] = x["severityText"]
-    if "body" in x:
-        r["body"] = _js_any(x["body"], 0)
-    for key, name in (("traceId", "trace_id"), ("spanId", "span_id")):
-        if x.get(key):
-            r[name] = _hex_id(x[key], key)
-    if isinstance(x.get("eventName"), str):
-        r["event_name"] = x["eventName"]
-    return r
+    return _js_message(x, "a log record", _JS_LOG)
 
 
 def _js_span(x: dict[str, Any]) -> dict[str, Any]:
-    s: dict[str, Any] = {"attributes": _js_attributes(x.get("attributes")),
-                         "events": [], "links": []}
-    for key, name in (("traceId", "trace_id"), ("spanId", "span_id"),
-                      ("parentSpanId", "parent_span_id")):
-        if x.get(key):
-            s[name] = _hex_id(x[key], key)
-    if isinstance(x.get("name"), str):
-        s["name"] = x["name"]
-    if "kind" in x:
-        s["kind"] = _int(x["kind"], "kind")
-    if "startTimeUnixNano" in x:
-        s["start"] = _int(x["startTimeUnixNano"], "startTimeUnixNano")
-    if "endTimeUnixNano" in x:
-        s["end"] = _int(x["endTimeUnixNano"], "endTimeUnixNano")
-    for e in _list(x.get("events"), "events"):
-        e = _obj(e, "an event")
-        event: dict[str, Any] = {"attributes": _js_attributes(e.get("attributes"))}
-        if "timeUnixNano" in e:
-            event["time"] = _int(e["timeUnixNano"], "timeUnixNano")
-        if isinstance(e.get("name"), str):
-            event["name"] = e["name"]
-        s["events"].append(event)
-    for link_x in _list(x.get("links"), "links"):
-        link_x = _obj(link_x, "a link")
-        link: dict[str, Any] = {"attributes": _js_attributes(link_x.get("attributes"))}
-        for key, name in (("traceId", "trace_id"), ("spanId", "span_id")):
-            if link_x.get(key):
-                link[name] = _hex_id(link_x[key], key)
-        s["links"].append(link)
-    status = _obj(x.get("status"), "status")
-    if "code" in status:
-        s["status_code"] = _int(status["code"], "status.code")
-    if isinstance(status.get("message"), str):
-        s["status_message"] = status["message"]
-    return s
+    span = _js_message(x, "a span", _JS_SPAN)
+    span.update(_js_message(x.get("status"), "status", _JS_STATUS, attributes=False))
+    return span
 
 
 # ------------------------------------------------------------------ events
@@ -495,11 +455,11 @@ def _span_event(resource: dict[str, Any], scope: dict[str, Any],
     event["status"] = status
     if s["attributes"]:
         event["attributes"] = s["attributes"]
-    if s["events"]:
+    if s.get("events"):
         event["events"] = [{**({"timestamp": _stamp(e["time"])} if e.get("time") else {}),
                             "name": e.get("name", ""), "attributes": e["attributes"]}
                            for e in s["events"]]
-    if s["links"]:
+    if s.get("links"):
         event["links"] = s["links"]
     return event
 

@@ -357,9 +357,9 @@ class _Handler(BaseHTTPRequestHandler):
                 status = 200
             elif path in ("/v1/logs", "/v1/traces"):  # OTLP/HTTP (otlp.py)
                 self._allow(method, "POST")
-                status_, answer = self._otlp(path[4:])
                 dataset = self._service_header("Dataset")
-                count, failed, status = status_["ingested"], status_["failed"], 200
+                counts, answer = self._otlp(path[4:], dataset)
+                count, failed, status = counts["ingested"], counts["failed"], 200
             elif path == "/local/search":  # the page's search box, as APL (search.py)
                 self._allow(method, "POST")
                 status, answer = 200, self._search()
@@ -722,11 +722,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return value
         return None
 
-    def _ingest(self, dataset: str, params: dict[str, list[str]]) -> dict[str, Any]:
+    def _exists(self, dataset: str) -> None:
+        # Only the named datasets exist (serve --dataset): another one is the real 404.
         allowed = self.server.datasets
         if allowed is not None and dataset not in allowed:
             self._discard()
             raise HttpError(404, "dataset not found")
+
+    def _ingest(self, dataset: str, params: dict[str, list[str]]) -> dict[str, Any]:
+        self._exists(dataset)
         try:
             options = IngestOptions(params)
         except HttpError:
@@ -772,18 +776,14 @@ class _Handler(BaseHTTPRequestHandler):
         return {"ingested": len(events), "failed": len(failures), "failures": failures,
                 "processedBytes": size, "blocksCreated": 0, "walLength": len(events)}
 
-    def _otlp(self, signal: str) -> tuple[dict[str, Any], _Raw]:
+    def _otlp(self, signal: str, dataset: str | None) -> tuple[dict[str, Any], _Raw]:
         """OTLP/HTTP logs or traces into the dataset the dataset header names (otlp.py)."""
-        dataset = self._service_header("Dataset")
         if not dataset:
             self._discard()
             raise HttpError(400, "name the dataset for OTLP data in the X-Axiom-Dataset "
                                  "(or x-service-dataset) header")
         self._may("ingest", "POST", dataset)
-        allowed = self.server.datasets
-        if allowed is not None and dataset not in allowed:
-            self._discard()
-            raise HttpError(404, "dataset not found")
+        self._exists(dataset)
         kind = media_type(self.headers.get("Content-Type"))
         if kind not in ("application/x-protobuf", "application/json"):
             self._discard()

@@ -540,11 +540,14 @@ class Store:
         if not isinstance(include, bool):
             raise HttpError(400, '"includeCursor" must be true or false')
         try:
+            dataset = apl.parse_query(text).dataset
+        except apl.AplError as exc:
+            raise HttpError(400, str(exc)) from None
+        try:
             if not isinstance(cursor, str) or len(cursor) > 16:
                 raise ValueError
             seq = int(cursor, 16)
-            dataset = apl.parse_query(text).dataset
-        except (ValueError, apl.AplError):
+        except ValueError:
             raise HttpError(400, f'"cursor" must be a _rowId of the queried dataset, as the '
                                  f"status's minCursor and maxCursor give; got {cursor!r}") from None
         with self._lock:

@@ -193,8 +193,8 @@ def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
     # Nested as shipped, or as dotted fields (exception.stacktrace) as the service answers.
     trace = exc.get("stacktrace") if isinstance(exc, dict) else event.get(
         "exception.stacktrace")
-    skip = {"level", level_key, key} | ({"exception"} if isinstance(trace, str) else set())
     traced = isinstance(trace, str)
+    skip = {"level", level_key, key} | ({"exception"} if traced else set())
     rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
                     if k not in _SYSTEM_FIELDS and k not in skip
                     and not (traced and k.startswith("exception.")))
