@@ -59,6 +59,15 @@ def lazy_module(name: str) -> Any:
     return module
 
 
+def preload_http() -> None:
+    """Import what the first request needs (urllib3, the host-name codec, the watched
+    connection classes), on the calling thread: a shipper calls this when it is built, so that
+    its flusher does not import them while the application runs (see Shipper)."""
+    for name in ("urllib3", "encodings.idna", "urllib3.connectionpool", "http.client"):
+        lazy_module(name)
+    _watched_pool_classes()
+
+
 # The modules as the exit hook saw them (keep_modules), held weakly: see ImportsRestored.
 _modules_at_exit: dict[str, weakref.ref[Any]] = {}
 

@@ -104,6 +104,7 @@ class IngestHandler(logging.Handler):
         self._owns_shipper = shipper is None
         self._custom: bool | None = None
         self._compiled_put: Any = None
+        self._wire: Any = None
         try:
             super().__init__(level)
             self._update_custom()
@@ -134,7 +135,8 @@ class IngestHandler(logging.Handler):
             ledger = self._ledger
             context = _context_on or "opentelemetry.trace" in _modules
             try:
-                got = put(record.__dict__, ledger.queue, 0 if context else ledger.fast_len)
+                got = put(record.__dict__, ledger.queue, 0 if context else ledger.fast_len,
+                          None if context else self._wire)
                 if got is not True:
                     self._put_compiled(record, got, context)
             except Exception:
@@ -220,9 +222,10 @@ class IngestHandler(logging.Handler):
             self._put_event(record)
 
     def _put_compiled(self, record: logging.LogRecord,
-                      got: tuple[dict[Any, Any], int] | None, context: bool) -> None:
+                      got: tuple[Any, int] | None, context: bool) -> None:
         # What _speedups.record_put did not queue itself: the careful path's records, and its
-        # events for the context or the locked slow path.
+        # items (events, or wire items out of context) for the context or the locked slow
+        # path.
         if got is None:
             self._put_event(record)
         elif context:
@@ -289,6 +292,10 @@ class IngestHandler(logging.Handler):
         # handle()'s compiled path stands in for emit(): not when a subclass has its own.
         own_emit = type(self).emit is IngestHandler.emit
         self._compiled_put = _record_put if own_emit and not custom else None
+        # Its events queued as their final JSON when the shipper has nothing to do per event
+        # (events.py "Wire items"; the compiled path only).
+        self._wire = (self.shipper._sender.wire()
+                      if self._compiled_put is not None and _compiled.ACTIVE else None)
 
     def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include "structmember.h"
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,6 +29,7 @@ static Py_ssize_t fast_item;   /* FAST_ITEM_BYTES: the largest event the lock-fr
 static Py_ssize_t n_init;      /* how many attributes LogRecord.__init__ sets */
 static Py_ssize_t event_size;  /* FAST_EVENT_SIZE */
 static Py_ssize_t extra_size;  /* FAST_EXTRA_SIZE */
+static Py_ssize_t wire_item;   /* WIRE_ITEM_SIZE: what a queued bytes item holds beyond its length */
 
 /* The record attributes copied, and the event keys they become (interned at module init). */
 static const char *const FIELDS[][2] = {
@@ -44,11 +46,12 @@ static PyObject *
 configure(PyObject *self, PyObject *args)
 {
     PyObject *special, *formatter, *record, *levels, *size, *context;
-    Py_ssize_t ninit, esize, xsize, fitem;
-    if (!PyArg_ParseTuple(args, "O!O!OO!OOnnnn", &PyFrozenSet_Type, &special, &PyFrozenSet_Type,
+    Py_ssize_t ninit, esize, xsize, fitem, witem;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OOnnnnn", &PyFrozenSet_Type, &special, &PyFrozenSet_Type,
                           &formatter, &record, &PyDict_Type, &levels, &size, &context, &ninit,
-                          &esize, &xsize, &fitem))
+                          &esize, &xsize, &fitem, &witem))
         return NULL;
+    wire_item = witem;
     Py_INCREF(context);
     Py_XSETREF(k_context, context);
     Py_INCREF(size);
@@ -77,26 +80,27 @@ is_plain(PyObject *v)
            t == &PyBool_Type || v == Py_None;
 }
 
-/* record_event(d) -> (event, size) | None
- *
- * d: the __dict__ of a record whose type is exactly logging.LogRecord (the caller checks).
- * None: not this path's case (a traceback, a non-str message, arguments that do not format,
- * an extra that is not plain or needs renaming): the caller goes the careful way. */
-static PyObject *
-make_event(PyObject *d, Py_ssize_t *out_size)
+static int format_time(double created, char out[28]);
+
+/* The message of a plain record (d: the __dict__ of a record whose type is exactly
+ * logging.LogRecord; the caller checks): 1 with *out a new reference; 0 when it is not this
+ * path's case (a traceback, a non-str message, arguments that do not format): the careful
+ * path's. The truth tests and the formatting may run the application's code (__bool__,
+ * __str__): they run once, here, and the builders below run none. */
+static int
+record_message(PyObject *d, PyObject **out)
 {
     if (k_special == NULL || !PyDict_CheckExact(d))
-        return NULL;
-    /* Strong references from here on: the truth tests and the formatting below may run the
-     * application's code (__bool__, __str__), which may change the record under us. */
+        return 0;
+    /* Strong references while the application's code may run: it may change the record. */
     PyObject *msg = PyDict_GetItemWithError(d, s_msg);
     if (msg == NULL || !PyUnicode_CheckExact(msg))
-        goto fallback;
+        return 0;
     PyObject *exc = PyDict_GetItemWithError(d, s_exc_info);
     PyObject *stack = PyDict_GetItemWithError(d, s_stack_info);
     PyObject *fargs = PyDict_GetItemWithError(d, s_args);
     if (exc == NULL || stack == NULL || fargs == NULL)
-        goto fallback;
+        return 0;
     Py_INCREF(msg);
     Py_INCREF(exc);
     Py_INCREF(stack);
@@ -122,16 +126,21 @@ make_event(PyObject *d, Py_ssize_t *out_size)
     Py_DECREF(exc);
     Py_DECREF(stack);
     Py_DECREF(fargs);
-    if (message == NULL)
-        goto fallback;
+    *out = message;
+    return message != NULL;
+}
+
+/* The fast path's event dict (_handler.py, IngestHandler.emit), its message given; NULL when
+ * it is not this path's case (an extra that is not plain or needs renaming). */
+static PyObject *
+build_event(PyObject *d, PyObject *message, Py_ssize_t *out_size)
+{
     Py_ssize_t size = event_size + PyUnicode_GET_LENGTH(message);
     /* Room for every key at once (the fields, message, the markers, the extras): no resize. */
     Py_ssize_t extras = PyDict_GET_SIZE(d) - n_init;
     PyObject *event = _PyDict_NewPresized(N_FIELDS + 3 + (extras > 0 ? extras : 0));
-    if (event == NULL) {
-        Py_DECREF(message);
-        goto fallback;
-    }
+    if (event == NULL)
+        return NULL;
     /* The keys in the order the Python path builds them: _time, level, message, logger, ... */
     for (size_t i = 0; i < N_FIELDS; i++) {
         PyObject *v = PyDict_GetItemWithError(d, src_keys[i]);
@@ -182,15 +191,464 @@ make_event(PyObject *d, Py_ssize_t *out_size)
         if (seen != n - n_init)
             goto fail;
     }
-    Py_DECREF(message);
     *out_size = size;
     return event;
 fail:
     Py_DECREF(event);
-    Py_DECREF(message);
-fallback:
-    PyErr_Clear();
     return NULL;
+}
+
+/* ------------------------------------------------------------------ wire items
+ *
+ * A fast-path event as the very JSON the flusher would make of it (events.py "Queue items": a
+ * bytes item), written on the caller's thread when the shipper allows it (its ``wire``: no
+ * context, no policy that reads events, no field for the scrubber to look at). The flusher
+ * then only joins items into a request body: its work per event under the GIL is what held
+ * delivery to half the application's call rate. orjson's bytes for the same event, byte for
+ * byte (tests/test_speedups.py); what this cannot write as orjson does (a float in exponent
+ * form, an int past 64 bits, a lone surrogate, a value that is not plain, a key the scrubber
+ * has not cleared or a shipper's field names, an event over FAST_ITEM_BYTES) goes the dict way.
+ * Bounded: nothing longer than FAST_ITEM_BYTES is copied, and no application code runs. */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+    int heap;
+    char local[1024];
+} Out;
+
+static char esc[256];  /* 0: as it is; 'u': \u00XX; else the letter of a short escape */
+static char key_heads[N_FIELDS][24];  /* ,"logger": and the like, for the head's fields */
+static Py_ssize_t key_head_len[N_FIELDS];
+
+static int
+out_reserve(Out *o, Py_ssize_t more)
+{
+    if (more <= o->cap - o->len)
+        return 0;
+    Py_ssize_t cap = o->cap;
+    while (cap - o->len < more) {
+        if (cap > PY_SSIZE_T_MAX / 2)
+            return -1;
+        cap *= 2;
+    }
+    char *p = o->heap ? PyMem_Realloc(o->data, cap) : PyMem_Malloc(cap);
+    if (p == NULL)
+        return -1;
+    if (!o->heap)
+        memcpy(p, o->data, o->len);
+    o->data = p;
+    o->cap = cap;
+    o->heap = 1;
+    return 0;
+}
+
+static inline int
+out_put(Out *o, const char *s, Py_ssize_t n)
+{
+    if (n > o->cap - o->len && out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->data + o->len, s, n);
+    o->len += n;
+    return 0;
+}
+
+/* How many bytes from the start of u need no escape: SWAR, eight bytes a step (a byte under
+ * 0x20, '"' or '\\' stops it). */
+static inline Py_ssize_t
+clean_run(const char *u, Py_ssize_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, u + i, 8);
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        uint64_t hit = ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b);
+        if (hit & highs)
+            break;
+    }
+    while (i < n && esc[(unsigned char)u[i]] == 0)
+        i++;
+    return i;
+}
+
+/* UTF-8 text escaped as orjson escapes a string's content ('"', '\\', control characters). */
+static int
+put_escaped(Out *o, const char *u, Py_ssize_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (n > fast_item - o->len || out_reserve(o, n) < 0)
+        return -1;
+    for (;;) {
+        Py_ssize_t run = clean_run(u, n);
+        if (out_put(o, u, run) < 0)
+            return -1;
+        if (run == n)
+            return 0;
+        unsigned char c = (unsigned char)u[run];
+        char e = esc[c];
+        char buf[6] = {'\\', e, '0', '0', hex[c >> 4], hex[c & 15]};
+        if (out_put(o, buf, e == 'u' ? 6 : 2) < 0)
+            return -1;
+        u += run + 1;
+        n -= run + 1;
+    }
+}
+
+/* A str's UTF-8 (no copy for ASCII); NULL for a lone surrogate or one too long to write. */
+static const char *
+utf8_of(PyObject *s, Py_ssize_t *n)
+{
+    if (PyUnicode_READY(s) < 0)
+        return NULL;
+    if (PyUnicode_IS_ASCII(s)) {
+        *n = PyUnicode_GET_LENGTH(s);
+        return (const char *)PyUnicode_DATA(s);
+    }
+    if (PyUnicode_GET_LENGTH(s) > fast_item)
+        return NULL;  /* checked before its UTF-8 is made */
+    return PyUnicode_AsUTF8AndSize(s, n);  /* a lone surrogate: orjson refuses it too */
+}
+
+/* A str as orjson writes it: UTF-8, with '"', '\\' and the control characters escaped. */
+static int
+put_str(Out *o, PyObject *s)
+{
+    Py_ssize_t n;
+    const char *u = utf8_of(s, &n);
+    if (u == NULL || out_put(o, "\"", 1) < 0 || put_escaped(o, u, n) < 0)
+        return -1;
+    return out_put(o, "\"", 1);
+}
+
+/* An exact int's digits; -1 past 64 bits. */
+static int
+put_int(Out *o, PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()))
+        return -1;
+    char buf[24];
+    int i = 24;
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do {
+        buf[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (x < 0)
+        buf[--i] = '-';
+    return out_put(o, buf + i, 24 - i);
+}
+
+/* The message ``msg % args`` written as a JSON string with no str made in between, for the
+ * common case that runs no code of the application's: ``args`` an exact tuple of exact str
+ * and int, ``msg``'s conversions only %s and %d (an int's) and %%, one per argument; no
+ * arguments: ``msg`` as it is (logging formats only when there are some). 0: written; 1: not
+ * this case (nothing written that counts: the caller starts over); -1: failed. */
+static int
+put_message(Out *o, PyObject *msg, PyObject *args)
+{
+    if (!PyTuple_CheckExact(args))
+        return 1;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs == 0)
+        return put_str(o, msg) < 0 ? -1 : 0;
+    Py_ssize_t n;
+    const char *u = utf8_of(msg, &n);
+    if (u == NULL)
+        return -1;
+    Py_ssize_t used = 0, start = 0;
+    if (out_put(o, "\"", 1) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (u[i] != '%')
+            continue;
+        if (i + 1 >= n)
+            return 1;
+        char c = u[i + 1];
+        if (put_escaped(o, u + start, i - start) < 0)
+            return -1;
+        start = i + 2;
+        i++;
+        if (c == '%') {
+            if (out_put(o, "%", 1) < 0)
+                return -1;
+            continue;
+        }
+        if ((c != 's' && c != 'd') || used >= nargs)
+            return 1;
+        PyObject *arg = PyTuple_GET_ITEM(args, used++);
+        int r;
+        if (PyLong_CheckExact(arg))
+            r = put_int(o, arg);
+        else if (c == 's' && PyUnicode_CheckExact(arg)) {
+            Py_ssize_t an;
+            const char *au = utf8_of(arg, &an);
+            r = au == NULL ? -1 : put_escaped(o, au, an);
+        }
+        else
+            return 1;
+        if (r < 0)
+            return -1;
+    }
+    if (used != nargs)
+        return 1;  /* not all arguments converted: the careful path writes why */
+    if (put_escaped(o, u + start, n - start) < 0 || out_put(o, "\"", 1) < 0)
+        return -1;
+    return 0;
+}
+
+/* A finite float as repr() writes it, for the usual case: 1e-4 <= |x| < 1e15 with at most 15
+ * significant digits. Such a decimal is the only one of 15 digits or fewer that reads back as
+ * x (DBL_DIG), so it is repr's shortest one: found as the first m / 10^k that is exactly x
+ * (both exact doubles, one correctly rounded division: what parsing the decimal gives).
+ * 0: written; -1: not its case (Python's repr writes it). */
+static int
+put_short_float(Out *o, double x)
+{
+    static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+                                 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+    double a = fabs(x);
+    if (!(a >= 1e-4 && a < 1e15))
+        return -1;
+    for (int k = 0; k < 20; k++) {
+        double scaled = a * p10[k];
+        if (scaled >= 1e15)
+            return -1;
+        double m = floor(scaled + 0.5);
+        if (m / p10[k] != a)
+            continue;
+        char digits[24];
+        int nd = 0;
+        unsigned long long u = (unsigned long long)m;
+        do {
+            digits[nd++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        /* digits[] is reversed: digits[0] is the last one. */
+        char buf[48];
+        int len = 0;
+        if (x < 0)
+            buf[len++] = '-';
+        int whole = nd - k;  /* digits before the point */
+        if (whole <= 0)
+            buf[len++] = '0';
+        for (int i = nd - 1; i >= k; i--)
+            buf[len++] = digits[i];
+        buf[len++] = '.';
+        for (int i = 0; i < -whole; i++)
+            buf[len++] = '0';
+        int last = 0;  /* drop the fraction's trailing zeros, keeping one digit */
+        while (last < k - 1 && digits[last] == '0')
+            last++;
+        for (int i = (k < nd ? k : nd) - 1; i >= last; i--)
+            buf[len++] = digits[i];
+        if (k == 0)
+            buf[len++] = '0';
+        return out_put(o, buf, len);
+    }
+    return -1;
+}
+
+/* The head's strings repeat from record to record (a logger's name, a function's, a file's
+ * path, a thread's name): the last one of each field is kept with its JSON, and a record with
+ * the same string (the same object, or an equal one) copies that. Strong references: an
+ * address alone could be a new string's. Used under the GIL only, in one C call. */
+#define HEAD_CACHE_BYTES 256
+typedef struct {
+    PyObject *str;
+    Py_ssize_t len;
+    char json[HEAD_CACHE_BYTES];
+} HeadCache;
+static HeadCache head_cache[N_FIELDS];
+
+static int put_value(Out *o, PyObject *v);
+
+static int
+put_head(Out *o, size_t field, PyObject *v)
+{
+    HeadCache *c = &head_cache[field];
+    if (c->str != NULL && (c->str == v || (PyUnicode_CheckExact(v) &&
+                                           PyUnicode_Compare(c->str, v) == 0)))
+        return out_put(o, c->json, c->len);
+    Py_ssize_t start = o->len;
+    if (put_value(o, v) < 0)
+        return -1;
+    Py_ssize_t len = o->len - start;
+    if (PyUnicode_CheckExact(v) && len <= HEAD_CACHE_BYTES) {
+        memcpy(c->json, o->data + start, len);
+        c->len = len;
+        Py_INCREF(v);
+        Py_XSETREF(c->str, v);
+    }
+    return 0;
+}
+
+/* A plain value as orjson writes it; -1 for what it writes differently or not at all. */
+static int
+put_value(Out *o, PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type)
+        return put_str(o, v);
+    if (v == Py_None)
+        return out_put(o, "null", 4);
+    if (t == &PyBool_Type)
+        return v == Py_True ? out_put(o, "true", 4) : out_put(o, "false", 5);
+    if (t == &PyLong_Type)
+        return put_int(o, v);
+    if (t == &PyFloat_Type) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(x))
+            return out_put(o, "null", 4);
+        if (x == 0)
+            return signbit(x) ? out_put(o, "-0.0", 4) : out_put(o, "0.0", 3);
+        if (put_short_float(o, x) == 0)
+            return 0;
+        /* Python's repr and orjson agree on the shortest digits; not on exponent forms. */
+        char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (s == NULL)
+            return -1;
+        int r = strchr(s, 'e') != NULL ? -1 : out_put(o, s, (Py_ssize_t)strlen(s));
+        PyMem_Free(s);
+        return r;
+    }
+    return -1;
+}
+
+/* The wire item of a plain record, its message given: a new bytes object, or NULL (not this
+ * path's case; the dict path decides). wire: (fragment, static keys, clean keys | None,
+ * learn | None), from the shipper (sender.py, Sender.wire): its fields= as JSON
+ * (",\"k\":v..."), their names, the scrubber's set of keys it has nothing to do for, and its
+ * learn(key) -> bool, which adds a key to that set unless it is a secret's. */
+static PyObject *
+build_wire(PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
+           int *want_message)
+{
+    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4)
+        return NULL;
+    PyObject *fragment = PyTuple_GET_ITEM(wire, 0), *statics = PyTuple_GET_ITEM(wire, 1);
+    PyObject *clean = PyTuple_GET_ITEM(wire, 2), *learn = PyTuple_GET_ITEM(wire, 3);
+    if (!PyBytes_CheckExact(fragment) || !PyAnySet_CheckExact(statics) ||
+        (clean != Py_None && !PyAnySet_CheckExact(clean)))
+        return NULL;
+    /* The extras first (only keys, and value types): a key the scrubber has not cleared yet
+     * costs the dict path little. As build_event walks them; only keys the scrubber cleared
+     * and the shipper's fields do not name (the flusher would check or merge those). */
+    Py_ssize_t n, extras;
+    int formatted;  /* a formatter's attribute among them, to leave out */
+    int learned = 0;
+restart:
+    n = PyDict_GET_SIZE(d);
+    extras = 0;
+    formatted = 0;
+    if (n > n_init) {
+        Py_ssize_t pos = n_init, seen = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            seen++;
+            if (!PyUnicode_CheckExact(key))
+                return NULL;
+            int special = PySet_Contains(k_special, key);
+            if (special != 0) {
+                if (special > 0 && PySet_Contains(k_formatter, key) == 1) {
+                    formatted = 1;
+                    continue;
+                }
+                return NULL;
+            }
+            if (!is_plain(value) || PySet_Contains(statics, key) != 0)
+                return NULL;
+            int known = clean == Py_None ? 1 : PySet_Contains(clean, key);
+            if (known == 0 && learn != Py_None && learned < 64 &&
+                PyUnicode_GET_LENGTH(key) <= 256) {
+                /* A key's first use: the scrubber decides now whether it is a secret's, once
+                 * (our code; it adds a clean key to the set). Any code may run meanwhile (a
+                 * collection's finalizers): the record is walked again after it. */
+                Py_INCREF(key);
+                PyObject *r = PyObject_CallOneArg(learn, key);
+                Py_DECREF(key);
+                if (r == NULL)
+                    return NULL;
+                Py_DECREF(r);
+                if (r != Py_True)
+                    return NULL;
+                learned++;
+                goto restart;
+            }
+            if (known != 1)
+                return NULL;
+            extras++;
+        }
+        if (seen != n - n_init)
+            return NULL;
+    }
+    PyObject *vals[N_FIELDS];
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if ((vals[i] = PyDict_GetItemWithError(d, src_keys[i])) == NULL)
+            return NULL;
+    PyObject *msg = NULL, *fargs = NULL;
+    if (message == NULL) {
+        /* The message written straight from msg and args (put_message) when nothing about
+         * them can run the application's code: no exception, no stack, an exact str. */
+        msg = PyDict_GetItemWithError(d, s_msg);
+        fargs = PyDict_GetItemWithError(d, s_args);
+        PyObject *exc = PyDict_GetItemWithError(d, s_exc_info);
+        PyObject *stack = PyDict_GetItemWithError(d, s_stack_info);
+        if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
+            (exc != Py_None && exc != Py_False) || stack != Py_None) {
+            *want_message = 1;
+            return NULL;
+        }
+    }
+    if (!PyFloat_CheckExact(vals[0]) || !PyUnicode_CheckExact(vals[1]))
+        return NULL;
+    PyObject *level = PyDict_GetItemWithError(k_levels, vals[1]);
+    char ts[28];
+    if (level == NULL || !PyUnicode_CheckExact(level) ||
+        format_time(PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+        return NULL;
+    Out o;
+    o.data = o.local;
+    o.len = 0;
+    o.cap = (Py_ssize_t)sizeof(o.local);
+    o.heap = 0;
+    PyObject *result = NULL;
+    if (out_put(&o, "{\"_time\":\"", 10) < 0 || out_put(&o, ts, 27) < 0 ||
+        out_put(&o, "\",\"level\":", 10) < 0 || put_str(&o, level) < 0 ||
+        out_put(&o, ",\"message\":", 11) < 0)
+        goto done;
+    if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
+        *want_message = message == NULL;  /* not put_message's case: with the message made */
+        goto done;
+    }
+    for (size_t i = 2; i < N_FIELDS; i++)
+        if (out_put(&o, key_heads[i], key_head_len[i]) < 0 ||
+            (PyUnicode_CheckExact(vals[i]) ? put_head(&o, i, vals[i])
+                                           : put_value(&o, vals[i])) < 0)
+            goto done;
+    if (extras) {
+        Py_ssize_t pos = n_init;
+        PyObject *key, *value;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            if (formatted && PySet_Contains(k_formatter, key) == 1)
+                continue;
+            if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
+                put_value(&o, value) < 0)
+                goto done;
+        }
+    }
+    if (out_put(&o, PyBytes_AS_STRING(fragment), PyBytes_GET_SIZE(fragment)) < 0 ||
+        out_put(&o, "}", 1) < 0 || o.len > fast_item)
+        goto done;
+    result = PyBytes_FromStringAndSize(o.data, o.len);
+    *out_size = o.len + wire_item;
+done:
+    if (o.heap)
+        PyMem_Free(o.data);
+    return result;
 }
 
 /* The event with its size, as a pair (for the Python caller's slow put or context). */
@@ -222,52 +680,117 @@ static PyObject *
 record_event(PyObject *self, PyObject *d)
 {
     Py_ssize_t size;
-    PyObject *event = make_event(d, &size);
-    if (event == NULL)
+    PyObject *message;
+    if (!record_message(d, &message)) {
+        PyErr_Clear();
         Py_RETURN_NONE;
+    }
+    PyObject *event = build_event(d, message, &size);
+    Py_DECREF(message);
+    if (event == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     return pair(event, size);
 }
 
-/* record_put(d, queue, fast_len) -> True | (event, size) | None
+/* record_put(d, queue, fast_len, wire=None) -> True | (item, size) | None
  *
- * record_event, then the ledger's lock-free append (Ledger.offer's fast path) when the queue is
- * under ``fast_len`` and the event small: True. (event, size): queued by the caller (its slow,
- * locked path, or the context's). None: the careful path. */
+ * The record's queue item: its wire item (bytes) when ``wire`` is given and the record is
+ * its case, else record_event's event with its SIZE. Then the ledger's lock-free append
+ * (Ledger.offer's fast path) when the queue is under ``fast_len`` and the item small: True.
+ * (item, size): queued by the caller (its slow, locked path, or the context's). None: the
+ * careful path. */
 static PyObject *
 record_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     static PyObject *s_append;
-    if (nargs != 3 || k_size == NULL)
+    if ((nargs != 3 && nargs != 4) || k_size == NULL)
         Py_RETURN_NONE;
     if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
     Py_ssize_t size;
-    PyObject *event = make_event(args[0], &size);
-    if (event == NULL)
-        Py_RETURN_NONE;
-    PyObject *size_obj = PyLong_FromSsize_t(size);
-    if (size_obj == NULL || PyDict_SetItem(event, k_size, size_obj) < 0) {
-        Py_XDECREF(size_obj);
-        Py_DECREF(event);
+    PyObject *message = NULL, *item = NULL;
+    int wire = nargs == 4 && args[3] != Py_None, want_message = 0;
+    if (wire) {
+        /* The message written as it is formatted, first; made as a str only when that is not
+         * the case (and then the wire item is tried with it, unless something else ruled
+         * it out). */
+        item = build_wire(args[0], NULL, args[3], &size, &want_message);
+        if (item == NULL)
+            PyErr_Clear();
+    }
+    if (item != NULL)
+        goto append;
+    if (!record_message(args[0], &message)) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    Py_DECREF(size_obj);
+    if (want_message) {
+        want_message = 0;
+        item = build_wire(args[0], message, args[3], &size, &want_message);
+        if (item == NULL)
+            PyErr_Clear();
+    }
+    if (item == NULL) {
+        item = build_event(args[0], message, &size);
+        PyObject *size_obj = item == NULL ? NULL : PyLong_FromSsize_t(size);
+        if (size_obj == NULL || PyDict_SetItem(item, k_size, size_obj) < 0) {
+            Py_XDECREF(size_obj);
+            Py_XDECREF(item);
+            Py_DECREF(message);
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        Py_DECREF(size_obj);
+    }
+    Py_DECREF(message);
+append:;
     PyObject *queue = args[1];
     Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
     Py_ssize_t held = limit > 0 ? PyObject_Size(queue) : -1;
     if (limit > 0 && held >= 0 && held < limit && size <= fast_item) {
-        PyObject *r = PyObject_CallMethodOneArg(queue, s_append, event);
+        PyObject *r = PyObject_CallMethodOneArg(queue, s_append, item);
         if (r != NULL) {
             Py_DECREF(r);
-            Py_DECREF(event);
+            Py_DECREF(item);
             Py_RETURN_TRUE;
         }
     }
     PyErr_Clear();
-    return pair(event, size);
+    return pair(item, size);
+}
+
+/* items_size(items) -> int: the estimated sizes of queue items, summed (Ledger's byte bound):
+ * an event's SIZE, a wire item's length and WIRE_ITEM_SIZE. */
+static PyObject *
+items_size(PyObject *self, PyObject *items)
+{
+    if (k_size == NULL || !PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "items_size: a list of queue items");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (PyBytes_CheckExact(item)) {
+            total += PyBytes_GET_SIZE(item) + wire_item;
+            continue;
+        }
+        Py_INCREF(item);
+        PyObject *size = PyObject_GetItem(item, k_size);
+        Py_DECREF(item);
+        if (size == NULL)
+            return NULL;
+        Py_ssize_t n = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        total += n;
+    }
+    return PyLong_FromSsize_t(total);
 }
 
 /* RFC 3339 in UTC with microseconds, as events.py writes it ("2024-05-01T12:00:00.123456Z").
@@ -402,6 +925,14 @@ format_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(item);
         PyObject *done = NULL;
+        if (PyBytes_CheckExact(item)) {
+            /* A wire item: the event's final JSON already (record_put). */
+            int ar = PyList_Append(out, item);
+            Py_DECREF(item);
+            if (ar < 0)
+                goto error;
+            continue;
+        }
         int ours = PyDict_CheckExact(item);
         if (ours) {
             int has_context = PyDict_Contains(item, k_context);
@@ -525,7 +1056,7 @@ static int h_returns_record;    /* Python 3.12+: handle() returns the record */
 static PyTypeObject *h_ledger_type;               /* ledger.Ledger (its __slots__) */
 static Py_ssize_t h_queue_at = -1, h_fast_len_at = -1; /* where its queue and fast_len are */
 static PyObject *hs_filters, *hs_put, *hs_ledger, *hs_queue, *hs_fast_len, *hs_put_compiled,
-    *hs_put_event, *hs_context_on, *hs_otel;
+    *hs_put_event, *hs_context_on, *hs_otel, *hs_wire;
 
 static PyObject *
 configure_handle(PyObject *self, PyObject *args)
@@ -559,9 +1090,10 @@ configure_handle(PyObject *self, PyObject *args)
         hs_put_event = PyUnicode_InternFromString("_put_event");
         hs_context_on = PyUnicode_InternFromString("_context_on");
         hs_otel = PyUnicode_InternFromString("opentelemetry.trace");
+        hs_wire = PyUnicode_InternFromString("_wire");
         if (hs_filters == NULL || hs_put == NULL || hs_ledger == NULL || hs_queue == NULL ||
             hs_fast_len == NULL || hs_put_compiled == NULL || hs_put_event == NULL ||
-            hs_context_on == NULL || hs_otel == NULL)
+            hs_context_on == NULL || hs_otel == NULL || hs_wire == NULL)
             return NULL;
     }
     Py_INCREF(python);
@@ -617,9 +1149,16 @@ handle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     PyObject *ledger = PyDict_GetItemWithError(*self_dict, hs_ledger);
     if (ledger == NULL)
         goto python;
+    PyObject *wire = PyDict_GetItemWithError(*self_dict, hs_wire);
+    if (wire == NULL) {
+        if (PyErr_Occurred())
+            goto python;
+        wire = Py_None;
+    }
     Py_INCREF(self);
     Py_INCREF(record);
     Py_INCREF(ledger);
+    Py_INCREF(wire);
     PyObject *got = NULL;
     PyObject *queue, *fast_len;
     if (Py_TYPE(ledger) == h_ledger_type && h_queue_at >= 0) {
@@ -638,12 +1177,13 @@ handle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (fast_len != NULL) {
         PyObject *dict = *record_dict;
         Py_INCREF(dict);
-        PyObject *put_args[3] = {dict, queue, fast_len};
-        got = record_put(NULL, put_args, 3);
+        PyObject *put_args[4] = {dict, queue, fast_len, wire};
+        got = record_put(NULL, put_args, 4);
         Py_DECREF(dict);
     }
     Py_XDECREF(queue);
     Py_XDECREF(fast_len);
+    Py_DECREF(wire);
     PyObject *r = NULL;
     if (got == Py_True)
         r = Py_True, Py_INCREF(r);
@@ -692,7 +1232,10 @@ static PyMethodDef methods[] = {
     {"record_event", record_event, METH_O,
      "record_event(d) -> (event, size) | None: the fast path's event of a plain record."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
-     "record_put(d, queue, fast_len) -> True | (event, size) | None: record_event, queued."},
+     "record_put(d, queue, fast_len, wire=None) -> True | (item, size) | None: the record's "
+     "queue item (a wire item or record_event's), queued."},
+    {"items_size", items_size, METH_O,
+     "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,
      "format_items(items, static, static_plain, finish, clean, fallback, skip) -> list."},
     {"format_record", format_record, METH_O,
@@ -724,5 +1267,20 @@ PyInit__speedups(void)
     s_level = PyUnicode_InternFromString("level");
     if (!s_msg || !s_args || !s_exc_info || !s_stack_info || !s_message || !s_time || !s_level)
         return NULL;
+    for (int c = 0; c < 0x20; c++)
+        esc[c] = 'u';
+    esc['\b'] = 'b';
+    esc['\t'] = 't';
+    esc['\n'] = 'n';
+    esc['\f'] = 'f';
+    esc['\r'] = 'r';
+    esc['"'] = '"';
+    esc['\\'] = '\\';
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        int n = snprintf(key_heads[i], sizeof key_heads[i], ",\"%s\":", FIELDS[i][1]);
+        if (n < 0 || n >= (int)sizeof key_heads[i])
+            return NULL;
+        key_head_len[i] = n;
+    }
     return PyModule_Create(&module);
 }

@@ -4,11 +4,12 @@
 
 Not part of the pytest run (it compiles with sanitizers and preloads their runtimes, which the
 rest of the suite must not run under). It copies the package to a temporary directory, builds
-``_speedups.c`` there with ``-fsanitize=address,undefined``, then, with the sanitizers' runtimes
-preloaded: runs ``tests/test_speedups.py`` and the event-model tests against that build, and
-fuzzes the extension's functions directly with hypothesis (arbitrary record dicts: any keys,
-nested values, formats that fail, non-dicts). Any report aborts with a non-zero exit. Needs gcc
-and its sanitizer runtimes (Debian's gcc has them).
+``_speedups.c`` and ``_gzip.c`` there with ``-fsanitize=address,undefined``, then, with the
+sanitizers' runtimes preloaded: runs ``tests/test_speedups.py`` and the event-model tests
+against that build, and fuzzes the extension's functions directly with hypothesis (arbitrary
+record dicts: any keys, nested values, formats that fail, non-dicts; wire items with and
+without a scrubber). Any report aborts with a non-zero exit. Needs gcc and its sanitizer
+runtimes (Debian's gcc has them).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(m
 values = st.recursive(leaf, lambda c: st.one_of(st.lists(c, max_size=3), st.tuples(c, c),
                       st.dictionaries(st.text(max_size=3), c, max_size=3)), max_leaves=8)
 base = logging.LogRecord("a", 20, "/p.py", 1, "m %s", ("x",), None).__dict__
+clean = {"_time", "level", "message", "logger", "module", "function", "line", "file",
+         "process", "thread"}
+
+
+def learn(key):
+    if len(key) % 3 == 0:
+        return False
+    clean.add(key)
+    return True
 
 
 @settings(max_examples=int(sys.argv[1]), deadline=None, suppress_health_check=list(HealthCheck))
@@ -51,6 +61,12 @@ def fuzz(extra, keep_base, msg):
     queue = []
     ext.record_put(d, queue, 10)
     ext.record_put(d, queue, "not a number")
+    # Wire items: with a scrubber's set and learn(), without, and malformed wires.
+    ext.record_put(d, queue, 10, (b',"f":1', frozenset({"f"}), clean, learn))
+    ext.record_put(d, queue, 10, (b"", frozenset(), None, None))
+    ext.record_put(d, queue, 10, (b"", frozenset()))
+    ext.record_put(d, queue, 10, ("x", 1, 2, 3))
+    ext.items_size([i for i in queue if type(i) is bytes])
     if got is not None:
         ext.format_record({k: v for k, v in got[0].items() if isinstance(k, str)})
     ext.format_record(extra)
@@ -78,12 +94,14 @@ def main(argv: list[str]) -> int:
         src = Path(tmp) / "src"
         shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
             ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache"))
+        for name, libs in (("_speedups", []), ("_gzip", ["-lz"])):
+            target = src / "loghandler" / (name + sysconfig.get_config_var("EXT_SUFFIX"))
+            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
+                            "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                            "-I" + sysconfig.get_paths()["include"],
+                            str(src / "loghandler" / (name + ".c")), "-o", str(target), *libs],
+                           check=True)
         target = src / "loghandler" / ("_speedups" + sysconfig.get_config_var("EXT_SUFFIX"))
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                        "-I" + sysconfig.get_paths()["include"], str(src / "loghandler" /
-                                                                    "_speedups.c"),
-                        "-o", str(target)], check=True)
         env = {**os.environ, "LD_PRELOAD": " ".join(runtimes), "PYTHONPATH": str(src),
                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
                "LOGHANDLER_PURE_PYTHON": "0"}

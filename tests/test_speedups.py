@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_event_model import records
+from test_spool import wait_until
 
 from loghandler import IngestHandler, _compiled
 from loghandler._encoding import encode
@@ -53,6 +54,7 @@ def handlers() -> Iterator[tuple[IngestHandler, IngestHandler]]:
                                     batch_size=10_000)
         fast = IngestHandler("compiled", **opts)
         fast._compiled_put = EXT.record_put
+        fast._wire = None  # event dicts, compared key for key (wire items: test_wire_*)
         pure = IngestHandler("pure", **opts)
         pure._compiled_put = None
         yield fast, pure
@@ -345,7 +347,8 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
         return record
 
     def queued(h: Handler) -> list[dict[str, Any]]:
-        return [{k: v for k, v in item.items() if isinstance(k, str)}
+        return [json.loads(item) if type(item) is bytes  # a wire item (the same for both)
+                else {k: v for k, v in item.items() if isinstance(k, str)}
                 for item in h.shipper._ledger.queue]
 
     parked = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600,
@@ -373,3 +376,268 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     finally:
         compiled.close()
         python.close()
+
+
+# ------------------------------------------------------------------ wire items
+
+PARKED = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600, batch_size=10_000,
+              shutdown_timeout=0.1, handle_sigterm=False)
+WIRE_SHIPPERS = {
+    "defaults": {},
+    "fields": {"fields": {"service": "checkout", "region": "eu", "n": 3, "message": "never"}},
+    "no scrubbing, no identity": {"scrub": False, "identity": False},
+}
+
+
+@pytest.fixture(scope="module")
+def wire_handlers() -> Iterator[dict[str, IngestHandler]]:
+    """Parked handlers (nothing is sent) whose shippers allow wire items, by configuration."""
+    made = {name: IngestHandler("ds", **PARKED, **opts) for name, opts in WIRE_SHIPPERS.items()}
+    yield made
+    for h in made.values():
+        h.close()
+
+
+def python_wire(handler: IngestHandler, record: logging.LogRecord) -> bytes:
+    """What the Python path ships for ``record``: its event dict, through item_events and the
+    encoder, as the flusher would (the reference a wire item is held to)."""
+    handler._compiled_put = None
+    try:
+        item = last_item(handler, record, via_emit=True)
+    finally:
+        handler.shipper._ledger.queue.pop()
+    sender = handler.shipper._sender
+    return encode(formatted(item, False, handler.shipper.options.fields, sender.finish))
+
+
+def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
+    """record_put's item for ``record`` with the shipper's wire (queued nowhere)."""
+    wire = handler.shipper._sender.wire()
+    assert wire is not None
+    got = EXT.record_put(record.__dict__, [], 0, wire)
+    return None if got is None else got[0]
+
+
+PLAIN_VALUES = st.one_of(
+    st.text(max_size=30), st.integers(min_value=-2**65, max_value=2**65), st.floats(),
+    st.floats(min_value=-1e6, max_value=1e6), st.booleans(), st.none())
+
+
+@st.composite
+def plain_records(draw: st.DrawFn) -> logging.LogRecord:
+    """Records of the kind wire items are made of (plain extras, a %-message), with text that
+    needs escaping, any Unicode, odd floats and ints, names that clash, created anywhere."""
+    args: tuple[Any, ...] = ()
+    msg = draw(st.text(max_size=40))
+    if draw(st.booleans()):
+        # Conversions the writer takes (%s of a str or an int, %d of an int, %%), and ones it
+        # leaves to str % (%r, widths, %d of a str, too few or too many arguments, a bool).
+        pieces = draw(st.lists(st.sampled_from(["%s", "%s", "%d", "%%", "é", "\n", "x", "%r",
+                                                "%5d"]), max_size=5))
+        msg += " " + "".join(pieces)
+        arg = st.one_of(st.text(max_size=10), st.integers(-10**20, 10**20), st.booleans())
+        args = tuple(draw(st.lists(arg, min_size=1, max_size=4)))
+    level = draw(st.sampled_from([logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR,
+                                  logging.CRITICAL, 5]))
+    name = draw(st.sampled_from(["app", "app.db", "wire \"quoted\"\n", "ünï"]))
+    record = logging.LogRecord(name, level, draw(st.sampled_from(["/app.py", "C:\\x\\é.py"])),
+                               draw(st.integers(0, 10**6)), msg, args or None, None)
+    keys = st.one_of(st.text(min_size=1, max_size=10),
+                     st.sampled_from(["request_id", "password", "host", "service", "line",
+                                      "message", "asctime", "é", "a\"b", "\x00"]))
+    record.__dict__.update(draw(st.dictionaries(keys, PLAIN_VALUES, max_size=6)))
+    if draw(st.booleans()):
+        record.created = draw(st.floats(min_value=-1e10, max_value=3e11))
+    return record
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=st.one_of(plain_records(), records()),
+       shipper=st.sampled_from(sorted(WIRE_SHIPPERS)))
+def test_wire_item_is_what_the_python_path_ships(wire_handlers: dict[str, IngestHandler],
+                                                 record: logging.LogRecord,
+                                                 shipper: str) -> None:
+    """A wire item is, byte for byte, the JSON the flusher makes of the Python path's event
+    (orjson's), for every record it takes; the others stay event dicts."""
+    handler = wire_handlers[shipper]
+    snapshot = dict(record.__dict__)
+    got = compiled_wire(handler, record)
+    record.__dict__.clear()
+    record.__dict__.update(snapshot)
+    if type(got) is not bytes:
+        return  # the dict path's (compared with the Python path's above)
+    want = python_wire(handler, record)
+    if encoding_has_orjson():
+        assert got == want
+    else:  # the stdlib encoder writes the same values (exponents aside)
+        assert json.loads(got) == json.loads(want)
+
+
+def encoding_has_orjson() -> bool:
+    from loghandler import _encoding
+
+    return _encoding.HAVE_ORJSON
+
+
+def _wire_of(handler: IngestHandler, **extra: Any) -> Any:
+    record = _plain("m", (), **extra)
+    return compiled_wire(handler, record)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(value=st.one_of(st.floats(), st.floats(min_value=-1e16, max_value=1e16),
+                       st.integers(-10**6, 10**6).map(lambda i: i / 1000),
+                       st.integers(min_value=-2**70, max_value=2**70), st.booleans(),
+                       st.none(), st.text(max_size=40)))
+def test_wire_values_are_written_as_orjson_writes_them(
+        wire_handlers: dict[str, IngestHandler], value: Any) -> None:
+    """Floats (shortest digits; exponent forms left to the encoder), ints (past 64 bits left),
+    strings (escapes, control characters, any Unicode; lone surrogates left)."""
+    got = _wire_of(wire_handlers["no scrubbing, no identity"], v=value)
+    if type(got) is not bytes:
+        # Left to the dict path: only what the fast writer does not write the encoder's way.
+        assert (type(value) is float and "e" in repr(value)) or (
+            type(value) is int and not -2**63 <= value < 2**63) or (
+            type(value) is str and any(0xD800 <= ord(c) < 0xE000 for c in value))
+        return
+    assert got.endswith(b',"v":' + encode(value) + b"}")
+
+
+def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
+        wire_handlers: dict[str, IngestHandler]) -> None:
+    """A secret's key (scrubbed on the flusher), a key fields= names (merged there), a message
+    too large to copy on the caller's thread: event dicts; a value that is not plain: the
+    careful path's. A new key is learned once (the scrubber decides), then written."""
+    h = wire_handlers["defaults"]
+    assert type(_wire_of(h, password="hunter2")) is dict
+    assert type(_wire_of(h, host="mine")) is dict  # identity's field: the event's own wins
+    assert _wire_of(h, payload={"a": 1}) is None  # the careful path's
+    assert type(compiled_wire(h, _plain("x" * 100_000, ()))) is dict
+    clean = h.shipper._sender.finish.clean_keys()
+    assert "brand_new_key" not in clean
+    assert type(_wire_of(h, brand_new_key=1)) is bytes
+    assert "brand_new_key" in clean
+    assert type(_wire_of(wire_handlers["fields"], region="us")) is dict
+
+
+def test_no_wire_when_the_flusher_has_work_per_event() -> None:
+    """Sampling or repeats, exclusions, scanning text for secrets, a json_default, a nested
+    or secret fields= value: the shipper offers no wire; a handler with a formatter uses none."""
+    for opts in ({"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
+                 {"exclude_fields": ["file"]}, {"scrub": "all"},
+                 {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
+                 {"fields": {"api_key": "sk-1"}}):
+        h = IngestHandler("ds", **PARKED, **opts)
+        try:
+            assert h.shipper._sender.wire() is None, opts
+            assert h._wire is None
+        finally:
+            h.close()
+    h = IngestHandler("ds", **PARKED)
+    try:
+        assert (h._wire is not None) is (not PURE)
+        h.setFormatter(logging.Formatter("%(message)s"))
+        assert h._wire is None and h._compiled_put is None
+    finally:
+        h.close()
+
+
+def test_wire_items_and_dicts_ship_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through the local service: wire items and event dicts (a secret, a nested
+    value, a context) in one batch; every event arrives as the object it was, secrets
+    scrubbed."""
+    import loghandler
+    from loghandler import _handler
+
+    # Once a context was entered anywhere, or OpenTelemetry imported (earlier tests), every
+    # event takes the context's path (a dict): as in a fresh process, until this test enters one.
+    monkeypatch.setattr(_handler, "_context_on", False)
+    monkeypatch.delitem(sys.modules, "opentelemetry.trace", raising=False)
+
+    with LocalService(token=TOKEN) as svc:
+        h = IngestHandler("ds", url=svc.url, token=TOKEN, flush_interval=3600)
+        log = logging.getLogger("wire.mixed")
+        log.propagate = False
+        log.handlers[:] = [h]
+        log.setLevel(logging.INFO)
+        try:
+            log.info("plain %s", 1, extra={"n": 1.5})
+            log.info("secret", extra={"password": "hunter2"})
+            log.info("nested", extra={"payload": {"a": [1, 2]}})
+            _handler._context_on = True  # as entering the first context sets it
+            with loghandler.context(tenant="acme"):
+                log.info("in context")
+            _handler._context_on = False
+            log.info("plain %s", 2, extra={"n": 2.5})
+            kinds = [type(item) for item in h.shipper._ledger.queue]
+            assert (bytes in kinds) is (not PURE) and dict in kinds
+            assert h.flush(10)
+            got = {e["message"]: e for e in svc.events("ds")}
+            assert set(got) == {"plain 1", "secret", "nested", "in context", "plain 2"}
+            assert got["plain 1"]["n"] == 1.5 and got["plain 2"]["n"] == 2.5
+            assert got["secret"]["password"] == "[redacted]"
+            assert got["nested"]["payload"] == {"a": [1, 2]}
+            assert got["in context"]["tenant"] == "acme"
+            assert all(e["level"] == "info" and e["logger"] == "wire.mixed"
+                       for e in got.values())
+            st_ = h.stats()
+            assert st_.delivered == 5 and st_.dropped == 0
+        finally:
+            h.close()
+
+
+def test_wire_items_are_sized_and_spooled(tmp_path: Any) -> None:
+    """The queue's byte bound counts a wire item as its length and WIRE_ITEM_SIZE; a spool
+    file holds it as it is, and its replay delivers it."""
+    from loghandler._engine.events import WIRE_ITEM_SIZE, items_size, size_of
+
+    item, event = b'{"message":"m"}', {"message": "m", SIZE: 600}
+    assert size_of(item) == len(item) + WIRE_ITEM_SIZE and size_of(event) == 600
+    if not PURE:
+        assert items_size([item, event, item]) == 2 * (len(item) + WIRE_ITEM_SIZE) + 600
+    spool = tmp_path / "spool"
+    h = IngestHandler("ds", token=TOKEN, url="http://127.0.0.1:9", spool_dir=str(spool),
+                      flush_interval=3600, shutdown_timeout=0.5, handle_sigterm=False)
+    log = logging.getLogger("wire.spool")
+    log.propagate = False
+    log.handlers[:] = [h]
+    log.setLevel(logging.INFO)
+    for i in range(50):
+        log.info("spooled %s", i, extra={"i": i})
+    queued = list(h.shipper._ledger.queue)
+    assert h.shipper._ledger.queued_bytes() == sum(map(size_of, queued))
+    h.close()  # nothing listens: everything goes to the spool
+    assert h.stats().spooled == 50
+    with LocalService(token=TOKEN) as svc:
+        h2 = IngestHandler("ds", token=TOKEN, url=svc.url, spool_dir=str(spool),
+                           handle_sigterm=False)
+        try:
+            assert wait_until(lambda: h2.stats().replayed == 50)
+            assert sorted(e["i"] for e in svc.events("ds")) == list(range(50))
+        finally:
+            h2.close()
+
+
+def test_gzip_is_zlibs_gzip_in_one_step() -> None:
+    """_gzip.c: the bytes zlib's module writes (levels 1-9; level 0's stored blocks may be cut
+    elsewhere, and read back the same), or a clear error for what it cannot take."""
+    import random
+    import zlib
+
+    from loghandler import _compiled
+
+    gz = _compiled.gzip_extension()
+    assert gz is not None  # built wherever zlib's headers are (CI's machines)
+    assert (_compiled.gzip_compress is None) is PURE
+    rnd = random.Random(7)
+    for size in (0, 1, 100, 40_000, 300_000):
+        data = bytes(rnd.getrandbits(8) for _ in range(size // 4)) + b"ab" * (size // 2)
+        for level in (-1, 0, 1, 6, 9):
+            out = gz.compress(data, level)
+            assert zlib.decompress(out, 31) == data
+            if level:
+                comp = zlib.compressobj(level, zlib.DEFLATED, 31)
+                assert out == comp.compress(data) + comp.flush()
+    for bad in ((b"x", 10), (b"x", -2), ("text", 1), (None, 1)):
+        with pytest.raises((ValueError, TypeError)):
+            gz.compress(*bad)

@@ -15,7 +15,7 @@ from .. import _encoding as encoding
 from .events import item_events
 from .ledger import Fate, Ledger
 
-__all__ = ["Chunk", "Cutter", "chunks", "cut", "encode_each"]
+__all__ = ["Chunk", "Cutter", "chunks", "cut", "encode_batch", "encode_each"]
 
 
 def cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> int:
@@ -40,8 +40,9 @@ def chunks(parts: list[bytes], max_events: int, max_bytes: int) -> Iterator[list
         i = end
 
 
-def encode_each(events: list[dict[str, Any]]) -> list[bytes]:
-    """Each event encoded on its own (to cut by bytes, to split, to spool).
+def encode_each(events: list[Any]) -> list[bytes]:
+    """Each event encoded on its own (to cut by bytes, to split, to spool); a wire item
+    (events.py "Wire items") is its encoding already.
 
     orjson returns every result in a buffer of at least 4 KiB, whatever its length: 10,000
     events held for a spool write took 39 MiB instead of 2.7 MiB, and the allocator kept that
@@ -49,12 +50,27 @@ def encode_each(events: list[dict[str, Any]]) -> list[bytes]:
     """
     encode = encoding.encode
     if encoding.HAVE_ORJSON:
-        return [b"%b" % encode(e) for e in events]
-    return [encode(e) for e in events]
+        return [e if type(e) is bytes else b"%b" % encode(e) for e in events]
+    return [e if type(e) is bytes else encode(e) for e in events]
+
+
+def encode_batch(events: list[Any]) -> bytes | None:
+    """A JSON array of events in one step: wire items joined, or dicts encoded a slice at a
+    time (``encoding.encode_many``); None when they are of both kinds, or a value needs the
+    per-event fallback."""
+    if events and type(events[0]) is bytes:
+        try:
+            return b"[" + b",".join(events) + b"]"
+        except TypeError:  # a dict among them: event by event
+            return None
+    if bytes in set(map(type, events)):  # the encoder would write a wire item as a string
+        return None
+    return encoding.encode_many(events)
 
 
 class Chunk:
-    """Events on their way: dicts encoded as one body (the fast path), or encoded one by one.
+    """Events on their way: dicts (or wire items) encoded as one body (the fast path), or
+    encoded one by one.
 
     Encoding a whole batch in one call is several times cheaper than event by event; the
     per-event form is needed only to cut by bytes, to split (413 / 400) and to spool.
@@ -139,7 +155,7 @@ class Cutter:
             if spill and not carry:
                 return Chunk(events)
             if not carry:
-                body = encoding.encode_many(events)
+                body = encode_batch(events)
                 if body is not None and len(body) <= self.max_bytes:
                     return Chunk(events, body=body)
             # Too big for one request, or a value the fast path refused: event by event.

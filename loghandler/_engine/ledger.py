@@ -44,7 +44,8 @@ from itertools import islice
 from typing import Any
 
 from .._config import ShipperOptions
-from .events import RECORD, SIZE, item_size
+from . import events as _events
+from .events import RECORD, SIZE, size_of
 from .guard import in_sender_thread
 from .stats import Count, Fate, Stats
 
@@ -330,7 +331,7 @@ class Ledger:
         q = self.queue
         head = q[0]
         if self._accounted > self._taken:
-            self._queue_bytes -= head[SIZE]
+            self._queue_bytes -= size_of(head)
         else:
             self._accounted += 1
         self._taken += 1
@@ -388,13 +389,13 @@ class Ledger:
             return  # raced every time: the next locked step accounts for them
         # (After eight races in a row, the sizes of the newest events stand in for the ones
         # just before them: the count stays exact, the byte estimate is off by a few events.)
-        self._queue_bytes += sum(map(item_size, tail))
+        self._queue_bytes += _events.items_size(tail)
         self._accounted += new
 
     def _pop_oldest_locked(self) -> dict[Any, Any]:
         item = self.queue.popleft()
         if self._accounted > self._taken:
-            self._queue_bytes -= item[SIZE]
+            self._queue_bytes -= size_of(item)
         else:
             self._accounted += 1
         self._taken += 1
@@ -476,11 +477,11 @@ class Ledger:
             popleft = self.queue.popleft
             if max_bytes is None:
                 items = [popleft() for _ in range(take)]
-                self._queue_bytes -= sum(map(item_size, items))  # all accounted
+                self._queue_bytes -= _events.items_size(items)  # all accounted
             else:
                 q, items, nbytes = self.queue, [], 0
                 while len(items) < take:
-                    size = q[0][SIZE]
+                    size = size_of(q[0])
                     if items and nbytes + size > max_bytes:
                         break
                     items.append(popleft())
@@ -772,7 +773,10 @@ class Ledger:
 def _encoded_floor(event: Any) -> int:
     """A lower bound of an event's encoded JSON size, in bytes: each character of a top-level
     key or string encodes to at least one byte, any other value to at least one byte; plus the
-    braces, quotes, colons and commas. (The flusher only ever adds to an event.)"""
+    braces, quotes, colons and commas. (The flusher only ever adds to an event.) A wire item
+    is its encoded JSON."""
+    if type(event) is bytes:
+        return len(event)
     n = 1
     for key, value in event.items():
         if key is SIZE or key is RECORD:

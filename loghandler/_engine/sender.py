@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from .. import _compiled
 from .. import _encoding as encoding
 from .._client import Response, raise_for_status
 from .._config import ShipperOptions
@@ -21,7 +22,7 @@ from .._errors import ApiError, Error, PartialIngestError, TransportError
 from .._output import shown
 from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
-from .events import SIZE, item_events, rfc3339
+from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Count, Fate, Ledger
 from .policy import (
@@ -98,6 +99,36 @@ class Sender:
         self.next_probe = 0.0
         self.spill_until = 0.0  # a burst filled the queue: spill until then (_spill_step)
         self.auth_delay = opts.auth_retry_delay
+
+    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+        """What the handler's compiled fast path needs to queue its events as their final
+        JSON (events.py "Wire items"): ``fields=`` as JSON text to append, their names, the
+        scrubber's set of keys it has nothing to do for and its ``learn`` (None, None: no
+        scrubber). None when the flusher has work to do per event: a sampling or repeat
+        policy, exclusions, scanning text for secrets, a ``fields=`` value that is not plain or
+        whose name is a secret's."""
+        if self.selector is not None or self.options.json_default is not None:
+            return None
+        static = dict(self.options.fields or {})
+        if any(type(v) not in PLAIN for v in static.values()):
+            return None
+        clean: set[Any] | None = None
+        learn = None
+        finish = self.finish
+        if finish is not None:
+            clean_keys = getattr(finish, "clean_keys", None)
+            clean = clean_keys() if clean_keys is not None else None
+            if clean is None:
+                return None
+            # Taught the fixed keys now, as item_events does on its first batch.
+            finish({**dict.fromkeys(FAST_HEAD), **static}, True)
+            if not (clean.issuperset(static) and clean.issuperset(FAST_HEAD)):
+                return None
+            learn = getattr(finish, "learn", None)
+        # The event's own fields win over fields= (item_events): the head's always do.
+        fragment = b"".join(b"," + encoding.encode(key) + b":" + encoding.encode(value)
+                            for key, value in static.items() if key not in FAST_HEAD)
+        return fragment, frozenset(static), clean, learn
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -310,6 +341,12 @@ class Sender:
         body = chunk.body()
         if opts.compression != "gzip":
             return body, None
+        gz = _compiled.gzip_compress
+        if gz is not None:  # one release of the GIL, not one per 32 KiB (_gzip.c)
+            try:
+                return gz(body, opts.compression_level), {"Content-Encoding": "gzip"}
+            except Exception:
+                pass  # (out of memory): the zlib module's way
         comp = zlib.compressobj(opts.compression_level, zlib.DEFLATED, 31)
         return comp.compress(body) + comp.flush(), {"Content-Encoding": "gzip"}
 
@@ -571,10 +608,10 @@ class Sender:
                         parts.extend(c.parts)
                     else:
                         for e in c.events or ():
-                            append(encode(e))
+                            append(e if type(e) is bytes else encode(e))
                 parts.extend(carry)
                 for e in item_events(queued, self.options.fields, self.finish):
-                    append(encode(e))
+                    append(e if type(e) is bytes else encode(e))
             except Exception:
                 pass  # encode never raises; item_events on an odd record: stop there
 

@@ -161,6 +161,17 @@ class Scrubber:
             value = _CARD.sub(_card, value)
         return value
 
+    def learn(self, key: str) -> bool:
+        """True when ``key`` is known to be no secret's, now added to the clean keys (bounded
+        as ``event`` bounds them). The compiled fast path asks on a key's first use, so that
+        its events can be written on the caller's thread (events.py "Wire items")."""
+        if key in self._clean:
+            return True
+        if self._scan or len(self._clean) >= 4096 or self.secret_key(key):
+            return False
+        self._clean.add(key)
+        return True
+
     def event(self, event: dict[str, Any], plain: bool = False) -> None:
         """Scrub ``event`` in place. ``plain``: every value is a str, number, bool or None
         (the handler's fast path makes only such events)."""
@@ -270,6 +281,11 @@ class Finisher:
         if self._exclude or scrubber is None or scrubber._scan:
             return None
         return scrubber._clean
+
+    def learn(self, key: str) -> bool:
+        """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
+        scrubber = self._scrubber
+        return not self._exclude and scrubber is not None and scrubber.learn(key)
 
     def __call__(self, event: dict[str, Any], plain: bool = False) -> None:
         for key in self._exclude:
