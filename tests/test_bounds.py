@@ -228,3 +228,40 @@ class TestNestedSizes:
             self.check(s.stats(), s._ledger.queued_bytes())
         finally:
             s.close(0.1)
+
+
+def test_an_internal_error_on_the_locked_path_is_counted_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug of ours inside the queue's locked step (here: its accounting raises) costs the
+    event, but counted (dropped_invalid), never silently: submitted stays the sum of the rest.
+    An event already queued when the error comes is not counted twice."""
+    from loghandler._engine.ledger import Ledger
+
+    h = IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=3600,
+                      shutdown_timeout=0.1, handle_sigterm=False)
+    log = logging.getLogger("bounds.internal")
+    log.propagate = False
+    log.handlers[:] = [h]
+    try:
+        def broken(self: Any) -> None:
+            raise RuntimeError("a bug of ours")
+
+        monkeypatch.setattr(Ledger, "_account_locked", broken)
+        log.warning("lost to a bug")  # the first event always takes the locked step
+        st = h.stats()
+        assert st.submitted == 1 and st.dropped_invalid == 1 and st.queued == 0
+
+        calls = []
+
+        def after_append(self: Any) -> None:  # raises only once the event is in the queue
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("a bug of ours, after the append")
+
+        monkeypatch.setattr(Ledger, "_account_locked", after_append)
+        log.warning("queued before the bug")
+        st = h.stats()
+        assert st.submitted == 2 and st.dropped_invalid == 1 and st.queued == 1
+    finally:
+        monkeypatch.undo()
+        h.close()

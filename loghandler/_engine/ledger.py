@@ -234,7 +234,15 @@ class Ledger:
                 self.queue.append(item)
                 return True
             with self._lock:
-                ok = self._put_locked(item, size)
+                try:
+                    ok = self._put_locked(item, size)
+                except Exception:
+                    # A bug of ours on the way (a size, the accounting): the event is counted
+                    # as invalid unless it reached the queue before the error. (Under the lock
+                    # the flusher cannot have taken it; a copy, as the fast path may append.)
+                    if not any(queued is item for queued in list(self.queue)):
+                        self._drop_locked(Fate.DROPPED_INVALID)
+                    raise
             if self._late_pending and self._on_late is not None:
                 self._late_pending = False
                 self._on_late()
