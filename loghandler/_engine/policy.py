@@ -83,6 +83,8 @@ class Cause(Enum):
     LATE = "late"
     ON_ERROR = "on_error"
     CLOSED_LOSING = "closed_losing"
+    QUEUE_FULL = "queue_full"
+    DROPPED_INVALID = "dropped_invalid"
 
 
 # Causes about single events or the service's limits rather than about the service being

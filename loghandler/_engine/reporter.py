@@ -38,6 +38,11 @@ class Reporter:
         self._exit_summary = False
         self._exit_cause: str | None = None
 
+    @property
+    def exiting(self) -> bool:
+        """The exit hook is closing the shipper: its one summary line tells what was lost."""
+        return self._exit_summary
+
     def report(self, cause: Cause, message: str) -> None:
         """One stderr line per cause, until delivery recovers."""
         if cause not in self._reported:

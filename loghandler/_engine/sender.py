@@ -98,6 +98,8 @@ class Sender:
         self.outage = False
         self.next_probe = 0.0
         self.spill_until = 0.0  # a burst filled the queue: spill until then (_spill_step)
+        # Drops at the door the stderr has told of (_tell_drops): (queue full, invalid).
+        self.told_drops = (0, 0)
         self.auth_delay = opts.auth_retry_delay
 
     def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
@@ -149,6 +151,7 @@ class Sender:
                     self._summarize(closed)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
+                    self._tell_drops()
                     if closed:
                         if self._deadline_passed():
                             self._settle_leftovers_at_deadline()
@@ -197,6 +200,32 @@ class Sender:
     def _deadline_passed(self) -> bool:
         d = self.ledger.close_deadline
         return d is not None and (self.gave_up or _monotonic() >= d)
+
+    def _tell_drops(self) -> None:
+        """Events dropped at the door since the last look are told on stderr, once per cause
+        until delivery recovers: the caller's thread, which drops them, prints nothing."""
+        if self.reporter.exiting:
+            return  # the exit hook's summary line counts them
+        st = self.ledger.snapshot()
+        full, invalid = st.dropped_queue_full, st.dropped_invalid
+        told_full, told_invalid = self.told_drops
+        opts = self.options
+        if full > told_full:
+            where = ("with spool_dir, the spool could not take them fast enough"
+                     if self.spool is not None else
+                     "set spool_dir to keep them on disk while the service cannot take them")
+            self.reporter.report(
+                Cause.QUEUE_FULL,
+                f"the queue is full (max_queue_size={opts.max_queue_size:,}, max_queue_bytes="
+                f"{opts.max_queue_bytes:,}): {full:,} events dropped so far, counted in "
+                f"stats().dropped_queue_full; {where}, or raise max_queue_size / "
+                "max_queue_bytes")
+        if invalid > told_invalid:
+            self.reporter.report(
+                Cause.DROPPED_INVALID,
+                f"{invalid:,} events could not be queued or sent because of an internal error "
+                "of loghandler (please report it), counted in stats().dropped_invalid")
+        self.told_drops = (full, invalid)
 
     def _send_available(self, partial: bool) -> None:
         """Send batches until the queue is drained (or only a partial batch is left)."""
@@ -330,6 +359,7 @@ class Sender:
                                              f"after {retry.attempts} attempts: {error}")
                 return Outcome.RETRIES_EXHAUSTED, error
             self.ledger.count(Count.RETRIED)
+            self._tell_drops()  # while the service does not take them, the queue may fill
             waited = self._wait_until(_monotonic() + retry.delay(outcome, pause), spill=spill)
             if waited is None and self._spilling(error):
                 return Outcome.RETRIES_EXHAUSTED, error
