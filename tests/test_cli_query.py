@@ -149,10 +149,13 @@ class TestTail:
     def test_follow_sees_new_events_once_and_stops_cleanly_on_ctrl_c(
             self, svc: LocalService) -> None:
         """tail -f prints events ingested while it runs, each once, then exits 0 on SIGINT."""
+        # Ctrl+C's signal as a terminal delivers it: a run started in the background by a
+        # shell inherits SIGINT ignored, which the child would keep (and never stop).
         proc = subprocess.Popen(
             [sys.executable, "-m", "loghandler", "tail", "app", "-f", "-n", "1", "--json",
              "--interval", "0.1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(svc))
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(svc),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         lines: queue.Queue[str] = queue.Queue()
 
         def read() -> None:
