@@ -31,6 +31,14 @@ def pat_svc() -> Iterator[LocalService]:
         yield service
 
 
+def refused(svc: LocalService, apl: str) -> loghandler.ApiError:
+    """The service's 400 for a query it cannot run (its message says why)."""
+    with svc.client() as client, pytest.raises(loghandler.ApiError) as info:
+        client.query(apl)
+    assert info.value.status == 400
+    return info.value
+
+
 class TestHeaders:
     @pytest.mark.parametrize("prefix", ["x-service-", "X-Axiom-"])
     def test_csv_fields_header_names_the_columns(self, svc: LocalService, prefix: str) -> None:
@@ -558,9 +566,8 @@ class TestAplReference:
         ("['p'] | where n between (1, 3)", "'..'"),
     ])
     def test_bad_uses_say_what(self, people: LocalService, apl: str, said: str) -> None:
-        with people.client() as client, pytest.raises(loghandler.ApiError) as info:
-            client.query(apl)
-        assert said in str(info.value) and info.value.status == 400
+        error = refused(people, apl)
+        assert said in str(error)
 
 
 @pytest.fixture(scope="module")
@@ -608,9 +615,8 @@ class TestParse:
         ("['l'] | parse msg \"a=\" a", "expected 'with'"),
     ])
     def test_bad_patterns(self, logs: LocalService, apl: str, said: str) -> None:
-        with logs.client() as client, pytest.raises(loghandler.ApiError) as info:
-            client.query(apl)
-        assert said in str(info.value)
+        error = refused(logs, apl)
+        assert said in str(error)
 
 
 def test_limit_after_a_time_binned_summarize_keeps_whole_series() -> None:

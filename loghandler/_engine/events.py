@@ -169,23 +169,29 @@ def item_events(items: Any, fields: Mapping[str, Any] | None = None,
         return _item_events(items, fields, finish)
     static = tuple(fields.items()) if fields else ()
     plain = all(type(v) in PLAIN for _, v in static)
-    clean_keys = getattr(finish, "clean_keys", None)
-    clean = clean_keys() if clean_keys is not None else None
-    skip = 0
-    if clean is not None and finish is not None:  # clean_keys is the finisher's
-        # Checked once a batch, not per event: the static fields' keys, and the fast path's
-        # fixed head, which then need not be looked at. The scrubber learns these keys from
-        # one event of them alone (a secret one it never learns: then every event takes the
-        # call), so the first batch too skips the call and the head per event.
-        keys = [key for key, _ in static]
-        if not (clean.issuperset(keys) and clean.issuperset(FAST_HEAD)):
-            finish({**dict.fromkeys(FAST_HEAD), **dict(static)}, plain)
-        if not clean.issuperset(keys):
-            clean = None
-        elif clean.issuperset(FAST_HEAD):
-            skip = len(FAST_HEAD)
+    # Checked once a batch, not per event: the static fields' keys, and the fast path's fixed
+    # head, which then need not be looked at.
+    clean = known_clean(finish, static, plain)
+    skip = len(FAST_HEAD) if clean is not None and clean.issuperset(FAST_HEAD) else 0
     return batch(items, static, plain, finish, clean,
                  lambda item: _item_events((item,), fields, finish)[0], skip)
+
+
+def known_clean(finish: Callable[..., None] | None, static: tuple[tuple[str, Any], ...],
+                plain: bool) -> set[Any] | None:
+    """The keys ``finish`` has nothing to do for on a flat event (``Finisher.clean_keys``),
+    once it was taught the fixed ones: the fast path's head and the shipper's fields. The
+    scrubber learns them from one event of them alone (a secret's name it never learns), so
+    even the first batch skips the call. None: no such set (no finisher, exclusions, scanning
+    text), or a field of the shipper's is a secret's, so that every event takes the call."""
+    clean_keys = getattr(finish, "clean_keys", None)
+    clean = clean_keys() if clean_keys is not None else None
+    if clean is None or finish is None:
+        return None
+    keys = [key for key, _ in static]
+    if not (clean.issuperset(keys) and clean.issuperset(FAST_HEAD)):
+        finish({**dict.fromkeys(FAST_HEAD), **dict(static)}, plain)
+    return clean if clean.issuperset(keys) else None
 
 
 def _item_events(items: Any, fields: Mapping[str, Any] | None,

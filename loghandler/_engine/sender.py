@@ -22,7 +22,7 @@ from .._errors import ApiError, Error, PartialIngestError, TransportError
 from .._output import shown
 from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
-from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
+from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Count, Fate, Ledger
 from .policy import (
@@ -118,13 +118,8 @@ class Sender:
         learn = None
         finish = self.finish
         if finish is not None:
-            clean_keys = getattr(finish, "clean_keys", None)
-            clean = clean_keys() if clean_keys is not None else None
-            if clean is None:
-                return None
-            # Taught the fixed keys now, as item_events does on its first batch.
-            finish({**dict.fromkeys(FAST_HEAD), **static}, True)
-            if not (clean.issuperset(static) and clean.issuperset(FAST_HEAD)):
+            clean = known_clean(finish, tuple(static.items()), True)
+            if clean is None or not clean.issuperset(FAST_HEAD):
                 return None
             learn = getattr(finish, "learn", None)
         # The event's own fields win over fields= (item_events): the head's always do.

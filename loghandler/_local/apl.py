@@ -17,6 +17,7 @@ timespans (``1s 5m 1h 1d 1w 100ms``); ``search "term"``; ``sort by`` / ``order b
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -304,6 +305,14 @@ class _Parser:
         tok = self.peek()
         return tok.kind == "ident" and tok.value.lower() in words
 
+    def comma_list(self, item: Callable[[], Any]) -> list[Any]:
+        """One or more of what ``item`` reads, separated by commas."""
+        items = [item()]
+        while self.at("op", ","):
+            self.next()
+            items.append(item())
+        return items
+
     def where(self, tok: Token) -> str:
         return position(self.text, tok.pos)
 
@@ -368,36 +377,21 @@ class _Parser:
             self.expect("ident", None, "'by'")
             if self.toks[self.i - 1].value.lower() != "by":
                 raise self.fail(f"expected 'by' after '{word}'", self.toks[self.i - 1])
-            keys = [self.sort_key()]
-            while self.at("op", ","):
-                self.next()
-                keys.append(self.sort_key())
+            keys = self.comma_list(self.sort_key)
             return ("sort", keys)
         if word in ("take", "limit"):
             return ("take", self.row_count(word, tok))
         if word == "project":
-            items = [self.named_expr()]
-            while self.at("op", ","):
-                self.next()
-                items.append(self.named_expr())
+            items = self.comma_list(self.named_expr)
             return ("project", items)
         if word == "extend":
-            items = [self.named_expr(require_name=True)]
-            while self.at("op", ","):
-                self.next()
-                items.append(self.named_expr(require_name=True))
+            items = self.comma_list(lambda: self.named_expr(require_name=True))
             return ("extend", items)
         if word == "project-away":
-            names = [self.field_pattern()]
-            while self.at("op", ","):
-                self.next()
-                names.append(self.field_pattern())
+            names = self.comma_list(self.field_pattern)
             return ("project-away", names)
         if word == "project-rename":
-            pairs = [self.rename()]
-            while self.at("op", ","):
-                self.next()
-                pairs.append(self.rename())
+            pairs = self.comma_list(self.rename)
             return ("project-rename", pairs)
         if word == "top":
             n = self.row_count(word, tok)
@@ -406,10 +400,7 @@ class _Parser:
             self.next()
             return ("top", n, self.sort_key())
         if word == "distinct":
-            groups = [self.named_expr()]
-            while self.at("op", ","):
-                self.next()
-                groups.append(self.named_expr())
+            groups = self.comma_list(self.named_expr)
             return ("summarize", [], groups)
         if word == "count":
             return ("count",)
@@ -526,19 +517,11 @@ class _Parser:
         return e.name, e
 
     def summarize(self) -> tuple[Any, ...]:
-        aggs = []
-        if not self.at_word("by"):
-            aggs.append(self.aggregation())
-            while self.at("op", ","):
-                self.next()
-                aggs.append(self.aggregation())
+        aggs = [] if self.at_word("by") else self.comma_list(self.aggregation)
         groups: list[tuple[str, Any]] = []
         if self.at_word("by"):
             self.next()
-            groups.append(self.named_expr_group())
-            while self.at("op", ","):
-                self.next()
-                groups.append(self.named_expr_group())
+            groups = self.comma_list(self.named_expr_group)
         if not aggs and not groups:
             raise self.fail("summarize needs an aggregation, as in summarize count() by level")
         return ("summarize", aggs, groups)
@@ -650,10 +633,7 @@ class _Parser:
                     self.next()
                     insensitive = True
                 self.expect("op", "(", "'(' and a list of values")
-                values = [self.expr()]
-                while self.at("op", ","):
-                    self.next()
-                    values.append(self.expr())
+                values = self.comma_list(self.expr)
                 self.expect("op", ")")
                 return InList(left, tuple(values), negated, insensitive)
             if word == "matches" and not negated:
@@ -757,10 +737,7 @@ class _Parser:
                 self.next()
                 args: list[Any] = []
                 if not self.at("op", ")"):
-                    args.append(self.call_arg(low))
-                    while self.at("op", ","):
-                        self.next()
-                        args.append(self.call_arg(low))
+                    args = self.comma_list(lambda: self.call_arg(low))
                 self.expect("op", ")")
                 return Call(low, tuple(args), tok.pos)
             self.next()
