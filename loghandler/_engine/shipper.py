@@ -43,7 +43,7 @@ from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
-from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
 from .sender import Sender
@@ -76,7 +76,7 @@ class Shipper:
     ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
     retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
     handler; an exit hook delivers what is queued within ``shutdown_timeout``. (The front ends
-    append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
+    queue through its faces for them: ``intake``, ``hold`` and ``wire()``.)
 
     Args:
         client (Client): the connection (token, address) to ship through; shared freely.
@@ -155,6 +155,25 @@ class Shipper:
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
         return self._ledger.closed
+
+    # ------------------------------------------------------------------ front ends' faces
+
+    @property
+    def intake(self) -> Intake:
+        """The queue, as the front ends use it (``offer``, ``put``, ``drop``, ``suppress``, the
+        fast path's ``gate``): the same object for the shipper's life, also after fork."""
+        return self._ledger
+
+    @property
+    def hold(self) -> Hold | None:
+        """Hold-until-error (``hold_level``), which a front end asks inside a context; None
+        when not configured."""
+        return self._hold
+
+    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+        """What the compiled fast path needs to queue events as their final JSON (events.py
+        "Wire items"), or None when the flusher has work to do per event."""
+        return self._sender.wire()
 
     # ------------------------------------------------------------------ application side
 
