@@ -625,7 +625,7 @@ static PyObject *
 build_wire(State *st, PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
            int *want_message)
 {
-    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4 ||
+    if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4 ||
         st->n_fields > 16 || st->message_at > st->n_fields)
         return NULL;
     PyObject *fragment = PyTuple_GET_ITEM(wire, 0), *statics = PyTuple_GET_ITEM(wire, 1);
