@@ -24,7 +24,7 @@ from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
-from .ledger import SPILL_BATCHES, Count, Fate, Ledger
+from .ledger import SPILL_BATCHES, Count, Fate, Flushing
 from .policy import (
     MAX_PAUSE,
     Answer,
@@ -62,7 +62,7 @@ class Sender:
     and ``progress``.
     """
 
-    def __init__(self, ledger: Ledger, reporter: Reporter, transport: Transport, dataset: str,
+    def __init__(self, ledger: Flushing, reporter: Reporter, transport: Transport, dataset: str,
                  options: ShipperOptions, spool: Spool | None) -> None:
         self.ledger = ledger
         self.reporter = reporter

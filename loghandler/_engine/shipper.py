@@ -6,7 +6,7 @@ with backoff. Nothing here ever blocks an application thread on I/O or raises in
 
 The engine is split by who owns the data (``docs/architecture.md``):
 
-- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``ledger/``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
 - ``sender.py``: the flusher thread's loop (take a batch, hand it to the transport, settle);
   ``batches.py`` cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py``
