@@ -66,7 +66,7 @@ def test_the_head_is_built_from_the_one_table() -> None:
     from loghandler._engine.events import fast_head, loguru_head, record_to_event
     from loghandler._engine.model import FAST_HEAD, HEAD, RECORD_ATTRS
 
-    assert FAST_HEAD == tuple(key for key, _, _, _ in HEAD)
+    assert tuple(key for key, _, _, _ in HEAD) == FAST_HEAD
     record = logging.LogRecord("app.db", logging.WARNING, "/srv/app.py", 7, "paid %s", ("o",),
                                None, func="pay")
     head = fast_head(record.__dict__, "paid o")
