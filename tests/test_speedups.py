@@ -416,21 +416,21 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     parked = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600,
                   batch_size=10_000, shutdown_timeout=0.1)
     compiled, python = IngestHandler("ds", **parked), PythonHandler("ds", **parked)
+
+    def both(record: logging.LogRecord) -> None:
+        # The same answer too: the record on Python 3.12+ (True before), a filter's refusal.
+        got, want = compiled.handle(record), python.handle(record)
+        assert got is want if isinstance(want, (bool, logging.LogRecord)) else got == want
+
     try:
-        cases = [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]
-        for record in cases:
-            compiled.handle(record)
-            python.handle(record)
+        for record in [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]:
+            both(record)
         with loghandler.context(user=7):
-            record = make(4)
-            compiled.handle(record)
-            python.handle(record)
+            both(make(4))
         for h in (compiled, python):
             h.addFilter(lambda r: r.args != (5,))
         for i in (5, 6):
-            record = make(i)
-            compiled.handle(record)
-            python.handle(record)
+            both(make(i))
         got, want = queued(compiled), queued(python)
         for a, b in zip(got, want, strict=True):
             assert a.pop("_time") == b.pop("_time")
