@@ -44,8 +44,9 @@ from ._engine import model
 from ._engine.context import IN_USE, OTEL_TRACE
 from ._engine.guard import SENDERS
 
-__all__ = ["ACTIVE", "LedgerContract", "extension", "fast_path", "format_record", "gzip_compress",
-           "gzip_extension", "handle", "items_size", "record_put", "speedups", "table"]
+__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
+           "gzip_compress", "gzip_extension", "handle", "items_size", "record_put", "speedups",
+           "table"]
 
 # The decision, read by the modules named in the docstring (None: the Python twin runs).
 speedups: Any = None  # the configured _speedups module, when in use
@@ -130,15 +131,21 @@ def fast_path(intake: LedgerContract, wire: Any
 
 
 def _load() -> bool:
-    global speedups, handle, record_put, format_record, items_size, gzip_compress
+    global speedups, handle, record_put, format_record, items_size, gzip_compress, WHY_PYTHON
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
+        WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # Not imported at all: importing it would turn the GIL back on for the whole process.
+        WHY_PYTHON = ("this Python is a free-threaded build, and the compiled part is proven "
+                      "safe only with the GIL")
         return False
     gz = gzip_extension()
     gzip_compress = gz.compress if gz is not None else None
     module = extension()
     if module is None:
+        WHY_PYTHON = ("the compiled part was not built (no C compiler at install time); "
+                      "reinstall with one for a cheaper call")
         return False
     speedups = module
     handle = module.handle
@@ -148,5 +155,8 @@ def _load() -> bool:
     return True
 
 
-# True when the compiled path is in use (``loghandler doctor`` says which).
+# Why the Python path is used, in the user's words (None when the compiled one is):
+# ``loghandler doctor`` says it.
+WHY_PYTHON: str | None = None
+# True when the compiled path is in use.
 ACTIVE = _load()

@@ -1216,7 +1216,7 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *self = args[0], *record = args[1];
     /* Borrowed reads only, and none that runs code of the application's. */
     if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type ||
-        PyList_GET_ITEM(st->in_use, 0) != Py_False)
+        PyList_GET_SIZE(st->in_use) < 1 || PyList_GET_ITEM(st->in_use, 0) != Py_False)
         goto python;
     int otel = PyDict_Contains(st->modules, st->otel);
     if (otel != 0) {
