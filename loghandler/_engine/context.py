@@ -9,9 +9,9 @@ nothing. The fields are merged into the event on the flusher thread (events.py "
 "A context is in use" is one test, everywhere: ``IN_USE[0] or OTEL_TRACE in sys.modules`` (a
 ``loghandler.context`` was ever entered in this process, or the application imported
 ``opentelemetry.trace``). Until it is true nothing here runs on the application's thread; the
-front ends inline it before calling ``snapshot``, the compiled handle reads the same list
-(``_compiled`` hands it over), and ``in_use()`` spells it for everyone else. OpenTelemetry is
-never imported here: it is looked up in ``sys.modules``, where the application put it.
+front ends inline it before calling ``snapshot`` (a call would cost every event more than the
+test), and the compiled handle reads the same list (``_compiled`` hands it over). OpenTelemetry
+is never imported here: it is looked up in ``sys.modules``, where the application put it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .._encoding import to_jsonable
 from . import hold as _hold
 from .model import PLAIN
 
-__all__ = ["IN_USE", "OTEL_TRACE", "context", "in_use", "snapshot"]
+__all__ = ["IN_USE", "OTEL_TRACE", "context", "snapshot"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,12 +105,6 @@ class context:
 
     def __repr__(self) -> str:
         return f"loghandler.context({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
-
-
-def in_use(trace: bool = True) -> bool:
-    """True once a context was entered in this process, or (``trace``) while the application
-    uses OpenTelemetry: then each event takes the caller's ``snapshot``."""
-    return IN_USE[0] or (trace and OTEL_TRACE in _modules)
 
 
 def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:

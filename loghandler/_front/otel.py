@@ -82,7 +82,7 @@ def _resource_fields(resource: Any, cache: dict[int, tuple[Any, dict[str, Any]]]
 def otel_event(record: Any, resource: Any = None, scope: Any = None,
                cache: dict[int, tuple[Any, dict[str, Any]]] | None = None
                ) -> tuple[dict[str, Any], int]:
-    """The event for an OpenTelemetry log record (the module docstring gives the mapping),
+    """The event for an OpenTelemetry log record (``loghandler.opentelemetry``: the mapping),
     and its rough size. Never raises: what cannot be read is left out.
 
     ``_time`` stays the record's epoch seconds and is marked ``RECORD``: the flusher writes it
@@ -183,7 +183,7 @@ class IngestLogRecordProcessor(FrontEnd):
     """An OpenTelemetry SDK log record processor that ships through loghandler's engine.
 
     ``provider.add_log_record_processor(IngestLogRecordProcessor("my-dataset"))``. Each record
-    is mapped onto the event shape (see the module docstring) and queued: no I/O on the
+    is mapped onto the event shape (``loghandler.opentelemetry`` says how) and queued: no I/O on the
     caller's thread. ``force_flush(timeout_millis)`` and ``shutdown()`` keep their timeouts
     (``shutdown`` takes at most ``shutdown_timeout``), and the engine's exit hook delivers what
     is queued at exit even when nobody calls ``shutdown``.
