@@ -32,42 +32,46 @@ MILLIS = tuple(".%03d" % i for i in range(1000))
 MICROS_Z = tuple("%03dZ" % i for i in range(1000))
 # (second, its "YYYY-MM-DDTHH:MM:SS") of the last second written: most times in a burst share
 # it. One tuple, replaced whole, so a racing thread never pairs one second with another's text.
-SECOND_CACHE: list[tuple[int | None, str]] = [(None, "")]
+_LAST: tuple[int | None, str] = (None, "")
 _floor = math.floor
 _gmtime = time.gmtime
 
 
-def _second(sec: int) -> str:
-    """``YYYY-MM-DDTHH:MM:SS`` of an epoch second, kept as the cached one (four year digits on
-    every platform: strftime's ``%Y`` writes fewer on some). The writers below read the cache
-    first, inline, and call this only for a new second. Raises for a second the platform's
-    calendar cannot hold."""
-    text = "%04d-%02d-%02dT%02d:%02d:%02d" % _gmtime(sec)[:6]
-    SECOND_CACHE[0] = (sec, text)
-    return text
+def _second(sec: int) -> tuple[int, str]:
+    """``(sec, "YYYY-MM-DDTHH:MM:SS")`` of an epoch second, kept as the cached one (four year
+    digits on every platform: strftime's ``%Y`` writes fewer on some). The writers below read
+    the cache first, inline, and call this only for a new second. Raises for a second the
+    platform's calendar cannot hold."""
+    global _LAST
+    cached = _LAST = (sec, "%04d-%02d-%02dT%02d:%02d:%02d" % _gmtime(sec)[:6])
+    return cached
 
 
 def format_micros(us: int) -> str:
     """Epoch microseconds as RFC 3339 UTC with microseconds (sorts as text). Raises
     ``OverflowError`` / ``ValueError`` / ``OSError`` beyond the platform's calendar."""
     seconds, frac = divmod(us, 1_000_000)
-    cached = SECOND_CACHE[0]
-    prefix = cached[1] if seconds == cached[0] else _second(seconds)
-    return prefix + MILLIS[frac // 1000] + MICROS_Z[frac % 1000]
+    cached = _LAST
+    if seconds != cached[0]:
+        cached = _second(seconds)
+    return cached[1] + MILLIS[frac // 1000] + MICROS_Z[frac % 1000]
 
 
 def format_epoch(created: float) -> str:
     """Epoch seconds (``record.created``) as RFC 3339 UTC, the microseconds truncated.
 
     Never raises: a time that is no time (NaN, infinite, beyond the platform's calendar, not a
-    number) stands for now, as on the handler's fast path (the engine's ``item_events``).
+    number) stands for now, as on the handler's fast path (the engine's ``item_events``, which
+    calls this per event: its steps are few on purpose).
     """
     try:
         sec = _floor(created)  # floor, not int(): right before 1970 too
-        micros = min(_floor((created - sec) * 1e6), 999_999)  # a hair under 1 s can round up
-        cached = SECOND_CACHE[0]
-        prefix = cached[1] if sec == cached[0] else _second(sec)
+        cached = _LAST
+        prefix = cached[1] if sec == cached[0] else _second(sec)[1]
+        micros = _floor((created - sec) * 1e6)
         return prefix + MILLIS[micros // 1000] + MICROS_Z[micros % 1000]
+    except IndexError:  # a hair under a second, rounded up to 1,000,000 microseconds
+        return prefix + ".999999Z"
     except Exception:
         return format_epoch(time.time())
 

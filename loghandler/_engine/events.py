@@ -200,6 +200,7 @@ def _item_events(items: Any, fields: Mapping[str, Any] | None,
     static = tuple(fields.items()) if fields else ()
     static_plain = all(type(v) in PLAIN for _, v in static)
     pop = dict.pop
+    fmt = format_epoch
     for event in items:
         if type(event) is bytes:  # a wire item: final already
             append(event)
@@ -219,8 +220,11 @@ def _item_events(items: Any, fields: Mapping[str, Any] | None,
                 level = event["level"]
                 event["level"] = levels.get(level) or str(level).lower()
             except Exception:
-                event["level"] = to_jsonable(event["level"])
-            event["_time"] = format_epoch(event["_time"])
+                event["level"] = to_jsonable(event.get("level"))
+            try:
+                event["_time"] = fmt(event["_time"])
+            except KeyError:  # (a filter took it away): now, as for a time that is no time
+                event["_time"] = fmt(time.time())
         if static:
             for key, value in static:
                 if key not in event:
