@@ -106,3 +106,15 @@ def test_item_events_formats_with_the_time_module_on_both_paths() -> None:
             if created == created:  # (NaN: now, on both)
                 assert event["_time"] == format_epoch(created), (compiled, created)
             assert event["level"] == "error"
+
+
+def test_an_event_without_its_time_or_with_an_odd_level_still_ships() -> None:
+    """A fast-path event a filter left without ``_time`` gets now; a level that is no name
+    becomes its text; on both paths."""
+    from loghandler import _compiled
+    from loghandler._time import parse_micros
+
+    for compiled in (None, _compiled.extension()):
+        (event,) = item_events([{"level": 7, "message": "m", SIZE: 1, RECORD: True}],
+                               compiled=compiled)
+        assert parse_micros(event["_time"]) is not None and event["level"] == "7"

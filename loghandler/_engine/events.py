@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from operator import itemgetter
