@@ -207,7 +207,8 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
             f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "
             f"clear text. Use https://, or pass {said('allow_http')} if you really mean it"
         )
-    return url.rstrip("/")
+    cleaned: str = url.rstrip("/")
+    return cleaned
 
 
 def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = None) -> str:

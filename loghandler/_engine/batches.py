@@ -78,7 +78,7 @@ class Chunk:
 
     __slots__ = ("_body", "events", "parts")
 
-    def __init__(self, events: list[dict[str, Any]] | None = None,
+    def __init__(self, events: list[Any] | None = None,
                  parts: list[bytes] | None = None, body: bytes | None = None) -> None:
         self.events = events
         self.parts = parts

@@ -103,7 +103,9 @@ class Remains:
                 self.sender.abandon()
 
     def _exit_summary(self) -> str | None:
-        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
+        line: str | None = self.reporter.exit_summary(self.ledger.snapshot(),
+                                                      self.options.spool_dir)
+        return line
 
     def orphaned(self) -> None:
         """The shipper was collected (never from a flusher: it holds no reference to it)."""
