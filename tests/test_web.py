@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from loghandler._wire.client import Client
 
 pytestmark = pytest.mark.slow

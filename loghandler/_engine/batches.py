@@ -9,7 +9,7 @@ from the ledger for the sender.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from .. import _encoding as encoding
 from .events import item_events
@@ -63,7 +63,7 @@ def encode_batch(events: list[Item]) -> bytes | None:
     per-event fallback."""
     if events and type(events[0]) is bytes:
         try:
-            return b"[" + b",".join(events) + b"]"
+            return b"[" + b",".join(cast("list[bytes]", events)) + b"]"
         except TypeError:  # a dict among them: event by event
             return None
     if bytes in set(map(type, events)):  # the encoder would write a wire item as a string

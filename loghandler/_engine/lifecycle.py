@@ -73,6 +73,10 @@ class Member(Protocol):
 
     def after_fork_in_child(self) -> None: ...
 
+    def uses(self, client: object) -> bool:
+        """Whether this shipper is open and ships through ``client``."""
+        ...
+
 
 # Weakly: registering never keeps a shipper alive. A dropped shipper's Flusher stays here while
 # it delivers what it held (adopt), and goes when its thread ends (release).

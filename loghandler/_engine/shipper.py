@@ -60,18 +60,6 @@ __all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper"]
 _monotonic = time.monotonic
 
 
-def _weak(method: Any) -> Any:
-    """``method`` (a bound method) held weakly: calling it once its object is gone does
-    nothing."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> Any:
-        bound = ref()
-        return None if bound is None else bound(*args)
-
-    return call
-
-
 @documented(('Options (keyword arguments; docs/configuration.md: why each default):',
              SHIPPING_OPTIONS_DOC))
 class Shipper:
@@ -434,7 +422,7 @@ class Flusher:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
         return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
 
-    def uses(self, client: Client | None) -> bool:
+    def uses(self, client: object) -> bool:
         """Whether this (open) shipper ships through ``client``."""
         return client is not None and self.client is client and not self.closed
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import _encoding as encoding
 from .._config import ShipperOptions
@@ -213,17 +213,19 @@ class Worker:
                 cutter.carry.clear()
                 spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
 
-    def _select(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _select(self, events: list[Item]) -> list[Item]:
         # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
-        # reason; a repeat window's summary is queued as an event of its own.
+        # reason; a repeat window's summary is queued as an event of its own. (No wire item
+        # comes here: wire() refuses them to a shipper with a selector.)
         assert self.selector is not None
-        kept, sampled, repeats, summaries = self.selector.select(events)
+        kept, sampled, repeats, summaries = self.selector.select(
+            cast("list[dict[str, Any]]", events))
         if sampled:
             self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
         if repeats:
             self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
         self._queue_summaries(summaries)
-        return kept
+        return cast("list[Item]", kept)
 
     def _summarize(self, closed: bool) -> None:
         assert self.selector is not None

@@ -81,7 +81,7 @@ class AsyncClient:
     @property
     def datasets(self) -> _Namespace:
         """``Client.datasets``, awaitable."""
-        return _Namespace(self, self._client.datasets)  # type: ignore[attr-defined]
+        return _Namespace(self, self._client.datasets)
 
     @property
     def client(self) -> Client:

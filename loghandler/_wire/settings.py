@@ -206,7 +206,7 @@ def check_timeout(timeout: Any) -> float:
     return float(timeout)
 
 
-def _validate_url(url: Any, source: str, allow_http: bool) -> str:
+def _validate_url(url: object, source: str, allow_http: bool) -> str:
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError(f"the base address ({source}) must be a non-empty string")
     url = url.strip()
