@@ -273,6 +273,11 @@ class FaultServer:
         with self._lock:
             return self._changed.wait_for(lambda: len(self._conns) == n, timeout)
 
+    def wait_events(self, n: int, timeout: float = 10.0) -> bool:
+        """Wait until ``n`` events are stored (True), or the timeout passes (False)."""
+        with self._lock:
+            return self._changed.wait_for(lambda: len(self.events) >= n, timeout)
+
     def wait_requests(self, n: int, timeout: float = 10.0) -> bool:
         """Wait until ``n`` requests have been answered (or failed)."""
         deadline = time.monotonic() + timeout

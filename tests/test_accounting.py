@@ -390,8 +390,7 @@ class TestOutageWithSpool:
             assert st.dropped == 0 and st.failed == 0, st
             assert st.spooled > total // 2  # it did go to disk
             srv.start()
-            with srv._changed:
-                assert srv._changed.wait_for(lambda: len(srv.events) >= total, timeout=120)
+            assert srv.wait_events(total, timeout=120), "the spool was not delivered"
         finally:
             log.removeHandler(h)
             h.close()

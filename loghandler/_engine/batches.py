@@ -2,8 +2,8 @@
 
 A request (and a spool file, which is replayed as one request) holds at most ``batch_size``
 events and ``max_batch_bytes`` bytes of JSON array, brackets and commas included. ``cut`` applies
-that rule to encoded events for the sender and the spool alike; ``Cutter`` takes the next batch
-from the ledger for the sender.
+that rule to encoded events for the requests and the spool alike; ``Cutter`` takes the next batch
+from the ledger for the worker (``worker.py``).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Chunk:
 
 
 class Cutter:
-    """Takes the sender's next batch from the ledger: up to ``batch_size`` events and
+    """Takes the worker's next batch from the ledger: up to ``batch_size`` events and
     ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
     queue (in flight) that did not fit in the previous batch; they go first."""
 

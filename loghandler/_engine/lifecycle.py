@@ -115,7 +115,7 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     ``timeout`` defaults to the largest ``shutdown_timeout`` among them: the exit of the whole
     process is bounded by it, not one timeout per shipper. With ``at_exit``, events logged after
     this (by atexit hooks that run later) are still delivered within that bound: see
-    ``Shipper._send_late``. Runs from atexit, before
+    ``Flusher._send_late`` in shipper.py. Runs from atexit, before
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """

@@ -93,7 +93,7 @@ class SpoolCorrupt(Exception):
 
 
 class ReplayTarget(Protocol):
-    """What ``Spool.replay`` sends through (the engine's sender; a fake in tests)."""
+    """What ``Spool.replay`` sends through (the engine's ``spilling.Spiller``; a fake in tests)."""
 
     def send(self, parts: list[bytes]) -> list[bytes]:
         """Deliver encoded events (one request's worth); return those still undelivered."""
