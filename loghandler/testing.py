@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -241,6 +242,7 @@ class MemoryTransport:
             self._script.extend(answers)
         self._requests: deque[SentRequest] = deque(maxlen=MAX_RECORDED_REQUESTS)
         self._stored: list[tuple[str | None, dict[str, Any]]] = []
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"MemoryTransport({len(self.requests)} requests)"
@@ -270,11 +272,14 @@ class MemoryTransport:
         """Record the request and answer it (the transport's one call; ``timeout`` is not
         needed: nothing here waits)."""
         headers = dict(headers or {})
-        request = SentRequest(method, path, headers, _decode(body, headers))
+        raw = _unzip(body, headers)
+        request = SentRequest(method, path, headers, _decode(raw, headers))
+        if self._pid != os.getpid():  # a forked child: the parent's lock may be held
+            self._pid, self._lock = os.getpid(), threading.Lock()
         with self._lock:
             scripted = self._script.popleft() if self._script else self._every
         try:
-            answer = _answer(200 if scripted is None else scripted, request)
+            answer = _answer(200 if scripted is None else scripted, request, len(raw))
         except BaseException:
             with self._lock:
                 self._requests.append(request)  # no answer: status None
@@ -288,20 +293,27 @@ class MemoryTransport:
         return answer
 
 
+def _unzip(body: bytes, headers: Mapping[str, str]) -> bytes:
+    """The body, gunzipped when its headers say so."""
+    for key, value in headers.items():
+        if key.lower() == "content-encoding" and "gzip" in value:
+            return gzip.decompress(body)
+    return body
+
+
 def _decode(body: bytes, headers: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The events of a request body: gunzipped as its headers say, then a JSON array, one JSON
-    object, or NDJSON."""
+    """The events of an (uncompressed) request body: a JSON array, one JSON object, or
+    NDJSON."""
     lower = {k.lower(): v for k, v in headers.items()}
-    if "gzip" in lower.get("content-encoding", ""):
-        body = gzip.decompress(body)
     if "ndjson" in lower.get("content-type", ""):
         return [json.loads(line) for line in body.splitlines() if line.strip()]
     value = json.loads(body)
     return value if isinstance(value, list) else [value]
 
 
-def _answer(scripted: Any, request: SentRequest) -> Answer:
-    """The ``Answer`` a scripted item means for ``request``."""
+def _answer(scripted: Any, request: SentRequest, size: int) -> Answer:
+    """The ``Answer`` a scripted item means for ``request`` (``size``: its body's bytes,
+    uncompressed)."""
     if callable(scripted) and not isinstance(scripted, (Answer, BaseException)):
         scripted = scripted(request)
     if isinstance(scripted, Answer):
@@ -316,14 +328,13 @@ def _answer(scripted: Any, request: SentRequest) -> Answer:
                                  f"(status, headers, body), an exception or a callable, not "
                                  f"{scripted!r}")
     if body is None:
-        body = (_ingest_status(request) if is_success(status)
+        body = (_ingest_status(request, size) if is_success(status)
                 else {"code": status, "message": f"scripted {status} (MemoryTransport)"})
     return Answer.of(status, headers, body)
 
 
-def _ingest_status(request: SentRequest) -> dict[str, Any]:
+def _ingest_status(request: SentRequest, size: int) -> dict[str, Any]:
     """The service's full ingest status for a request whose every event was taken."""
-    size = len(json.dumps(request.events, separators=(",", ":")))
     return {"ingested": len(request.events), "failed": 0, "failures": [],
             "processedBytes": size, "blocksCreated": 0, "walLength": len(request.events)}
 

@@ -75,7 +75,7 @@ class TestMemoryTransport:
         answer = send(t, [{"a": 1}, {"a": 2}], gzip_it=True)
         assert answer.status == 200
         assert answer.body == {"ingested": 2, "failed": 0, "failures": [],
-                               "processedBytes": len(b'[{"a":1},{"a":2}]'),
+                               "processedBytes": len(b'[{"a": 1}, {"a": 2}]'),  # unzipped
                                "blocksCreated": 0, "walLength": 2}
         (request,) = t.requests
         assert isinstance(request, SentRequest)
