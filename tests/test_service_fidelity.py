@@ -79,16 +79,20 @@ class TestHeaders:
 
 class TestLimits:
     def test_reserved_names_are_kept_as_user_fields(self, svc: LocalService) -> None:
-        """API reference, ingest: names the service keeps for itself, sent by a client, are
-        stored with a _user_ prefix."""
-        sent = {"_sysTime": "x", "_rowID": 1, "_cursor": "c", "_source": "s", "_blockInfo": {},
-                "kept": True}
+        """Reference "Limits and requirements", Reserved field names: a field with a reserved
+        name is renamed _user_FIELDNAME ("_sysTime" -> "_user_sysTime"), its value kept; a
+        query finds it under that name."""
+        sent = {"_sysTime": "mine", "_rowID": 1, "_cursor": "c", "_source": "s",
+                "_blockInfo": {"b": 2}, "kept": True}
         assert call(svc, "POST", ingest_path(), [sent])[0] == 200
         (event,) = svc.events("app")
-        assert {k for k in event if k.startswith("_user_")} == {
-            "_user__sysTime", "_user__rowID", "_user__cursor", "_user__source",
-            "_user__blockInfo"}
+        assert {k: v for k, v in event.items() if k.startswith("_user_")} == {
+            "_user_sysTime": "mine", "_user_rowID": 1, "_user_cursor": "c",
+            "_user_source": "s", "_user_blockInfo": {"b": 2}}
         assert event["kept"] is True and "_rowID" not in event
+        with svc.client() as client:
+            rows = client.query("['app'] | project _user_sysTime, _user_source")
+        assert rows == [{"_user_sysTime": "mine", "_user_source": "s"}]
 
     def test_a_value_over_one_megabyte_is_replaced(self, svc: LocalService) -> None:
         """Limits: a string value over 1 MB is stored as <invalid string: too long>, nested

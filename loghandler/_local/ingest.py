@@ -411,7 +411,8 @@ def _parse_with_format(value: Any, fmt: str) -> str:
     return format_time(dt)
 
 
-# Field names the service keeps for itself: one a client sends is stored as _user_<name>.
+# Field names the service keeps for itself: one a client sends is stored with _user_ in place
+# of its leading underscore (_sysTime as _user_sysTime), its value kept.
 RESERVED_FIELDS = frozenset({"_sysTime", "_rowID", "_cursor", "_source", "_blockInfo"})
 # The longest string value the service stores; a longer one is replaced by TOO_LONG.
 MAX_VALUE_BYTES = 1024 * 1024
@@ -468,7 +469,8 @@ def prepare_events(values: list[Any], options: IngestOptions, now: str,
                 value.setdefault(key, label)
         if not RESERVED_FIELDS.isdisjoint(value):
             for key in RESERVED_FIELDS.intersection(value):
-                value[f"_user_{key}"] = value.pop(key)
+                # _sysTime -> _user_sysTime, the value kept (not _user__sysTime).
+                value[f"_user_{key[1:]}"] = value.pop(key)
         _cap_strings(value)
         raw = value.get(field)
         if raw is None:
