@@ -443,3 +443,87 @@ class TestDefaults:
         with loghandler.Client(TOKEN, url=svc.url) as client, pytest.raises(
                 loghandler.NotFoundError, match="create it first"):
             client.ingest("typo", [{"a": 1}])
+
+
+# ---------------------------------------------------------------------------- APL
+
+APL_EVENTS = [{"_time": "2024-01-31T10:00:00Z", "method": "GET", "uri": "/css/x.css",
+               "geo": {"city": "Oslo"}, "user_id": 3, "status": 200, "when": "2024-01-31"},
+              {"_time": "2024-01-31T11:00:00Z", "method": "POST", "uri": "/api",
+               "geo": {"city": "Lima"}, "user_id": 4, "status": 500, "when": "not a date"}]
+
+
+@pytest.fixture(scope="module")
+def apl_svc() -> Iterator[LocalService]:
+    with LocalService(token=TOKEN) as service:
+        assert req(service, "POST", "/v1/datasets/x/ingest", APL_EVENTS)[0] == 200
+        yield service
+
+
+def rows(svc: LocalService, apl: str) -> list[dict[str, Any]]:
+    with loghandler.Client(TOKEN, url=svc.url) as client:
+        return client.query(apl, start="2024-01-01T00:00:00Z")
+
+
+class TestApl:
+    @pytest.mark.parametrize("apl, statuses", [
+        ("['x'] | where * has 'GET'", [200]),
+        ("['x'] | where * has 'GET' or * has 'api'", [500, 200]),
+        ("['x'] | where * has 'css' and status == 200", [200]),
+        ("['x'] | where * has 'lima'", [500]),  # nested fields too, case folded
+        ("['x'] | where * !has 'oslo'", [500]),
+        ("['x'] | where * == 4", [500]),
+        ("['x'] | where * contains 'OS'", [500, 200])])
+    def test_every_field(self, apl_svc: LocalService, apl: str, statuses: list[int]) -> None:
+        """Reference: tabular-operators/where-operator, "where * has": a term in any field."""
+        assert [r["status"] for r in rows(apl_svc, apl + " | project status")] == statuses
+
+    def test_project_away_wildcards_anywhere_in_the_list(self, apl_svc: LocalService) -> None:
+        """Reference: project-away-operator, `project-away status*, user*, is*, ['geo.']*`."""
+        got = rows(apl_svc, "['x'] | project-away status*, ['geo.']*, uri, user* | "
+                            "project-away when")
+        assert {k for r in got for k in r} == {"_time", "_sysTime", "method"}
+
+    def test_todatetime_of_what_is_no_time_is_null(self, apl_svc: LocalService) -> None:
+        """Reference: todatetime: null when the conversion fails; a number is nanoseconds
+        since the epoch."""
+        got = rows(apl_svc, "['x'] | extend a = todatetime(when), b = todatetime('nope'), "
+                            "c = todatetime(1700000000000000000) | project status, a, b, c")
+        assert got == [
+            {"status": 500, "a": None, "b": None, "c": "2023-11-14T22:13:20.000000Z"},
+            {"status": 200, "a": "2024-01-31T00:00:00.000000Z", "b": None,
+             "c": "2023-11-14T22:13:20.000000Z"}]
+
+    def test_datetime_add(self, apl_svc: LocalService) -> None:
+        """Reference: datetime_add(part, value, datetime): year ... microsecond; a month
+        after January 31 is the end of February."""
+        got = rows(apl_svc, "['x'] | where status == 200 | extend "
+                            "h = datetime_add('hour', 1, _time), "
+                            "m = datetime_add('month', 1, _time), "
+                            "y = datetime_add('year', -1, todatetime(when)), "
+                            "w = datetime_add('week', 2, _time) | project h, m, y, w")
+        assert got == [{"h": "2024-01-31T11:00:00.000000Z", "m": "2024-02-29T10:00:00.000000Z",
+                        "y": "2023-01-31T00:00:00.000000Z", "w": "2024-02-14T10:00:00.000000Z"}]
+
+    def test_now_with_a_timespan(self, apl_svc: LocalService) -> None:
+        """Reference: scalar data types, now(-timespan) is now() - timespan."""
+        assert rows(apl_svc, "['x'] | where _time > now(-3650d) | count") == [{"count": 2}]
+        assert rows(apl_svc, "['x'] | where _time > now(-1h) | count") == [{"count": 0}]
+
+    def test_matches_regex_without_the_regex_package(
+            self, apl_svc: LocalService, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A default install (no regex extra) answers matches regex with Python's re in a
+        helper process, which the query's deadline ends: a pattern that backtracks without
+        end is the query's 400 at the deadline, not a service held for ever."""
+        from loghandler._local import sqlfunctions
+        from loghandler._local.ingest import HttpError
+
+        monkeypatch.setattr(sqlfunctions, "SEARCH", sqlfunctions._search_in_worker)
+        assert [r["status"] for r in rows(
+            apl_svc, "['x'] | where uri matches regex '^/c.s/' | project status")] == [200]
+        store = apl_svc._server.store
+        req(apl_svc, "POST", "/v1/datasets/x/ingest", [{"s": "a" * 40}])
+        started = time.monotonic()
+        with pytest.raises(HttpError, match="ran longer than 1 s"):
+            store.query("['x'] | where s matches regex '(a+)+b'", timeout=1.0)
+        assert time.monotonic() - started < 5  # the deadline (1 s), plus the kill
