@@ -651,7 +651,7 @@ class TestErrorBodies:
     def test_internal_error_is_a_json_500(self, svc: LocalService,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
         """A failure inside the service is answered (500, JSON), not a dropped connection."""
-        def broken(dataset: str, events: list[dict[str, Any]]) -> None:
+        def broken(dataset: str, events: list[dict[str, Any]], *times: Any) -> None:
             raise RuntimeError("disk on fire")
 
         monkeypatch.setattr(svc._server.store, "add_events", broken)

@@ -13,7 +13,14 @@ from urllib.parse import parse_qs, urlsplit
 from . import apl as apl
 from . import legacy, otlp
 from .apl import format_time
-from .ingest import HttpError, IngestOptions, media_type, parse_values, prepare_events
+from .ingest import (
+    MAX_VALUE_BYTES,
+    HttpError,
+    IngestOptions,
+    media_type,
+    parse_values,
+    prepare_events,
+)
 from .request import Raw, Request
 
 __all__ = ["exists", "ingest", "legacy_query", "not_found", "otlp_ingest", "query",
@@ -73,21 +80,30 @@ def ingest(req: Request, dataset: str, params: dict[str, list[str]]) -> dict[str
                           csv_delimiter=options.csv_delimiter,
                           csv_fields=(None if fields_header is None else
                                       [f.strip() for f in fields_header.split(",")]))
-    return store_values(req, dataset, values, options, labels, len(body))
+    # No string of a line can be longer than the line: most bodies need no search for the
+    # strings over 1 MB that the service replaces.
+    longest = len(body) if len(body) <= MAX_VALUE_BYTES else max(map(len, body.split(b"\n")))
+    return store_values(req, dataset, values, options, labels, len(body), longest)
 
 
 def store_values(req: Request, dataset: str, values: list[Any], options: IngestOptions,
-                 labels: Any, size: int) -> dict[str, Any]:
+                 labels: Any, size: int, longest: int | None = None) -> dict[str, Any]:
     """Validate and store the values of one request: its ingest status."""
     now = format_time(time.time_ns() // 1000)
-    events, failures = prepare_events(values, options, now, labels)
-    events, refused, types = req.state.field_limit.admit(dataset, events)
+    times: list[int] = []
+    events, failures = prepare_events(values, options, now, labels, times=times,
+                                      longest=longest)
+    kept, refused, types = req.state.field_limit.admit(dataset, events)
+    if refused:
+        ids = {id(e) for e in kept}
+        times = [t for e, t in zip(events, times, strict=True) if id(e) in ids]
     req.state.store.record_fields(dataset, types)
     for _ in refused:
         failures.append({"timestamp": now, "error": (
             f"field limit exceeded: dataset {dataset!r} may hold at most "
             f"{req.state.field_limit.limit} fields")})
-    req.state.store.add_events(dataset, events)
+    req.state.store.add_events(dataset, kept, times)
+    events = kept
     return {"ingested": len(events), "failed": len(failures), "failures": failures,
             "processedBytes": size, "blocksCreated": 0, "walLength": len(events)}
 

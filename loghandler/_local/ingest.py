@@ -32,9 +32,11 @@ from .._time import format_datetime as format_time
 
 __all__ = [
     "IngestOptions",
+    "canonical_micros",
     "decode_body",
     "format_time",
     "go_layout_to_strptime",
+    "is_canonical",
     "json_kind",
     "normalize_time",
     "parse_values",
@@ -194,7 +196,20 @@ def _parse_stream(text: str) -> list[Any]:
 
 
 def _parse_ndjson(text: str) -> list[Any]:
-    values: list[Any] = []
+    # One decode of the lines as one array: the decoder's C loop instead of one call a line
+    # (twice as fast). Lines that do not join so (a blank line, a broken value) take the line
+    # by line way, which also names the line at fault.
+    body = text.rstrip("\r\n \t")
+    if body and "\n\n" not in body and "\n\r\n" not in body and not body.startswith(
+            ("\n", "\r")):
+        try:
+            values = _decoder.decode("[" + body.replace("\n", ",") + "]")
+        except (ValueError, RecursionError):
+            pass
+        else:
+            if isinstance(values, list) and len(values) == body.count("\n") + 1:
+                return values
+    values = []
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -247,7 +262,8 @@ _RFC3339 = re.compile(
 )
 _CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z", re.ASCII)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_VALID_SECONDS: dict[str, None] = {}  # "YYYY-MM-DDTHH:MM:SS" already checked, bounded
+# "YYYY-MM-DD" already checked -> the epoch microseconds of its midnight; bounded.
+_VALID_DAYS: dict[str, int] = {}
 
 
 def _from_epoch(value: float) -> datetime:
@@ -269,22 +285,36 @@ def _from_epoch(value: float) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+def canonical_micros(value: str) -> int:
+    """The epoch microseconds of a time in the stored form (``_CANONICAL``); ValueError when
+    that date or time does not exist. Days are remembered: most events of a batch share one."""
+    day = _VALID_DAYS.get(value[:10])
+    if day is None:
+        try:
+            dt = datetime(int(value[:4]), int(value[5:7]), int(value[8:10]), tzinfo=timezone.utc)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a valid date and time") from None
+        if len(_VALID_DAYS) >= 4096:
+            _VALID_DAYS.clear()
+        day = _VALID_DAYS[value[:10]] = (dt - _EPOCH) // timedelta(microseconds=1)
+    hour, minute, second = int(value[11:13]), int(value[14:16]), int(value[17:19])
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError(f"{value!r} is not a valid date and time")
+    return day + ((hour * 60 + minute) * 60 + second) * 1_000_000 + int(value[20:26])
+
+
+def is_canonical(value: Any) -> bool:
+    """Whether ``value`` is a time in the stored form (what loghandler's handler sends)."""
+    return isinstance(value, str) and _CANONICAL.match(value) is not None
+
+
 def normalize_time(value: Any) -> str:
     """The stored form of a ``_time`` value; ``ValueError`` (the reason) when it is not a time."""
     if isinstance(value, str):
         if _CANONICAL.match(value):
             # The form loghandler itself sends: only check that the date exists, once per
             # second seen (a batch's events mostly share their seconds).
-            second = value[:19]
-            if second not in _VALID_SECONDS:
-                try:
-                    datetime(int(value[:4]), int(value[5:7]), int(value[8:10]),
-                             int(value[11:13]), int(value[14:16]), int(value[17:19]))
-                except ValueError:
-                    raise ValueError(f"{value!r} is not a valid date and time") from None
-                if len(_VALID_SECONDS) >= 4096:
-                    _VALID_SECONDS.clear()
-                _VALID_SECONDS[second] = None
+            canonical_micros(value)  # the date and time exist
             return value
         m = _RFC3339.match(value)
         if m is None:
@@ -443,7 +473,8 @@ def _cap_strings(value: Any, depth: int = 0) -> Any:
 
 
 def prepare_events(values: list[Any], options: IngestOptions, now: str,
-                   labels: Mapping[str, Any] | None = None
+                   labels: Mapping[str, Any] | None = None, *,
+                   times: list[int] | None = None, longest: int | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The events to store (each with a normalized ``_time``) and the failures to report.
 
@@ -451,6 +482,9 @@ def prepare_events(values: list[Any], options: IngestOptions, now: str,
     ``timestamp`` of each failure. ``labels`` (the event-labels header) are added to every
     event that lacks them. Reserved names become ``_user_<name>``; a string over 1 MB becomes
     ``<invalid string: too long>``. The dicts in ``values`` are updated in place.
+    ``times`` (a list) receives each stored event's time in epoch microseconds; ``longest``
+    (the longest line or body the values came from, in bytes) spares the search for strings
+    over 1 MB when none can be that long.
     """
     if len(values) > MAX_EVENTS_PER_REQUEST:
         raise HttpError(400, f"a request may hold at most {MAX_EVENTS_PER_REQUEST:,} events, "
@@ -459,6 +493,9 @@ def prepare_events(values: list[Any], options: IngestOptions, now: str,
     failures: list[dict[str, str]] = []
     field = options.timestamp_field
     fmt = options.strptime
+    cap = longest is None or longest > MAX_VALUE_BYTES
+    now_us = canonical_micros(now) if times is not None else 0
+    canonical = _CANONICAL.match
     for value in values:
         if type(value) is not dict:
             failures.append({"timestamp": now,
@@ -471,16 +508,27 @@ def prepare_events(values: list[Any], options: IngestOptions, now: str,
             for key in RESERVED_FIELDS.intersection(value):
                 # _sysTime -> _user_sysTime, the value kept (not _user__sysTime).
                 value[f"_user_{key[1:]}"] = value.pop(key)
-        _cap_strings(value)
+        if cap:
+            _cap_strings(value)
         raw = value.get(field)
         if raw is None:
             value["_time"] = now
+            if times is not None:
+                times.append(now_us)
         else:
             try:
-                value["_time"] = (normalize_time(raw) if fmt is None
-                                  else _parse_with_format(raw, fmt))
+                if fmt is None and type(raw) is str and canonical(raw):
+                    # Already in the stored form (what loghandler sends): checked once.
+                    us = canonical_micros(raw)
+                    value["_time"] = raw
+                else:
+                    stamp = value["_time"] = (normalize_time(raw) if fmt is None
+                                              else _parse_with_format(raw, fmt))
+                    us = canonical_micros(stamp)
             except ValueError as exc:
                 failures.append({"timestamp": now, "error": f"invalid {field}: {exc}"})
                 continue
+            if times is not None:
+                times.append(us)
         events.append(value)
     return events, failures

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from .apl import format_time, parse_time
@@ -22,6 +23,31 @@ from .sqlfunctions import add_functions
 from .views import VIEW_FIELDS, Views, reject_constant, validate_view
 
 __all__ = ["QUERY_TIMEOUT", "VIEW_FIELDS", "Store", "reject_constant", "validate_view"]
+
+
+# The stored encoding of an event: compact, ASCII escapes (what aplsql's text pre-filter
+# expects), by the json module's C encoder made once (json.dumps with separators builds an
+# encoder per call: twice the time).
+_encoder = json.JSONEncoder(separators=(",", ":"))
+if c_make_encoder is not None:
+    _iterencode = c_make_encoder(None, _encoder.default, encode_basestring_ascii, None, ":",
+                                 ",", False, False, True)
+
+    def encode(event: dict[str, Any]) -> str:
+        return "".join(_iterencode(event, 0))
+else:  # pragma: no cover - CPython has the C encoder
+    encode = _encoder.encode  # type: ignore[assignment]
+
+
+def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
+          ) -> list[tuple[str, int, str, str]]:
+    now_us = time.time_ns() // 1000
+    sys_time = format_time(now_us)
+    if times is None:
+        times = [now_us if t is None else t for t in
+                 (parse_time(event.get("_time")) for event in events)]
+    return [(dataset, t, sys_time, encode(event)) for event, t in zip(events, times,
+                                                                      strict=True)]
 
 
 class Store:
@@ -101,15 +127,19 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
-    def add_events(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here."""
+    def add_events(self, dataset: str, events: list[dict[str, Any]],
+                   times: list[int] | None = None) -> None:
+        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here. ``times``:
+        each event's ``_time`` in epoch microseconds, when the caller has them already."""
         if not events:
             return
+        rows = _rows(dataset, events, times)  # the JSON is made before the lock is taken
         with self._lock:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
-                self._insert_locked(dataset, events)
+                self._db.executemany(
+                    "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -118,17 +148,8 @@ class Store:
             self._changed.notify_all()
 
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        now_us = time.time_ns() // 1000
-        sys_time = format_time(now_us)
-        # This exact encoding (ASCII escapes, no spaces) is what aplsql's text pre-filter expects.
-        dumps = json.dumps
-        rows = []
-        for event in events:
-            t = parse_time(event.get("_time"))
-            rows.append((dataset, now_us if t is None else t, sys_time,
-                         dumps(event, separators=(",", ":"))))
         self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
-                             rows)
+                             _rows(dataset, events, None))
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:
