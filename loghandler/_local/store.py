@@ -32,11 +32,8 @@ _encoder = json.JSONEncoder(separators=(",", ":"))
 if c_make_encoder is not None:
     _iterencode = c_make_encoder(None, _encoder.default, encode_basestring_ascii, None, ":",
                                  ",", False, False, True)
-
-    def encode(event: dict[str, Any]) -> str:
-        return "".join(_iterencode(event, 0))
 else:  # pragma: no cover - CPython has the C encoder
-    encode = _encoder.encode  # type: ignore[assignment]
+    _iterencode = _encoder.iterencode
 
 
 def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
@@ -46,8 +43,9 @@ def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
     if times is None:
         times = [now_us if t is None else t for t in
                  (parse_time(event.get("_time")) for event in events)]
-    return [(dataset, t, sys_time, encode(event)) for event, t in zip(events, times,
-                                                                      strict=True)]
+    join, it = "".join, _iterencode
+    return [(dataset, t, sys_time, join(it(event, 0))) for event, t in zip(events, times,
+                                                                           strict=True)]
 
 
 class Store:
