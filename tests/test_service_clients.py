@@ -527,3 +527,52 @@ class TestApl:
         with pytest.raises(HttpError, match="ran longer than 1 s"):
             store.query("['x'] | where s matches regex '(a+)+b'", timeout=1.0)
         assert time.monotonic() - started < 5  # the deadline (1 s), plus the kill
+
+
+# ---------------------------------------------------------------------------- ingest speed
+
+class TestIngestPath:
+    @pytest.mark.parametrize("stamp", [
+        "2024-02-30T00:00:00.000000Z", "2024-01-01T24:00:00.000000Z",
+        "2024-01-01T00:60:00.000000Z", "2024-01-01T00:00:60.000000Z"])
+    def test_a_stored_form_time_that_does_not_exist_is_turned_down(
+            self, svc: LocalService, stamp: str) -> None:
+        """The fast path for times already in the stored form still checks the date."""
+        status, body = req(svc, "POST", "/v1/datasets/app/ingest",
+                           [{"_time": stamp}, {"_time": "2024-01-01T00:00:59.999999Z"}])
+        assert status == 200 and (body["ingested"], body["failed"]) == (1, 1)
+        assert "not a valid date" in body["failures"][0]["error"]
+
+    def test_ndjson_read_whole_or_line_by_line_gives_the_same(self, svc: LocalService) -> None:
+        """An NDJSON body is decoded at once; a blank line or a line that is not one value
+        takes the line by line way (which names the bad line)."""
+        lines = [json.dumps({"n": i}) for i in range(5)]
+        for body, status in ((("\n".join(lines) + "\n").encode(), 200),
+                             (("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:])).encode(),
+                              200),
+                             (b'{"n": 0}\n1,2\n', 400)):
+            host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("POST", "/v1/datasets/app/ingest", body=body, headers={
+                "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson"})
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+            conn.close()
+            assert resp.status == status, answer
+            if status == 400:
+                assert "line 2" in answer["message"]
+        assert sorted(e["n"] for e in svc.events("app")) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+    def test_the_ingest_benchmark_runs(self) -> None:
+        """A small run of ``python -m benchmarks.local_ingest``: every event stored, the
+        figures printed beside the floor's."""
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parent.parent
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.local_ingest", "--events",
+                               "20000"], cwd=root, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "floor: executemany into SQLite" in proc.stdout
+        assert "ratio to the floor" in proc.stdout and "the page's count" in proc.stdout
