@@ -316,6 +316,7 @@ class TestUserAndOrgs:
         assert status == 403
         for words in ("X-Axiom-Org-Id", "LOGHANDLER_ORG_ID", "orgId"):
             assert words in body["message"]
+        assert "--org-id" not in body["message"]  # serve has no such option
 
 
 # ---------------------------------------------------------------------------- legacy query

@@ -229,10 +229,10 @@ class Handler(Request):
                 not self.service_header("Org-Id")):
             self.discard()
             raise HttpError(403, "a personal access token (xapt-...) needs the "
-                                 "organization's id: send it in the X-Axiom-Org-Id (or "
-                                 "x-service-org-id) header; loghandler reads LOGHANDLER_ORG_ID "
-                                 "(the CLI's --org-id), the official clients take orgId "
-                                 "(AXIOM_ORG_ID); or use an API token (xaat-...)")
+                                 "organization's id in the X-Axiom-Org-Id (or "
+                                 "x-service-org-id) header: loghandler sends it from "
+                                 "LOGHANDLER_ORG_ID, the official clients from their orgId "
+                                 "option (AXIOM_ORG_ID); or use an API token (xaat-...)")
 
     def _rate_limit(self) -> None:
         limiter = self.state.rate_limiter
