@@ -457,24 +457,38 @@ TOO_LONG = "<invalid string: too long>"
 MAX_EVENTS_PER_REQUEST = 10_000
 
 
+# A string this long (in characters) may be over MAX_VALUE_BYTES once encoded (4 bytes a
+# character at most); a shorter one cannot.
+_MAYBE_LONG = MAX_VALUE_BYTES // 4
+
+
+def _too_long(text: str) -> bool:
+    return len(text.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES
+
+
 def _cap_strings(value: Any, depth: int = 0) -> Any:
-    """``value`` with every string over MAX_VALUE_BYTES (encoded) replaced, nested ones too."""
-    if isinstance(value, str):
-        if len(value) * 4 > MAX_VALUE_BYTES and len(value.encode("utf-8", "surrogatepass")) > (
-                MAX_VALUE_BYTES):
-            return TOO_LONG
+    """``value`` with every string over MAX_VALUE_BYTES (encoded) replaced, nested ones too.
+    One loop over a container's values: only containers and long strings cost a call."""
+    if type(value) is str:
+        return TOO_LONG if len(value) > _MAYBE_LONG and _too_long(value) else value
+    if depth >= 64:
         return value
-    if depth < 64:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                capped = _cap_strings(v, depth + 1)
-                if capped is not v:
-                    value[k] = capped
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                capped = _cap_strings(v, depth + 1)
-                if capped is not v:
-                    value[i] = capped
+    if type(value) is dict:
+        for k, v in value.items():
+            t = type(v)
+            if t is str:
+                if len(v) > _MAYBE_LONG and _too_long(v):
+                    value[k] = TOO_LONG
+            elif t is dict or t is list:
+                _cap_strings(v, depth + 1)
+    elif type(value) is list:
+        for i, v in enumerate(value):
+            t = type(v)
+            if t is str:
+                if len(v) > _MAYBE_LONG and _too_long(v):
+                    value[i] = TOO_LONG
+            elif t is dict or t is list:
+                _cap_strings(v, depth + 1)
     return value
 
 
