@@ -118,12 +118,6 @@ class Client:
     def settings(self) -> Settings:
         return self._settings
 
-    @property
-    def connected(self) -> bool:
-        """Whether the client holds a connection pool now (made by the first request, dropped
-        by ``close()``; a forked child starts without one)."""
-        return self._pool is not None and self._pid == os.getpid()
-
     def __repr__(self) -> str:
         org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
         # The token may hide anywhere the user typed it (a URL path, an org id): scrubbed.
@@ -153,10 +147,10 @@ class Client:
                 self._pool = pool
             return self._pool
 
-    def forget_connections(self) -> None:
-        """In a forked child: the parent's sockets are shared with the child, so never touch
-        them here, just forget them and let the child open its own (and take a new lock: the
-        parent's may have been held at fork)."""
+    def _reset_after_fork(self) -> None:
+        # In a forked child (after_fork_in_child, below): the parent's sockets are shared with
+        # the child, so never touch them here, just forget them and let the child open its own
+        # (and take a new lock: the parent's may have been held at fork).
         self._pool = None
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
@@ -393,4 +387,4 @@ def after_fork_in_child() -> None:
     _shared_lock = threading.Lock()  # shared_client()'s: the parent may have held it
     watchdog.reset()
     for client in list(_live_clients):
-        client.forget_connections()
+        client._reset_after_fork()
