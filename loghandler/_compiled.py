@@ -20,7 +20,7 @@ Who reads the decision:
   ``format_record``) and ``items_size``;
 - ``IngestHandler``'s class body: ``handle``; each handler, for its own fast path:
   ``fast_path(intake, wire)``;
-- the sender: ``gzip_compress``.
+- the poster (posting.py): ``gzip_compress``.
 
 The ledger contract (what the compiled handle does with the queue, never more): it is handed
 the ledger's intake face (``Intake``, ledger/intake.py) through ``fast_path``. It reads

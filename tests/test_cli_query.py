@@ -259,14 +259,14 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
     the page makes several times a second, are not logged; failed ones and ingests are."""
     import re
 
-    from loghandler._client import Client
     from loghandler._errors import ApiError
+    from loghandler._wire.client import Client
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
-                             "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             "--token", TOKEN, "--dataset", "app"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         head = [proc.stdout.readline() for _ in range(3)]

@@ -13,7 +13,6 @@ import sys
 import threading
 from typing import Any
 
-from .._client import Client
 from .._engine.context import IN_USE, OTEL_TRACE, snapshot
 from .._engine.guard import SENDERS, own_record
 from .._engine.hold import Hold, level_number
@@ -21,6 +20,7 @@ from .._engine.ledger import Fate, Intake
 from .._engine.model import CONTEXT, SIZE
 from .._engine.shipper import Shipper, make_shipper
 from .._engine.stats import Stats
+from .._wire.client import Client
 
 __all__ = ["FrontEnd"]
 

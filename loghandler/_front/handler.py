@@ -14,8 +14,7 @@ import threading
 from typing import Any
 
 from .. import _compiled
-from .._client import Client
-from .._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine.context import IN_USE, OTEL_TRACE
 from .._engine.events import fast_head, record_to_event
@@ -31,6 +30,8 @@ from .._engine.model import (
 )
 from .._engine.shipper import Shipper
 from .._output import shown
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
 
 __all__ = ["IngestHandler"]

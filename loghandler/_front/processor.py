@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .._client import Client
-from .._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine.context import IN_USE, OTEL_TRACE
 from .._engine.events import add_exception, add_fields
@@ -24,6 +23,8 @@ from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE
 from .._engine.shipper import Shipper
 from .._output import shown
 from .._time import format_datetime, format_epoch, format_micros, parse_micros
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]

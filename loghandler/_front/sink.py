@@ -14,8 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from .._client import Client
-from .._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import free_name, using_default
 from .._engine.events import add_fields, exception_fields, loguru_head
 from .._engine.guard import SENDERS, own_record
@@ -30,6 +29,8 @@ from .._engine.model import (
 from .._engine.shipper import Shipper
 from .._output import shown
 from .._time import format_epoch
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
 
 __all__ = ["IngestSink", "loguru_event"]

@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+from .._status import REJECTED, TOO_LARGE
 from ._common import (
     EXIT_OK,
     EXIT_SERVICE,
@@ -131,7 +132,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # (token, dataset, service down) would fail every batch after it: stop reading, and
         # begin closing so a submit blocked on the full queue returns.
         if isinstance(exc, PartialIngestError) or (
-            isinstance(exc, ApiError) and exc.status in (400, 413)
+            isinstance(exc, ApiError) and exc.status in REJECTED | TOO_LARGE
         ):
             return
         counts.fatal = counts.fatal or exc
@@ -250,7 +251,10 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                         help="dataset to ship to (default: LOGHANDLER_DATASET)")
     ingest.add_argument("--format", choices=FORMATS, default="auto",
                         help="input format (default auto: judged by parsing the start)")
-    ingest.add_argument("--batch-size", type=int, default=1000, help="events per request")
+    # 10,000 events a request (the service's most): a tenth of the requests of 1,000, and the
+    # service's work per request spread over ten times the events.
+    ingest.add_argument("--batch-size", type=int, default=10_000,
+                        help="events per request (default 10,000)")
     ingest.add_argument("--max-retries", type=int, default=5,
                         help="retries of a failed request (default 5); a refused connection "
                              "at the start is retried twice within 1.5 s, then ingest stops")

@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, documented
-from ._output import shown
+from .._config import documented
+from .._output import shown
+from .client import Client
+from .settings import CLIENT_ARGS_DOC
 
 __all__ = ["AsyncClient"]
 
