@@ -11,9 +11,8 @@ a live receiver (``ingest-live``: app thread plus flusher thread, gzip off; its 
 its count, depend on timing: ``ingest-flushed`` sends one batch a run, the figure to compare two
 versions by). The ``:fields``, ``:context`` and ``:span`` variants add ``fields=`` of four keys,
 an active ``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column
-divides each
-by the plain row of the same run. ``python -m benchmarks.instructions null ingest`` runs only the
-rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes):
+divides each by the plain row of the same run. ``python -m benchmarks.instructions null ingest``
+runs only the rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes):
 to compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
 """
 
