@@ -12,8 +12,9 @@ its count, depend on timing: ``ingest-flushed`` sends one batch a run, the figur
 versions by). The ``:fields``, ``:context`` and ``:span`` variants add ``fields=`` of four keys,
 an active ``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column
 divides each by the plain row of the same run. ``python -m benchmarks.instructions null ingest``
-runs only the rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes):
-to compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
+runs only the rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict
+and set probes): to compare two versions, run both with the same ``PYTHONHASHSEED`` (the
+children inherit it).
 """
 
 from __future__ import annotations
