@@ -33,6 +33,7 @@ size is at most ``FAST_ITEM_BYTES``, exactly as ``Intake.offer`` does; anything 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import sys
@@ -41,7 +42,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._engine import model
-from ._engine.context import IN_USE, OTEL_TRACE
+from ._engine.context import IN_USE, OTEL_TRACE, VAR, span_source
 from ._engine.guard import SENDERS
 
 __all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
@@ -54,6 +55,7 @@ handle: Any = None  # IngestHandler.handle in C, a method (binds to the handler 
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[dict[Any, Any]], bool] | None = None
 items_size: Callable[[list[Any]], int] | None = None
+wire_view: Callable[[bytes, tuple[str, ...]], dict[str, Any]] | None = None
 # gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL; None on the Python
 # path or when it was not built (no zlib headers), and zlib's module does it.
 gzip_compress: Callable[[bytes, int], bytes] | None = None
@@ -95,6 +97,9 @@ def table() -> dict[str, Any]:
         "modules": sys.modules,
         "context_in_use": IN_USE,
         "otel_module": OTEL_TRACE,
+        "context_var": VAR,
+        "span_source": span_source,
+        "loads": json.loads,
     }
 
 
@@ -120,18 +125,21 @@ def gzip_extension() -> Any | None:
         return None
 
 
-def fast_path(intake: LedgerContract, wire: Any
-              ) -> tuple[list[Any], Any, Callable[..., bool]] | None:
-    """A handler's compiled fast path: ``(intake.gate, wire, intake.put)`` (the ledger contract
-    above; ``wire``: the shipper's ``wire()``, or None for event dicts), or None on the Python
-    path. Read by the compiled ``handle`` from the handler that owns it."""
+def fast_path(intake: LedgerContract, wire: Any, policy: tuple[Any, Any, Any]
+              ) -> tuple[list[Any], Any, Callable[..., bool], tuple[Any, Any, Any]] | None:
+    """A front end's compiled fast path: ``(intake.gate, wire, intake.put, policy)`` (the
+    ledger contract above; ``wire``: the shipper's ``wire()``, or None for event dicts;
+    ``policy``: ``FrontEnd.policy()``, what the caller decides: ``(trace_context, sample,
+    hold)``), or None on the Python path. Read by the compiled code from the front end that
+    owns it."""
     if speedups is None:
         return None
-    return intake.gate, wire, intake.put
+    return intake.gate, wire, intake.put, policy
 
 
 def _load() -> bool:
-    global speedups, handle, record_put, format_record, items_size, gzip_compress, WHY_PYTHON
+    global speedups, handle, record_put, format_record, items_size, wire_view, gzip_compress
+    global WHY_PYTHON
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
@@ -152,6 +160,7 @@ def _load() -> bool:
     record_put = module.record_put
     format_record = module.format_record
     items_size = module.items_size
+    wire_view = module.wire_view
     return True
 
 

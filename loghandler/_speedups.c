@@ -52,6 +52,34 @@ typedef struct {
     char json[HEAD_CACHE_BYTES];
 } HeadCache;
 
+/* A context's fields as JSON members, once per context (section 5): the merged dict a
+ * loghandler.context stores is never changed, so its members are written once and copied into
+ * every event logged inside it. */
+#define CTX_MEMBERS 32
+#define CTX_CACHE 4
+enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4 };
+typedef struct CtxEntry {
+    PyObject *fields;            /* the merged dict (a strong reference: the cache's key) */
+    PyObject *checked;           /* the wire tuple every member passed (strong), or NULL */
+    PyObject *keys[CTX_MEMBERS]; /* strong */
+    PyObject *trace;             /* strong: its "trace_id" value, or NULL */
+    Py_ssize_t n, at[CTX_MEMBERS + 1];
+    unsigned char flags[CTX_MEMBERS];
+    int writable;                /* every key a str, every value written as the encoders do */
+    char *json;                  /* PyMem: each member as ,"key":value */
+} CtxEntry;
+
+/* A span's ids as JSON members, once per OpenTelemetry context (contexts are immutable: a new
+ * span makes a new one). */
+#define SPAN_CACHE 4
+typedef struct SpanEntry {
+    PyObject *context;           /* OpenTelemetry's context (strong: the cache's key) */
+    int valid;                   /* 1: a span with ids; 0: none */
+    double fraction;             /* sampling.span_fraction of its trace id */
+    Py_ssize_t trace_len, span_len;
+    char trace_json[64], span_json[48]; /* ,"trace_id":"..." and ,"span_id":"..." */
+} SpanEntry;
+
 typedef struct {
     int configured;
     /* The event model (model.py): the record attributes copied into the event head and their
@@ -72,13 +100,31 @@ typedef struct {
     PyObject *in_use;              /* context.IN_USE: [bool], a context was ever entered */
     PyObject *otel;                /* "opentelemetry.trace" */
     int returns_record;            /* Python 3.12+: handle() returns the record */
+    PyObject *context_var;         /* context.VAR: the merged fields of the current context */
+    PyObject *span_source;         /* context.span_source */
+    PyObject *head_set;            /* frozenset of the event keys of the head */
+    PyObject *loads;               /* json.loads, for wire_view's values other than str */
+    /* OpenTelemetry's current context, once span_source found it: its ContextVar and
+     * context.span_ids (NULL: not yet asked, or not found: asked again); span_source_off: the
+     * application runs another runtime context (snapshot in Python each time). */
+    PyObject *otel_var, *span_ids;
+    int span_source_off;
     /* Names, interned once. */
     PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
-        *s_put_event;
+        *s_put_event, *s_trace_id, *s_span_id, *s_levelno, *s_levelname, *s_name, *s_queue,
+        *s_invalid;
     /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
+    /* The last contexts' and spans' JSON (section 5), used under the GIL. */
+    struct CtxEntry *ctx_cache;
+    int ctx_next;
+    struct SpanEntry *span_cache;
+    int span_next;
+    /* The last wire tuple read (compose_wire), and what was read of it. */
+    PyObject *last_wire;
+    struct Compose *last_compose;
 } State;
 
 static inline State *
@@ -89,9 +135,11 @@ get_state(PyObject *module)
 
 #define STATE_OBJECTS(X)                                                                     \
     X(src_keys) X(dst_keys) X(key_frags) X(special) X(formatter) X(record) X(size) X(context) \
-    X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(s_msg) X(s_args)      \
+    X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(context_var)          \
+    X(span_source) X(head_set) X(loads) X(otel_var) X(span_ids) X(s_msg) X(s_args)           \
     X(s_exc_info) X(s_stack_info) X(s_message) X(s_time) X(s_level) X(s_logger) X(s_blank)   \
-    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event)
+    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event) X(s_trace_id)  \
+    X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -104,7 +152,40 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
 #undef VISIT
     for (Py_ssize_t i = 0; st->head_cache != NULL && i < st->n_fields; i++)
         Py_VISIT(st->head_cache[i].str);
+    for (int i = 0; st->ctx_cache != NULL && i < CTX_CACHE; i++) {
+        CtxEntry *e = &st->ctx_cache[i];
+        Py_VISIT(e->fields);
+        Py_VISIT(e->checked);
+        Py_VISIT(e->trace);
+        for (Py_ssize_t k = 0; k < e->n; k++)
+            Py_VISIT(e->keys[k]);
+    }
+    for (int i = 0; st->span_cache != NULL && i < SPAN_CACHE; i++)
+        Py_VISIT(st->span_cache[i].context);
     return 0;
+}
+
+static void
+ctx_entry_clear(CtxEntry *e)
+{
+    Py_CLEAR(e->fields);
+    Py_CLEAR(e->checked);
+    Py_CLEAR(e->trace);
+    for (Py_ssize_t k = 0; k < e->n; k++)
+        Py_CLEAR(e->keys[k]);
+    e->n = 0;
+    e->writable = 0;
+    PyMem_Free(e->json);
+    e->json = NULL;
+}
+
+static void
+clear_caches(State *st)
+{
+    for (int i = 0; st->ctx_cache != NULL && i < CTX_CACHE; i++)
+        ctx_entry_clear(&st->ctx_cache[i]);
+    for (int i = 0; st->span_cache != NULL && i < SPAN_CACHE; i++)
+        Py_CLEAR(st->span_cache[i].context);
 }
 
 static void
@@ -127,6 +208,13 @@ module_clear(PyObject *module)
     STATE_OBJECTS(CLEAR)
 #undef CLEAR
     clear_head_cache(st);
+    clear_caches(st);
+    PyMem_Free(st->ctx_cache);
+    st->ctx_cache = NULL;
+    PyMem_Free(st->span_cache);
+    st->span_cache = NULL;
+    PyMem_Free(st->last_compose);
+    st->last_compose = NULL;
     return 0;
 }
 
@@ -614,31 +702,571 @@ put_head(State *st, Out *o, Py_ssize_t field, PyObject *v)
 
 static int format_time(State *st, double created, char out[28]);
 
+/* ------------------------------------------------------------------ 5. the caller's context
+ *
+ * What a loghandler.context and the current OpenTelemetry span add to an event (events.py
+ * merge_context, on the flusher, for an event dict): the span's trace_id and span_id, then the
+ * context's fields, each where the event lacks it. Written into the wire item on the caller's
+ * thread instead, from JSON made once per context and once per span: a context's merged dict is
+ * never changed (context.py), and an OpenTelemetry context is immutable (a new span makes a new
+ * one), so each is a cache's key, held by a strong reference (its address cannot be another's
+ * while it is cached). A few entries each: the contexts and spans of the threads logging now. */
+
+/* The entry of a context's merged dict: found, or made (no code of the application's runs:
+ * exact str keys, plain values). NULL with an error set only for one to propagate. */
+static CtxEntry *
+ctx_entry(State *st, PyObject *fields)
+{
+    for (int i = 0; i < CTX_CACHE; i++)
+        if (st->ctx_cache[i].fields == fields)
+            return &st->ctx_cache[i];
+    CtxEntry *e = &st->ctx_cache[st->ctx_next];
+    st->ctx_next = (st->ctx_next + 1) % CTX_CACHE;
+    /* What the slot held goes last (its dict may be the last reference to plain values). */
+    PyObject *old = e->fields;
+    e->fields = NULL;
+    ctx_entry_clear(e);
+    e->fields = Py_NewRef(fields);
+    Py_ssize_t n = PyDict_GET_SIZE(fields);
+    Out o;
+    out_init(&o, st->fast_item);
+    if (n <= CTX_MEMBERS) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        int ok = 1;
+        while (ok && PyDict_Next(fields, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                ok = 0;
+                break;
+            }
+            e->keys[i] = Py_NewRef(key);
+            e->n = i + 1;
+            int head = PySet_Contains(st->head_set, key);
+            int special = PySet_Contains(st->special, key);
+            int trace = PyUnicode_Compare(key, st->s_trace_id) == 0;
+            int span = PyUnicode_Compare(key, st->s_span_id) == 0;
+            if (head < 0 || special < 0 || PyErr_Occurred()) {
+                ok = 0;
+                break;
+            }
+            e->flags[i] = (unsigned char)((head ? CTX_HEAD : 0) | (special ? CTX_SPECIAL : 0) |
+                                          (trace || span ? CTX_TRACE : 0));
+            if (trace)
+                Py_XSETREF(e->trace, Py_NewRef(value));
+            e->at[i] = o.len;
+            if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
+                put_value(&o, value) < 0)
+                ok = 0;
+            i++;
+        }
+        if (ok) {
+            e->at[i] = o.len;
+            e->json = PyMem_Malloc(o.len > 0 ? (size_t)o.len : 1);
+            if (e->json != NULL) {
+                memcpy(e->json, o.data, o.len);
+                e->writable = 1;
+            }
+        }
+    }
+    out_free(&o);
+    Py_XDECREF(old);
+    if (!clear_if_exception())
+        return NULL;
+    return e;
+}
+
+/* The current span, from OpenTelemetry's context (its default runtime context keeps it in a
+ * ContextVar: context.span_source): 1: *out is the span (out->valid 0: none); 0: not this
+ * path's to say (OpenTelemetry not ready, another runtime context, an error): the Python path
+ * asks context.snapshot; -1: an error to propagate. */
+static int
+span_lookup(State *st, SpanEntry *out)
+{
+    if (st->span_source_off)
+        return 0;
+    if (st->otel_var == NULL) {
+        PyObject *r = PyObject_CallNoArgs(st->span_source);
+        if (r == NULL)
+            return clear_if_exception() ? 0 : -1;
+        if (r == Py_False)
+            st->span_source_off = 1;
+        else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 2 &&
+                 PyContextVar_CheckExact(PyTuple_GET_ITEM(r, 0))) {
+            st->otel_var = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+            st->span_ids = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+        }
+        Py_DECREF(r);
+        if (st->otel_var == NULL)
+            return 0;
+    }
+    PyObject *context;
+    if (PyContextVar_Get(st->otel_var, NULL, &context) < 0)
+        return clear_if_exception() ? 0 : -1;
+    if (context == NULL)
+        return 0;
+    for (int i = 0; i < SPAN_CACHE; i++) {
+        if (st->span_cache[i].context == context) {
+            *out = st->span_cache[i];
+            out->context = NULL; /* a copy: the cache holds the reference */
+            Py_DECREF(context);
+            return 1;
+        }
+    }
+    /* Not seen yet: its ids, read once (context.span_ids: OpenTelemetry's code). */
+    PyObject *ids = PyObject_CallOneArg(st->span_ids, context);
+    if (ids == NULL) {
+        Py_DECREF(context);
+        return clear_if_exception() ? 0 : -1;
+    }
+    SpanEntry made = {0};
+    made.context = context; /* stolen below, by the cache */
+    int ok = 1;
+    if (ids != Py_None) {
+        PyObject *hex[2] = {NULL, NULL};
+        ok = PyTuple_CheckExact(ids) && PyTuple_GET_SIZE(ids) == 2 &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(ids, 0)) &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(ids, 1));
+        static const char *names[2] = {",\"trace_id\":\"", ",\"span_id\":\""};
+        static const char *forms[2] = {"032x", "016x"};
+        for (int k = 0; ok && k < 2; k++) {
+            /* format(id, "032x"), as merge_context writes it */
+            PyObject *spec = PyUnicode_FromString(forms[k]);
+            hex[k] = spec == NULL ? NULL : PyObject_Format(PyTuple_GET_ITEM(ids, k), spec);
+            Py_XDECREF(spec);
+            Py_ssize_t len = hex[k] == NULL ? 0 : PyUnicode_GET_LENGTH(hex[k]);
+            char *dst = k == 0 ? made.trace_json : made.span_json;
+            Py_ssize_t room = k == 0 ? (Py_ssize_t)sizeof(made.trace_json)
+                                     : (Py_ssize_t)sizeof(made.span_json);
+            Py_ssize_t head = (Py_ssize_t)strlen(names[k]);
+            if (hex[k] == NULL || !PyUnicode_IS_ASCII(hex[k]) || head + len + 1 > room) {
+                ok = 0;
+                break;
+            }
+            memcpy(dst, names[k], head);
+            memcpy(dst + head, PyUnicode_DATA(hex[k]), len);
+            dst[head + len] = '"';
+            if (k == 0)
+                made.trace_len = head + len + 1;
+            else
+                made.span_len = head + len + 1;
+        }
+        Py_XDECREF(hex[0]);
+        Py_XDECREF(hex[1]);
+        if (ok) {
+            unsigned long long low = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(ids, 0));
+            ok = !(low == (unsigned long long)-1 && PyErr_Occurred());
+            made.fraction = (double)low / 18446744073709551616.0; /* 2**64 */
+            made.valid = 1;
+        }
+    }
+    Py_DECREF(ids);
+    if (!ok) {
+        Py_DECREF(context);
+        return clear_if_exception() ? 0 : -1;
+    }
+    SpanEntry *slot = &st->span_cache[st->span_next];
+    st->span_next = (st->span_next + 1) % SPAN_CACHE;
+    PyObject *old = slot->context;
+    *slot = made;
+    *out = made;
+    out->context = NULL;
+    Py_XDECREF(old); /* last: it may free a span */
+    return 1;
+}
+
+/* ------------------------------------------------------------------ 6. the caller's policies
+ *
+ * A front end's policy (_compiled.py, fast_path's fourth item): (trace_context, sample, hold).
+ * sample: sampling.Sampler's tables, (levels, loggers, rand, trace_key, static fraction, drop,
+ * trace_fraction); hold: (hold.level, hold.take). Sampling is decided before the event is
+ * built (sampling.py): the level and logger give the rate; below 1, the trace id the event
+ * would ship with, else the random source. */
+
+/* sampling.trace_fraction(value): a str whose last 16 characters are hex digits, computed
+ * here; any other str is the Python function's to read; a value that is no str has none.
+ * 1: *out set; 0: none; -1: failed. */
+static int
+trace_fraction(PyObject *sample, PyObject *value, double *out)
+{
+    if (!PyUnicode_CheckExact(value))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (n < 16)
+        return 0;
+    if (unicode_ready(value) < 0)
+        return -1;
+    int kind = PyUnicode_KIND(value);
+    const void *data = PyUnicode_DATA(value);
+    unsigned long long x = 0;
+    int plain = 1;
+    for (Py_ssize_t i = n - 16; i < n && plain; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int v = c >= '0' && c <= '9' ? (int)(c - '0') : c >= 'a' && c <= 'f' ? (int)(c - 'a' + 10)
+              : c >= 'A' && c <= 'F' ? (int)(c - 'A' + 10) : -1;
+        if (v < 0)
+            plain = 0;
+        x = x << 4 | (unsigned long long)v;
+    }
+    if (plain) {
+        *out = (double)x / 18446744073709551616.0;
+        return 1;
+    }
+    PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 6), value);
+    if (r == NULL)
+        return -1;
+    int got = PyFloat_CheckExact(r);
+    if (got)
+        *out = PyFloat_AS_DOUBLE(r);
+    Py_DECREF(r);
+    return got;
+}
+
+/* The rate of events of this level and logger (Sampler.rate). */
+static double
+sample_rate(PyObject *sample, PyObject *level, PyObject *logger)
+{
+    double rate = 1.0;
+    PyObject *levels = PyTuple_GET_ITEM(sample, 0), *loggers = PyTuple_GET_ITEM(sample, 1);
+    if (PyDict_GET_SIZE(levels) > 0 && PyUnicode_CheckExact(level)) {
+        PyObject *r = PyDict_GetItemWithError(levels, level);
+        if (r != NULL && PyFloat_CheckExact(r))
+            rate = PyFloat_AS_DOUBLE(r);
+    }
+    if (PyTuple_GET_SIZE(loggers) > 0 && PyUnicode_CheckExact(logger)) {
+        Py_ssize_t ln = PyUnicode_GET_LENGTH(logger);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loggers); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(loggers, i);
+            PyObject *prefix = PyTuple_GET_ITEM(pr, 0), *r = PyTuple_GET_ITEM(pr, 1);
+            Py_ssize_t pn = PyUnicode_GET_LENGTH(prefix);
+            int match = ln == pn ? PyUnicode_Compare(logger, prefix) == 0
+                                 : ln > pn && PyUnicode_READ_CHAR(logger, pn) == '.' &&
+                                       PyUnicode_Tailmatch(logger, prefix, 0, pn, -1) == 1;
+            if (match) {
+                double v = PyFloat_AS_DOUBLE(r);
+                if (v < rate)
+                    rate = v;
+                break;
+            }
+        }
+    }
+    return rate;
+}
+
+/* Does sampling keep the event? The trace id it would ship with: its own (own: borrowed or
+ * NULL), else the span's, else the context's (ctx_trace), else fields='s. 1: keep; 0: drop;
+ * -1: failed (the caller leaves the decision to the Python path). */
+static int
+sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
+            const SpanEntry *span, PyObject *ctx_trace)
+{
+    double rate = sample_rate(sample, level, logger);
+    if (PyErr_Occurred())
+        return -1;
+    if (rate >= 1.0)
+        return 1;
+    double u = 0;
+    int have = 0;
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(sample, 3)) == 1) {
+        if (own != NULL)
+            have = trace_fraction(sample, own, &u);
+        else if (span != NULL && span->valid) {
+            u = span->fraction;
+            have = 1;
+        }
+        else if (ctx_trace != NULL)
+            have = trace_fraction(sample, ctx_trace, &u);
+        else if (PyFloat_CheckExact(PyTuple_GET_ITEM(sample, 4))) {
+            u = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(sample, 4));
+            have = 1;
+        }
+        if (have < 0)
+            return -1;
+    }
+    if (!have) {
+        PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, 2));
+        if (r == NULL)
+            return -1;
+        u = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (u == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    return u < rate;
+}
+
+/* The policy's tuples checked once per call: 1 usable; 0 not (the Python path). */
+static int
+policy_ok(PyObject *policy)
+{
+    if (!PyTuple_CheckExact(policy) || PyTuple_GET_SIZE(policy) != 3)
+        return 0;
+    PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
+    if (sample != Py_None &&
+        (!PyTuple_CheckExact(sample) || PyTuple_GET_SIZE(sample) != 7 ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 0)) ||
+         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, 1))))
+        return 0;
+    if (sample != Py_None) {
+        PyObject *loggers = PyTuple_GET_ITEM(sample, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loggers); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(loggers, i);
+            if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+                !PyFloat_CheckExact(PyTuple_GET_ITEM(pr, 1)))
+                return 0;
+        }
+    }
+    if (hold != Py_None && (!PyTuple_CheckExact(hold) || PyTuple_GET_SIZE(hold) != 2 ||
+                            !PyLong_CheckExact(PyTuple_GET_ITEM(hold, 0))))
+        return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ 7. wire items of records */
+
+/* What a wire item is made with: the shipper's wire (Shipper.wire: fields= as JSON, their
+ * names, the scrubber's clean keys and learn, the excluded fields, a bit per head field
+ * excluded) and the caller's context. */
+typedef struct Compose {
+    PyObject *wire;                /* the tuple (borrowed) */
+    PyObject *fragment, *statics;  /* borrowed */
+    PyObject *clean, *learn;       /* borrowed; NULL: no scrubber */
+    PyObject *exclude;             /* borrowed; NULL: nothing excluded */
+    unsigned long head_skip;
+    PyObject *fields;              /* borrowed: the context's merged dict, not empty; or NULL */
+    SpanEntry span;                /* span.valid 0: none */
+} Compose;
+
+static int read_wire(PyObject *wire, Compose *c);
+
+/* 1: wire is a wire tuple, read into c; 0: not one. The last one read is kept (a strong
+ * reference: its items stay alive), as one shipper's events come one after another. */
+static int
+compose_wire(State *st, PyObject *wire, Compose *c)
+{
+    if (wire == st->last_wire && st->last_compose != NULL) {
+        *c = *st->last_compose;
+        return 1;
+    }
+    int ok = read_wire(wire, c);
+    if (ok && st->last_compose != NULL) {
+        PyObject *old = st->last_wire;
+        st->last_wire = Py_NewRef(wire);
+        *st->last_compose = *c;
+        Py_XDECREF(old);
+    }
+    return ok;
+}
+
+static int
+read_wire(PyObject *wire, Compose *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 6)
+        return 0;
+    c->wire = wire;
+    c->fragment = PyTuple_GET_ITEM(wire, 0);
+    c->statics = PyTuple_GET_ITEM(wire, 1);
+    c->clean = PyTuple_GET_ITEM(wire, 2);
+    c->learn = PyTuple_GET_ITEM(wire, 3);
+    c->exclude = PyTuple_GET_ITEM(wire, 4);
+    PyObject *skip = PyTuple_GET_ITEM(wire, 5);
+    if (!PyBytes_CheckExact(c->fragment) || !PyAnySet_CheckExact(c->statics) ||
+        (c->clean != Py_None && !PyAnySet_CheckExact(c->clean)) ||
+        !PyAnySet_CheckExact(c->exclude) || !PyLong_CheckExact(skip))
+        return 0;
+    c->head_skip = PyLong_AsUnsignedLongMask(skip);
+    if (c->head_skip == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* an int: only an overflow, which is no wire of ours */
+        return 0;
+    }
+    if (c->clean == Py_None)
+        c->clean = c->learn = NULL;
+    else if (c->learn == Py_None)
+        c->learn = NULL;
+    if (PySet_GET_SIZE(c->exclude) == 0)
+        c->exclude = NULL;
+    return 1;
+}
+
+static inline int
+excluded(const Compose *c, PyObject *key)
+{
+    return c->exclude == NULL ? 0 : PySet_Contains(c->exclude, key);
+}
+
+/* A key the event is written with, for the scrubber: 1 known clean; 0 not (a secret's, or
+ * unknown past the bound): the dict path; 2: taught now (Python ran: the caller starts over);
+ * -1 failed. */
+#define LEARNED 2
+static int
+key_clean(const Compose *c, PyObject *key, int *learned)
+{
+    if (c->clean == NULL)
+        return 1;
+    int known = PySet_Contains(c->clean, key);
+    if (known != 0)
+        return known;
+    if (c->learn == NULL || *learned >= 64 || PyUnicode_GET_LENGTH(key) > 256)
+        return 0;
+    /* A key's first use: the scrubber decides now whether it is a secret's, once (our code; it
+     * adds a clean key to the set). Any code may run meanwhile (a collection's finalizers): the
+     * caller walks everything again after it. */
+    Py_INCREF(key);
+    PyObject *r = PyObject_CallOneArg(c->learn, key);
+    Py_DECREF(key);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (r != Py_True)
+        return 0;
+    (*learned)++;
+    return LEARNED;
+}
+
+/* The context's and the span's members, checked for this event and this wire: 1 fine; 0 not
+ * this path's case; LEARNED: start over; -1 failed. (trace_in, span_in: the event has its own
+ * trace_id, span_id.) */
+static int
+check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, int *learned)
+{
+    *ctx = NULL;
+    if (c->span.valid) {
+        int a = PySet_Contains(c->statics, st->s_trace_id);
+        int b = a != 0 ? a : PySet_Contains(c->statics, st->s_span_id);
+        if (b != 0)
+            return b < 0 ? -1 : 0; /* fields= names an id: merged on the flusher */
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id};
+        int in[2] = {trace_in, span_in};
+        for (int k = 0; k < 2; k++) {
+            if (in[k])
+                continue;
+            int ex = excluded(c, ids[k]);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                continue;
+            }
+            int r = key_clean(c, ids[k], learned);
+            if (r != 1)
+                return r;
+        }
+    }
+    if (c->fields == NULL)
+        return 1;
+    CtxEntry *e = ctx_entry(st, c->fields);
+    if (e == NULL)
+        return -1;
+    if (!e->writable)
+        return 0;
+    if (e->checked != c->wire) {
+        int all = 1;
+        for (Py_ssize_t k = 0; k < e->n; k++) {
+            if (e->flags[k] & CTX_HEAD)
+                continue; /* the head's field wins: never written */
+            PyObject *key = e->keys[k];
+            int in = PySet_Contains(c->statics, key);
+            if (in != 0)
+                return in < 0 ? -1 : 0; /* fields= names it too: merged on the flusher */
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                all = 0;
+                continue;
+            }
+            int r = key_clean(c, key, learned);
+            if (r != 1)
+                return r;
+        }
+        if (all) {
+            PyObject *old = e->checked;
+            e->checked = Py_NewRef(c->wire);
+            Py_XDECREF(old);
+            /* (a wire tuple's last reference holds no code to run) */
+            e = ctx_entry(st, c->fields);
+            if (e == NULL)
+                return -1;
+        }
+    }
+    *ctx = e;
+    return 1;
+}
+
+/* The span's and the context's members into the item (no code of the application's runs). */
+static int
+put_context(State *st, Out *o, const Compose *c, const CtxEntry *ctx, PyObject *d,
+            int trace_in, int span_in)
+{
+    if (c->span.valid) {
+        int ex;
+        if (!trace_in) {
+            if ((ex = excluded(c, st->s_trace_id)) < 0)
+                return -1;
+            if (!ex && out_put(o, c->span.trace_json, c->span.trace_len) < 0)
+                return -1;
+        }
+        if (!span_in) {
+            if ((ex = excluded(c, st->s_span_id)) < 0)
+                return -1;
+            if (!ex && out_put(o, c->span.span_json, c->span.span_len) < 0)
+                return -1;
+        }
+    }
+    if (ctx == NULL)
+        return 0;
+    int checked = ctx->checked == c->wire;
+    for (Py_ssize_t k = 0; k < ctx->n; k++) {
+        unsigned char f = ctx->flags[k];
+        if (f & CTX_HEAD)
+            continue; /* the head's field wins */
+        if ((f & CTX_TRACE) && c->span.valid)
+            continue; /* the span's ids win */
+        PyObject *key = ctx->keys[k];
+        if (!(f & CTX_SPECIAL)) {
+            /* A key no record attribute has: in the record's dict, it is an extra, which
+             * wins. */
+            int in = PyDict_Contains(d, key);
+            if (in != 0) {
+                if (in < 0)
+                    return -1;
+                continue;
+            }
+        }
+        if (!checked) {
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                continue;
+            }
+        }
+        if (out_put(o, ctx->json + ctx->at[k], ctx->at[k + 1] - ctx->at[k]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The wire item of a plain record, its message given or not (NULL: written from msg and args
  * when that runs no application code; *want_message set when the message must be made
  * first): a new bytes object, or NULL (not this path's case; the dict path decides; an error
- * may be set). wire: (fragment, static keys, clean keys | None, learn | None), from
- * Shipper.wire: its fields= as JSON (",\"k\":v..."), their names, the scrubber's set of keys it
- * has nothing to do for, and its learn(key) -> bool, which adds a key to that set unless it is
- * a secret's. */
+ * may be set). The event's members, as item_events and the encoder would order them: the head
+ * (less the excluded fields), the extras, the span's ids, the context's fields, fields=; the
+ * first comma becomes the opening brace. */
 static PyObject *
-build_wire(State *st, PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
+build_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *out_size,
            int *want_message)
 {
-    if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4 ||
-        st->n_fields > 16 || st->message_at > st->n_fields)
+    if (!PyDict_CheckExact(d) || st->n_fields > 16 || st->message_at > st->n_fields)
         return NULL;
-    PyObject *fragment = PyTuple_GET_ITEM(wire, 0), *statics = PyTuple_GET_ITEM(wire, 1);
-    PyObject *clean = PyTuple_GET_ITEM(wire, 2), *learn = PyTuple_GET_ITEM(wire, 3);
-    if (!PyBytes_CheckExact(fragment) || !PyAnySet_CheckExact(statics) ||
-        (clean != Py_None && !PyAnySet_CheckExact(clean)))
-        return NULL;
-    /* The extras first (only keys, and value types): a key the scrubber has not cleared yet
-     * costs the dict path little. As build_event walks them; only keys the scrubber cleared
-     * and the shipper's fields do not name (the flusher would check or merge those). */
+    /* First what may run Python (the scrubber learning a key): the extras (only keys, and
+     * value types), the span's and the context's keys; only keys the scrubber cleared and the
+     * shipper's fields do not name (the flusher would check or merge those). After Python ran,
+     * everything is looked at again. */
     Py_ssize_t n, extras;
     int formatted; /* a formatter's attribute among them, to leave out */
-    int learned = 0;
+    int learned = 0, trace_in = 0, span_in = 0;
+    CtxEntry *ctx = NULL;
 restart:
     n = PyDict_GET_SIZE(d);
     extras = 0;
@@ -658,32 +1286,37 @@ restart:
                 }
                 return NULL;
             }
-            if (!is_plain(value) || PySet_Contains(statics, key) != 0)
+            if (!is_plain(value) || PySet_Contains(c->statics, key) != 0)
                 return NULL;
-            int known = clean == Py_None ? 1 : PySet_Contains(clean, key);
-            if (known == 0 && learn != Py_None && learned < 64 &&
-                PyUnicode_GET_LENGTH(key) <= 256) {
-                /* A key's first use: the scrubber decides now whether it is a secret's, once
-                 * (our code; it adds a clean key to the set). Any code may run meanwhile (a
-                 * collection's finalizers): the record is walked again after it. */
-                Py_INCREF(key);
-                PyObject *r = PyObject_CallOneArg(learn, key);
-                Py_DECREF(key);
-                if (r == NULL)
+            int ex = excluded(c, key);
+            if (ex < 0)
+                return NULL;
+            if (!ex) {
+                int r = key_clean(c, key, &learned);
+                if (r == LEARNED)
+                    goto restart;
+                if (r != 1)
                     return NULL;
-                Py_DECREF(r);
-                if (r != Py_True)
-                    return NULL;
-                learned++;
-                goto restart;
             }
-            if (known != 1)
-                return NULL;
             extras++;
         }
         if (seen != n - st->n_init)
             return NULL;
     }
+    if (c->span.valid) {
+        trace_in = PyDict_Contains(d, st->s_trace_id);
+        span_in = PyDict_Contains(d, st->s_span_id);
+        if (trace_in < 0 || span_in < 0)
+            return NULL;
+    }
+    if (c->span.valid || c->fields != NULL) {
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned);
+        if (r == LEARNED)
+            goto restart;
+        if (r != 1)
+            return NULL;
+    }
+    /* From here on no Python runs. */
     PyObject *vals[16];
     for (Py_ssize_t i = 0; i < st->n_fields; i++)
         if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
@@ -714,11 +1347,13 @@ restart:
     Out o;
     out_init(&o, st->fast_item);
     PyObject *result = NULL;
-    if (out_put(&o, "{\"_time\":\"", 10) < 0 || out_put(&o, ts, 27) < 0 ||
-        out_put(&o, "\",\"level\":", 10) < 0 || put_str(&o, level) < 0)
+    if (!(c->head_skip & 1UL) && (out_put(&o, ",\"_time\":\"", 10) < 0 ||
+                                  out_put(&o, ts, 27) < 0 || out_put(&o, "\"", 1) < 0))
+        goto done;
+    if (!(c->head_skip & 2UL) && (out_put(&o, ",\"level\":", 9) < 0 || put_str(&o, level) < 0))
         goto done;
     for (Py_ssize_t i = 2; i <= st->n_fields; i++) {
-        if (i == st->message_at) {
+        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
             if (out_put(&o, ",\"message\":", 11) < 0)
                 goto done;
             if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
@@ -729,6 +1364,12 @@ restart:
         }
         if (i == st->n_fields)
             break;
+        /* The head's fields after the message: key_frags[i] is the i-th record attribute's
+         * event key; its bit in head_skip is that of its place in the event (after the
+         * message's when i >= message_at). */
+        unsigned long bit = 1UL << (i < st->message_at ? i : i + 1);
+        if (c->head_skip & bit)
+            continue;
         PyObject *frag = PyTuple_GET_ITEM(st->key_frags, i);
         if (out_put(&o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag)) < 0 ||
             (PyUnicode_CheckExact(vals[i]) ? put_head(st, &o, i, vals[i])
@@ -741,25 +1382,37 @@ restart:
         while (PyDict_Next(d, &pos, &key, &value)) {
             if (formatted && PySet_Contains(st->formatter, key) == 1)
                 continue;
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    goto done;
+                continue;
+            }
             if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
                 put_value(&o, value) < 0)
                 goto done;
         }
     }
-    if (out_put(&o, PyBytes_AS_STRING(fragment), PyBytes_GET_SIZE(fragment)) < 0 ||
+    if (put_context(st, &o, c, ctx, d, trace_in, span_in) < 0 ||
+        out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0 ||
         out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
-    result = PyBytes_FromStringAndSize(o.data, o.len);
-    *out_size = o.len + st->wire_item;
+    if (o.len == 1)
+        result = PyBytes_FromStringAndSize("{}", 2);
+    else {
+        o.data[0] = '{';
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    }
+    *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
 done:
     out_free(&o);
     return result;
 }
 
-/* ------------------------------------------------------------------ 5. record_put */
+/* ------------------------------------------------------------------ 8. a record's way */
 
-/* The item with its size, as a pair (for the caller's slow put or context); steals item.
- * None when the pair cannot be made (the careful path); NULL to propagate. */
+/* The item with its size, as a pair; steals item. None when the pair cannot be made (the
+ * careful path); NULL to propagate. */
 static PyObject *
 pair(PyObject *item, Py_ssize_t size)
 {
@@ -775,56 +1428,59 @@ pair(PyObject *item, Py_ssize_t size)
     return result;
 }
 
-/* The record's queue item: its wire item (bytes) when ``wire`` is a wire and the record is its
- * case, else the fast path's event with its SIZE; then, with a gate, the ledger contract's
- * lock-free append. True: queued. (item, size): for the caller to queue (the gate said no, or
- * there is none). None: the careful path's. NULL: an error to propagate. */
-static PyObject *
-put_record(State *st, PyObject *d, PyObject *gate, PyObject *wire)
+/* The record's queue item: its wire item (bytes) when c is given and the record is its case,
+ * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
+ * path's; -1: an error to propagate. */
+static int
+record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *size)
 {
-    Py_ssize_t size = 0;
-    PyObject *message = NULL, *item = NULL;
+    PyObject *message = NULL;
     int want_message = 0;
-    if (wire != Py_None) {
+    *item = NULL;
+    if (c != NULL) {
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        item = build_wire(st, d, NULL, wire, &size, &want_message);
-        if (item == NULL && !clear_if_exception())
-            return NULL;
+        *item = build_wire(st, d, NULL, c, size, &want_message);
+        if (*item != NULL)
+            return 1;
+        if (!clear_if_exception())
+            return -1;
     }
-    if (item == NULL) {
-        int got = record_message(st, d, &message);
-        if (got < 0)
-            return NULL;
-        if (got == 0)
-            Py_RETURN_NONE;
-        if (want_message) {
-            want_message = 0;
-            item = build_wire(st, d, message, wire, &size, &want_message);
-            if (item == NULL && !clear_if_exception()) {
-                Py_DECREF(message);
-                return NULL;
-            }
+    int got = record_message(st, d, &message);
+    if (got <= 0)
+        return got;
+    if (want_message) {
+        want_message = 0;
+        *item = build_wire(st, d, message, c, size, &want_message);
+        if (*item == NULL && !clear_if_exception()) {
+            Py_DECREF(message);
+            return -1;
         }
-        if (item == NULL) {
-            item = build_event(st, d, message, &size);
-            PyObject *size_obj = item == NULL ? NULL : PyLong_FromSsize_t(size);
-            if (size_obj == NULL || PyDict_SetItem(item, st->size, size_obj) < 0) {
-                Py_XDECREF(size_obj);
-                Py_XDECREF(item);
-                Py_DECREF(message);
-                if (!clear_if_exception())
-                    return NULL;
-                Py_RETURN_NONE;
-            }
-            Py_DECREF(size_obj);
-        }
-        Py_DECREF(message);
     }
-    /* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
-     * writes; append without the lock only while len(queue) < fast_len, and only items of at
-     * most FAST_ITEM_BYTES (Intake.offer's test). */
+    if (*item == NULL) {
+        *item = build_event(st, d, message, size);
+        PyObject *size_obj = *item == NULL ? NULL : PyLong_FromSsize_t(*size);
+        if (size_obj == NULL || PyDict_SetItem(*item, st->size, size_obj) < 0) {
+            Py_XDECREF(size_obj);
+            Py_CLEAR(*item);
+            Py_DECREF(message);
+            return clear_if_exception() ? 0 : -1;
+        }
+        Py_DECREF(size_obj);
+    }
+    Py_DECREF(message);
+    return 1;
+}
+
+/* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
+ * writes; append without the lock only while len(queue) < fast_len, and only items of at most
+ * FAST_ITEM_BYTES (Intake.offer's test); anything else is put(item, size), locked. 0: done;
+ * -1: an error to propagate (an Exception from put is the caller's: *failed set). */
+static int
+offer(State *st, PyObject *gate, PyObject *put, PyObject *item, Py_ssize_t size, int *failed)
+{
+    *failed = 0;
     if (PyList_CheckExact(gate) && PyList_GET_SIZE(gate) == 2 && size <= st->fast_item) {
         PyObject *queue = PyList_GET_ITEM(gate, 0), *limit_obj = PyList_GET_ITEM(gate, 1);
         Py_INCREF(queue);
@@ -839,16 +1495,245 @@ put_record(State *st, PyObject *d, PyObject *gate, PyObject *wire)
         }
         Py_DECREF(queue);
         Py_DECREF(limit_obj);
-        if (appended) {
-            Py_DECREF(item);
-            Py_RETURN_TRUE;
+        if (appended)
+            return 0;
+        if (!clear_if_exception())
+            return -1;
+    }
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    PyObject *r = NULL;
+    if (size_obj != NULL) {
+        PyObject *args[2] = {item, size_obj};
+        r = PyObject_Vectorcall(put, args, 2, NULL);
+        Py_DECREF(size_obj);
+    }
+    if (r == NULL) {
+        if (!clear_if_exception())
+            return -1;
+        *failed = 1;
+        return 0;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* self.<name>(*args), a front end's own method (its Python path's steps, which catch what
+ * they raise). 0, or -1 with the error set. */
+static int
+call_front(PyObject *self, PyObject *name, PyObject **args, Py_ssize_t nargs)
+{
+    PyObject *all[6] = {self, NULL, NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
+        all[i + 1] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, all, (size_t)(nargs + 1), NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* An Exception from one of our own steps (take, drop, put), as the Python path's
+ * `except Exception` meets it: the event counted invalid. 0, or -1 to propagate. */
+static int
+step_failed(State *st, PyObject *self)
+{
+    if (!clear_if_exception())
+        return -1;
+    if (call_front(self, st->s_invalid, NULL, 0) < 0)
+        return clear_if_exception() ? 0 : -1;
+    return 0;
+}
+
+/* The record's whole way on the compiled path (the Python path's emit, then FrontEnd._queue
+ * when a context or a policy is in play): sampling, the item (a wire item with the span's and
+ * the context's members, or the event dict), hold-until-error, the queue. fast: the handler's
+ * (gate, wire, put, policy). 1: done (queued, held, or dropped and counted; the careful path
+ * called when it is its record); 0: nothing done, not this path's (the caller hands the record
+ * to the careful path); -1: an error to propagate. */
+static int
+record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *fast)
+{
+    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 4 || !PyDict_CheckExact(d))
+        return 0;
+    PyObject *gate = PyTuple_GET_ITEM(fast, 0), *wire = PyTuple_GET_ITEM(fast, 1);
+    PyObject *put = PyTuple_GET_ITEM(fast, 2), *policy = PyTuple_GET_ITEM(fast, 3);
+    if (!policy_ok(policy))
+        return 0;
+    PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
+    Compose c;
+    int wired = wire != Py_None && compose_wire(st, wire, &c);
+    if (!wired)
+        memset(&c, 0, sizeof(c));
+    /* The caller's context, as FrontEnd._queue reads it: a context was ever entered, or
+     * OpenTelemetry is imported. */
+    int in_use = PyList_GET_ITEM(st->in_use, 0) == Py_True;
+    int otel = PyDict_Contains(st->modules, st->otel);
+    if (otel < 0)
+        return clear_if_exception() ? 0 : -1;
+    int contextual = in_use || otel;
+    int native = 1; /* the context and sampling are this path's to read */
+    int sampled = 0, result = -1, failed;
+    PyObject *fields = NULL, *item = NULL, *own = NULL, *ctx_trace = NULL, *levelno = NULL;
+    Py_ssize_t size = 0;
+    if (in_use) {
+        if (PyContextVar_Get(st->context_var, NULL, &fields) < 0) {
+            if (!clear_if_exception())
+                goto out;
+            native = 0;
         }
-        if (!clear_if_exception()) {
-            Py_DECREF(item);
-            return NULL;
+        if (fields != NULL && (!PyDict_CheckExact(fields) || PyDict_GET_SIZE(fields) == 0))
+            Py_CLEAR(fields);
+    }
+    c.fields = fields;
+    if (otel && PyTuple_GET_ITEM(policy, 0) == Py_True) {
+        int r = span_lookup(st, &c.span);
+        if (r < 0)
+            goto out;
+        native = native && r;
+    }
+    if (sample != Py_None && native) {
+        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
+        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
+                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
+        PyObject *logger = PyDict_GetItemWithError(d, st->s_name);
+        if (level == NULL || logger == NULL) {
+            if (!clear_if_exception())
+                goto out;
+            native = 0; /* (a level name the table lacks: the Python path lowercases it) */
+        }
+        else {
+            Py_INCREF(level);
+            Py_INCREF(logger);
+            own = PyDict_GetItemWithError(d, st->s_trace_id);
+            Py_XINCREF(own);
+            if (own == NULL && fields != NULL) {
+                CtxEntry *e = ctx_entry(st, fields);
+                ctx_trace = e == NULL ? NULL : Py_XNewRef(e->trace);
+            }
+            int keep = PyErr_Occurred() ? -1
+                       : sample_keep(sample, level, logger, own, &c.span, ctx_trace);
+            Py_DECREF(level);
+            Py_DECREF(logger);
+            if (keep < 0) {
+                if (!clear_if_exception())
+                    goto out;
+                native = 0; /* the Python path decides */
+            }
+            else if (keep == 0) {
+                PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, 5)); /* drop() */
+                if (r == NULL) {
+                    if (step_failed(st, self) < 0)
+                        goto out;
+                }
+                else
+                    Py_DECREF(r);
+                result = 1;
+                goto out;
+            }
+            else
+                sampled = 1;
         }
     }
-    return pair(item, size);
+    if (contextual && (hold != Py_None || sample != Py_None || !wired || !native)) {
+        /* The level number, for hold's test or FrontEnd._queue (a strong reference: Python
+         * may run before it is used, and change the record). */
+        levelno = PyDict_GetItemWithError(d, st->s_levelno);
+        if (levelno == NULL || !PyLong_CheckExact(levelno)) {
+            result = clear_if_exception() ? 0 : -1;
+            goto out;
+        }
+        Py_INCREF(levelno);
+    }
+    int got = record_item(st, d, wired && native ? &c : NULL, &item, &size);
+    if (got < 0)
+        goto out;
+    if (got == 0) {
+        /* The careful path's record, told whether it was sampled already. */
+        PyObject *args[2] = {record, sampled ? Py_True : Py_False};
+        if (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception())
+            goto out;
+        result = 1;
+        goto out;
+    }
+    if (!PyBytes_CheckExact(item) && (contextual || sample != Py_None)) {
+        if (levelno == NULL) {
+            levelno = PyDict_GetItemWithError(d, st->s_levelno);
+            if (levelno == NULL || !PyLong_CheckExact(levelno)) {
+                /* (no int level: the careful path's, which reads it its way) */
+                PyObject *args[2] = {record, sampled ? Py_True : Py_False};
+                if (!clear_if_exception() ||
+                    (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception()))
+                    goto out;
+                result = 1;
+                goto out;
+            }
+            Py_INCREF(levelno);
+        }
+        /* An event dict with a context or a policy in play: FrontEnd._queue attaches the
+         * caller's context (snapshot) and decides the rest, as on the Python path. */
+        PyObject *size_obj = PyLong_FromSsize_t(size);
+        if (size_obj == NULL) {
+            if (step_failed(st, self) < 0)
+                goto out;
+        }
+        else {
+            PyObject *args[5] = {item, size_obj, levelno, Py_True, sampled ? Py_True : Py_False};
+            int r = call_front(self, st->s_queue, args, 5);
+            Py_DECREF(size_obj);
+            if (r < 0 && step_failed(st, self) < 0)
+                goto out;
+        }
+        result = 1;
+        goto out;
+    }
+    if (hold != Py_None && contextual) {
+        /* Hold-until-error's level test first (Hold.take): an event above the held level and
+         * below an error's is never held, and releases nothing. */
+        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(hold, 0));
+        long level_number = PyLong_AsLong(levelno);
+        if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
+            goto out;
+        if (!(held_level < level_number && level_number < 40)) {
+            PyObject *size_obj = PyLong_FromSsize_t(size);
+            PyObject *r = NULL;
+            if (size_obj != NULL) {
+                PyObject *args[3] = {item, size_obj, levelno};
+                r = PyObject_Vectorcall(PyTuple_GET_ITEM(hold, 1), args, 3, NULL);
+                Py_DECREF(size_obj);
+            }
+            if (r == NULL) {
+                if (step_failed(st, self) < 0)
+                    goto out;
+                result = 1;
+                goto out;
+            }
+            int taken = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (taken != 0) {
+                if (taken < 0 && step_failed(st, self) < 0)
+                    goto out;
+                result = 1;
+                goto out;
+            }
+        }
+    }
+    if (offer(st, gate, put, item, size, &failed) < 0)
+        goto out;
+    if (failed) {
+        /* put raised (it does not: it counts what it drops): the careful path, as the Python
+         * path's `except Exception` does. */
+        PyObject *args[2] = {record, sampled ? Py_True : Py_False};
+        if (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception())
+            goto out;
+    }
+    result = 1;
+out:
+    Py_XDECREF(item);
+    Py_XDECREF(fields);
+    Py_XDECREF(own);
+    Py_XDECREF(ctx_trace);
+    Py_XDECREF(levelno);
+    return result;
 }
 
 static PyObject *
@@ -859,21 +1744,53 @@ not_configured(void)
     return NULL;
 }
 
-/* record_put(d, gate, wire=None) -> True | (item, size) | None */
+/* record_put(self, d, fast) -> bool: the record's way (record_way) for the handler's Python
+ * handle (a record its filters passed); False: nothing done, the careful path's. */
 static PyObject *
 record_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "record_put(d, gate, wire=None)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_put(handler, record, fast)");
         return NULL;
     }
-    return put_record(st, args[0], args[1], nargs == 3 ? args[2] : Py_None);
+    PyObject *d = PyObject_GenericGetDict(args[1], NULL);
+    if (d == NULL)
+        return clear_if_exception() ? Py_NewRef(Py_False) : NULL;
+    int r = record_way(st, args[0], args[1], d, args[2]);
+    Py_DECREF(d);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
 }
 
-/* ------------------------------------------------------------------ 6. the flusher's path */
+/* record_item(d, wire=None) -> (item, size) | None: the queue item alone (no context, no
+ * policy), as the tests compare it with the Python path's. */
+static PyObject *
+record_item_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 1 && nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record_item(d, wire=None)");
+        return NULL;
+    }
+    Compose c;
+    int wired = nargs == 2 && args[1] != Py_None && compose_wire(st, args[1], &c);
+    PyObject *item;
+    Py_ssize_t size = 0;
+    int got = record_item(st, args[0], wired ? &c : NULL, &item, &size);
+    if (got < 0)
+        return NULL;
+    if (got == 0)
+        Py_RETURN_NONE;
+    return pair(item, size);
+}
+
+/* ------------------------------------------------------------------ 9. the flusher's path */
 
 /* Days since 1970-01-01 as a proleptic Gregorian date (days >= 0): the civil-from-days
  * algorithm of eras of 400 years (146,097 days each), as gmtime computes it. */
@@ -1178,14 +2095,144 @@ items_size(PyObject *module, PyObject *items)
     return PyLong_FromSsize_t(total);
 }
 
-/* ------------------------------------------------------------------ 7. handle
+/* wire_view's fallback, the reference itself: the item decoded whole, the names picked. */
+static PyObject *
+view_whole(State *st, PyObject *item, PyObject *names)
+{
+    PyObject *event = PyObject_CallOneArg(st->loads, item);
+    if (event == NULL)
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out != NULL && PyDict_CheckExact(event)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            PyObject *v = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, i));
+            if ((v == NULL && PyErr_Occurred()) ||
+                (v != NULL && PyDict_SetItem(out, PyTuple_GET_ITEM(names, i), v) < 0)) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
+    }
+    Py_DECREF(event);
+    return out;
+}
+
+/* The end of the JSON string that starts at s[i] (a '"'): the index past its closing quote,
+ * or -1; *escaped set when it holds an escape. */
+static Py_ssize_t
+string_end(const char *s, Py_ssize_t i, Py_ssize_t n, int *escaped)
+{
+    *escaped = 0;
+    for (i++; i < n; i++) {
+        if (s[i] == '\\') {
+            *escaped = 1;
+            i++;
+        }
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return -1;
+}
+
+/* wire_view(item, names) -> dict: the fields of a wire item among names, decoded (what the
+ * flusher's selector reads of it: events.wire_view, whose reference decodes it whole). A wire
+ * item is a flat JSON object (its values are plain): the members are walked, and only the
+ * values asked for are decoded; anything unexpected is the reference's. */
+static PyObject *
+wire_view(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "wire_view(item: bytes, names: tuple)");
+        return NULL;
+    }
+    PyObject *item = args[0], *names = args[1];
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    const char *wanted[8];
+    Py_ssize_t wanted_len[8];
+    if (count > 8)
+        return view_whole(st, item, names);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_CheckExact(name) ||
+            (wanted[k] = PyUnicode_AsUTF8AndSize(name, &wanted_len[k])) == NULL) {
+            PyErr_Clear();
+            return view_whole(st, item, names);
+        }
+    }
+    const char *s = PyBytes_AS_STRING(item);
+    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
+        goto whole;
+    if (n == 2)
+        return out;
+    for (;;) {
+        int escaped;
+        if (i >= n || s[i] != '"')
+            goto whole;
+        Py_ssize_t key_end = string_end(s, i, n, &escaped);
+        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
+            goto whole;
+        const char *key = s + i + 1;
+        Py_ssize_t key_len = key_end - i - 2;
+        Py_ssize_t v = key_end + 1, v_end;
+        int value_escaped = 0, is_str = v < n && s[v] == '"';
+        if (is_str)
+            v_end = string_end(s, v, n, &value_escaped);
+        else {
+            v_end = v;
+            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
+                v_end++;
+        }
+        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
+            goto whole;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (wanted_len[k] != key_len || memcmp(wanted[k], key, key_len) != 0)
+                continue;
+            PyObject *value;
+            if (is_str && !value_escaped)
+                value = PyUnicode_DecodeUTF8(s + v + 1, v_end - v - 2, NULL);
+            else {
+                PyObject *raw = PyBytes_FromStringAndSize(s + v, v_end - v);
+                value = raw == NULL ? NULL : PyObject_CallOneArg(st->loads, raw);
+                Py_XDECREF(raw);
+            }
+            if (value == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    goto error;
+                PyErr_Clear();
+                goto whole;
+            }
+            int r = PyDict_SetItem(out, PyTuple_GET_ITEM(names, k), value);
+            Py_DECREF(value);
+            if (r < 0)
+                goto error;
+        }
+        if (s[v_end] == '}')
+            return v_end == n - 1 ? out : (Py_DECREF(out), view_whole(st, item, names));
+        i = v_end + 1;
+    }
+whole:
+    Py_DECREF(out);
+    return view_whole(st, item, names);
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ 10. handle
  *
- * IngestHandler.handle for the common record: the Python handle's fast path (the handler's
- * _handle_python, which it stands in for), without its bytecode. It reads, from the handler's
- * own __dict__, ``filters`` and ``_fast_path`` (_compiled.fast_path's (gate, wire, put)), and
- * nothing else. Anything else -- a thread inside loghandler's own sending, filters, a record of
- * another class, a handler without a fast path (a subclass's emit, a formatter), a context or
- * an OpenTelemetry span -- is _handle_python's, called as it is. */
+ * IngestHandler.handle for the common record: the Python handle (the handler's
+ * _handle_python, which it stands in for) and the record's way (record_way), without their
+ * bytecode. It reads, from the handler's own __dict__, ``filters`` and ``_fast_path``
+ * (_compiled.fast_path's (gate, wire, put, policy)), and nothing else. Anything else -- a thread
+ * inside loghandler's own sending, filters, a record of another class, a handler without a
+ * fast path (a subclass's emit, a formatter) -- is _handle_python's, called as it is. */
 
 static PyObject *
 handle_done(State *st, PyObject *record)
@@ -1193,14 +2240,6 @@ handle_done(State *st, PyObject *record)
     if (st->returns_record)
         return Py_NewRef(record);
     Py_RETURN_TRUE;
-}
-
-/* The careful path's: self._put_event(record), which accounts for what it drops. */
-static PyObject *
-put_event(State *st, PyObject *self, PyObject *record)
-{
-    PyObject *call_args[2] = {self, record};
-    return PyObject_VectorcallMethod(st->s_put_event, call_args, 2, NULL);
 }
 
 static PyObject *
@@ -1215,24 +2254,17 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *self = args[0], *record = args[1];
     /* Borrowed reads only, and none that runs code of the application's. */
-    if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type ||
-        PyList_GET_SIZE(st->in_use) < 1 || PyList_GET_ITEM(st->in_use, 0) != Py_False)
+    if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type)
         goto python;
-    int otel = PyDict_Contains(st->modules, st->otel);
-    if (otel != 0) {
-        if (otel < 0 && !clear_if_exception())
-            return NULL;
-        goto python;
-    }
     PyObject *self_dict = PyObject_GenericGetDict(self, NULL);
     if (self_dict == NULL)
         goto python_after_error;
     PyObject *filters = PyDict_GetItemWithError(self_dict, st->s_filters);
     PyObject *fast = filters == NULL ? NULL : PyDict_GetItemWithError(self_dict, st->s_fast_path);
     int ours = fast != NULL && PyList_CheckExact(filters) && PyList_GET_SIZE(filters) == 0 &&
-               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 3;
+               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 4;
     if (ours)
-        Py_INCREF(fast); /* holds gate, wire and put while code runs */
+        Py_INCREF(fast); /* holds gate, wire, put and policy while code runs */
     Py_DECREF(self_dict);
     if (!ours)
         goto python_after_error;
@@ -1243,24 +2275,17 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(self);
     Py_INCREF(record);
-    PyObject *got = put_record(st, d, PyTuple_GET_ITEM(fast, 0), PyTuple_GET_ITEM(fast, 1));
+    int r = record_way(st, self, record, d, fast);
     Py_DECREF(d);
-    PyObject *r = NULL;
-    if (got == Py_True)
-        r = Py_NewRef(Py_True);
-    else if (got == Py_None)
-        r = put_event(st, self, record);
-    else if (got != NULL) {
-        /* What the gate did not take: the intake's locked slow path. */
-        PyObject *put_args[2] = {PyTuple_GET_ITEM(got, 0), PyTuple_GET_ITEM(got, 1)};
-        r = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 2), put_args, 2, NULL);
-        if (r == NULL && clear_if_exception())
-            r = put_event(st, self, record); /* as the Python handle's `except Exception` */
-    }
-    Py_XDECREF(got);
     Py_DECREF(fast);
-    PyObject *done = r == NULL ? NULL : handle_done(st, record);
-    Py_XDECREF(r);
+    if (r == 0) {
+        /* Nothing done: the careful path's, self._put_event(record). */
+        PyObject *call_args[3] = {self, record, Py_False};
+        PyObject *got = PyObject_VectorcallMethod(st->s_put_event, call_args, 3, NULL);
+        r = got == NULL ? -1 : 1;
+        Py_XDECREF(got);
+    }
+    PyObject *done = r < 0 ? NULL : handle_done(st, record);
     Py_DECREF(self);
     Py_DECREF(record);
     return done;
@@ -1272,7 +2297,7 @@ python:;
     return PyObject_VectorcallMethod(st->s_handle_python, call_args, 2, NULL);
 }
 
-/* ------------------------------------------------------------------ 8. the module */
+/* ------------------------------------------------------------------ 11. the module */
 
 static int
 intern_into(PyObject **slot, const char *text)
@@ -1338,6 +2363,9 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         {&st->modules, "modules", &PyDict_Type},
         {&st->in_use, "context_in_use", &PyList_Type},
         {&st->otel, "otel_module", &PyUnicode_Type},
+        {&st->context_var, "context_var", &PyContextVar_Type},
+        {&st->span_source, "span_source", NULL},
+        {&st->loads, "loads", NULL},
     };
     for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++) {
         PyObject *value = table_item(table, objects[i].name, objects[i].type);
@@ -1393,10 +2421,18 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         }
         PyTuple_SET_ITEM(frags, i, frag);
     }
+    PyObject *head_set = PyFrozenSet_New(dst);
+    if (head_set == NULL)
+        goto fail;
+    Py_XSETREF(st->head_set, head_set);
     Py_SETREF(st->src_keys, src);
     Py_SETREF(st->dst_keys, dst);
     Py_XSETREF(st->key_frags, frags);
     clear_head_cache(st);
+    clear_caches(st);
+    Py_CLEAR(st->otel_var);
+    Py_CLEAR(st->span_ids);
+    st->span_source_off = 0;
     st->n_fields = n;
     st->head_cache = PyMem_Calloc((size_t)n, sizeof(HeadCache));
     if (st->head_cache == NULL) {
@@ -1417,8 +2453,13 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**table): the event model and what handle() reads (loghandler/_compiled.py)."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
-     "record_put(d, gate, wire=None) -> True | (item, size) | None: a plain record's queue "
-     "item (a wire item or the fast path's event), appended through the gate when it allows."},
+     "record_put(handler, record, fast) -> bool: the record's way on the compiled path "
+     "(sampling, its item, hold, the queue); False: nothing done, the careful path's."},
+    {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
+     "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
+     "item or the fast path's event), no context, no policy."},
+    {"wire_view", (PyCFunction)(void (*)(void))wire_view, METH_FASTCALL,
+     "wire_view(item, names) -> dict: the fields of a wire item among names, decoded."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,
@@ -1447,8 +2488,19 @@ module_exec(PyObject *module)
         intern_into(&st->s_append, "append") < 0 || intern_into(&st->s_filters, "filters") < 0 ||
         intern_into(&st->s_fast_path, "_fast_path") < 0 ||
         intern_into(&st->s_handle_python, "_handle_python") < 0 ||
-        intern_into(&st->s_put_event, "_put_event") < 0)
+        intern_into(&st->s_put_event, "_put_event") < 0 ||
+        intern_into(&st->s_trace_id, "trace_id") < 0 || intern_into(&st->s_span_id, "span_id") < 0 ||
+        intern_into(&st->s_levelno, "levelno") < 0 ||
+        intern_into(&st->s_levelname, "levelname") < 0 || intern_into(&st->s_name, "name") < 0 ||
+        intern_into(&st->s_queue, "_queue") < 0 || intern_into(&st->s_invalid, "_invalid") < 0)
         return -1;
+    st->ctx_cache = PyMem_Calloc(CTX_CACHE, sizeof(CtxEntry));
+    st->span_cache = PyMem_Calloc(SPAN_CACHE, sizeof(SpanEntry));
+    st->last_compose = PyMem_Calloc(1, sizeof(struct Compose));
+    if (st->ctx_cache == NULL || st->span_cache == NULL || st->last_compose == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     /* handle as a method: bound to the handler it is read on, as a Python function is. */
     PyObject *func = PyCFunction_NewEx(&handle_def, module, NULL);
     PyObject *method = func == NULL ? NULL : PyInstanceMethod_New(func);

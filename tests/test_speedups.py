@@ -59,9 +59,9 @@ class PythonHandler(IngestHandler):
         super().emit(record)
 
 
-# Event dicts, not wire items: an exclusion gives the flusher work per event, so the shipper
-# offers no wire (wire items are compared byte for byte in test_wire_*).
-DICTS = {"exclude_fields": ["not_a_field"]}
+# Event dicts, not wire items: scanning text for secrets gives the flusher work per event, so
+# the shipper offers no wire (wire items are compared byte for byte in test_wire_*).
+DICTS = {"scrub": "all"}
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +91,11 @@ def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool 
 
 
 def compiled_item(record: logging.LogRecord) -> Any:
-    """The queue item the extension makes of ``record`` (record_put, no gate), or, for what
+    """The queue item the extension makes of ``record`` (record_item: no wire), or, for what
     it leaves to the careful path, that path's (record_to_event), as the compiled handle does.
     In both runs: the extension is compared with the Python path whether it is in use or not.
     (A record of another class never reaches it: the compiled handle checks the type.)"""
-    got = EXT.record_put(record.__dict__, None) if type(record) is logging.LogRecord else None
+    got = EXT.record_item(record.__dict__) if type(record) is logging.LogRecord else None
     if got is None:
         event, size = record_to_event(record)
         event[SIZE] = size
@@ -119,7 +119,7 @@ def same_item(a: dict[Any, Any], b: dict[Any, Any]) -> None:
 @given(record=records(), via_emit=st.booleans())
 def test_compiled_item_is_the_python_item(handlers: tuple[IngestHandler, IngestHandler],
                                           record: logging.LogRecord, via_emit: bool) -> None:
-    """The extension's queue item (record_put) is the Python path's, key for key (in order)
+    """The extension's queue item (record_item) is the Python path's, key for key (in order)
     and size for size; and so is the item the plain handler queues (the compiled handle on
     the compiled path)."""
     fast, pure = handlers
@@ -249,7 +249,7 @@ def test_hostile_records_never_crash_and_match_python(
     queues ships as the Python path's event."""
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    EXT.record_put(record.__dict__, None)  # must neither crash nor raise
+    EXT.record_item(record.__dict__)  # must neither crash nor raise
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     fast_item = queued_or_none(fast, record)  # nor as handle()
@@ -270,16 +270,24 @@ def test_hostile_records_never_crash_and_match_python(
     assert shipped[0] == shipped[1]
 
 
-def test_record_put_refuses_what_it_does_not_know() -> None:
+def test_record_item_refuses_what_it_does_not_know() -> None:
     """Called with anything but a record's dict, it answers None (the careful path), not an
-    error or a crash; called wrongly, a TypeError."""
+    error or a crash; called wrongly, a TypeError. record_put, handed no fast path of ours,
+    does nothing and says so (False: the careful path's)."""
     _speedups = EXT
+    wire = (b"", frozenset(), None, None, frozenset(), 0)
     for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
-        assert _speedups.record_put(bad, None) is None
-        assert _speedups.record_put(bad, [collections.deque(), 10]) is None
-        assert _speedups.record_put(bad, None, (b"", frozenset(), None, None)) is None
+        assert _speedups.record_item(bad) is None
+        assert _speedups.record_item(bad, wire) is None
+        assert _speedups.record_item(bad, ("x", 1, 2, 3)) is None
+    record = _plain()
+    for fast in (None, (), ([collections.deque(), 10], None, None), (1, 2, 3, 4),
+                 ([collections.deque(), 10], None, None, (True, "x", None))):
+        assert _speedups.record_put(object(), record, fast) is False
     with pytest.raises(TypeError):
         _speedups.record_put()
+    with pytest.raises(TypeError):
+        _speedups.record_item()
     for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
         assert _speedups.format_record(bad) is False
 
@@ -296,7 +304,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
     spec.loader.exec_module(other)  # a second instance, with its own (empty) state
     assert other is not EXT
     with pytest.raises(RuntimeError, match="not configured"):
-        other.record_put({}, None)
+        other.record_item({})
     table = _compiled.table()
     with pytest.raises(TypeError, match="levels"):
         other.configure(**{**table, "levels": [("INFO", "info")]})
@@ -306,7 +314,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
         other.configure(**missing)
     other.configure(**table)
     record = _plain(extra_key="v")
-    assert other.record_put(record.__dict__, None)[0] == EXT.record_put(record.__dict__, None)[0]
+    assert other.record_item(record.__dict__)[0] == EXT.record_item(record.__dict__)[0]
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -449,6 +457,9 @@ WIRE_SHIPPERS = {
     "defaults": {},
     "fields": {"fields": {"service": "checkout", "region": "eu", "n": 3, "message": "never"}},
     "no scrubbing, no identity": {"scrub": False, "identity": False},
+    # Exclusions: the writer leaves the fields out (the head's, extras, the context's).
+    "exclusions": {"exclude_fields": ["module", "file", "request_id", "tenant", "_time"],
+                   "scrub_keys": ["patient_id"]},
 }
 
 
@@ -494,10 +505,10 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
 
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
-    """record_put's item for ``record`` with the shipper's wire (queued nowhere)."""
+    """record_item's item for ``record`` with the shipper's wire (queued nowhere)."""
     wire = handler.shipper.wire()
     assert wire is not None
-    got = EXT.record_put(record.__dict__, None, wire)
+    got = EXT.record_item(record.__dict__, wire)
     return None if got is None else got[0]
 
 
@@ -639,12 +650,11 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.usefixtures("fresh_process")
 def test_no_wire_when_the_flusher_has_work_per_event() -> None:
-    """Sampling or repeats, exclusions, scanning text for secrets, a json_default, a nested
-    or secret fields= value: the shipper offers no wire; a handler with a formatter takes the
-    careful path (its events are dicts)."""
-    for opts in ({"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
-                 {"exclude_fields": ["file"]}, {"scrub": "all"},
-                 {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
+    """Scanning text for secrets, a json_default, a nested or secret fields= value: the
+    shipper offers no wire; a handler with a formatter takes the careful path (its events are
+    dicts). Sampling (decided on the caller's thread), repeats (read from the wire item) and
+    exclusions (left out by the writer) keep wire items."""
+    for opts in ({"scrub": "all"}, {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
                  {"fields": {"api_key": "sk-1"}}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
@@ -653,16 +663,18 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
             assert type(h.shipper.intake.queue[-1]) is dict, opts
         finally:
             h.close()
-    h = IngestHandler("ds", **PARKED)
-    try:
-        assert h.shipper.wire() is not None
-        h.handle(_plain())
-        assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE)
-        h.setFormatter(logging.Formatter("%(message)s"))
-        h.handle(_plain())
-        assert type(h.shipper.intake.queue[-1]) is dict
-    finally:
-        h.close()
+    for opts in ({}, {"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
+                 {"exclude_fields": ["file"]}):
+        h = IngestHandler("ds", **PARKED, **opts)
+        try:
+            assert h.shipper.wire() is not None
+            h.handle(_plain())
+            assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE), opts
+            h.setFormatter(logging.Formatter("%(message)s"))
+            h.handle(_plain())
+            assert type(h.shipper.intake.queue[-1]) is dict
+        finally:
+            h.close()
 
 
 @pytest.mark.usefixtures("fresh_process")

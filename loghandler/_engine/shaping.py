@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .events import wire_view
+from .sampling import Sampler, trace_fraction
+
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
 REDACTED = "[redacted]"
@@ -282,6 +285,17 @@ class Finisher:
             return None
         return scrubber._clean
 
+    def wire_scrubber(self) -> tuple[set[Any] | None, Callable[[str], bool] | None] | None:
+        """For a writer that leaves the excluded fields out itself (the compiled path's wire
+        items, events.py): the scrubber's clean keys and its ``learn`` ((None, None): nothing
+        to scrub); None when the scrubber must see every value (scanning text)."""
+        scrubber = self._scrubber
+        if scrubber is None:
+            return None, None
+        if scrubber._scan:
+            return None
+        return scrubber._clean, scrubber.learn
+
     def learn(self, key: str) -> bool:
         """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
         scrubber = self._scrubber
@@ -295,7 +309,7 @@ class Finisher:
 
 
 def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
-                  scrub_patterns: Iterable[str]) -> Callable[..., None] | None:
+                  scrub_patterns: Iterable[str]) -> Finisher | None:
     exclude = tuple(exclude)
     scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
                 else None)
@@ -306,87 +320,58 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 
 # ------------------------------------------------------------------ selecting
 
-_LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40,
-                "critical": 50, "fatal": 50}
-
-
-def _trace_fraction(trace_id: Any) -> float | None:
-    # W3C trace ids are random in their low 64 bits: the same trace gets the same fraction in
-    # every process, so every shipper keeps or drops a trace's events together.
-    if type(trace_id) is not str or len(trace_id) < 16:
-        return None
-    try:
-        return int(trace_id[-16:], 16) / 2.0**64
-    except ValueError:
-        return None
+# The fields of a wire item the selector reads (repeats: the message, else structlog's event;
+# the logger; the level; the time of the last one suppressed).
+_VIEW = ("message", "event", "logger", "level", "_time")
 
 
 class Selector:
     """Decides, per batch on the flusher thread, which events ship (see the module docstring).
 
     ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
-    summaries are new events the caller submits (they are counted as submitted)."""
+    summaries are new events the caller submits (they are counted as submitted). The shippers'
+    flusher gives it repeats only: sampling is decided on the callers' threads
+    (``sampling.Sampler``, which this uses for the rates it is given)."""
 
-    __slots__ = ("_levels", "_limit", "_loggers", "_max_keys", "_rand", "_seen", "_window")
+    __slots__ = ("_limit", "_max_keys", "_sampler", "_seen", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
                  repeat_window: float, rand: Callable[[], float] = random.random) -> None:
-        self._levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
-        # Longest prefix first: "app.db" wins over "app".
-        self._loggers = sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
-                               key=lambda kv: -len(kv[0]))
-        self._rand = rand
+        self._sampler = (Sampler(sample_levels, sample_loggers, rand)
+                         if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
         self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
         self._max_keys = self.MAX_KEYS
 
-    def _rate(self, event: dict[str, Any]) -> float:
-        rate = 1.0
-        if self._levels:
-            level = event.get("level")
-            if type(level) is str:
-                r = self._levels.get(level)
-                if r is not None:
-                    rate = r
-        if self._loggers:
-            name = event.get("logger")
-            if type(name) is str:
-                for prefix, r in self._loggers:
-                    if name == prefix or name.startswith(prefix + "."):
-                        rate = min(rate, r)
-                        break
-        return rate
-
-    def select(self, events: list[dict[str, Any]], now: float | None = None
-               ) -> tuple[list[dict[str, Any]], int, int, list[dict[str, Any]]]:
+    def select(self, events: list[Any], now: float | None = None
+               ) -> tuple[list[Any], int, int, list[dict[str, Any]]]:
         now = time.monotonic() if now is None else now
-        sampling = bool(self._levels or self._loggers)
-        kept: list[dict[str, Any]] = []
+        sampler = self._sampler
+        kept: list[Any] = []
         sampled = repeats = 0
         summaries = self.expired(now) if self._limit is not None else []
         for event in events:
-            if sampling:
-                rate = self._rate(event)
-                if rate < 1.0:
-                    u = _trace_fraction(event.get("trace_id"))
-                    if (self._rand() if u is None else u) >= rate:
-                        sampled += 1
-                        continue
+            if sampler is not None and type(event) is dict:
+                rate = sampler.rate(event.get("level"), event.get("logger"))
+                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get("trace_id"))):
+                    sampled += 1
+                    continue
             if self._limit is not None and not self._admit(event, now, summaries):
                 repeats += 1
                 continue
             kept.append(event)
         return kept, sampled, repeats, summaries
 
-    def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
-               ) -> bool:
+    def _admit(self, event: Any, now: float, summaries: list[dict[str, Any]]) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
+        if type(event) is bytes:  # a wire item: the fields read here, from its JSON
+            event = wire_view(event, _VIEW)
         message = event.get("message", event.get("event"))
         if type(message) is not str:
             return True

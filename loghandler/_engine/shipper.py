@@ -50,6 +50,7 @@ from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
+from .sampling import Sampler, trace_fraction
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -116,6 +117,10 @@ class Shipper:
         # Hold-until-error (hold.py): the front ends look here inside a context only.
         self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
                       if o.hold_level else None)
+        # Sampling (sampling.py), decided by the front ends on the callers' threads.
+        self._sampler = (Sampler(o.sample_levels, o.sample_loggers,
+                                 trace_key="trace_id" not in o.exclude_fields, fields=o.fields)
+                         if o.sample_levels or o.sample_loggers else None)
         lifecycle.register(flusher, o.handle_sigterm)
         finalizer = weakref.finalize(self, flusher.orphaned)
         finalizer.atexit = False  # at exit the exit hook closes the live ones
@@ -150,7 +155,13 @@ class Shipper:
         when not configured."""
         return self._hold
 
-    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+    @property
+    def sampler(self) -> Sampler | None:
+        """Sampling (``sample_levels``, ``sample_loggers``), which a front end decides before
+        queueing; None when not configured."""
+        return self._sampler
+
+    def wire(self) -> tuple[Any, ...] | None:
         """What the compiled fast path needs to queue events as their final JSON (events.py
         "Wire items"), or None when the flusher has work to do per event."""
         return self._sender.wire()
@@ -175,6 +186,12 @@ class Shipper:
                 event = event.copy()
             size = _estimate(event)
             event[_SIZE] = size
+            sampler = self._sampler
+            if sampler is not None:
+                rate = sampler.rate(event.get("level"), event.get("logger"))
+                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event["trace_id"])
+                                                   if "trace_id" in event else sampler.static):
+                    return self._ledger.drop(Fate.DROPPED_SAMPLED)
             hold = self._hold
             if hold is not None and hold.take(event, size, level_number(event.get("level"))):
                 return True

@@ -17,7 +17,7 @@ from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
 from .batches import Chunk, Cutter, Item
 from .bisector import bisect, conclude
-from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
+from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
@@ -60,10 +60,10 @@ class Worker:
         # What ships (shaping.py): None when not configured, so the flusher pays one test.
         self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
                                     opts.scrub_patterns)
-        self.selector = (Selector(opts.sample_levels, opts.sample_loggers, opts.repeat_limit,
-                                  opts.repeat_window)
-                         if opts.sample_levels or opts.sample_loggers or opts.repeat_limit
-                         else None)
+        # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
+        # threads (sampling.py), before an event is queued.
+        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window)
+                         if opts.repeat_limit else None)
         self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
                              self.finish, self._select if self.selector is not None else None)
         # What the flusher holds while it sends, so abandon() can take it over.
@@ -77,30 +77,39 @@ class Worker:
         self.poster.reset()
         self.spiller.reset()
 
-    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
-        """What the handler's compiled fast path needs to queue its events as their final
-        JSON (events.py "Wire items"): ``fields=`` as JSON text to append, their names, the
-        scrubber's set of keys it has nothing to do for and its ``learn`` (None, None: no
-        scrubber). None when the flusher has work to do per event: a sampling or repeat
-        policy, exclusions, scanning text for secrets, a ``fields=`` value that is not plain or
-        whose name is a secret's."""
-        if self.selector is not None or self.options.json_default is not None:
+    def wire(self) -> tuple[Any, ...] | None:
+        """What the compiled fast paths need to queue their events as their final JSON
+        (events.py "Wire items"): ``(fragment, statics, clean, learn, exclude, head_skip)``:
+        ``fields=`` as JSON text to append, their names, the scrubber's set of keys it has
+        nothing to do for and its ``learn`` (None, None: no scrubber), the excluded fields and
+        a bit per head field excluded. None when the flusher must see each event: a
+        ``json_default``, scanning text for secrets, a ``fields=`` value that is not plain or
+        whose name is a secret's. (Repeats read wire items too: ``events.wire_view``.)"""
+        opts = self.options
+        if opts.json_default is not None:
             return None
-        static = dict(self.options.fields or {})
+        static = dict(opts.fields or {})
         if any(type(v) not in PLAIN for v in static.values()):
             return None
+        exclude = frozenset(opts.exclude_fields)
         clean: set[Any] | None = None
         learn = None
-        finish = self.finish
-        if finish is not None:
-            clean = known_clean(finish, tuple(static.items()), True)
-            if clean is None or not clean.issuperset(FAST_HEAD):
+        if self.finish is not None:
+            scrub = self.finish.wire_scrubber()
+            if scrub is None:
                 return None
-            learn = getattr(finish, "learn", None)
+            clean, learn = scrub
+            # The head's and fields='s keys taught now (a secret's name among fields= keeps
+            # every event a dict, scrubbed on the flusher).
+            if learn is not None and not all(learn(key) for key in (*FAST_HEAD, *static)
+                                             if key not in exclude):
+                return None
+        head_skip = sum(1 << i for i, key in enumerate(FAST_HEAD) if key in exclude)
         # The event's own fields win over fields= (item_events): the head's always do.
         fragment = b"".join(b"," + encoding.encode(key) + b":" + encoding.encode(value)
-                            for key, value in static.items() if key not in FAST_HEAD)
-        return fragment, frozenset(static), clean, learn
+                            for key, value in static.items()
+                            if key not in FAST_HEAD and key not in exclude)
+        return fragment, frozenset(static), clean, learn, exclude, head_skip
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -214,9 +223,8 @@ class Worker:
                 spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
 
     def _select(self, events: list[Item]) -> list[Item]:
-        # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
-        # reason; a repeat window's summary is queued as an event of its own. (No wire item
-        # comes here: wire() refuses them to a shipper with a selector.)
+        # Repeats (shaping.Selector; wire items too): what it drops is settled at once, with
+        # its reason; a repeat window's summary is queued as an event of its own.
         assert self.selector is not None
         kept, sampled, repeats, summaries = self.selector.select(
             cast("list[dict[str, Any]]", events))
