@@ -2122,14 +2122,19 @@ view_whole(State *st, PyObject *item, PyObject *names)
 static Py_ssize_t
 string_end(const char *s, Py_ssize_t i, Py_ssize_t n, int *escaped)
 {
-    *escaped = 0;
-    for (i++; i < n; i++) {
-        if (s[i] == '\\') {
-            *escaped = 1;
-            i++;
+    Py_ssize_t start = i + 1;
+    for (i = start; i < n;) {
+        const char *q = memchr(s + i, '"', (size_t)(n - i));
+        if (q == NULL)
+            return -1;
+        Py_ssize_t j = q - s, b = j;
+        while (b > start && s[b - 1] == '\\')
+            b--;
+        if ((j - b) % 2 == 0) { /* not escaped itself */
+            *escaped = memchr(s + start, '\\', (size_t)(j - start)) != NULL;
+            return j + 1;
         }
-        else if (s[i] == '"')
-            return i + 1;
+        i = j + 1;
     }
     return -1;
 }
@@ -2222,6 +2227,316 @@ whole:
     return view_whole(st, item, names);
 error:
     Py_DECREF(out);
+    return NULL;
+}
+
+/* A JSON string's value (s[v] is its opening quote, s[v_end - 1] its closing one) or another
+ * value's, decoded; prev/prev_raw: the last one decoded at this place, reused when its bytes
+ * are the same (a logger's name, a level: they repeat from event to event). New reference. */
+static PyObject *
+decode_value(State *st, const char *s, Py_ssize_t v, Py_ssize_t v_end, int escaped,
+             PyObject **prev, PyObject **prev_raw)
+{
+    const char *raw = s + v;
+    Py_ssize_t len = v_end - v;
+    if (prev != NULL && *prev_raw != NULL && PyBytes_GET_SIZE(*prev_raw) == len &&
+        memcmp(PyBytes_AS_STRING(*prev_raw), raw, len) == 0)
+        return Py_NewRef(*prev);
+    PyObject *value;
+    if (s[v] == '"' && !escaped)
+        value = PyUnicode_DecodeUTF8(raw + 1, len - 2, NULL);
+    else {
+        PyObject *bytes = PyBytes_FromStringAndSize(raw, len);
+        value = bytes == NULL ? NULL : PyObject_CallOneArg(st->loads, bytes);
+        Py_XDECREF(bytes);
+    }
+    if (value != NULL && prev != NULL && len <= 256) {
+        PyObject *keep = PyBytes_FromStringAndSize(raw, len);
+        if (keep == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        Py_XSETREF(*prev_raw, keep);
+        Py_XSETREF(*prev, Py_NewRef(value));
+    }
+    return value;
+}
+
+/* The repeat key of a wire item, Selector._admit's (logger, level, message), message being the
+ * "message" field, else "event" (names: those, then the logger's and the level's names): 1:
+ * *key set (new); 0: none (the message is no str: admitted); -1: failed. */
+static int
+wire_repeat_key(State *st, PyObject *item, PyObject *names, const char **wanted,
+                Py_ssize_t *wanted_len, PyObject **cache, PyObject **key)
+{
+    const char *s = PyBytes_AS_STRING(item);
+    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
+    Py_ssize_t at[4][2] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
+    int esc[4] = {0, 0, 0, 0};
+    *key = NULL;
+    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
+        goto whole;
+    while (n > 2) {
+        int escaped;
+        if (i >= n || s[i] != '"')
+            goto whole;
+        Py_ssize_t key_end = string_end(s, i, n, &escaped);
+        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
+            goto whole;
+        Py_ssize_t key_len = key_end - i - 2, v = key_end + 1, v_end;
+        int value_escaped = 0;
+        if (v < n && s[v] == '"')
+            v_end = string_end(s, v, n, &value_escaped);
+        else {
+            v_end = v;
+            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
+                v_end++;
+        }
+        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
+            goto whole;
+        for (int k = 0; k < 4; k++) {
+            if (wanted_len[k] == key_len && memcmp(wanted[k], s + i + 1, key_len) == 0) {
+                at[k][0] = v;
+                at[k][1] = v_end;
+                esc[k] = value_escaped;
+            }
+        }
+        if (s[v_end] == '}') {
+            if (v_end != n - 1)
+                goto whole;
+            break;
+        }
+        i = v_end + 1;
+    }
+    /* message = event.get("message", event.get("event")) */
+    int m = at[0][0] >= 0 ? 0 : 1;
+    if (at[m][0] < 0 || s[at[m][0]] != '"')
+        return 0; /* absent, or no str (a str decodes from a JSON string only) */
+    PyObject *parts[3] = {NULL, NULL, NULL}; /* logger, level, message */
+    int from[3] = {2, 3, m};
+    for (int k = 0; k < 3; k++) {
+        if (at[from[k]][0] < 0)
+            parts[k] = Py_NewRef(Py_None);
+        else
+            parts[k] = decode_value(st, s, at[from[k]][0], at[from[k]][1], esc[from[k]],
+                                    k < 2 ? &cache[2 * k] : NULL, k < 2 ? &cache[2 * k + 1] : NULL);
+        if (parts[k] == NULL) {
+            for (int j = 0; j < k; j++)
+                Py_DECREF(parts[j]);
+            return -1;
+        }
+    }
+    if (!PyUnicode_CheckExact(parts[2])) {
+        for (int j = 0; j < 3; j++)
+            Py_DECREF(parts[j]);
+        return 0;
+    }
+    *key = PyTuple_New(3);
+    if (*key == NULL) {
+        for (int j = 0; j < 3; j++)
+            Py_DECREF(parts[j]);
+        return -1;
+    }
+    for (int j = 0; j < 3; j++)
+        PyTuple_SET_ITEM(*key, j, parts[j]);
+    return 1;
+whole:;
+    /* Not the flat object the writer makes: the reference's reading (wire_view's). */
+    PyObject *view = view_whole(st, item, names);
+    if (view == NULL)
+        return -1;
+    PyObject *msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 0));
+    if (msg == NULL && !PyErr_Occurred())
+        msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 1));
+    PyObject *logger = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 2));
+    PyObject *level = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 3));
+    int r = PyErr_Occurred() ? -1 : 0;
+    if (r == 0 && msg != NULL && PyUnicode_CheckExact(msg)) {
+        *key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None, msg);
+        r = *key == NULL ? -1 : 1;
+    }
+    Py_DECREF(view);
+    return r;
+}
+
+/* admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, ended)
+ *
+ * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
+ * equal): each event's key (logger, level, message) counted in its window in ``seen``; past
+ * ``limit`` it is suppressed (the entry keeps the last one), a window that ended or an entry
+ * evicted for room with suppressions is in ``ended`` as (key, entry), for its summary. Wire
+ * items' keys are read from their JSON; names: ("message", "event", "logger", "level"). */
+static PyObject *
+admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2]) || !PyFloat_CheckExact(args[3]) ||
+        !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) ||
+        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, now: float, "
+                                         "window: float, limit: int, max_keys: int, names)");
+        return NULL;
+    }
+    PyObject *events = args[0], *seen = args[1], *names = args[6];
+    double now = PyFloat_AS_DOUBLE(args[2]), window = PyFloat_AS_DOUBLE(args[3]);
+    long limit = PyLong_AsLong(args[4]);
+    Py_ssize_t max_keys = PyLong_AsSsize_t(args[5]);
+    if ((limit == -1 || max_keys == -1) && PyErr_Occurred())
+        return NULL;
+    const char *wanted[4];
+    Py_ssize_t wanted_len[4];
+    for (int k = 0; k < 4; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_CheckExact(name) ||
+            (wanted[k] = PyUnicode_AsUTF8AndSize(name, &wanted_len[k])) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "admit_repeats: names must be str");
+            return NULL;
+        }
+    }
+    PyObject *kept = PyList_New(0), *ended = PyList_New(0), *one = PyLong_FromLong(1);
+    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[2];
+    Py_ssize_t suppressed = 0;
+    if (kept == NULL || ended == NULL || one == NULL)
+        goto error;
+    /* The list is not ours: a strong reference to each event while it is looked at. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = Py_NewRef(PyList_GET_ITEM(events, i)), *key = NULL;
+        int r;
+        if (PyBytes_CheckExact(event))
+            r = wire_repeat_key(st, event, names, wanted, wanted_len, cache, &key);
+        else {
+            /* event.get("message", event.get("event")), then the key, as _admit reads it */
+            PyObject *message = NULL, *logger = NULL, *level = NULL;
+            r = -1;
+            if (!PyDict_Check(event))
+                PyErr_SetString(PyExc_TypeError, "admit_repeats: an event is a dict or bytes");
+            else if ((message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 0))) ==
+                         NULL && !PyErr_Occurred())
+                message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 1));
+            if (!PyErr_Occurred() && message != NULL && PyUnicode_CheckExact(message)) {
+                Py_INCREF(message);
+                logger = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 2));
+                level = logger == NULL && PyErr_Occurred() ? NULL
+                        : PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 3));
+                if (!PyErr_Occurred()) {
+                    key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None,
+                                       message);
+                    r = key == NULL ? -1 : 1;
+                }
+                Py_DECREF(message);
+            }
+            else if (!PyErr_Occurred())
+                r = 0;
+        }
+        if (r <= 0) {
+            if (r == 0 && PyList_Append(kept, event) == 0)
+                r = 1;
+            Py_DECREF(event);
+            if (r < 0)
+                goto error;
+            continue;
+        }
+        /* Selector._admit */
+        PyObject *entry = PyDict_GetItemWithError(seen, key);
+        int admit = 1;
+        if (entry == NULL && PyErr_Occurred())
+            goto error_event;
+        Py_XINCREF(entry);
+        if (entry != NULL && (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3 ||
+                              !PyFloat_CheckExact(PyList_GET_ITEM(entry, 0)) ||
+                              !PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))) {
+            PyErr_SetString(PyExc_TypeError, "admit_repeats: an entry of seen is not ours");
+            goto error_entry;
+        }
+        if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
+            long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+            if (count == -1 && PyErr_Occurred())
+                goto error_entry;
+            PyObject *next = PyLong_FromLong(count + 1);
+            if (next == NULL)
+                goto error_entry;
+            PyList_SetItem(entry, 1, next); /* steals next */
+            if (count + 1 > limit) {
+                Py_INCREF(event);
+                PyList_SetItem(entry, 2, event);
+                admit = 0;
+            }
+        }
+        else {
+            if (entry != NULL) {
+                if (PyDict_DelItem(seen, key) < 0)
+                    goto error_entry;
+                long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+                if (count > limit) {
+                    PyObject *pair = PyTuple_Pack(2, key, entry);
+                    if (pair == NULL || PyList_Append(ended, pair) < 0) {
+                        Py_XDECREF(pair);
+                        goto error_entry;
+                    }
+                    Py_DECREF(pair);
+                }
+            }
+            else if (PyDict_GET_SIZE(seen) >= max_keys) {
+                Py_ssize_t pos = 0;
+                PyObject *oldest, *gone;
+                if (PyDict_Next(seen, &pos, &oldest, &gone)) {
+                    Py_INCREF(oldest);
+                    Py_INCREF(gone);
+                    int bad = PyDict_DelItem(seen, oldest) < 0;
+                    long count = bad || !PyList_CheckExact(gone) || PyList_GET_SIZE(gone) != 3
+                                 ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
+                    if (!bad && count > limit) {
+                        PyObject *pair = PyTuple_Pack(2, oldest, gone);
+                        bad = pair == NULL || PyList_Append(ended, pair) < 0;
+                        Py_XDECREF(pair);
+                    }
+                    Py_DECREF(oldest);
+                    Py_DECREF(gone);
+                    if (bad || PyErr_Occurred())
+                        goto error_entry;
+                }
+            }
+            PyObject *made = PyList_New(3);
+            if (made == NULL)
+                goto error_entry;
+            PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
+            PyList_SET_ITEM(made, 1, Py_NewRef(one));
+            PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
+            int bad = PyDict_SetItem(seen, key, made) < 0;
+            Py_DECREF(made);
+            if (bad)
+                goto error_entry;
+        }
+        Py_XDECREF(entry);
+        Py_DECREF(key);
+        if (admit ? PyList_Append(kept, event) < 0 : (suppressed++, 0)) {
+            Py_DECREF(event);
+            goto error;
+        }
+        Py_DECREF(event);
+        continue;
+error_entry:
+        Py_XDECREF(entry);
+error_event:
+        Py_DECREF(key);
+        Py_DECREF(event);
+        goto error;
+    }
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(cache[k]);
+    Py_DECREF(one);
+    PyObject *result = Py_BuildValue("(NnN)", kept, suppressed, ended);
+    return result;
+error:
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(cache[k]);
+    Py_XDECREF(one);
+    Py_XDECREF(kept);
+    Py_XDECREF(ended);
     return NULL;
 }
 
@@ -2421,9 +2736,14 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         }
         PyTuple_SET_ITEM(frags, i, frag);
     }
+    /* The head's event keys: the record attributes' and the message's. */
     PyObject *head_set = PyFrozenSet_New(dst);
     if (head_set == NULL)
         goto fail;
+    if (PySet_Add(head_set, st->s_message) < 0) { /* (a new frozenset takes one) */
+        Py_DECREF(head_set);
+        goto fail;
+    }
     Py_XSETREF(st->head_set, head_set);
     Py_SETREF(st->src_keys, src);
     Py_SETREF(st->dst_keys, dst);
@@ -2458,6 +2778,9 @@ static PyMethodDef methods[] = {
     {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
      "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
      "item or the fast path's event), no context, no policy."},
+    {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
+     "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
+     "ended): Selector._admit over a batch (shaping.py)."},
     {"wire_view", (PyCFunction)(void (*)(void))wire_view, METH_FASTCALL,
      "wire_view(item, names) -> dict: the fields of a wire item among names, decoded."},
     {"items_size", items_size, METH_O,

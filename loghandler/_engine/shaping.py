@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .events import wire_view
+from .events import admit_repeats, wire_view
 from .sampling import Sampler, trace_fraction
 
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
@@ -320,9 +320,9 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 
 # ------------------------------------------------------------------ selecting
 
-# The fields of a wire item the selector reads (repeats: the message, else structlog's event;
-# the logger; the level; the time of the last one suppressed).
-_VIEW = ("message", "event", "logger", "level", "_time")
+# The fields of an event a repeat's key is made of: the message, else structlog's event; the
+# logger; the level.
+_KEY = ("message", "event", "logger", "level")
 
 
 class Selector:
@@ -339,22 +339,32 @@ class Selector:
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random) -> None:
+                 repeat_window: float, rand: Callable[[], float] = random.random, *,
+                 max_keys: int = MAX_KEYS) -> None:
         self._sampler = (Sampler(sample_levels, sample_loggers, rand)
                          if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
         self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
-        self._max_keys = self.MAX_KEYS
+        self._max_keys = max_keys
 
-    def select(self, events: list[Any], now: float | None = None
+    def select(self, events: list[Any], now: float | None = None, *,
+               admit: Callable[..., Any] | None = admit_repeats
                ) -> tuple[list[Any], int, int, list[dict[str, Any]]]:
+        """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
+        None for the Python reference (the property tests run both)."""
         now = time.monotonic() if now is None else now
         sampler = self._sampler
         kept: list[Any] = []
         sampled = repeats = 0
         summaries = self.expired(now) if self._limit is not None else []
+        if sampler is None and self._limit is not None and admit is not None:
+            # The compiled twin of the loop below (_admit), over the batch at once.
+            kept, repeats, ended = admit(events, self._seen, float(now), float(self._window),
+                                         self._limit, self._max_keys, _KEY)
+            summaries += [self._summary(key, entry) for key, entry in ended]
+            return kept, 0, repeats, summaries
         for event in events:
             if sampler is not None and type(event) is dict:
                 rate = sampler.rate(event.get("level"), event.get("logger"))
@@ -370,8 +380,9 @@ class Selector:
     def _admit(self, event: Any, now: float, summaries: list[dict[str, Any]]) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
+        item = event
         if type(event) is bytes:  # a wire item: the fields read here, from its JSON
-            event = wire_view(event, _VIEW)
+            event = wire_view(event, _KEY)
         message = event.get("message", event.get("event"))
         if type(message) is not str:
             return True
@@ -382,7 +393,7 @@ class Selector:
             entry[1] += 1
             if entry[1] <= (self._limit or 0):
                 return True
-            entry[2] = event
+            entry[2] = item
             return False
         if entry is not None:
             del seen[key]
@@ -421,7 +432,10 @@ class Selector:
     def _summary(self, key: tuple[Any, Any, Any], entry: list[Any]) -> dict[str, Any]:
         logger, level, message = key
         n = entry[1] - (self._limit or 0)
-        last = entry[2] or {}
+        last = entry[2]
+        if type(last) is bytes:  # a wire item
+            last = wire_view(last, ("_time",))
+        last = last or {}
         event: dict[str, Any] = {
             "level": level,
             "message": f"{message} (repeated {n:,} more time{'s' if n != 1 else ''} in "
