@@ -664,11 +664,11 @@ def test_context_json_is_made_once_per_context_and_kept_for_a_few() -> None:
         def work(n: int) -> None:
             with loghandler.context(worker=n, tenant=f"t{n}"):
                 for i in range(30):
-                    with loghandler.context(step=i) if i % 3 == 0 else contextlib.nullcontext():
-                        with lock:
-                            a = last_item(h, _plain("w %s", (n,)))
-                            b = last_item(twin, _plain("w %s", (n,)), via_emit=True)
-                            got.append((shipped(a, h), shipped(b, twin)))
+                    step = loghandler.context(step=i) if i % 3 == 0 else contextlib.nullcontext()
+                    with step, lock:
+                        a = last_item(h, _plain("w %s", (n,)))
+                        b = last_item(twin, _plain("w %s", (n,)), via_emit=True)
+                        got.append((shipped(a, h), shipped(b, twin)))
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(7)]
         for t in threads:
