@@ -41,3 +41,15 @@ def receiver(_receiver_server: HTTPServer) -> Iterator[Receiver]:
     _receiver_server.clear()
     yield Receiver(_receiver_server)
     _receiver_server.clear()
+
+
+# The load harness (--load, LOGHANDLER_TEST_LOAD) and the `delivery` marker: tests/cpuload.py.
+from cpuload import (  # noqa: E402, F401
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_report_header,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+)
