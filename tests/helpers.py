@@ -54,6 +54,21 @@ class Receiver:
             return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
 
 
+def wait_until(predicate: Any, timeout: float = 10.0, what: str = "") -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds pass (False): for a
+    condition another thread or process moves and nothing signals (a counter, a file). The
+    timeout is a deadline for what ``what`` names, not a guess of how long it takes: pass the
+    bound the test measures, or a generous one for "eventually" (a busy host is slow)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.01)  # nothing to wait on: a short poll, not a timing guess
+    return True
+
+
 def closed_port_url() -> str:
     """An http URL on loopback where nothing listens (connection refused)."""
     import socket
