@@ -11,8 +11,8 @@ when its parent is gone (it is re-parented) and after ``LOGHANDLER_TEST_LOAD_MAX
 (default 3 hours) whatever happens. Under pytest-xdist only the controller starts them.
 
 ``delivery`` marks the tests of the delivery promises (spool, exit, fork, pools, job runners,
-signals, policies, service answers, accounting): the modules listed in DELIVERY_MODULES, the
-docs' examples of what ships, and any test marked ``@pytest.mark.delivery`` in other modules.
+signals, policies, service answers, accounting): the modules listed in tests/groups.py, the
+docs' examples of what ships, and any test marked ``@pytest.mark.delivery`` elsewhere.
 ``pytest -m delivery --load`` is the check that they hold on a busy host.
 """
 
@@ -25,18 +25,10 @@ import time
 from typing import Any
 
 import pytest
+from groups import DELIVERY_DOC_PAGES, DELIVERY_MODULES, mark_known_failures
 
 ENV = "LOGHANDLER_TEST_LOAD"
 ENV_MAX = "LOGHANDLER_TEST_LOAD_MAX"
-
-# Whole modules whose tests are delivery promises.
-DELIVERY_MODULES = frozenset({
-    "test_accounting.py", "test_answers.py", "test_bounds.py", "test_faults.py",
-    "test_job_runners.py", "test_lifecycle.py", "test_policy.py", "test_process_life.py",
-    "test_shipper.py", "test_soak.py", "test_spool.py", "test_spool_full.py",
-})
-# Code blocks of the docs (tests/test_readme.py) that promise what arrives and what is counted.
-DELIVERY_DOC_PAGES = ("docs/what-ships.md", "docs/reliability.md")
 
 # The hog: spins in slices of a few milliseconds, checking between slices that the process
 # that started it is still its parent and that its own deadline has not passed.
@@ -121,7 +113,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"load harness: {len(hogs.procs)} CPU hogs, pids {[p.pid for p in hogs.procs]}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_known_failures(items, loaded=hogs_wanted(config) > 0)
     for item in items:
         name = item.path.name
         if name in DELIVERY_MODULES or (

@@ -1,0 +1,86 @@
+"""Which tests are which, in one place: the delivery tests (``-m delivery``, run under the load
+harness), the engine's tests (run on every Python the package claims, on both paths), and the
+known product failures still open (marked xfail with what was found, until their fix lands).
+
+``python tests/groups.py engine`` prints the engine's test files, one a line (.ci/matrix and
+noxfile.py read them from here).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# Whole modules whose tests are delivery promises: spool, exit, fork, pools, job runners,
+# signals, policies, the service's answers, accounting.
+DELIVERY_MODULES = frozenset({
+    "test_accounting.py", "test_answers.py", "test_bounds.py", "test_faults.py",
+    "test_job_runners.py", "test_lifecycle.py", "test_policy.py", "test_process_life.py",
+    "test_shipper.py", "test_soak.py", "test_spool.py", "test_spool_full.py",
+})
+# Code blocks of the docs (tests/test_readme.py) that promise what arrives and what is counted.
+DELIVERY_DOC_PAGES = ("docs/what-ships.md", "docs/reliability.md")
+
+# The engine's tests and the compiled path's property tests: they need only the `test` extra
+# (and orjson, the fast path users pick), and run on CPython 3.10-3.13, compiled and pure. The
+# rest of the suite (the local service, the page, the CLI, the docs, the integrations, the
+# packaging) runs on the main Python only: it exercises our code on top of the engine, not
+# the interpreter's differences.
+ENGINE_MODULES = (
+    "test_accounting.py", "test_answers.py", "test_bounds.py", "test_client.py",
+    "test_config.py", "test_construction_errors.py", "test_contract.py", "test_encoding.py",
+    "test_event_model.py", "test_events.py", "test_faults.py", "test_handler.py",
+    "test_lifecycle.py", "test_package.py", "test_policy.py", "test_process_life.py",
+    "test_security.py", "test_shipper.py", "test_soak.py", "test_speedups.py", "test_spool.py",
+    "test_spool_full.py", "test_time.py",
+)
+
+# Product failures found and not yet fixed (issue 35 items 1 and 4, issue 36's matrix): each is
+# marked xfail where it fails, with what was found, so that .ci/run stays a check of everything
+# else; remove an entry with its fix (a strict entry fails the run once the test passes).
+# (test id prefix, when: "load" under the load harness / "3.12" on that Python, strict, why)
+KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
+    ("test_answers.py::TestLongIngestLimit::test_with_a_spool_nothing_is_dropped", "load",
+     False,
+     "issue 35.1: once the rounds take longer than OUTAGE_PROBE (1 s), the flusher starts a "
+     "spool replay, whose _try waits out the 430's month-long pause in ledger.sleep_until "
+     "(not wait_pressed): nothing is spooled until close, flush() waits its whole timeout, "
+     "the queue overflows (650 of 1,000 dropped)"),
+    ("test_readme.py::test_readme_block_runs[docs/what-ships.md:", "load", False,
+     "issue 35.4: Sender.run calls _summarize(closed) (selector.flush_all: every window "
+     "closed and cleared) before _send_available selects what is still queued at close: those "
+     "events open fresh windows (5 more delivered) and their repeats are never summarized "
+     "(11 delivered / 9,990 dropped_repeat)"),
+    ("test_spool.py::TestShutdown::test_exit_bounded_and_rest_spooled_with_a_hanging_service",
+     "3.12", True,
+     "issue 36: on 3.12 threading refuses a new thread once the interpreter shuts down "
+     "(RuntimeError), so Sender._encode_in_time spools nothing at exit and every event "
+     "left is counted dropped_shutdown"),
+    ("test_accounting.py::TestHangingRepr::test_exit_is_bounded", "3.12", True,
+     "issue 36: as above (3.12 starts no thread at exit: nothing spooled, all dropped)"),
+)
+
+
+def mark_known_failures(items: list[Any], loaded: bool) -> None:
+    import pytest
+
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for item in items:
+        nodeid = f"{item.path.name}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid \
+            else item.nodeid
+        for prefix, when, strict, why in KNOWN_FAILURES:
+            if nodeid.startswith(prefix) and (
+                    (when == "load" and loaded) or when == version):
+                item.add_marker(pytest.mark.xfail(reason=why, strict=strict))
+
+
+def engine_files(root: Path | None = None) -> list[str]:
+    here = root or Path(__file__).resolve().parent
+    return [str(here / name) for name in ENGINE_MODULES]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["engine"]:
+        sys.exit("usage: python tests/groups.py engine")
+    print("\n".join(engine_files()))
