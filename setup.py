@@ -13,17 +13,19 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 
-def why_pure():
+def why_pure(config_var=None):
     # By path: importing the package would import its dependencies, not installed yet here.
     path = Path(__file__).resolve().parent / "loghandler" / "_build.py"
     spec = importlib.util.spec_from_file_location("_loghandler_build", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.why_pure()
+    return module.why_pure(config_var)
 
 
-def extensions():
-    reason = why_pure()
+def extensions(config_var=None):
+    """The extensions to build; none where loghandler/_build.py says the interpreter gets the
+    pure path. ``config_var``: sysconfig.get_config_var unless given (tests/test_infra.py)."""
+    reason = why_pure(config_var)
     if reason is not None:
         print(f"loghandler: the C extensions are not built: {reason}", file=sys.stderr)
         return []
@@ -35,4 +37,6 @@ def extensions():
     ]
 
 
-setup(ext_modules=extensions())
+# setuptools runs this file as __main__; tests/test_infra.py imports it to call extensions().
+if __name__ == "__main__":
+    setup(ext_modules=extensions())

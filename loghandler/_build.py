@@ -13,10 +13,10 @@ from collections.abc import Callable
 __all__ = ["why_pure"]
 
 
-def why_pure(config_var: Callable[[str], object] = sysconfig.get_config_var) -> str | None:
+def why_pure(config_var: Callable[[str], object] | None = None) -> str | None:
     """None when the C extensions are built for this interpreter; otherwise why not, in a user's
-    words. ``config_var`` is ``sysconfig.get_config_var`` (a test passes its own)."""
-    if config_var("Py_GIL_DISABLED"):
+    words. ``config_var``: ``sysconfig.get_config_var`` unless given (a test passes its own)."""
+    if (config_var or sysconfig.get_config_var)("Py_GIL_DISABLED"):
         # The C code relies on the GIL to guard the queue's slots it writes; on a free-threaded
         # build it would re-enable the GIL (or worse), so the Python code runs until the C code
         # is proven safe without it.

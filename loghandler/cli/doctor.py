@@ -99,6 +99,11 @@ def _hot_path() -> str:
         return "compiled"
     if _compiled.extension() is not None:
         return "pure Python, as LOGHANDLER_PURE_PYTHON asks"
+    from .._build import why_pure
+
+    reason = why_pure()
+    if reason is not None:
+        return f"pure Python: {reason}"
     return ("pure Python: the compiled part was not built (no C compiler at install time); "
             "reinstall with one for a cheaper call")
 
