@@ -54,6 +54,20 @@ KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
      "closed and cleared) before _send_available selects what is still queued at close: those "
      "events open fresh windows (5 more delivered) and their repeats are never summarized "
      "(11 delivered / 9,990 dropped_repeat)"),
+    ("test_process_life.py::TestMultiprocessing::test_pool_terminate_delivers_what_the_tasks_",
+     "busy", False,
+     "issue 35.2: Pool.terminate() sends SIGTERM while a worker already runs multiprocessing's "
+     "finalizer (close_all): _on_sigterm interrupts the main thread inside begin_close's "
+     "Event.set() (holding that Event's condition lock) and joins a closer thread that joins "
+     "the flusher, which waits to re-acquire that very lock in wait_for_work: nothing moves "
+     "until shutdown_timeout, the worker delivers 0 and drops everything, and the pool's exit "
+     "takes 5 s and more (1 run in 10 under load). Once, [spawn] in the pure pass under "
+     "load: 0 of 400 delivered and nothing told on stderr (not explained yet)"),
+    ("test_spool.py::TestBurstWhileDown::test_a_burst_at_full_speed_goes_to_disk_not_dropped",
+     "busy", False,
+     "issue 35.1: only the flusher writes the spool; with less CPU than the caller it falls "
+     "behind a burst and the queue overflows (247 of 20,000 dropped with a spool, pure path "
+     "under load)"),
     ("test_spool.py::TestShutdown::test_exit_bounded_and_rest_spooled_with_a_hanging_service",
      "3.12", True,
      "issue 36: on 3.12 threading refuses a new thread once the interpreter shuts down "
