@@ -68,6 +68,10 @@ KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
      "issue 35.1: only the flusher writes the spool; with less CPU than the caller it falls "
      "behind a burst and the queue overflows (247 of 20,000 dropped with a spool, pure path "
      "under load)"),
+    ("test_soak.py::test_soak", "busy", False,
+     "issue 35.5 (not explained yet): under load, more duplicates than the requests stored and "
+     "then cut (half+stored) allow: 1,107 vs 1,087 and 1,236 vs 1,136 (33,000 events); also "
+     "counting requests answered later than the client's 0.3 s timeout does not cover them"),
     ("test_spool.py::TestShutdown::test_exit_bounded_and_rest_spooled_with_a_hanging_service",
      "3.12", True,
      "issue 36: on 3.12 threading refuses a new thread once the interpreter shuts down "
