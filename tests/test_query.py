@@ -247,7 +247,7 @@ def test_strict_datasets_answer_404_for_others() -> None:
     a named dataset runs (no rows yet)."""
     with LocalService(token=TOKEN, datasets=["app"]) as strict:
         status, body = post_query(strict, {"apl": "['other'] | take 5"})
-        assert (status, body) == (404, {"code": 404, "message": "dataset not found"})
+        assert status == 404 and body["message"].startswith("dataset 'other' not found")
         status, body = post_query(strict, {"apl": "['app'] | take 5"})
         assert status == 200 and body["matches"] == []
         status, body = post_query(strict, {"apl": "['app'] | parse x"})
@@ -413,7 +413,7 @@ class TestStore:
                 answer = store.query("['a'] | count", fmt="tabular")
                 assert answer["tables"][0]["columns"] == [[n]]
             done = threading.Event()
-            with store._reader_lock:  # as a long query does, from start to end
+            with store.reader._reader_lock:  # as a long query does, from start to end
                 worker = threading.Thread(target=lambda: (
                     store.add_events("a", [{"_time": stamp(9), "n": 9}]), done.set()))
                 worker.start()
