@@ -40,8 +40,8 @@ ENGINE_MODULES = (
 # marked xfail where it fails, with what was found, so that .ci/run stays a check of everything
 # else; remove an entry with its fix (a strict entry fails the run once the test passes).
 # (test id prefix, where: "busy" everywhere, as they fail whenever the host is busy, which the
-# load harness makes sure of and .ci/run's concurrent steps often do / "3.12" on that Python
-# only; strict: it fails every time there, so the mark must go with the fix; why)
+# load harness makes sure of and .ci/run's concurrent steps often do / "3.10", "3.12": on that
+# Python only; strict: it fails every time there, so the mark must go with the fix; why)
 KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
     ("test_answers.py::TestLongIngestLimit::test_with_a_spool_nothing_is_dropped", "busy",
      False,
@@ -72,6 +72,11 @@ KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
      "issue 35.5 (not explained yet): under load, more duplicates than the requests stored and "
      "then cut (half+stored) allow: 1,107 vs 1,087 and 1,236 vs 1,136 (33,000 events); also "
      "counting requests answered later than the client's 0.3 s timeout does not cover them"),
+    ("test_bounds.py::TestInterrupts::test_keyboard_interrupt_in_a_full_queue_keeps_the_invariant",
+     "3.10", True,
+     "issue 36: on 3.10 only, both paths, a KeyboardInterrupt landing inside the logging call "
+     "loses events without account: submitted exceeds dropped + queued by 15-20 of ~59,000 "
+     "(the ledger's put is not interrupt-safe where 3.10 checks for signals)"),
     ("test_spool.py::TestShutdown::test_exit_bounded_and_rest_spooled_with_a_hanging_service",
      "3.12", True,
      "issue 36: on 3.12 threading refuses a new thread once the interpreter shuts down "
