@@ -17,7 +17,8 @@ from typing import Any
 DELIVERY_MODULES = frozenset({
     "test_accounting.py", "test_answers.py", "test_bounds.py", "test_faults.py",
     "test_job_runners.py", "test_lifecycle.py", "test_policy.py", "test_process_life.py",
-    "test_shipper.py", "test_soak.py", "test_spool.py", "test_spool_full.py",
+    "test_posting.py", "test_shipper.py", "test_soak.py", "test_spilling.py", "test_spool.py",
+    "test_spool_full.py", "test_worker.py",
 })
 # Code blocks of the docs (tests/test_readme.py) that promise what arrives and what is counted.
 DELIVERY_DOC_PAGES = ("docs/what-ships.md", "docs/reliability.md")
@@ -28,12 +29,13 @@ DELIVERY_DOC_PAGES = ("docs/what-ships.md", "docs/reliability.md")
 # packaging) runs on the main Python only: it exercises our code on top of the engine, not
 # the interpreter's differences.
 ENGINE_MODULES = (
-    "test_accounting.py", "test_answers.py", "test_bounds.py", "test_client.py",
-    "test_config.py", "test_construction_errors.py", "test_contract.py", "test_encoding.py",
-    "test_event_model.py", "test_events.py", "test_faults.py", "test_handler.py",
-    "test_lifecycle.py", "test_package.py", "test_policy.py", "test_process_life.py",
-    "test_security.py", "test_shipper.py", "test_soak.py", "test_speedups.py", "test_spool.py",
-    "test_spool_full.py", "test_time.py",
+    "test_accounting.py", "test_answers.py", "test_batches.py", "test_bisector.py",
+    "test_bounds.py", "test_client.py", "test_config.py", "test_construction_errors.py",
+    "test_contract.py", "test_encoding.py", "test_event_model.py", "test_events.py",
+    "test_faults.py", "test_handler.py", "test_lifecycle.py", "test_package.py",
+    "test_policy.py", "test_posting.py", "test_process_life.py", "test_security.py",
+    "test_shipper.py", "test_soak.py", "test_speedups.py", "test_spilling.py", "test_spool.py",
+    "test_spool_full.py", "test_time.py", "test_transport.py", "test_worker.py",
 )
 
 # Product failures found and not yet fixed (issue 35 items 1 and 4, issue 36's matrix): each is
@@ -45,12 +47,14 @@ ENGINE_MODULES = (
 KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
     ("test_answers.py::TestLongIngestLimit::test_with_a_spool_nothing_is_dropped", "busy",
      False,
-     "issue 35.1: once the rounds take longer than OUTAGE_PROBE (1 s), the flusher starts a "
-     "spool replay, whose _try waits out the 430's month-long pause in ledger.sleep_until "
+     "issue 35.1: once the rounds take longer than OUTAGE_PROBE (1 s, spilling.py), the flusher "
+     "starts a spool replay, whose posting._try waits out the 430's month-long pause in "
+     "ledger.sleep_until "
      "(not wait_pressed): nothing is spooled until close, flush() waits its whole timeout, "
      "the queue overflows (650 of 1,000 dropped)"),
     ("test_readme.py::test_readme_block_runs[docs/what-ships.md:90-python]", "busy", False,
-     "issue 35.4: Sender.run calls _summarize(closed) (selector.flush_all: every window "
+     "issue 35.4: the worker's loop (worker.py) calls _summarize(closed) (selector.flush_all: "
+     "every window "
      "closed and cleared) before _send_available selects what is still queued at close: those "
      "events open fresh windows (5 more delivered) and their repeats are never summarized "
      "(11 delivered / 9,990 dropped_repeat)"),
@@ -80,7 +84,7 @@ KNOWN_FAILURES: tuple[tuple[str, str, bool, str], ...] = (
     ("test_spool.py::TestShutdown::test_exit_bounded_and_rest_spooled_with_a_hanging_service",
      "3.12", True,
      "issue 36: on 3.12 threading refuses a new thread once the interpreter shuts down "
-     "(RuntimeError), so Sender._encode_in_time spools nothing at exit and every event "
+     "(RuntimeError), so spilling._encode_in_time spools nothing at exit and every event "
      "left is counted dropped_shutdown"),
     ("test_accounting.py::TestHangingRepr::test_exit_is_bounded", "3.12", True,
      "issue 36: as above (3.12 starts no thread at exit: nothing spooled, all dropped)"),

@@ -198,19 +198,18 @@ class TestNestedSizes:
 
     @pytest.fixture
     def held(self) -> Any:
-        """attach(shipper): its requests wait until the test ends (30 s at most, so a failing
+        """A transport whose requests wait until the test ends (30 s at most, so a failing
         test never hangs the run), then fail as a refused connection would."""
-        from helpers import MemoryTransport
-
-        from loghandler._errors import TransportError
+        from loghandler import TransportError
+        from loghandler.testing import MemoryTransport
 
         release = threading.Event()
 
-        def rule(events: Any, index: int) -> Any:
+        def answer(request: Any) -> Any:
             release.wait(30)
             return TransportError("held by the test, then refused")
 
-        yield MemoryTransport(rule).attach
+        yield MemoryTransport(answer)
         release.set()
 
     def check(self, st: loghandler.Stats, queued_bytes: int) -> None:
@@ -225,8 +224,7 @@ class TestNestedSizes:
     def test_handler_extra(self, held: Any) -> None:
         h = IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=60,
                           batch_size=10_000, max_queue_bytes=self.LIMIT, max_retries=0,
-                          shutdown_timeout=0.1)
-        held(h.shipper)
+                          shutdown_timeout=0.1, transport=held)
         log = logging.getLogger("test.bounds.nested")
         log.handlers[:] = [h]
         log.propagate = False
@@ -240,8 +238,7 @@ class TestNestedSizes:
     def test_processor_value(self, held: Any) -> None:
         proc = IngestProcessor("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=60,
                                batch_size=10_000, max_queue_bytes=self.LIMIT, max_retries=0,
-                               shutdown_timeout=0.1)
-        held(proc.shipper)
+                               shutdown_timeout=0.1, transport=held)
         try:
             for i in range(self.N):
                 proc(None, "info", {"event": "big", "payload": {"blob": self.BIG, "i": i}})
@@ -252,8 +249,8 @@ class TestNestedSizes:
     def test_submit_value(self, held: Any) -> None:
         s = loghandler.Shipper(loghandler.Client(url="http://127.0.0.1:9", token=TOKEN), "ds",
                                flush_interval=60, batch_size=10_000,
-                               max_queue_bytes=self.LIMIT, max_retries=0, shutdown_timeout=0.1)
-        held(s)
+                               max_queue_bytes=self.LIMIT, max_retries=0, shutdown_timeout=0.1,
+                               transport=held)
         try:
             for i in range(self.N):
                 s.submit({"message": "big", "payload": {"blob": self.BIG, "i": i}})

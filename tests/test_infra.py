@@ -93,7 +93,7 @@ class TestLoadHarness:
 
         # Each hog checks its parent between slices of a few milliseconds: 10 s is what
         # "by itself, at once" may take on a busy host, not a guess of how long it spins.
-        assert wait_until(lambda: all(gone(p) for p in pids), 10, "hogs stop without pytest")
+        assert wait_until(lambda: all(gone(p) for p in pids), 10)  # they stop without pytest
 
     def test_hogs_spin_and_stop(self) -> None:
         from cpuload import Hogs
@@ -102,8 +102,7 @@ class TestLoadHarness:
         try:
             # It spins: its own CPU time grows (what the summary line reports).
             stat = Path(f"/proc/{hogs.procs[0].pid}/stat")
-            assert wait_until(lambda: int(stat.read_text().split(")")[1].split()[11]) > 0, 10,
-                              "the hog uses CPU")
+            assert wait_until(lambda: int(stat.read_text().split(")")[1].split()[11]) > 0, 10)
         finally:
             hogs.stop()
         assert hogs.procs[0].returncode is not None and hogs.cpu > 0
