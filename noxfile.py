@@ -29,7 +29,7 @@ nox.options.sessions = ["engine", "suite", "load"]
 nox.options.reuse_existing_virtualenvs = True
 
 sys.path.insert(0, str(ROOT / "tests"))
-from groups import engine_files  # noqa: E402
+from groups import engine_args  # noqa: E402
 
 
 @nox.session(python=PYTHONS)
@@ -40,7 +40,7 @@ def engine(session: nox.Session, path: str) -> None:
     # this interpreter (the `pytest` script, unlike `python -m pytest`, keeps the working
     # directory's loghandler/ off sys.path).
     session.install(".[test]")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "4", *engine_files(),
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "4", *engine_args(),
                 env={"LOGHANDLER_PURE_PYTHON": "1" if path == "pure" else "0"})
 
 
