@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from ._engine import lifecycle
-from ._handler import IngestHandler
+from ._front.handler import IngestHandler
 
 __all__ = ["install"]
 

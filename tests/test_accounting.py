@@ -17,7 +17,7 @@ from helpers import TOKEN
 
 from loghandler import Client, IngestHandler, IngestProcessor, Shipper
 from loghandler import _encoding as encoding
-from loghandler._handler import record_to_event
+from loghandler._engine.events import record_to_event
 
 
 class OddRecord(logging.LogRecord):

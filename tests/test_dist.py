@@ -122,7 +122,7 @@ def test_without_a_compiler_the_build_succeeds_on_the_python_path(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with zipfile.ZipFile(wheel_of(out)) as wheel:
         names = wheel.namelist()
-    assert "loghandler/_handler.py" in names
+    assert "loghandler/_front/handler.py" in names
     assert not any(n.endswith(".so") for n in names)
 
 

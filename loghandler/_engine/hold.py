@@ -23,11 +23,21 @@ from __future__ import annotations
 import logging
 from collections import deque
 from contextvars import ContextVar, Token
-from typing import Any
+from typing import Any, Protocol
 
-from .ledger import Fate, Ledger
+from .stats import Fate
 
-__all__ = ["ENABLED", "Hold", "enter", "exit", "level_number"]
+__all__ = ["ENABLED", "Hold", "Queue", "enter", "exit", "level_number"]
+
+
+class Queue(Protocol):
+    """Where released events go and held ones are counted: the ledger's intake face
+    (``Intake``), which satisfies this."""
+
+    def offer(self, item: dict[Any, Any], size: int) -> bool: ...
+
+    def drop(self, fate: Fate) -> bool: ...
+
 
 ERROR = logging.ERROR
 _LEVELS = {"debug": 10, "info": 20, "warning": 30}
@@ -78,7 +88,7 @@ class Hold:
 
     __slots__ = ("__weakref__", "held", "ledger", "level", "size", "total")
 
-    def __init__(self, level: str, size: int, total: int, ledger: Ledger) -> None:
+    def __init__(self, level: str, size: int, total: int, ledger: Queue) -> None:
         self.level = _LEVELS[level]
         self.size = size
         self.total = total

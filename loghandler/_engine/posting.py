@@ -24,7 +24,7 @@ from .._wire.answer import Answer
 from .._wire.errors import error_for
 from .batches import Chunk
 from .bisector import partial_error
-from .ledger import Count, Ledger
+from .ledger import Count, Flushing
 from .policy import (
     MAX_PAUSE,
     Cause,
@@ -59,7 +59,7 @@ class Poster:
     before each retry's wait (the worker tells of events dropped meanwhile).
     """
 
-    def __init__(self, ledger: Ledger, reporter: Reporter, transport: Transport, path: str,
+    def __init__(self, ledger: Flushing, reporter: Reporter, transport: Transport, path: str,
                  dataset: str, options: ShipperOptions, on_retry: Callable[[], None]) -> None:
         self.ledger = ledger
         self.reporter = reporter

@@ -6,7 +6,7 @@ with backoff. Nothing here ever blocks an application thread on I/O or raises in
 
 The engine is split by who owns the data (``docs/architecture.md``):
 
-- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``ledger/``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
 - ``worker.py``: the flusher thread's loop (take a batch, post it, settle); ``posting.py`` one
   request's tries, ``spilling.py`` what cannot be delivered (the spool, replay); ``batches.py``
@@ -47,7 +47,7 @@ from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
-from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
 from .spool import Spool
@@ -68,7 +68,7 @@ class Shipper:
     ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
     retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
     handler; an exit hook delivers what is queued within ``shutdown_timeout``. (The front ends
-    append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
+    queue through its faces for them: ``intake``, ``hold`` and ``wire()``.)
 
     Args:
         client (Client | None): the connection (token, address) to ship through; shared
@@ -135,6 +135,25 @@ class Shipper:
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
         return self._ledger.closed
+
+    # ------------------------------------------------------------------ front ends' faces
+
+    @property
+    def intake(self) -> Intake:
+        """The queue, as the front ends use it (``offer``, ``put``, ``drop``, ``suppress``, the
+        fast path's ``gate``): the same object for the shipper's life, also after fork."""
+        return self._ledger
+
+    @property
+    def hold(self) -> Hold | None:
+        """Hold-until-error (``hold_level``), which a front end asks inside a context; None
+        when not configured."""
+        return self._hold
+
+    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+        """What the compiled fast path needs to queue events as their final JSON (events.py
+        "Wire items"), or None when the flusher has work to do per event."""
+        return self._sender.wire()
 
     # ------------------------------------------------------------------ application side
 

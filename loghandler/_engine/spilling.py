@@ -29,7 +29,7 @@ from .._errors import Error, PartialIngestError
 from .batches import Chunk, Item
 from .bisector import bisect, conclude
 from .guard import block_sigterm_in_this_thread
-from .ledger import SPILL_BATCHES, Count, Fate, Ledger
+from .ledger import SPILL_BATCHES, Count, Fate, Flushing
 from .policy import MAX_PAUSE, Cause, Outcome, Retry, spill
 from .posting import Poster
 from .reporter import Reporter
@@ -55,7 +55,7 @@ class Spiller:
     them until the batch is told); ``delivered()`` is told when a replayed batch is delivered.
     """
 
-    def __init__(self, ledger: Ledger, reporter: Reporter, options: ShipperOptions,
+    def __init__(self, ledger: Flushing, reporter: Reporter, options: ShipperOptions,
                  spool: Spool | None, poster: Poster, settle: Callable[[int, Fate], None],
                  delivered: Callable[[], None]) -> None:
         self.ledger = ledger

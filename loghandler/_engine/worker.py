@@ -19,7 +19,7 @@ from .batches import Chunk, Cutter, Item
 from .bisector import bisect, conclude
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
-from .ledger import SPILL_BATCHES, Fate, Ledger
+from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
 from .posting import Poster
 from .reporter import Reporter
@@ -42,7 +42,7 @@ class Worker:
     stuck past the close deadline holds. ``poster`` and ``spiller`` are its two parts.
     """
 
-    def __init__(self, ledger: Ledger, reporter: Reporter, transport: Transport, path: str,
+    def __init__(self, ledger: Flushing, reporter: Reporter, transport: Transport, path: str,
                  dataset: str, options: ShipperOptions, spool: Spool | None) -> None:
         self.ledger = ledger
         self.reporter = reporter

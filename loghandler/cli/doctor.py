@@ -98,15 +98,7 @@ def _hot_path() -> str:
 
     if _compiled.ACTIVE:
         return "compiled"
-    if _compiled.extension() is not None:
-        return "pure Python, as LOGHANDLER_PURE_PYTHON asks"
-    from .._build import why_pure
-
-    reason = why_pure()
-    if reason is not None:
-        return f"pure Python: {reason}"
-    return ("pure Python: the compiled part was not built (no C compiler at install time); "
-            "reinstall with one for a cheaper call")
+    return f"pure Python: {_compiled.WHY_PYTHON}"
 
 
 def _skew(date: Any, now: float) -> float | None:

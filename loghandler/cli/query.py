@@ -251,8 +251,9 @@ class _Follower:
         # in the future would never show.
         import time
 
-        return self._client.query(apl, end=self._format_time(time.time_ns() // 1000
-                                                              + 86_400_000_000))
+        rows: list[dict[str, Any]] = self._client.query(
+            apl, end=self._format_time(time.time_ns() // 1000 + 86_400_000_000))
+        return rows
 
     @staticmethod
     def _key(event: dict[str, Any]) -> str:
