@@ -197,8 +197,8 @@ def test_page_shows_events_live_filters_and_opens_views(
     driver.save_screenshot(str(tmp_path / "view.png"))
 
     click(driver, "//li[@data-view='2']", "a click on the second view")
-    notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
-                        and d.find_element(By.ID, "notice"), "the unsupported-view notice")
+    notice = wait_until(driver, lambda d: d.find_element(By.ID, "events-state").is_displayed()
+                        and d.find_element(By.ID, "events-state"), "the unsupported-view notice")
     assert "outside the APL subset" in notice.text and "'mv-expand'" in notice.text
     assert (tmp_path / "events.png").stat().st_size > 10_000
     client.close()
@@ -531,10 +531,16 @@ def test_time_zone_zoom_and_grouping(driver: Any, served: tuple[str, str]) -> No
     wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#histogram rect"),
                "the histogram's bars")
     svg = driver.find_element(By.CSS_SELECTOR, "#histogram svg")
+    # All time: the data's own span, in about 100 bars. Drag from just before the late
+    # errors' bar to the right edge (the early debug lines are 45 minutes before).
+    box, bar = driver.execute_script(
+        "const r = (e) => e.getBoundingClientRect();"
+        "return [r(document.querySelector('#histogram svg')),"
+        "        r(document.querySelector('#histogram rect[data-level=error]'))];")
     width = svg.size["width"]
-    # The last hour in 60 bins: drag over the last tenth (the late errors only).
-    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.38), 0).click_and_hold()\
-        .move_to_element_with_offset(svg, int(width * 0.49), 0).release().perform()
+    left = int(bar["x"] - box["x"] - width / 2) - 3  # offsets from the svg's centre
+    ActionChains(driver).move_to_element_with_offset(svg, left, 0).click_and_hold()\
+        .move_to_element_with_offset(svg, int(width / 2) - 1, 0).release().perform()
     wait_until(driver, lambda d: len(rows(d)) == 4 and all("late" in r for r in rows(d)),
                "the zoomed range")
     assert "datetime('" in driver.find_element(By.ID, "query").text

@@ -1262,22 +1262,33 @@ function toggleColumn(name) {
 
 // ------------------------------------------------------------------ histogram
 
-function loadHistogram(fromMs) {
+// The histogram of the search over the range. Live, only its newest bins are asked again
+// (from a little before the last answer); under "all time", when the data has grown to many
+// more bins than it was planned with, the service plans it again (wider bins).
+function loadHistogram(fromMs, replan) {
   const s = state.selected;
   const plan = state.plan;
   if (!s || s.kind !== "dataset" || !plan || !plan.histogram) return;
   const key = currentKey();
-  const h = plan.histogram;
   const partial = fromMs !== undefined && state.hist && state.hist.key === key;
-  const opts = partial ? { startTime: iso(fromMs) } : {};
-  panels.histogram.run((signal) => query(h.apl, opts, signal), (answer) => {
+  const asked = Date.now();
+  panels.histogram.run(async (signal) => {
+    let h = plan.histogram;
+    if (replan) {
+      const again = await api("POST", "/local/search",
+        { dataset: s.name, q: state.search, range: state.range }, signal);
+      h = again.histogram;
+    }
+    const answer = await query(h.apl, partial ? { startTime: iso(fromMs) } : {}, signal);
+    return { h, answer };
+  }, ({ h, answer }) => {
     panels.histogram.schedule(HISTOGRAM_EVERY_MS);
     state.histNew = state.newSince || 0;
+    if (replan) plan.histogram = h;
     let bins;
     if (partial) {
-      // Live: only the newest bins were asked again; the older ones stand.
-      bins = state.hist.bins;
-      for (const [t, b] of bins) if (t >= fromMs) bins.delete(t);
+      bins = state.hist.bins; // the older bins stand; the newest are replaced
+      for (const t of [...bins.keys()]) if (t >= fromMs) bins.delete(t);
     } else {
       bins = new Map();
     }
@@ -1288,14 +1299,15 @@ function loadHistogram(fromMs) {
       const b = bins.get(t);
       b[level] = (b[level] || 0) + row.count_;
     }
-    const start = Date.parse(h.start), end = Math.max(Date.parse(h.end), partial ? Date.now() : 0);
-    state.hist = { key, bins, start, end, binMs: h.bin_ms, apl: h.apl };
+    const start = Date.parse(h.start);
+    const end = Math.max(Date.parse(h.end), partial || replan ? asked : 0);
+    state.hist = { key, bins, start, end, binMs: h.bin_ms, apl: h.apl, until: asked };
     drawHistogram(key);
   }, (err) => {
     panels.histogram.schedule(HISTOGRAM_EVERY_MS);
     $("histogram").dataset.key = key;
     panelMessage($("histogram"), err, null);
-  }, !partial);
+  }, !partial && !replan);
 }
 
 function drawHistogram(key) {
@@ -1532,7 +1544,8 @@ function liveTick() {
   const fresh = state.newSince || 0;
   if (due(panels.histogram) && state.hist && fresh > (state.histNew || 0)) {
     const h = state.hist;
-    loadHistogram(Math.floor(Date.now() / h.binMs) * h.binMs - h.binMs);
+    if (state.range === "all" && (Date.now() - h.start) / h.binMs > 250) loadHistogram(undefined, true);
+    else loadHistogram(Math.floor((h.until - LIVE_OVERLAP_MS) / h.binMs) * h.binMs);
   }
   if (due(panels.facets) && state.facets && fresh > (state.facetsNew || 0)) loadFacets();
 }
