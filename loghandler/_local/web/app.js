@@ -16,7 +16,7 @@ const EVENTS_LIMIT = 200;
 // Together, when idle, under one request a second.
 const EVENTS_EVERY_MS = 2000;
 const SIDEBAR_EVERY_MS = 10000;
-const HISTOGRAM_EVERY_MS = 10000;
+const HISTOGRAM_EVERY_MS = 5000;
 const FACETS_EVERY_MS = 30000;
 const VIEWS_EVERY_MS = 30000;
 const QUERY_EVERY_MS = 10000; // an APL query or a view, re-run whole
@@ -241,6 +241,8 @@ class ApiError extends Error {
 
 async function api(method, path, body, signal) {
   const headers = { Authorization: "Bearer " + state.token };
+  // Which panel asks (the service ignores it; it reads well in the browser's tools).
+  if (signal && signal.panel) headers["X-Loghandler-Panel"] = signal.panel;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, { method, headers, cache: "no-store", signal,
     body: body === undefined ? undefined : JSON.stringify(body) });
@@ -336,6 +338,7 @@ class Panel {
   async run(work, apply, fail, visible) {
     if (this.ctrl) this.ctrl.abort();
     const ctrl = new AbortController();
+    ctrl.signal.panel = this.name;
     this.ctrl = ctrl;
     const gen = ++this.gen;
     const node = this.node;
@@ -498,6 +501,7 @@ function select(what) {
   if (what.kind !== "dataset") {
     panels.histogram.abort();
     panels.facets.abort();
+    $("facets").dataset.key = "";
     $("facets").replaceChildren(el("p", { class: "muted", text: "—" }));
     $("facets-said").textContent = "";
   }
@@ -523,13 +527,15 @@ function recompute() {
   document.body.dataset.key = currentKey();
   if (s.kind !== "dataset") {
     $("query").textContent = currentApl();
-    loadEvents();
+    loadEvents(); // aborts what the events panel had in flight
     return;
   }
   const asked = { dataset: s.name, q: state.search, range: state.range };
-  panels.histogram.show(true, true);
-  panels.facets.show(true, true);
-  panels.events.show(true, true);
+  // What was asked before stops now: its requests aborted, its answers never shown.
+  for (const p of [panels.events, panels.histogram, panels.facets]) {
+    p.abort();
+    p.show(true, true);
+  }
   panels.plan.run((signal) => api("POST", "/local/search", asked, signal), (plan) => {
     state.plan = plan;
     $("query").textContent = plan.apl;
@@ -979,7 +985,7 @@ function drawTimeChart(root, legend, rows, values, groups, meta) {
   const times = [...new Set(rows.map((r) => r._time))].sort();
   for (const r of rows) {
     for (const v of values) {
-      const parts = groups.map((g) => text(r[g]));
+      const parts = groups.map((g) => (r[g] === null || r[g] === "" ? "(none)" : text(r[g])));
       if (values.length > 1) parts.push(v);
       const name = parts.join(" · ") || v;
       if (!series.has(name)) series.set(name, { name, points: new Map(), total: 0 });
