@@ -21,9 +21,9 @@ const FACETS_EVERY_MS = 30000;
 const VIEWS_EVERY_MS = 30000;
 const QUERY_EVERY_MS = 10000; // an APL query or a view, re-run whole
 const SLOW_FACTOR = 5;
-// New events are asked for from this long before the newest one shown: an event that
-// arrives a little late (batched by its sender) still shows up.
-const LIVE_OVERLAP_MS = 5 * 60 * 1000;
+// New events are asked for from this long before the last time the page asked: an event
+// that arrives a little late (batched by its sender) still shows up.
+const LIVE_OVERLAP_MS = 60 * 1000;
 const MORE_TIME_S = 60; // "run again with more time": the longest the service allows
 const LEVELS = ["debug", "info", "warning", "error", "critical"];
 const LEVEL_COLOURS = { debug: "#8b95a5", info: "#2f9e44", warning: "#e8a317",
@@ -579,7 +579,9 @@ function loadEvents(timeout) {
   const opts = s.kind === "dataset" ? {} : rangeTimes();
   if (timeout) opts.timeout = timeout;
   $("events-state").hidden = true;
+  const asked = Date.now();
   panels.events.run((signal) => query(apl, opts, signal), (answer) => {
+    state.polledAt = asked;
     $("query").classList.remove("running");
     let rows = answer.rows;
     const eventsLike = rows.every((r) => "_sysTime" in r);
@@ -645,9 +647,12 @@ function pollEvents() {
   }
   if (!state.plan || state.rows.length > EVENTS_LIMIT) return;
   const key = currentKey();
-  const newest = state.rows.length ? Date.parse(state.rows[0]._time) : Date.now();
-  const opts = { startTime: iso(Math.min(newest, Date.now()) - LIVE_OVERLAP_MS) };
+  // Since the last time it asked (not since the newest event shown, which for a rare search
+  // may be hours ago): a poll reads the last minute or so of the dataset, however big.
+  const asked = Date.now();
+  const opts = { startTime: iso((state.polledAt || asked) - LIVE_OVERLAP_MS) };
   panels.events.run((signal) => query(state.plan.apl, opts, signal), (answer) => {
+    state.polledAt = asked;
     panels.events.schedule(EVENTS_EVERY_MS);
     const known = new Set(state.rows.map(rowKey));
     const fresh = answer.rows.map(compact).filter((r) => !known.has(rowKey(r)));
@@ -772,7 +777,9 @@ function renderEvents(key) {
         el("td", { class: "time", title: text(row._time), text: fmtTime(row._time) }),
         el("td", {}, el("span", { class: "level " + (level || "none"),
           text: text(row.level || "—") })),
-        el("td", { class: "message", text: text(message) + (traced ? "  ⚠ trace" : "") }),
+        el("td", { class: "message" }, ...(traced ? [el("span", { class: "traced",
+          title: "a traceback: open the event to read it", text: "⚠ trace" }), " "] : []),
+        text(message)),
         ...chosen.map((c) => el("td", { class: "col", "data-col": c, text: text(row[c]) })),
         el("td", { class: "fields", text: [...own, ...code].join("  ") }));
     } else {
@@ -1389,7 +1396,7 @@ function loadFieldsInfo() {
   panels.fields.run((signal) => api("POST", "/local/facets",
     { dataset: s.name, q: "", range: state.range }, signal), (got) => {
     state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
-    complete();
+    if ($("complete").hidden) complete(); // never under a choice being made
   });
 }
 
@@ -1643,7 +1650,9 @@ document.addEventListener("DOMContentLoaded", () => {
     complete();
   });
   box.addEventListener("focus", () => { loadFieldsInfo(); complete(); });
-  box.addEventListener("blur", () => setTimeout(hideComplete, 100));
+  box.addEventListener("blur", () => setTimeout(() => {
+    if (document.activeElement !== box) hideComplete();
+  }, 100));
   box.addEventListener("keydown", (e) => {
     const open = !$("complete").hidden;
     if (open && (e.key === "ArrowDown" || e.key === "ArrowUp")) {
