@@ -341,22 +341,22 @@ class Panel {
     ctrl.signal.panel = this.name;
     this.ctrl = ctrl;
     const gen = ++this.gen;
-    const node = this.node;
+    // A background run (live mode) keeps the panel as it is: what it shows is still the
+    // answer to what is asked.
     if (visible) this.show(true, true);
-    else if (node) node.classList.add("busy");
     const began = performance.now();
     try {
       const answer = await work(ctrl.signal);
       if (gen !== this.gen) return;
       this.lastMs = performance.now() - began;
       this.ctrl = null;
-      this.show(false, false);
+      if (visible) this.show(false, false);
       apply(answer);
     } catch (err) {
       if (gen !== this.gen || err.name === "AbortError") return;
       this.lastMs = performance.now() - began;
       this.ctrl = null;
-      this.show(false, false);
+      if (visible) this.show(false, false);
       if (!handleError(err) && fail) fail(err);
     }
   }
