@@ -46,7 +46,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 SEARCHES = [("status:500", 1.0), ("duration_ms>1000", 1.0), ("-level:debug", 1.0),
             (weblogs.RARE_WORD, 1.5)]
 CHART = "['web'] | summarize count() by level, bin_auto(_time)"
-P95 = "['web'] | summarize percentile(duration_ms, 95) by path, bin_auto(_time)"
+P95 = ("['web'] | where isnotempty(path) "
+       "| summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
 
 # The page's requests, recorded (which panel asked, when, how long, aborted or not).
 NET_JS = r"""
@@ -65,7 +66,9 @@ NET_JS = r"""
       entry.t1 = performance.now();
       net.inflight[panel] -= 1;
     };
-    if (opts.signal) opts.signal.addEventListener("abort", () => { entry.aborted = true; close(); });
+    if (opts.signal) {
+      opts.signal.addEventListener("abort", () => { entry.aborted = true; close(); });
+    }
     try { return await real(url, opts); } finally { close(); }
   };
 })();
@@ -167,8 +170,7 @@ def browser(tmp: str) -> Any:
 
 
 def wait(drv: Any, condition: Callable[[Any], Any], what: str, timeout: float = 60.0) -> Any:
-    from selenium.common.exceptions import (NoSuchElementException,
-                                            StaleElementReferenceException)
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(drv, timeout, poll_frequency=0.02, ignored_exceptions=(
@@ -322,13 +324,10 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     reps = args.repeat
     open_dataset(drv, base, token)
     if args.screenshots:
-        from selenium.webdriver.support.ui import Select
-
-        Select(drv.find_element(By.ID, "group")).select_by_value("request_id")
-        wait(drv, lambda d: d.find_elements(By.CSS_SELECTOR, "#events tr.group"), "groups")
-        wait(drv, settled, "the page settled")
+        # The checkout service's last hour, a request's events together.
+        open_dataset(drv, base, token, "&q=service%3Acheckout&range=1h&group=request_id")
         drv.save_screenshot(os.path.join(args.screenshots, "local-service.png"))
-        Select(drv.find_element(By.ID, "group")).select_by_value("")
+        open_dataset(drv, base, token)
 
     # 1. The searches, with the page open in live mode.
     print(f"\nsearches, the page open in live mode ({load()})")

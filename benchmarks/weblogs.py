@@ -68,6 +68,57 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{frac:06d}Z"
 
 
+def request(rng: random.Random, t: float) -> list[dict[str, Any]]:
+    """One request's events from ``t`` on: its debug lines, a warning when slow, an error
+    with its traceback when it failed, and its access line."""
+    path, method, _, typical = rng.choices(PATHS, _WEIGHTS)[0]
+    shown = path.replace("{id}", str(rng.randint(1, 5000)))
+    service = ("checkout" if "checkout" in path or "cart" in path or "orders" in path
+               else "search" if "search" in path or "products" in path
+               else "auth" if "login" in path or "logout" in path else "web")
+    request_id = f"{rng.getrandbits(64):016x}"
+    trace_id = f"{rng.getrandbits(128):032x}"
+    user = f"u{rng.randint(1, 40_000)}"
+    host = f"{service}-{rng.randint(1, 4)}"
+    duration = round(rng.lognormvariate(math.log(typical), 0.9), 1)
+    roll = rng.random()
+    status = (500 if roll < 0.008 else 404 if roll < 0.035 else 401 if roll < 0.045
+              else 302 if roll < 0.06 else 201 if method == "POST" else 200)
+    common = {"service": service, "host": host, "request_id": request_id,
+              "trace_id": trace_id, "logger": f"{service}.app"}
+    batch: list[dict[str, Any]] = []
+    at = t
+    for _ in range(rng.choice((1, 1, 2, 2, 3))):
+        at += rng.random() * 0.004
+        kind = rng.random()
+        if kind < 0.5:
+            batch.append({"_time": _stamp(at), "level": "debug",
+                          "message": f"cache {'hit' if kind < 0.3 else 'miss'} for {shown}",
+                          **common, "span_id": f"{rng.getrandbits(64):016x}"})
+        else:
+            table = rng.choice(("orders", "carts", "products", "users", "sessions"))
+            batch.append({"_time": _stamp(at), "level": "debug",
+                          "message": f"SELECT from {table} took {rng.randint(1, 40)} ms",
+                          **common, "span_id": f"{rng.getrandbits(64):016x}",
+                          "table": table, "rows": rng.randint(0, 200)})
+    at = max(at, t) + duration / 1000.0
+    if duration > 1000:
+        batch.append({"_time": _stamp(at - 0.0005), "level": "warning",
+                      "message": f"slow request: {method} {shown} took {duration:.0f} ms",
+                      **common, "duration_ms": duration})
+    if status == 500:
+        said, trace = _traceback(rng, service)
+        batch.append({"_time": _stamp(at - 0.0002), "level": "error",
+                      "message": f"unhandled error in {method} {shown}: {said}",
+                      **common, "exception": trace, "user_id": user})
+    batch.append({"_time": _stamp(at), "level": "info",
+                  "message": f"{method} {shown} {status} in {duration:.0f} ms",
+                  **common, "method": method, "path": path, "url": shown,
+                  "status": status, "duration_ms": duration, "user_id": user,
+                  "bytes": rng.randint(200, 90_000), "span_id": f"{rng.getrandbits(64):016x}"})
+    return batch
+
+
 def requests(n_events: int, end: float, hours: float = 24.0, seed: int = 7
              ) -> Iterator[list[dict[str, Any]]]:
     """The events, one request's at a time, over ``hours`` ending at ``end`` (epoch s), in
@@ -85,58 +136,16 @@ def requests(n_events: int, end: float, hours: float = 24.0, seed: int = 7
         p = min(0.999999, (seq + rng.random()) / n_requests)
         t = start + span * (p - 0.25 / two_pi * math.sin(two_pi * p))
         seq += 1
-        path, method, _, typical = rng.choices(PATHS, _WEIGHTS)[0]
-        shown = path.replace("{id}", str(rng.randint(1, 5000)))
-        service = ("checkout" if "checkout" in path or "cart" in path or "orders" in path
-                   else "search" if "search" in path or "products" in path
-                   else "auth" if "login" in path or "logout" in path else "web")
-        request_id = f"{rng.getrandbits(64):016x}"
-        trace_id = f"{rng.getrandbits(128):032x}"
-        user = f"u{rng.randint(1, 40_000)}"
-        host = f"{service}-{rng.randint(1, 4)}"
-        duration = round(rng.lognormvariate(math.log(typical), 0.9), 1)
-        roll = rng.random()
-        status = (500 if roll < 0.008 else 404 if roll < 0.035 else 401 if roll < 0.045
-                  else 302 if roll < 0.06 else 201 if method == "POST" else 200)
-        common = {"service": service, "host": host, "request_id": request_id,
-                  "trace_id": trace_id, "logger": f"{service}.app"}
-        batch: list[dict[str, Any]] = []
-        at = t
-        for _ in range(rng.choice((1, 1, 2, 2, 3))):
-            at += rng.random() * 0.004
-            kind = rng.random()
-            if kind < 0.5:
-                batch.append({"_time": _stamp(at), "level": "debug",
-                              "message": f"cache {'hit' if kind < 0.3 else 'miss'} for {shown}",
-                              **common, "span_id": f"{rng.getrandbits(64):016x}"})
-            else:
-                table = rng.choice(("orders", "carts", "products", "users", "sessions"))
-                batch.append({"_time": _stamp(at), "level": "debug",
-                              "message": f"SELECT from {table} took {rng.randint(1, 40)} ms",
-                              **common, "span_id": f"{rng.getrandbits(64):016x}",
-                              "table": table, "rows": rng.randint(0, 200)})
-        at = max(at, t) + duration / 1000.0
-        if duration > 1000:
-            batch.append({"_time": _stamp(at - 0.0005), "level": "warning",
-                          "message": f"slow request: {method} {shown} took {duration:.0f} ms",
-                          **common, "duration_ms": duration})
-        if status == 500:
-            said, trace = _traceback(rng, service)
-            batch.append({"_time": _stamp(at - 0.0002), "level": "error",
-                          "message": f"unhandled error in {method} {shown}: {said}",
-                          **common, "exception": trace, "user_id": user})
-        batch.append({"_time": _stamp(at), "level": "info",
-                      "message": f"{method} {shown} {status} in {duration:.0f} ms",
-                      **common, "method": method, "path": path, "url": shown,
-                      "status": status, "duration_ms": duration, "user_id": user,
-                      "bytes": rng.randint(200, 90_000), "span_id": f"{rng.getrandbits(64):016x}"})
+        batch = request(rng, t)
+        last = batch[-1]  # the access line: the request's fields, its time
+        common = {k: last[k] for k in ("service", "host", "request_id", "trace_id", "logger")}
         if (made // RARE_EVERY) != ((made + len(batch)) // RARE_EVERY):
-            batch.append({"_time": _stamp(at + 0.0001), "level": "error",
+            batch.append({"_time": last["_time"], "level": "error",
                           "message": f"{RARE_WORD} detected while updating orders; retrying",
                           **common, "table": "orders"})
         if (made // WIDE_EVERY) != ((made + len(batch)) // WIDE_EVERY):
             flags = {f"flag_{i:03d}": rng.random() < 0.5 for i in range(200)}
-            batch.append({"_time": _stamp(at + 0.0002), "level": "info",
+            batch.append({"_time": last["_time"], "level": "info",
                           "message": "feature flags loaded", **common, **flags})
         batch = batch[:n_events - made]
         made += len(batch)
@@ -159,15 +168,10 @@ def fill(store: Any, n_events: int, end: float | None = None, batch: int = 10_00
 
 
 def live_events(rng: random.Random, now: float, n: int) -> list[dict[str, Any]]:
-    """``n`` access lines stamped ``now``: the trickle a live service adds."""
-    out = []
-    for _ in range(n):
-        path, method, _, typical = rng.choices(PATHS, _WEIGHTS)[0]
-        duration = round(rng.lognormvariate(math.log(typical), 0.9), 1)
-        out.append({"_time": _stamp(now), "level": "info", "service": "web",
-                    "message": f"{method} {path} 200 in {duration:.0f} ms", "method": method,
-                    "path": path, "status": 200, "duration_ms": duration, "live": True,
-                    "request_id": f"{rng.getrandbits(64):016x}"})
+    """About ``n`` events of requests stamped from ``now``: the trickle a live service adds."""
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        out += request(rng, now - 0.5 + rng.random() * 0.5)
     return out
 
 
