@@ -156,8 +156,11 @@ def wait_until(drv: Any, condition: Any, what: str) -> Any:
 
 
 def rows(drv: Any) -> list[str]:
-    # One script call reads all rows at once: no element can go stale half-way.
+    """The event rows on screen (none while the events panel hides an older query's rows).
+    One script call reads all rows at once: no element can go stale half-way."""
     return list(drv.execute_script(
+        "if (getComputedStyle(document.getElementById('events')).visibility === 'hidden')"
+        "  return [];"
         "return [...document.querySelectorAll('#events tr.row')].map(r => r.innerText);"))
 
 

@@ -481,6 +481,7 @@ function select(what) {
   state.context = null;
   state.facets = null;
   $("detail").hidden = true;
+  $("panes").classList.remove("with-detail");
   if (what.kind !== "dataset") {
     // A view or a query runs its own APL: the dataset's search does not carry into it.
     state.search = "";
@@ -725,10 +726,14 @@ function renderEvents(key) {
   const body = el("tbody");
   let columns = [];
   const chosen = state.columns;
+  // Whole events: columns of fixed widths, the message and the fields cut to fit (the
+  // event's pane shows it whole); an aggregate's table sizes its columns to its values.
+  table.classList.toggle("whole", eventsLike);
   if (eventsLike) {
-    head.append(el("tr", {}, el("th", { text: "time" }), el("th", { text: "level" }),
-      el("th", { text: "message" }), ...chosen.map((c) => el("th", { text: c })),
-      el("th", { text: "fields" })));
+    head.append(el("tr", {}, el("th", { class: "time", text: "time" }),
+      el("th", { class: "lvl", text: "level" }), el("th", { class: "msg", text: "message" }),
+      ...chosen.map((c) => el("th", { class: "col", text: c })),
+      el("th", { class: "flds", text: "fields" })));
   } else {
     const names = new Set();
     rows.forEach((r) => Object.keys(r).forEach((k) => names.add(k)));
@@ -826,6 +831,7 @@ function showDetail(row) {
   $("detail-said").textContent = "";
   $("detail-json").textContent = JSON.stringify(row, null, 2);
   $("detail").hidden = false;
+  $("panes").classList.add("with-detail");
   for (const tr of document.querySelectorAll("#events tr.row")) {
     tr.classList.toggle("selected", tr.dataset.rowId === key);
   }
@@ -833,6 +839,7 @@ function showDetail(row) {
 
 function closeDetail() {
   $("detail").hidden = true;
+  $("panes").classList.remove("with-detail");
   state.selectedRow = null;
   state.detailRow = null;
   state.linkEvent = null;
@@ -852,6 +859,7 @@ function openLinkedEvent(ev) {
   // Its own instant as the query's range: the service finds it by its time index.
   const opts = { startTime: ev.time, endTime: iso(t + 1) };
   $("detail").hidden = false;
+  $("panes").classList.add("with-detail");
   $("detail-said").textContent = "opening the event…";
   $("detail-json").textContent = "";
   panels.detail.run((signal) => query(apl, opts, signal), (answer) => {
