@@ -143,6 +143,7 @@ def test_an_aggregation_in_two_halves_answers_as_in_one(monkeypatch: pytest.Monk
                    "['a'] | where n > 10 | summarize count() by level, bin_auto(_time)",
                    "['a'] | where level == 'y' | count",
                    "['a'] | summarize min(_time), max(_time)"]
+
         def answer(q: str) -> tuple[object, object]:
             table = store.query(q, fmt="tabular")["tables"][0]
             return table["fields"], table["columns"]

@@ -79,9 +79,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         comp.auto_span_us = span_override_us
     cond = [f"dataset = {quote(q.dataset)}"]
     if sample is not None and sample > 1:
-        # Knuth's multiplicative hash of the row id: about one row in ``sample``, whatever
-        # the order the rows came in.
-        cond.insert(0, f"((seq * 2654435761) % {int(sample)}) = 0")
+        # Knuth's multiplicative hash of the row id (its low 32 bits): about one row in
+        # ``sample``, spread over the rows whatever their order (a plain seq % sample would
+        # miss a dataset whose rows alternate with another's).
+        cond.insert(0, f"(((seq * 2654435761) % 4294967296) % {int(sample)}) = 0")
     if start_us is not None:
         cond.append(f"time >= {int(start_us)}")
     if end_us is not None:
