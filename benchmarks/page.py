@@ -24,6 +24,7 @@ screenshots (docs/local-service*.png) along the way.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -38,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from . import weblogs
 
@@ -392,8 +394,13 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     # 5. An event's link (an error from the middle of the day).
     middle = client.query("['web'] | where level == 'error' and _time < ago(12h) | take 1 "
                           "| project _time, _rowId")[0]
-    link = (f"{base}/#token={token}&dataset=web&event="
-            f"{middle['_time']}~{middle['_rowId']}")
+    # As the page's copy link makes it: the event's minute as the range, its time and id.
+    t = datetime.datetime.fromisoformat(middle["_time"].replace("Z", "+00:00"))
+    minute = t.replace(second=0, microsecond=0)
+    span = "{}/{}".format(*(m.strftime("%Y-%m-%dT%H:%M:%S.000Z") for m in (
+        minute, minute + datetime.timedelta(minutes=1))))
+    link = (f"{base}/#token={token}&dataset=web&range={quote(span, safe='')}&event="
+            f"{quote(middle['_time'] + '~' + middle['_rowId'], safe='')}")
     opens = []
     for _ in range(reps):
         drv.get("about:blank")

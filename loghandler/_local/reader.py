@@ -33,8 +33,9 @@ __all__ = ["MAX_QUERY_TIMEOUT", "QUERY_TIMEOUT", "READERS", "QueryTimedOut", "Re
 
 # A client may ask for more time than QUERY_TIMEOUT ("timeout" in the query's body), up to this.
 MAX_QUERY_TIMEOUT = 60.0
-# Connections reading at once; a query waits (within its deadline) for one to be free.
-READERS = 4
+# Connections reading at once; a query waits (within its deadline) for one to be free. More
+# than the cores: a one-row query (an event's link) must not wait behind a day's aggregation.
+READERS = 8
 # An aggregation over at least this many events runs in two halves on two connections (two
 # cores): counts, sums, minimums and maximums merge exactly.
 SPLIT_MIN_ROWS = 200_000
