@@ -126,16 +126,14 @@ def requests(n_events: int, end: float, hours: float = 24.0, seed: int = 7
     rng = random.Random(seed)
     span = hours * 3600.0 - 60.0  # the last minute left to the live trickle (and no event
     start = end - span - 60.0    # of a slow request stamped in the future)
-    # Request k of about n sits at the fraction k/n of the span, warped by a day's sine so
-    # that the day is busier than the night; ~2.83 events a request on average.
-    n_requests = n_events / 2.83
+    # A request starts at the fraction of the span that the events made so far are of all
+    # (with a request's worth of jitter), warped by a day's sine so that the day is busier
+    # than the night.
     made = 0
-    seq = 0
     two_pi = 2 * math.pi
     while made < n_events:
-        p = min(0.999999, (seq + rng.random()) / n_requests)
+        p = min(0.999999, (made + rng.random() * 2.8) / n_events)
         t = start + span * (p - 0.25 / two_pi * math.sin(two_pi * p))
-        seq += 1
         batch = request(rng, t)
         last = batch[-1]  # the access line: the request's fields, its time
         common = {k: last[k] for k in ("service", "host", "request_id", "trace_id", "logger")}
