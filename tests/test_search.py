@@ -126,10 +126,10 @@ def test_bin_auto_makes_about_a_hundred_bins() -> None:
         assert 40 <= width / auto_span(0, width) <= 200
 
 
-def test_an_aggregation_in_two_halves_answers_as_in_one(monkeypatch: pytest.MonkeyPatch
+def test_an_aggregation_in_parts_answers_as_in_one(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    """An aggregation over many events runs in two halves on two connections; merged, the
-    answer is the one a single pass gives (counts and sums added, minimums and maximums
+    """An aggregation over many events runs in parts of its time range on two connections;
+    merged, the answer is the one a single pass gives (counts and sums added, minimums and maximums
     kept, the groups in the same order)."""
     from loghandler._local import reader
     from loghandler._local.store import Store
@@ -157,7 +157,8 @@ def test_an_aggregation_in_two_halves_answers_as_in_one(monkeypatch: pytest.Monk
             return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
         monkeypatch.setattr(reader, "SPLIT_MIN_ROWS", 1_000)
-        monkeypatch.setattr(reader, "PARTS", 2)
+        monkeypatch.setattr(reader, "WORKERS", 2)
+        monkeypatch.setattr(reader, "PART_ROWS", 700)
         monkeypatch.setattr(reader.Reader, "_run_in_parts", spy)
         halves = [answer(q) for q in queries]
         assert ran == ["parts"] * len(queries)

@@ -7,13 +7,14 @@ query at a time from a small pool: a long query holds up neither ingest nor the 
 and a query that stops (its deadline, or its client gone: SQLite's interrupt) gives its
 connection back at once.
 
-An aggregation over many events (a day's ``count() by level, bin_auto(_time)``) runs in two
-halves of its time range on two connections at once, and their groups are merged.
+An aggregation over many events (a day's ``count() by level, bin_auto(_time)``) runs in parts
+of its time range on a connection per core, and their groups are merged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pathlib
@@ -36,10 +37,13 @@ MAX_QUERY_TIMEOUT = 60.0
 # Connections reading at once; a query waits (within its deadline) for one to be free. More
 # than the cores: a one-row query (an event's link) must not wait behind a day's aggregation.
 READERS = 8
-# An aggregation over at least this many events runs in two halves on two connections (two
-# cores): counts, sums, minimums and maximums merge exactly.
+# An aggregation over at least this many events runs in parts of its time range, on a
+# connection per core (counts, sums, minimums and maximums merge exactly): about PART_ROWS
+# events a part, as a sort of fewer rows costs less a row.
 SPLIT_MIN_ROWS = 200_000
-PARTS = 2 if (os.cpu_count() or 1) > 1 else 1
+PART_ROWS = 100_000
+MAX_PARTS = 64
+WORKERS = min(4, os.cpu_count() or 1)
 MERGEABLE = frozenset({"count", "countif", "sum", "min", "max"})
 # How often (s) a running query looks whether its client is still there.
 CLIENT_CHECK_EVERY = 0.02
@@ -229,73 +233,94 @@ class Reader:
     def _run(self, db: sqlite3.Connection, text: str, parsed: Any, compiled: Any,
              args: dict[str, Any], lo: int | None, hi: int, stop: _Stop) -> Any:
         started = time.perf_counter()
-        if self._uri is not None and self._max > 1 and PARTS > 1 and _splittable(
+        if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
                 parsed, compiled):
-            split = self._split_at(db, compiled.dataset, lo, hi)
-            if split is not None:
-                return self._run_in_parts(db, text, compiled, args, lo, hi, split, stop,
-                                          started)
+            parts = self._parts(db, compiled, lo, hi)
+            if parts is not None:
+                return self._run_in_parts(db, text, compiled, args, parts, stop, started)
         return aplsql_run.run(db, compiled, stop.deadline)
 
-    def _split_at(self, db: sqlite3.Connection, dataset: str, lo: int | None, hi: int
-                  ) -> int | None:
-        """The time that halves the events of [lo, hi) (the index alone answers), when they
-        are many enough to be worth two connections; else None."""
-        bounds = (dataset, -(2 ** 63) if lo is None else lo, hi)
+    def _parts(self, db: sqlite3.Connection, compiled: Any, lo: int | None, hi: int
+               ) -> list[tuple[int, int]] | None:
+        """[lo, hi) in parts of equal time (their edges on the query's time bins), when its
+        events are many enough to be worth two connections; else None."""
+        dataset = compiled.dataset
         (n,) = db.execute("SELECT count(*) FROM events WHERE dataset = ? AND time >= ? "
-                          "AND time < ?", bounds).fetchone()
+                          "AND time < ?", (dataset, -(2 ** 63) if lo is None else lo,
+                                           hi)).fetchone()
         if n < SPLIT_MIN_ROWS:
             return None
-        row = db.execute("SELECT time FROM events WHERE dataset = ? AND time >= ? AND time < ? "
-                         "ORDER BY time LIMIT 1 OFFSET ?", (*bounds, n // 2)).fetchone()
-        return None if row is None else int(row[0])
+        if lo is None:
+            (lo,) = db.execute("SELECT min(time) FROM events WHERE dataset = ? AND time < ?",
+                               (dataset, hi)).fetchone()
+            if lo is None:
+                return None
+        # About PART_ROWS events a part (a smaller sort each), at least one per worker.
+        count = max(WORKERS, min(MAX_PARTS, n // PART_ROWS))
+        step = compiled.bin_us or 1
+        edges = sorted({lo, hi} | {lo + (hi - lo) * k // count // step * step
+                                   for k in range(1, count)})
+        edges = [e for e in edges if lo <= e <= hi]
+        return [(a, b) for a, b in itertools.pairwise(edges) if a < b] or None
 
     def _run_in_parts(self, db: sqlite3.Connection, text: str, compiled: Any,
-                      args: dict[str, Any], lo: int | None, hi: int, split: int, stop: _Stop,
+                      args: dict[str, Any], parts: list[tuple[int, int]], stop: _Stop,
                       started: float) -> Any:
-        """An aggregation over many events, its older half on a second connection while this
-        one does the newer: each half's groups, then the groups merged (counts and sums
-        added, minimums and maximums kept)."""
+        """An aggregation over many events in parts of its time range, this connection and
+        WORKERS - 1 others taking the next part in turn; the parts' groups merged (counts and
+        sums added, minimums and maximums kept). Smaller sorts, and every core at work."""
         span = compiled.bin_us if "bin_auto" in text else None  # bins as the whole range's
-        older = aplsql.compile_query(text, **{**args, "end_us": split}, span_override_us=span)
-        newer = aplsql.compile_query(text, **{**args, "start_us": split},
-                                     span_override_us=span)
-        found: dict[str, Any] = {}
+        todo = list(reversed(list(enumerate(parts))))
+        lock = threading.Lock()
+        done: dict[int, list[Any]] = {}
+        found: dict[str, Any] = {"truncated": False}
 
-        def work() -> None:
+        def take() -> tuple[int, tuple[int, int]] | None:
+            with lock:
+                return todo.pop() if todo and "error" not in found else None
+
+        def work(conn: sqlite3.Connection) -> None:
+            while (job := take()) is not None:
+                index, (first, last) = job
+                sql = aplsql.compile_query(text, **{**args, "start_us": first, "end_us": last},
+                                           span_override_us=span).sql
+                got, truncated = aplsql_run.fetch_rows(conn, sql, stop.deadline,
+                                                       aplsql_run.MAX_ANSWER_BYTES)
+                with lock:
+                    done[index] = got
+                    found["truncated"] = found["truncated"] or truncated
+
+        def helper() -> None:
             try:
-                # The same stop: a time-out, a client gone or a failure of either half ends
-                # both.
+                # The same stop: a time-out, a client gone or a failure ends every part.
                 with self._connection(stop) as conn:
                     conn.set_progress_handler(stop, 20_000)
                     QUERY.deadline, QUERY.timed_out = stop.deadline, False
                     try:
-                        found["rows"] = aplsql_run.fetch_rows(
-                            conn, older.sql, stop.deadline, aplsql_run.MAX_ANSWER_BYTES)
+                        work(conn)
                     finally:
                         conn.set_progress_handler(None, 0)
                         QUERY.deadline = None
             except BaseException as exc:  # handed to the query's own thread
-                found["error"] = exc
+                found.setdefault("error", exc)
                 stop.deadline = 0.0
 
-        worker = threading.Thread(target=work, name="loghandler-query-part", daemon=True)
-        worker.start()
+        helpers = [threading.Thread(target=helper, name="loghandler-query-part", daemon=True)
+                   for _ in range(WORKERS - 1)]
+        for thread in helpers:
+            thread.start()
         try:
-            rows, truncated = aplsql_run.fetch_rows(db, newer.sql, stop.deadline,
-                                                    aplsql_run.MAX_ANSWER_BYTES)
-        except BaseException:
-            # This half stopped (time-out, client gone, a bad value): so does the other.
-            stop.deadline = 0.0
-            worker.join()
-            raise
-        worker.join()
+            work(db)
+        except BaseException as exc:
+            found.setdefault("error", exc)
+            stop.deadline = 0.0  # the others stop too
+        for thread in helpers:
+            thread.join()
         if "error" in found:
             raise found["error"]
-        more, more_truncated = found["rows"]
-        merged = _merge_groups(compiled, rows + more)
-        return aplsql_run.build(compiled, merged, truncated or more_truncated, stop.deadline,
-                                started)
+        # Merged in the parts' order, whichever finished first: the same sums every time.
+        merged = _merge_groups(compiled, [row for i in sorted(done) for row in done[i]])
+        return aplsql_run.build(compiled, merged, found["truncated"], stop.deadline, started)
 
     def _cursor(self, text: str, cursor: Any, include: Any) -> tuple[int, int, bool]:
         """The ``_time`` and row of the event a cursor names; HttpError(400) if none."""
