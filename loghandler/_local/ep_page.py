@@ -104,19 +104,25 @@ def search_facets(req: Request) -> dict[str, Any]:
         return int(answer["tables"][0]["columns"][0][0])
 
     in_range = count(range_source(data["dataset"], data["range"]))
-    every = 1
+    searched = bool(data.get("q", "").strip())
+    every, estimate = 1, in_range
     if in_range > FACET_ROWS:
         # How many match (a probe of the range estimates it), then the sample's spacing.
         probe = max(1, in_range // FACET_PROBE)
-        estimate = (in_range if not data.get("q", "").strip()
-                    else count(matching, probe) * probe)
+        if searched:
+            estimate = count(matching, probe) * probe
         every = max(1, math.floor(estimate / FACET_ROWS))
     apl = matching + f" | take {FACET_ROWS}"
     answer = store.reader.query(apl, fmt="tabular", sample=every, cancelled=req.client_gone)
     got = facets(answer.get("tables", []))
     sampled = every > 1 or got["rows"] >= FACET_ROWS
-    matched = got["rows"] * every if sampled else got["rows"]
-    return {"apl": apl, **got, "sampled": sampled, "every": every, "matched": matched}
+    # How many the search finds in the range: counted (no search, or every event read), or
+    # estimated from the probe.
+    exact = not searched or not sampled
+    matched = in_range if not searched else got["rows"] if exact else max(estimate,
+                                                                          got["rows"])
+    return {"apl": apl, **got, "sampled": sampled, "every": every, "matched": matched,
+            "exact": exact}
 
 
 def _iso(us: int) -> str:

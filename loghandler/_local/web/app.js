@@ -1193,8 +1193,8 @@ function loadFacets() {
 function facetsSaid(got) {
   const n = got.rows.toLocaleString();
   if (got.sampled) {
-    return "· a sample of " + n + " of " + Number(got.matched || 0).toLocaleString()
-      + ", spread evenly over the range";
+    return "· a sample of " + n + " of " + (got.exact ? "" : "about ")
+      + Number(got.matched || 0).toLocaleString() + ", spread evenly over the range";
   }
   return "· of " + n + " event" + (got.rows === 1 ? "" : "s");
 }
