@@ -48,6 +48,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 SEARCHES = [("status:500", 1.0), ("duration_ms>1000", 1.0), ("-level:debug", 1.0),
             (weblogs.RARE_WORD, 1.5)]
 CHART = "['web'] | summarize count() by level, bin_auto(_time)"
+SECTIONS = ("searches", "api", "idle", "chart", "link", "journey")
 P95 = ("['web'] | where isnotempty(path) "
        "| summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
 
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", help="keep the database in this file (default: a temporary "
                                      "one, removed at the end)")
     parser.add_argument("--screenshots", help="save the docs' screenshots in this directory")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"some of {','.join(SECTIONS)} (default: all)")
     args = parser.parse_args(argv)
 
     from loghandler._client import Client
@@ -331,10 +334,12 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
         drv.save_screenshot(os.path.join(args.screenshots, "local-service.png"))
         open_dataset(drv, base, token)
 
+    only = set(args.only.split(","))
     # 1. The searches, with the page open in live mode.
-    print(f"\nsearches, the page open in live mode ({load()})")
     apls: dict[str, str] = {}
-    for text, target in SEARCHES:
+    for text, target in SEARCHES if only & {"searches", "api"} else []:
+        if text == SEARCHES[0][0]:
+            print(f"\nsearches, the page open in live mode ({load()})")
         times, firsts = [], 0
         for _ in range(reps):
             search(drv, "")  # back to no search, settled, then the search
@@ -353,8 +358,9 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     wait(drv, settled, "the page settled")
 
     # 2. The same queries through the API, alone and with the page open (interleaved).
-    print(f"\nthe API, alone and with the page open ({load()})")
-    for text, _ in SEARCHES:
+    for text, _ in SEARCHES if "api" in only else []:
+        if text == SEARCHES[0][0]:
+            print(f"\nthe API, alone and with the page open ({load()})")
         alone, beside = [], []
         for _ in range(max(reps, 5)):
             drv.get("about:blank")
@@ -369,6 +375,28 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
                     f"({median(beside) * 1000:.0f}/{median(alone) * 1000:.0f} ms)", "<= 1.5x"))
 
     # 3. Idle in live mode: the requests made, and the most in flight per panel.
+    if "idle" in only:
+        idle(drv, args, out)
+    if "chart" in only:
+        chart(drv, args, out)
+    if "link" in only:
+        link(drv, client, base, token, args, out)
+    if "journey" in only:
+        journeys, wrong = [], 0
+        for i in range(reps):
+            took, screens = journey(drv, base, token, args.screenshots if i == 0 else None)
+            journeys.append(took)
+            wrong += screens
+            print(f"the journey: {took:.1f} s, {screens} wrong screens ({load()})")
+        out.append(("journey: errors 15m > traceback > request > p95/path 1h",
+                    f"{median(journeys):.1f} s, {wrong} wrong screens", "< 60 s, none"))
+    most = drv.execute_script("return window.__net.most;")
+    out.append(("most requests in flight per panel (the last page)",
+                ", ".join(f"{k or 'other'} {v}" for k, v in sorted(most.items())), "1"))
+    return out
+
+
+def idle(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:
     print(f"\nidle in live mode for {args.idle:g} s ({load()})")
     n0 = drv.execute_script("return window.__net.log.length;")
     time.sleep(args.idle)
@@ -378,10 +406,12 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
                 f"{args.idle:g} s)", "<= 1"))
     print(f"  {made} requests: {rate:.2f}/s ({load()})")
 
-    # 4. A day's chart.
+
+def chart(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:
+    """A day's chart through the APL editor (and the docs' chart screenshot)."""
     print(f"\nthe chart {CHART!r} over 24 hours ({load()})")
     charts = []
-    for _ in range(reps):
+    for _ in range(args.repeat):
         charts.append(run_apl(drv, CHART, "24h"))
         print(f"  {charts[-1]:.2f} s ({load()})")
     out.append(("24-hour count() by level, bin_auto(_time) chart", f"{median(charts):.2f} s",
@@ -391,7 +421,10 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
         run_apl(drv, P95, "1h")
         drv.save_screenshot(os.path.join(args.screenshots, "local-service-chart.png"))
 
-    # 5. An event's link (an error from the middle of the day).
+
+def link(drv: Any, client: Any, base: str, token: str, args: Any,
+         out: list[tuple[str, str, str]]) -> None:
+    """An event's link (an error from the middle of the day), opened from navigation."""
     middle = client.query("['web'] | where level == 'error' and _time < ago(12h) | take 1 "
                           "| project _time, _rowId")[0]
     # As the page's copy link makes it: the event's minute as the range, its time and id.
@@ -399,12 +432,12 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     minute = t.replace(second=0, microsecond=0)
     span = "{}/{}".format(*(m.strftime("%Y-%m-%dT%H:%M:%S.000Z") for m in (
         minute, minute + datetime.timedelta(minutes=1))))
-    link = (f"{base}/#token={token}&dataset=web&range={quote(span, safe='')}&event="
-            f"{quote(middle['_time'] + '~' + middle['_rowId'], safe='')}")
+    address = (f"{base}/#token={token}&dataset=web&range={quote(span, safe='')}&event="
+               f"{quote(middle['_time'] + '~' + middle['_rowId'], safe='')}")
     opens = []
-    for _ in range(reps):
+    for _ in range(args.repeat):
         drv.get("about:blank")
-        drv.get(link)
+        drv.get(address)
         shown = wait(drv, lambda d: d.execute_script(
             "const j = document.getElementById('detail-json').textContent;"
             "return j.includes(arguments[0]) && performance.now();", middle["_rowId"]),
@@ -413,20 +446,6 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     print(f"\nan event's link: {', '.join(f'{t:.2f}' for t in opens)} s ({load()})")
     out.append(("opening an event's link (from navigation)", f"{median(opens):.2f} s",
                 "< 0.5 s"))
-
-    # 6. The journey.
-    journeys, wrong = [], 0
-    for i in range(reps):
-        took, screens = journey(drv, base, token, args.screenshots if i == 0 else None)
-        journeys.append(took)
-        wrong += screens
-        print(f"the journey: {took:.1f} s, {screens} wrong screens ({load()})")
-    out.append(("journey: errors 15m > traceback > request > p95/path 1h",
-                f"{median(journeys):.1f} s, {wrong} wrong screens", "< 60 s, none"))
-    most = drv.execute_script("return window.__net.most;")
-    out.append(("most requests in flight per panel (the last page)",
-                ", ".join(f"{k or 'other'} {v}" for k, v in sorted(most.items())), "1"))
-    return out
 
 
 def journey(drv: Any, base: str, token: str, screenshots: str | None) -> tuple[float, int]:
