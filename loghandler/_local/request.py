@@ -150,10 +150,17 @@ class Request(BaseHTTPRequestHandler):
         query it asked for can stop. Its next request, sent early, is not a hang-up."""
         sock = self.connection
         try:
-            ready, _, _ = select.select([sock], [], [], 0)
-            return bool(ready) and sock.recv(1, socket.MSG_PEEK) == b""
+            if hasattr(select, "poll"):  # select() cannot watch a descriptor past 1023
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                ready = bool(poller.poll(0))
+            else:
+                ready = bool(select.select([sock], [], [], 0)[0])
+            return ready and sock.recv(1, socket.MSG_PEEK) == b""
+        except ConnectionError:
+            return True  # reset: gone
         except (OSError, ValueError):
-            return True
+            return False  # not known: the query goes on (its deadline still holds)
 
     def allow(self, method: str, *allowed: str) -> None:
         if method not in allowed:
