@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"some of {','.join(SECTIONS)} (default: all)")
     args = parser.parse_args(argv)
 
-    from loghandler._client import Client
+    from loghandler import Client
     from loghandler._local.store import Store
 
     tmp = tempfile.mkdtemp(prefix="loghandler-page-bench-")
