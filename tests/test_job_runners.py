@@ -45,8 +45,10 @@ class TestServerless:
                 return "done"
 
             try:
+                assert lambda_handler.delivered is None  # no call yet
                 assert lambda_handler({"n": 30}, LambdaContext(10_000)) == "done"
                 assert flush.delivered is True
+                assert lambda_handler.delivered is True  # `@loghandler.flushing(h)` has no name
                 assert len(svc.events("fn")) == 30  # no wait: already there
             finally:
                 handler.close()
@@ -73,6 +75,7 @@ class TestServerless:
                 took = time.monotonic() - started
                 assert took < 1.0  # 0.8 s left, less 0.2 s reserve, never 30 s
                 assert flush.delivered is False
+                assert lambda_handler.delivered is False
             finally:
                 handler.close()
 
@@ -93,6 +96,7 @@ class TestServerless:
 
             try:
                 assert asyncio.run(lambda_handler({}, LambdaContext(5_000))) == 7
+                assert lambda_handler.delivered is True
                 assert len(svc.events("fn")) == 1
             finally:
                 handler.close()
