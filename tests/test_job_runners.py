@@ -384,6 +384,7 @@ import logging, os
 import loghandler
 import loghandler.celery
 from celery import Celery
+from celery.utils.log import get_task_logger
 
 # README's way: a handler on the root logger at import, and the one line of set-up.
 handler = loghandler.IngestHandler("celery", url=os.environ["TEST_URL"],
@@ -398,17 +399,23 @@ app = Celery("tasks", broker=os.environ["TEST_REDIS"], backend=os.environ["TEST_
 @app.task
 def job(i):
     logging.getLogger("tasks").info("job %d started", i, extra={"id": 2 * i})
-    logging.getLogger("tasks").info("job %d done", i, extra={"id": 2 * i + 1})
+    # Celery's own way: its task loggers propagate to Celery's task logger, not to the root.
+    get_task_logger("tasks.own").info("job %d done", i, extra={"id": 2 * i + 1})
     return i
 '''
 
 
 class TestCelery:
-    @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
-    def test_worker_delivers_every_task_through_a_warm_shutdown(self, pool, tmp_path):
-        """A real Celery worker (Redis broker): its logging set-up removes the root logger's
-        handlers and its pool processes exit without atexit; with loghandler.celery.install()
-        every task's events arrive, once, by the end of a warm shutdown (SIGTERM)."""
+    @pytest.mark.parametrize(("pool", "loglevel"), [
+        ("prefork", None), ("solo", None), ("threads", None), ("solo", "INFO")])
+    def test_worker_delivers_every_task_through_a_warm_shutdown(self, pool, loglevel,
+                                                                tmp_path):
+        """A real Celery worker (Redis broker), started as the guide shows (`celery -A tasks
+        worker`, the worker's default --loglevel WARNING, or INFO): its logging set-up removes
+        the root logger's handlers and sets the root logger's level, and its pool processes exit
+        without atexit; with loghandler.celery.install() every task's INFO events arrive (from
+        a logger of the application and from Celery's get_task_logger), once, by the end of a
+        warm shutdown (SIGTERM). The worker's console keeps the worker's level."""
         import os
         import signal
         import subprocess
@@ -424,10 +431,10 @@ class TestCelery:
                 env = {**os.environ, "TEST_URL": svc.url, "TEST_TOKEN": TOKEN,
                        "TEST_REDIS": redis_server.url, "PYTHONPATH": str(tmp_path)}
                 celery_cli = os.path.join(os.path.dirname(sys.executable), "celery")
+                level = ["--loglevel", loglevel] if loglevel else []
                 worker = subprocess.Popen(
-                    [celery_cli, "-A", "tasks", "worker", "--pool", pool, "-c", "2",
-                     "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-                     "--without-heartbeat"],
+                    [celery_cli, "-A", "tasks", "worker", *level, "--pool", pool, "-c", "2",
+                     "--without-gossip", "--without-mingle", "--without-heartbeat"],
                     env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE, text=True)
                 run = ("import tasks\n"
@@ -440,6 +447,10 @@ class TestCelery:
                 assert worker.returncode == 0, err[-2000:]
                 ids = sorted(e["id"] for e in svc.events("celery") if "id" in e)
                 assert ids == list(range(100)), err[-2000:]
+                # The console shows what the worker's level says: the tasks' INFO lines only
+                # at --loglevel INFO.
+                assert ("job 7 started" in err) is (loglevel == "INFO"), err[-2000:]
+                assert ("job 7 done" in err) is (loglevel == "INFO"), err[-2000:]
         finally:
             if worker is not None and worker.poll() is None:
                 worker.kill()
