@@ -463,28 +463,34 @@ _OTEL_ATTRS = {"service.name": "service", "deployment.environment": "environment
 
 
 def _otel_resource(text: str) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES (``key=value,...``, values percent-encoded) as a dict."""
     out: dict[str, str] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
-        if sep and key in _OTEL_ATTRS and value.strip():
+        if sep and key and value.strip():
             from urllib.parse import unquote
 
-            out.setdefault(_OTEL_ATTRS[key], unquote(value.strip()))
+            out.setdefault(key, unquote(value.strip()))
     return out
 
 
 def identity_fields(identity: bool | Mapping[str, Any],
                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``service``, ``environment``, ``version`` and ``host`` for every event.
+    """``service``, ``environment``, ``version`` and ``host`` for every event, and where the
+    process runs (``_engine/platforms.py``: Kubernetes, AWS Lambda and ECS, Google Cloud Run,
+    Azure, Heroku, Fly.io, Render), under OpenTelemetry's names.
 
     ``identity=True``: from ``LOGHANDLER_SERVICE`` / ``OTEL_SERVICE_NAME``,
     ``LOGHANDLER_ENVIRONMENT``, ``LOGHANDLER_VERSION`` and ``OTEL_RESOURCE_ATTRIBUTES``
-    (``service.name``, ``deployment.environment``, ``service.version``), plus the host name.
+    (``service.name``, ``deployment.environment``, ``service.version``, and the platform names
+    such as ``k8s.pod.name``, which win over what is detected), plus the host name.
     A mapping sets fields explicitly (the environment fills the rest); False: none.
     """
     if identity is False:
         return {}
+    from .platforms import OTEL_NAMES, detect
+
     env = os.environ if environ is None else environ
     out: dict[str, Any] = {}
     if isinstance(identity, Mapping):
@@ -497,8 +503,18 @@ def identity_fields(identity: bool | Mapping[str, Any],
             if value:
                 out[field] = value
                 break
-    for field, value in _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", "")).items():
-        out.setdefault(field, value)
+    resource = _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
+    for key, value in resource.items():
+        if key in _OTEL_ATTRS:
+            out.setdefault(_OTEL_ATTRS[key], value)
+    platform = detect(env)
+    # The application's own name for itself wins over the platform's name for it.
+    service = platform.pop("service", None)
+    if service and "service" not in out:
+        out["service"] = service
+    platform.update({k: v for k, v in resource.items() if k in OTEL_NAMES})
+    for key, value in platform.items():
+        out.setdefault(key, value)
     if "host" not in out:
         try:
             out["host"] = socket.gethostname()
