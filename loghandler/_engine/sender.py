@@ -78,9 +78,10 @@ class Sender:
         opts = self.options
         # What ships (shaping.py): None when not configured, so the flusher pays one test.
         self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
-                                    opts.scrub_patterns)
+                                    opts.scrub_patterns, opts.field_names)
         self.selector = (Selector(opts.sample_levels, opts.sample_loggers, opts.repeat_limit,
-                                  opts.repeat_window)
+                                  opts.repeat_window, keep_level=opts.keep_level,
+                                  field_names=opts.field_names)
                          if opts.sample_levels or opts.sample_loggers or opts.repeat_limit
                          else None)
         self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
@@ -110,6 +111,8 @@ class Sender:
         policy, exclusions, scanning text for secrets, a ``fields=`` value that is not plain or
         whose name is a secret's."""
         if self.selector is not None or self.options.json_default is not None:
+            return None
+        if self.options.field_names:  # renamed by the flusher (the C writer knows no names)
             return None
         static = dict(self.options.fields or {})
         if any(type(v) not in PLAIN for v in static.values()):

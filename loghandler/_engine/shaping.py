@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .._encoding import free_name
+from .hold import level_number
+
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
 REDACTED = "[redacted]"
@@ -265,43 +268,61 @@ class Scrubber:
 
 
 class Finisher:
-    """The last step per event on the flusher thread: exclusions, then scrubbing."""
+    """The last step per event on the flusher thread: exclusions, scrubbing, then the field
+    names the user ships under (``field_names``; the steps before and the selector read the
+    event's usual names)."""
 
-    __slots__ = ("_exclude", "_scrubber")
+    __slots__ = ("_exclude", "_renames", "_scrubber")
 
-    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None) -> None:
+    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None,
+                 renames: Mapping[str, str] | None = None) -> None:
         self._exclude = tuple(exclude)
         self._scrubber = scrubber
+        self._renames = tuple((renames or {}).items())
 
     def clean_keys(self) -> set[Any] | None:
         """The keys a flat event may hold with nothing to do (the scrubber's plain path, which
         grows the set), for the compiled item_events to skip the call; None when every event
-        needs the call (exclusions, text scanning)."""
+        needs the call (exclusions, renames, text scanning)."""
         scrubber = self._scrubber
-        if self._exclude or scrubber is None or scrubber._scan:
+        if self._exclude or self._renames or scrubber is None or scrubber._scan:
             return None
         return scrubber._clean
 
     def learn(self, key: str) -> bool:
         """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
         scrubber = self._scrubber
-        return not self._exclude and scrubber is not None and scrubber.learn(key)
+        return (not self._exclude and not self._renames and scrubber is not None
+                and scrubber.learn(key))
 
     def __call__(self, event: dict[str, Any], plain: bool = False) -> None:
         for key in self._exclude:
             event.pop(key, None)
         if self._scrubber is not None:
             self._scrubber.event(event, plain)
+        if self._renames:
+            rename(event, self._renames)
+
+
+def rename(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``field_names`` on one event, in place. A field the event already has under a new name
+    is kept, renamed as a clash with a reserved key is (``extra_<name>``): never lost."""
+    moved = [(new, event.pop(old)) for old, new in renames if old in event]
+    for new, value in moved:
+        if new in event:
+            event[free_name(new, event)] = event.pop(new)
+        event[new] = value
 
 
 def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
-                  scrub_patterns: Iterable[str]) -> Callable[..., None] | None:
+                  scrub_patterns: Iterable[str],
+                  field_names: Mapping[str, str] | None = None) -> Callable[..., None] | None:
     exclude = tuple(exclude)
     scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
                 else None)
-    if not exclude and scrubber is None:
+    if not exclude and scrubber is None and not field_names:
         return None
-    return Finisher(exclude, scrubber)
+    return Finisher(exclude, scrubber, field_names)
 
 
 # ------------------------------------------------------------------ selecting
@@ -327,13 +348,26 @@ class Selector:
     ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
     summaries are new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_levels", "_limit", "_loggers", "_max_keys", "_rand", "_seen", "_window")
+    __slots__ = ("_keep", "_kept_levels", "_level", "_levels", "_limit", "_logger",
+                 "_loggers", "_max_keys", "_message", "_rand", "_seen", "_trace", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random) -> None:
+                 repeat_window: float, rand: Callable[[], float] = random.random,
+                 keep_level: int | None = None,
+                 field_names: Mapping[str, str] | None = None) -> None:
+        # The events reach the selector with their shipped names (Finisher ran first).
+        names = field_names or {}
+        self._level = names.get("level", "level")
+        self._logger = names.get("logger", "logger")
+        self._message = names.get("message", "message")
+        self._trace = names.get("trace_id", "trace_id")
+        # Events at keep_level and above are never sampled away: a level's verdict, cached
+        # (level names are few; the cache is bounded all the same).
+        self._keep = keep_level
+        self._kept_levels: dict[str, bool] = {}
         self._levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
         # Longest prefix first: "app.db" wins over "app".
         self._loggers = sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
@@ -348,13 +382,13 @@ class Selector:
     def _rate(self, event: dict[str, Any]) -> float:
         rate = 1.0
         if self._levels:
-            level = event.get("level")
+            level = event.get(self._level)
             if type(level) is str:
                 r = self._levels.get(level)
                 if r is not None:
                     rate = r
         if self._loggers:
-            name = event.get("logger")
+            name = event.get(self._logger)
             if type(name) is str:
                 for prefix, r in self._loggers:
                     if name == prefix or name.startswith(prefix + "."):
@@ -372,8 +406,8 @@ class Selector:
         for event in events:
             if sampling:
                 rate = self._rate(event)
-                if rate < 1.0:
-                    u = _trace_fraction(event.get("trace_id"))
+                if rate < 1.0 and not (self._keep is not None and self._kept(event)):
+                    u = _trace_fraction(event.get(self._trace))
                     if (self._rand() if u is None else u) >= rate:
                         sampled += 1
                         continue
@@ -383,14 +417,26 @@ class Selector:
             kept.append(event)
         return kept, sampled, repeats, summaries
 
+    def _kept(self, event: dict[str, Any]) -> bool:
+        """The event's level is at or above sample_keep_level."""
+        level = event.get(self._level)
+        if type(level) is not str:
+            return False
+        verdict = self._kept_levels.get(level)
+        if verdict is None:
+            verdict = level_number(level) >= (self._keep or 0)
+            if len(self._kept_levels) < 256:
+                self._kept_levels[level] = verdict
+        return verdict
+
     def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
                ) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
-        message = event.get("message", event.get("event"))
+        message = event.get(self._message, event.get("event"))
         if type(message) is not str:
             return True
-        key = (event.get("logger"), event.get("level"), message)
+        key = (event.get(self._logger), event.get(self._level), message)
         seen = self._seen
         entry = seen.get(key)
         if entry is not None and now - entry[0] < self._window:
