@@ -29,7 +29,7 @@ from ._errors import (
     RateLimitError,
     TransportError,
 )
-from ._output import body_detail, redact, service_message, shown
+from ._output import body_detail, clip, redact, service_message, shown
 from ._status import AUTH, LIMITS, NOT_FOUND, RATE_LIMIT, RESET_HEADERS, is_redirect, is_success
 from ._time import format_datetime
 from ._version import __version__
@@ -349,8 +349,8 @@ class Client:
                 if watch is not None and watch.fired:
                     raise TransportError(self._too_slow(limit)) from None
                 raise TransportError(
-                    f"the connection to {self._settings.url} broke while reading the answer: "
-                    f"{_short(exc)}"
+                    f"the connection to {self._settings.url} broke while reading the answer "
+                    f"({clip(_short(exc), 80)})"
                 ) from None
         finally:
             _watchdog.disarm(watch)
@@ -366,9 +366,11 @@ class Client:
                         complete)
 
     def _too_slow(self, limit: float) -> str:
-        return (f"no answer from {self._settings.url} in time: none complete within "
-                f"{limit:g} s (timeout= bounds the whole request: connecting, sending and the "
-                "answer)")
+        from ._config import in_command_line
+
+        what = ("check that the service is up" if in_command_line()
+                else "raise timeout= if the service is slow")
+        return f"no answer from {self._settings.url} within {limit:g} s: {what}"
 
     def request(self, method: str, path: str, body: Any = None, *,
                 timeout: float | None = None) -> Any:
@@ -478,19 +480,19 @@ def _transport_message(url: str, exc: Exception) -> str:
     # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
     # recognised before any time-out test.
     if isinstance(root, ConnectionRefusedError) or "refused" in text.lower():
-        return f"cannot connect to {url}: connection refused; is the address right?"
+        return f"cannot connect to {url} (connection refused)"
     if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(root, ssl.SSLError):
-        return f"TLS failed for {url}: {text}; check the address and the certificates"
+        return f"TLS failed for {url} ({clip(text, 80)})"
     if isinstance(exc, urllib3.exceptions.NameResolutionError) or isinstance(
         root, socket.gaierror
     ):
-        return f"cannot resolve the host of {url}: {text}"
+        return f"cannot resolve the host of {url} ({clip(text, 80)})"
     timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(
         exc, urllib3.exceptions.NewConnectionError
     )
     if timed_out or isinstance(root, TimeoutError) or "timed out" in text.lower():
-        return f"no answer from {url} in time ({text})"
-    return f"cannot reach {url}: {text}"
+        return f"no answer from {url} in time ({clip(text, 80)})"
+    return f"cannot reach {url} ({clip(text, 80)})"
 
 
 def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
@@ -502,38 +504,38 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
         return
     body = resp.body
     own = service_message(body)
-    said = f": {own}" if own else ""
-    if status in AUTH:
-        from ._config import said as _said
+    said = f": {clip(own, 60)}" if own else ""
+    from ._config import said as _said
 
+    if status in AUTH:
         raise AuthenticationError(
             status, body,
             f"the service refused the token (HTTP {status}{said}) for {what}: check "
-            f"{_said('token').rstrip('.')} or LOGHANDLER_TOKEN (valid, and allowed to do "
-            f"this; a personal access token also needs {_said('org_id')} / "
-            "LOGHANDLER_ORG_ID)",
+            f"{_said('token')} or LOGHANDLER_TOKEN (a personal access token also needs "
+            f"{_said('org_id')})",
         )
     if status in LIMITS:
         which = "rate" if status == RATE_LIMIT else limit
         retry_after = resp.retry_after
         if retry_after is None:
             retry_after = parse_reset(resp.headers, names=(RESET_HEADERS[which],))
-        wait = f"; retry after {retry_after:g} s" if retry_after is not None else ""
-        raise RateLimitError(status, body, f"{which} limited on {what} (HTTP {status}): the "
-                                           f"service's {which} limit was reached{said}{wait}",
+        wait = (f": retry after {retry_after:g} s" if retry_after is not None
+                else ": retry later")
+        raise RateLimitError(status, body, f"the service's {which} limit was reached (HTTP "
+                                           f"{status}{said}) for {what}{wait}",
                              retry_after=retry_after)
     if status in NOT_FOUND:
         if dataset is not None:
-            msg = (f"dataset {shown(dataset)} not found (HTTP 404){said}: create it "
-                   f"(`loghandler datasets create {shown(dataset).strip(chr(39))}`), or check "
-                   "the dataset name and the base address (LOGHANDLER_URL)")
+            msg = (f"dataset {shown(dataset, 40)} not found (HTTP 404): create it (loghandler "
+                   f"datasets create {clip(redact(dataset), 40)}) or check the name and "
+                   f"{_said('url_arg')}")
         else:
-            msg = f"not found: {what} (HTTP 404){said}; check the base address (LOGHANDLER_URL)"
+            msg = f"{what}: not found (HTTP 404{said}): check {_said('url_arg')}"
         raise NotFoundError(status, body, msg)
     if is_redirect(status):
-        raise ApiError(status, body, f"{what} was redirected (HTTP {status}); the base address "
-                                     "is probably wrong (http vs https, or a missing path)")
-    raise ApiError(status, body, f"{what} failed with HTTP {status}{body_detail(body)}")
+        raise ApiError(status, body, f"{what} was redirected (HTTP {status}): check "
+                                     f"{_said('url_arg')} (https, no path too many or missing)")
+    raise ApiError(status, body, f"{what} failed with HTTP {status}{clip(body_detail(body), 100)}")
 
 
 _live_clients: weakref.WeakSet[Client] = weakref.WeakSet()

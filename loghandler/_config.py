@@ -59,6 +59,11 @@ def speak_command_line(on: bool = True) -> None:
     _COMMAND_LINE[0] = on
 
 
+def in_command_line() -> bool:
+    """Whether messages are read by a command line user (flags) or a Python one (arguments)."""
+    return _COMMAND_LINE[0]
+
+
 def said(name: str) -> str:
     """How the user passes ``name`` where they are (``token=...`` or ``--token``)."""
     return _WORDS[name][1 if _COMMAND_LINE[0] else 0]
@@ -156,8 +161,7 @@ def resolve_settings(
                      else "of the service")
             raise ConfigurationError(
                 f"no address {which}: pass {said('url')} or set {REGIONS[region_name]} "
-                "(the base address, e.g. https://api.example.com; `loghandler serve` prints "
-                "one for a local service)"
+                "(e.g. https://api.example.com; `loghandler serve` prints one)"
             )
         source = f"{REGIONS[region_name]}, or {said('url_arg')}"
     else:
@@ -204,8 +208,8 @@ def _validate_url(url: Any, source: str, allow_http: bool) -> str:
         ) from None
     if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
         raise ConfigurationError(
-            f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "
-            f"clear text. Use https://, or pass {said('allow_http')} if you really mean it"
+            f"refusing plain http:// to {parts.hostname} ({source}), where the token would "
+            f"travel in clear text: use https://, or pass {said('allow_http')}"
         )
     return url.rstrip("/")
 

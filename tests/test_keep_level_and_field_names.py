@@ -257,3 +257,14 @@ def test_field_names_on_both_paths() -> None:
         active.append(compiled)
         assert events == expected, (pure, events)
     assert active[0] is False  # the pure-Python run; the other is compiled where it is built
+
+
+def test_renames_that_chain_are_applied_as_one_step() -> None:
+    """A new name that is also an old one: each field goes to its own new name."""
+    from loghandler._engine.shaping import make_finisher
+
+    finish = make_finisher((), False, (), (), {"message": "level", "level": "severity"})
+    assert finish is not None
+    event = {"message": "m", "level": "info", "x": 1}
+    finish(event)
+    assert event == {"x": 1, "level": "m", "severity": "info"}

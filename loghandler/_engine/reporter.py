@@ -13,12 +13,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._output import clip, print_line, printable, shown
+from .._output import clip, print_line, printable, redact, shown
 from .guard import CALLBACK, sending
 from .policy import LASTING, Cause
 from .stats import Stats
 
-__all__ = ["Reporter", "print_exit_summary"]
+__all__ = ["Reporter", "answer_of", "counted", "plural", "print_exit_summary"]
+
+# Every line: "loghandler: dataset 'app': <cause>: <action>", one cause and one action, about
+# 160 characters at most with a short dataset name. What the service said is clipped to fit.
+SERVICE_WORDS = 60
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 event``, ``3 events``, ``1,000 events`` (``nouns``: an irregular plural)."""
+    return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+def answer_of(error: BaseException | None) -> str:
+    """An error as a line's parenthesis: ``HTTP 403: invalid token`` for the service's
+    answers (its own words clipped), the transport's sentence otherwise."""
+    if error is None:
+        return "no answer"
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        from .._output import service_message
+
+        own = service_message(getattr(error, "body", None))
+        return f"HTTP {status}" + (f": {clip(own, SERVICE_WORDS)}" if own else "")
+    return clip(printable(str(error)), 70)
+
+
+def counted(counter: str) -> str:
+    """`` (stats().<counter>)`` for a Python user; nothing on the command line, whose summary
+    counts the events."""
+    from .._config import in_command_line
+
+    return "" if in_command_line() else f" (stats().{counter})"
+
+
+def refusal(cause: Cause, error: BaseException | None, dataset: str, n: int) -> str:
+    """The line of a batch the service refused for good, by the answer's kind (not found, a
+    redirect, another 4xx)."""
+    from .._config import said
+
+    if cause is Cause.NOT_FOUND:
+        name = clip(redact(dataset), 40)
+        return (f"the service has no such dataset (HTTP 404): create it (loghandler datasets "
+                f"create {name}) or check the name and {said('url_arg')}")
+    if cause is Cause.REDIRECTED:
+        return (f"the service redirected the request ({answer_of(error)}): check "
+                f"{said('url_arg')} (https, no path too many or missing)")
+    return (f"the service refused {plural(n, 'event')} ({answer_of(error)}), not sent again"
+            f"{counted('failed_client_error')}: see its message")
 
 
 class Reporter:
@@ -61,17 +108,16 @@ class Reporter:
         """Why a batch was given up at the close deadline (its last error, or what happened),
         for the exit summary."""
         if self._exit_summary and self._exit_cause is None:
-            self._exit_cause = (error if isinstance(error, str) else f"last error: {error}")
+            self._exit_cause = (error if isinstance(error, str)
+                                else f"last error: {answer_of(error)}")
 
     def recovered(self) -> bool:
         """A batch was delivered: outages are over. True when one was reported (and is now
         told to be over)."""
         reported = self._reported
         if reported and not reported <= LASTING:
-            ended = reported - LASTING
             self._reported = reported & LASTING
-            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
-                       f"(after: {', '.join(sorted(c.value for c in ended))})")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again")
             return True
         return False
 
@@ -87,8 +133,8 @@ class Reporter:
             # The application's callback failed: one line (once), never a traceback, and the
             # flusher goes on. A KeyboardInterrupt raised here was meant for the main thread.
             self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}: "
-                                        f"{clip(printable(str(exc)), 200)}; ignored (it is "
-                                        "called on the flusher thread)")
+                                        f"{clip(printable(str(exc)), 60)} (ignored): make the "
+                                        "callback catch its own errors")
 
     # ------------------------------------------------------------------ at exit
 
@@ -122,7 +168,7 @@ class Reporter:
             bits.append(f"{st.queued} still queued")
         if st.spooled:
             bits.append(f"{st.spooled} spooled to {spool_dir} for later delivery")
-        cause = f" ({self._exit_cause})" if self._exit_cause else ""
+        cause = f" ({clip(self._exit_cause, 100)})" if self._exit_cause else ""
         return (f"dataset {shown(self.dataset)}: {st.delivered} of {st.submitted} delivered, "
                 + ", ".join(bits) + cause)
 

@@ -17,9 +17,9 @@ from typing import Any
 from .. import _compiled
 from .. import _encoding as encoding
 from .._client import Response, raise_for_status
-from .._config import ShipperOptions
+from .._config import ShipperOptions, said
 from .._errors import ApiError, Error, PartialIngestError, TransportError
-from .._output import shown
+from .._output import clip, printable, shown
 from .batches import Chunk, Cutter
 from .bisector import bisect, conclude, partial_error
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
@@ -37,7 +37,7 @@ from .policy import (
     next_auth_pause,
     spill,
 )
-from .reporter import Reporter
+from .reporter import Reporter, answer_of, counted, plural, refusal
 from .shaping import Selector, make_finisher
 from .spool import Spool, SpoolWriteError
 from .transport import Transport
@@ -165,10 +165,11 @@ class Sender:
             # What it held in flight would otherwise stay unaccounted (and flush() waiting for
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
-            self.reporter.report(Cause.INTERNAL, f"the flusher thread stopped on an internal "
-                                                 f"error: {type(exc).__name__}: {exc}"
-                                 + (f"; {lost} events in flight were counted in "
-                                    f"stats().dropped_invalid" if lost else ""))
+            self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
+                                                 f"error ({type(exc).__name__}: "
+                                                 f"{clip(printable(str(exc)), 60)})"
+                                 + (f", losing {plural(lost, 'event')}" if lost else "")
+                                 + ": please report it")
             self.reporter.error(exc)
         finally:
             _FLUSHERS.discard(_get_ident())
@@ -207,22 +208,18 @@ class Sender:
         st = self.ledger.snapshot()
         full, invalid = st.dropped_queue_full, st.dropped_invalid
         told_full, told_invalid = self.told_drops
-        opts = self.options
         if full > told_full:
-            where = ("with spool_dir, the spool could not take them fast enough"
-                     if self.spool is not None else
-                     "set spool_dir to keep them on disk while the service cannot take them")
+            what = ("raise max_queue_size / max_queue_bytes" if self.spool is not None
+                    else "raise max_queue_size, or set spool_dir to keep them on disk")
             self.reporter.report(
                 Cause.QUEUE_FULL,
-                f"the queue is full (max_queue_size={opts.max_queue_size:,}, max_queue_bytes="
-                f"{opts.max_queue_bytes:,}): {full:,} events dropped so far, counted in "
-                f"stats().dropped_queue_full; {where}, or raise max_queue_size / "
-                "max_queue_bytes")
+                f"the queue is full: {plural(full, 'event')} dropped so far"
+                f"{counted('dropped_queue_full')}: {what}")
         if invalid > told_invalid:
             self.reporter.report(
                 Cause.DROPPED_INVALID,
-                f"{invalid:,} events could not be queued or sent because of an internal error "
-                "of loghandler (please report it), counted in stats().dropped_invalid")
+                f"an internal error of loghandler lost {plural(invalid, 'event')}"
+                f"{counted('dropped_invalid')}: please report it")
         self.told_drops = (full, invalid)
 
     def _send_available(self, partial: bool) -> None:
@@ -352,9 +349,12 @@ class Sender:
                                         else None, tried=outcome.spends):
                 return Outcome.RETRIES_EXHAUSTED, error
             if retry.exhausted:
+                fate = ("it goes to the spool" if self.spool is not None
+                        else "set spool_dir to keep such batches for later")
                 self.reporter.report_or_defer(
-                    Cause.RETRIES_EXHAUSTED, f"could not deliver a batch of {len(chunk)} events "
-                                             f"after {retry.attempts} attempts: {error}")
+                    Cause.RETRIES_EXHAUSTED, f"gave up on {plural(len(chunk), 'event')} after "
+                                             f"{plural(retry.attempts, 'attempt')} "
+                                             f"({answer_of(error)}): {fate}")
                 return Outcome.RETRIES_EXHAUSTED, error
             self.ledger.count(Count.RETRIED)
             self._tell_drops()  # while the service does not take them, the queue may fill
@@ -413,7 +413,7 @@ class Sender:
         elif outcome is Outcome.LIMITED and pause is not None:
             self._report_limit(error, pause)
         elif outcome.final and not outcome.splits and outcome.cause is not None:
-            self.reporter.report(outcome.cause, str(error))
+            self.reporter.report(outcome.cause, refusal(outcome.cause, error, self.dataset, n))
         if outcome.pause is Pause.ALL and pause is not None:
             # The service asked everyone to wait: pause all sending, not just this batch.
             self.ledger.pause_until(_monotonic() + pause)
@@ -436,38 +436,32 @@ class Sender:
         return partial_error(ingested, min(failed, n), failures)
 
     def _unreadable(self, answer: Answer, n: int) -> PartialIngestError:
-        why = ("was cut at the size bound of an ingest status for a batch "
-               f"({self.options.batch_size} events)" if not answer.complete
+        why = ("is longer than an ingest status can be" if not answer.complete
                else "is not valid JSON")
         return PartialIngestError(
-            f"the service answered HTTP {answer.status}, but its answer {why}: whether it "
-            f"stored the {n} events of the request is unknown, so none is counted delivered; "
-            "they are counted failed (not sent again, which could store them twice)",
+            f"the service's answer (HTTP {answer.status}) {why}: whether it stored "
+            f"{plural(n, 'event')} is unknown; counted failed, not sent again",
             ingested=0, failed=n, failures=[])
 
     def _report_limit(self, error: Error, pause: float) -> None:
         status = error.status if isinstance(error, ApiError) else 429
         which = "rate limit" if status == 429 else "ingest limit"
         if pause >= MAX_PAUSE:
-            where = ("events go to the spool until then" if self.spool is not None else
-                     "the queue cannot hold the events logged until then: without spool_dir, "
-                     "those beyond max_queue_size / max_queue_bytes are dropped and counted "
-                     "in stats().dropped_queue_full")
+            what = ("events go to the spool meanwhile" if self.spool is not None
+                    else "set spool_dir to keep the events logged meanwhile")
             self.reporter.report(
                 Cause.LONG_LIMIT, f"the service's {which} was reached (HTTP {status}) and "
-                                  f"resets in more than {MAX_PAUSE:g} s: {where}; sending is "
-                                  f"tried again every {MAX_PAUSE:g} s")
+                                  f"resets in over {MAX_PAUSE:g} s: {what}")
             return
         self.reporter.report(
-            Cause.RATE_LIMITED, f"the service's {which} was reached (HTTP {status}): all "
-                                f"sending pauses until it resets ({pause:g} s), without "
-                                "spending max_retries; new events keep queueing (bounded)")
+            Cause.RATE_LIMITED, f"the service's {which} was reached (HTTP {status}): sending "
+                                f"pauses {pause:g} s; new events wait in the queue")
 
     def _auth_failed(self, error: Error) -> None:
         # on_error is called once, with the batch's outcome (_fail).
-        batch = "spooled" if self.spool is not None else "failed (stats().failed_auth)"
-        self.reporter.report(Cause.AUTH, f"{error}; this batch {batch}, sending pauses "
-                                         f"{self.auth_delay:g} s, new events stay queued")
+        self.reporter.report(Cause.AUTH, f"the service refused the token ({answer_of(error)}): "
+                                         f"check {said('token')} or LOGHANDLER_TOKEN; sending "
+                                         f"resumes in {self.auth_delay:g} s")
         # Back off hard instead of hammering the service with a bad token; double each time.
         self.ledger.pause_until(_monotonic() + self.auth_delay)
         self.auth_delay = next_auth_pause(self.auth_delay)
@@ -494,12 +488,11 @@ class Sender:
         if not self.outage:
             self.outage = True
             self.ledger.set_spilling(True)
-            why = (f"the service is unreachable ({error})"
+            why = (f"the service cannot be reached ({answer_of(error)})"
                    if error is not None and not long_limit
-                   else "sending is paused (the service asked to wait)")
-            self.reporter.report(Cause.SPILLING, f"{why} and events keep coming: they go to the "
-                                 "spool until it takes them again, then are delivered from "
-                                 "there in order")
+                   else "the service asked to wait")
+            self.reporter.report(Cause.SPILLING, f"{why}: events go to the spool, and are "
+                                 "delivered from there once it takes them again")
         self.next_probe = _monotonic() + OUTAGE_PROBE
         return True
 
@@ -532,20 +525,18 @@ class Sender:
                 self.reporter.note_shutdown_error(error)
             else:
                 self.reporter.note_shutdown_error(
-                    f"shutdown_timeout ({self.options.shutdown_timeout:g} s) ran out before "
-                    "they could be sent")
+                    f"shutdown_timeout ({self.options.shutdown_timeout:g} s) ran out")
             if not spooled:
                 self._settle(len(chunk), fate)
                 # Outside the exit hook (its summary line tells), a close that loses events
                 # says so when it happens: a handler closed by logging.config.dictConfig() has
                 # nobody left to ask its stats().
-                why = f": {error}" if error is not None else ""
+                why = f", last error: {answer_of(error)}" if error is not None else ""
                 self.reporter.report_or_defer(
-                    Cause.CLOSED_LOSING, f"closed (by close() or a logging reconfiguration) "
-                                         f"before everything was delivered: {len(chunk)} events "
-                                         "(and any queued after them) were dropped at its "
-                                         f"shutdown_timeout ({self.options.shutdown_timeout:g} "
-                                         f"s){why}")
+                    Cause.CLOSED_LOSING, f"closed with {plural(len(chunk), 'event')} undelivered "
+                                         f"after shutdown_timeout "
+                                         f"({self.options.shutdown_timeout:g} s{why}): raise "
+                                         "shutdown_timeout to wait longer")
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
         # worth telling at once (it will not heal by itself). Told before the events settle,
@@ -562,7 +553,9 @@ class Sender:
         try:
             dropped = self.spool.write(parts, batches)
         except Exception as exc:
-            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: {exc}")
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
+                                                    f"({clip(printable(str(exc)), 80)}): check "
+                                                    "spool_dir's disk space and permissions")
             self.reporter.error(exc)
             stored, dropped = _spool_failure(exc)
         else:
@@ -599,8 +592,7 @@ class Sender:
         carry = list(self.cutter.carry)
         if self.posting is not None:
             self.reporter.note_shutdown_error(
-                f"no answer from the service within shutdown_timeout "
-                f"({self.options.shutdown_timeout:g} s)")
+                f"no answer within shutdown_timeout ({self.options.shutdown_timeout:g} s)")
         if n and self.spool is not None:
             parts = self._encode_in_time(chunks, carry, queued)[:n]
             written = 0
@@ -609,8 +601,10 @@ class Sender:
                     ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
                     written = len(parts)
                 except Exception as exc:
-                    self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: "
-                                                            f"{exc}")
+                    self.reporter.report(
+                        Cause.SPOOL_WRITE, f"could not write to the spool "
+                                           f"({clip(printable(str(exc)), 80)}): check "
+                                           "spool_dir's disk space and permissions")
                     written, dropped = _spool_failure(exc)
                     ledger.count(Count.SPOOL_DROPPED, dropped)
             if written:
@@ -654,10 +648,9 @@ class Sender:
         done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
         if helper.is_alive():
             self.reporter.report(
-                Cause.ENCODE_HANG, f"encoding the events left at exit did not finish within "
-                                   f"{ABANDON_GRACE:g} s (a value whose __repr__ hangs?); "
-                                   f"{len(done)} were spooled, the rest counted as "
-                                   "dropped_shutdown")
+                Cause.ENCODE_HANG, f"encoding the events left at exit took over "
+                                   f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "
+                                   "the rest dropped): look for a __repr__ that hangs")
         return done
 
     # ------------------------------------------------------------------ the spool
@@ -671,7 +664,9 @@ class Sender:
         try:
             spool.replay(self)
         except Exception as exc:
-            self.reporter.report(Cause.SPOOL_REPLAY, f"spool replay failed: {exc}")
+            self.reporter.report(Cause.SPOOL_REPLAY, f"could not replay the spool "
+                                                     f"({clip(printable(str(exc)), 80)}): check "
+                                                     "spool_dir's files and permissions")
             self.reporter.error(exc)
 
     def send(self, parts: list[bytes]) -> list[bytes]:

@@ -272,13 +272,15 @@ class Finisher:
     names the user ships under (``field_names``; the steps before and the selector read the
     event's usual names)."""
 
-    __slots__ = ("_exclude", "_renames", "_scrubber")
+    __slots__ = ("_exclude", "_rename", "_renames", "_scrubber")
 
     def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None,
                  renames: Mapping[str, str] | None = None) -> None:
         self._exclude = tuple(exclude)
         self._scrubber = scrubber
         self._renames = tuple((renames or {}).items())
+        chained = {new for _, new in self._renames} & {old for old, _ in self._renames}
+        self._rename = rename_chained if chained else rename
 
     def clean_keys(self) -> set[Any] | None:
         """The keys a flat event may hold with nothing to do (the scrubber's plain path, which
@@ -301,12 +303,24 @@ class Finisher:
         if self._scrubber is not None:
             self._scrubber.event(event, plain)
         if self._renames:
-            rename(event, self._renames)
+            self._rename(event, self._renames)
 
 
 def rename(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
     """``field_names`` on one event, in place. A field the event already has under a new name
     is kept, renamed as a clash with a reserved key is (``extra_<name>``): never lost."""
+    pop = event.pop
+    for old, new in renames:
+        if old in event:
+            value = pop(old)
+            if new in event:
+                event[free_name(new, event)] = pop(new)
+            event[new] = value
+
+
+def rename_chained(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``rename`` when a new name is also an old one (``{"message": "level", "level":
+    "severity"}``): every field taken out first, then put back under its new name."""
     moved = [(new, event.pop(old)) for old, new in renames if old in event]
     for new, value in moved:
         if new in event:

@@ -81,17 +81,18 @@ def _check_reachable(url: str) -> None:
 def _explain(exc: BaseException, dataset: str, url: str) -> str:
     """The ingest failure in the user's words: what happened and what to do, one line."""
     from .._errors import ApiError, NotFoundError, TransportError
+    from .._output import clip, shown
 
     refused = _refused_token(exc, url)
     if refused:
         return refused
     if isinstance(exc, NotFoundError):
-        return (f"dataset {dataset!r} does not exist at {url} (HTTP 404): create it in the "
-                "service first, or check the name given with -d or LOGHANDLER_DATASET")
+        return (f"dataset {shown(dataset, 40)} does not exist at {url} (HTTP 404): create it "
+                f"(loghandler datasets create {clip(dataset, 40)}) or check -d")
     if isinstance(exc, TransportError):
-        return f"{exc}; the service stopped answering: check that it is up, then run again"
+        return f"the service stopped answering ({exc}): check that it is up, then run again"
     if isinstance(exc, ApiError):
-        return f"{exc}; run again later, or with more --max-retries"
+        return f"{exc}: run again later, or with a higher --max-retries"
     return str(exc)
 
 
