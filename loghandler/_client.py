@@ -535,7 +535,7 @@ def raise_for_status(resp: Response, *, what: str, dataset: str | None = None,
     if is_redirect(status):
         raise ApiError(status, body, f"{what} was redirected (HTTP {status}): check "
                                      f"{_said('url_arg')} (https, no path too many or missing)")
-    raise ApiError(status, body, f"{what} failed with HTTP {status}{clip(body_detail(body), 100)}")
+    raise ApiError(status, body, f"{what} failed with HTTP {status}{clip(body_detail(body), 300)}")
 
 
 _live_clients: weakref.WeakSet[Client] = weakref.WeakSet()

@@ -351,7 +351,8 @@ class TestRetries:
         assert s.flush(5) is False
         assert s.stats().failed_not_found == 3
         err = capfd.readouterr().err
-        assert "dataset 'nope' not found" in err and err.count("\n") == 1
+        assert err == ("loghandler: dataset 'nope': the service has no such dataset (HTTP 404): "
+                       "create it (loghandler datasets create nope) or check the name and url=\n")
         s.close()
 
 

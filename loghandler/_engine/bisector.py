@@ -131,9 +131,9 @@ def conclude(reporter: Reporter, tally: Tally, *, replay: bool) -> None:
                                Cause.TOO_LARGE_WHOLE))
         error = tally.rejected_error if whole is Outcome.REJECTED else tally.too_large_error
         said = answer_of(error) if error is not None else f"HTTP {code}"
-        report(cause, f"a batch of {plural(n, 'event')} was refused whole ({said}, "
-                      f"{plural(tally.requests, 'request')}): check for a proxy in front of the "
-                      f"service; {tally.gave_up:,} not delivered{counted(where)}")
+        report(cause, f"a batch of {plural(n, 'event')} was refused whole ({said}): check for "
+                      f"a proxy in front of the service; {n - tally.delivered:,} not delivered"
+                      f"{counted(where)}")
     if tally.too_large and whole is not Outcome.TOO_LARGE:
         report(Cause.TOO_LARGE, f"the service refused {plural(tally.too_large, 'event')} as too "
                                 f"large (HTTP 413): log smaller events"
@@ -146,9 +146,7 @@ def conclude(reporter: Reporter, tally: Tally, *, replay: bool) -> None:
                                f"{'it holds' if tally.rejected == 1 else 'they hold'}"
                                + counted(rejected))
     if tally.unreadable:
-        report(Cause.UNREADABLE, f"the service's answer to {plural(tally.unreadable, 'event')} "
-                                 f"could not be read, so they may be stored or not: check for a "
-                                 f"proxy in front of the service"
+        report(Cause.UNREADABLE, f"{tally.unreadable_error}"
                                  + counted("replay_rejected" if replay else "failed_by_service"))
     partial = tally.partial()
     if partial is not None:

@@ -40,8 +40,17 @@ def answer_of(error: BaseException | None) -> str:
         from .._output import service_message
 
         own = service_message(getattr(error, "body", None))
-        return f"HTTP {status}" + (f": {clip(own, SERVICE_WORDS)}" if own else "")
-    return clip(printable(str(error)), 70)
+        return f"HTTP {status}" + (f": {clip_words(own, SERVICE_WORDS)}" if own else "")
+    return clip(printable(str(error)), 90)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters at a space, with a "…" when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
 
 
 def counted(counter: str) -> str:
@@ -96,11 +105,12 @@ class Reporter:
             self._reported.add(cause)
             print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
 
-    def report_or_defer(self, cause: Cause, message: str) -> None:
-        """``report``, except during the exit hook's close: its summary line says it."""
+    def report_or_defer(self, cause: Cause, message: str, brief: str | None = None) -> None:
+        """``report``, except during the exit hook's close: its summary line says it (in
+        ``brief`` words when given)."""
         if self._exit_summary:
             if self._exit_cause is None and cause not in self._reported:
-                self._exit_cause = message
+                self._exit_cause = brief or message
         else:
             self.report(cause, message)
 
@@ -132,9 +142,10 @@ class Reporter:
         except BaseException as exc:  # KeyboardInterrupt too: the flusher must live on
             # The application's callback failed: one line (once), never a traceback, and the
             # flusher goes on. A KeyboardInterrupt raised here was meant for the main thread.
-            self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}: "
-                                        f"{clip(printable(str(exc)), 60)} (ignored): make the "
-                                        "callback catch its own errors")
+            said = clip(printable(str(exc)), 60)
+            self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}"
+                                        f"{f' ({said})' if said else ''}, which was ignored: "
+                                        "make the callback catch its own errors")
 
     # ------------------------------------------------------------------ at exit
 
@@ -151,25 +162,25 @@ class Reporter:
             return None
         bits = []
         if dropped:
-            reasons = [f"{n} {r}" for r, n in (
+            reasons = [f"{n:,} {r}" for r, n in (
                 ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
                 ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
                 ("invalid", st.dropped_invalid)) if n]
-            bits.append(f"{dropped} dropped ({', '.join(reasons)})")
+            bits.append(f"{dropped:,} dropped ({', '.join(reasons)})")
         if st.failed:
-            reasons = [f"{n} {r}" for r, n in (
+            reasons = [f"{n:,} {r}" for r, n in (
                 ("token refused", st.failed_auth), ("dataset not found", st.failed_not_found),
                 ("turned down by the service", st.failed_rejected + st.failed_by_service),
                 ("client error", st.failed_client_error),
                 ("retries used up", st.failed_retries_exhausted)) if n]
-            bits.append(f"{st.failed} failed ({', '.join(reasons)})" if reasons
-                        else f"{st.failed} failed")
+            bits.append(f"{st.failed:,} failed ({', '.join(reasons)})" if reasons
+                        else f"{st.failed:,} failed")
         if st.queued:
-            bits.append(f"{st.queued} still queued")
+            bits.append(f"{st.queued:,} still queued")
         if st.spooled:
-            bits.append(f"{st.spooled} spooled to {spool_dir} for later delivery")
-        cause = f" ({clip(self._exit_cause, 100)})" if self._exit_cause else ""
-        return (f"dataset {shown(self.dataset)}: {st.delivered} of {st.submitted} delivered, "
+            bits.append(f"{st.spooled:,} spooled to {spool_dir} for later delivery")
+        cause = f"; {clip(self._exit_cause, 100)}" if self._exit_cause else ""
+        return (f"dataset {shown(self.dataset)}: {st.delivered:,} of {st.submitted:,} delivered, "
                 + ", ".join(bits) + cause)
 
 

@@ -168,7 +168,8 @@ class Sender:
             self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
                                                  f"error ({type(exc).__name__}: "
                                                  f"{clip(printable(str(exc)), 60)})"
-                                 + (f", losing {plural(lost, 'event')}" if lost else "")
+                                 + (f", losing {plural(lost, 'event')}"
+                                    f"{counted('dropped_invalid')}" if lost else "")
                                  + ": please report it")
             self.reporter.error(exc)
         finally:
@@ -210,7 +211,7 @@ class Sender:
         told_full, told_invalid = self.told_drops
         if full > told_full:
             what = ("raise max_queue_size / max_queue_bytes" if self.spool is not None
-                    else "raise max_queue_size, or set spool_dir to keep them on disk")
+                    else "raise max_queue_size or set spool_dir")
             self.reporter.report(
                 Cause.QUEUE_FULL,
                 f"the queue is full: {plural(full, 'event')} dropped so far"
@@ -354,7 +355,8 @@ class Sender:
                 self.reporter.report_or_defer(
                     Cause.RETRIES_EXHAUSTED, f"gave up on {plural(len(chunk), 'event')} after "
                                              f"{plural(retry.attempts, 'attempt')} "
-                                             f"({answer_of(error)}): {fate}")
+                                             f"({answer_of(error)}): {fate}",
+                    f"last error: {answer_of(error)}")
                 return Outcome.RETRIES_EXHAUSTED, error
             self.ledger.count(Count.RETRIED)
             self._tell_drops()  # while the service does not take them, the queue may fill
@@ -439,8 +441,8 @@ class Sender:
         why = ("is longer than an ingest status can be" if not answer.complete
                else "is not valid JSON")
         return PartialIngestError(
-            f"the service's answer (HTTP {answer.status}) {why}: whether it stored "
-            f"{plural(n, 'event')} is unknown; counted failed, not sent again",
+            f"the service's answer (HTTP {answer.status}) {why}: {plural(n, 'event')} may or "
+            "may not be stored, counted failed",
             ingested=0, failed=n, failures=[])
 
     def _report_limit(self, error: Error, pause: float) -> None:
@@ -536,7 +538,8 @@ class Sender:
                     Cause.CLOSED_LOSING, f"closed with {plural(len(chunk), 'event')} undelivered "
                                          f"after shutdown_timeout "
                                          f"({self.options.shutdown_timeout:g} s{why}): raise "
-                                         "shutdown_timeout to wait longer")
+                                         "shutdown_timeout to wait longer",
+                    f"last error: {answer_of(error)}" if error is not None else None)
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
         # worth telling at once (it will not heal by itself). Told before the events settle,
