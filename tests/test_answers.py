@@ -6,10 +6,10 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
-import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
