@@ -366,11 +366,7 @@ class Client:
                         complete)
 
     def _too_slow(self, limit: float) -> str:
-        from ._config import in_command_line
-
-        what = ("check that the service is up" if in_command_line()
-                else "raise timeout= if the service is slow")
-        return f"no answer from {self._settings.url} within {limit:g} s: {what}"
+        return f"no answer from {self._settings.url} within {limit:.3g} s"
 
     def request(self, method: str, path: str, body: Any = None, *,
                 timeout: float | None = None) -> Any:

@@ -75,7 +75,7 @@ class TestExit:
         lines = proc.stderr.splitlines()
         assert len(lines) == 1, proc.stderr
         assert lines[0] == ("loghandler: at exit: dataset 'ds': 0 of 2,000 delivered, 2,000 "
-                            "failed (2,000 retries used up); last error: cannot connect to "
+                            "failed (2,000 with retries used up); last error: cannot connect to "
                             f"{url} (connection refused)")
         assert TOKEN not in proc.stderr
 

@@ -163,7 +163,7 @@ class Reporter:
         bits = []
         if dropped:
             reasons = [f"{n:,} {r}" for r, n in (
-                ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
+                ("on a full queue", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
                 ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
                 ("invalid", st.dropped_invalid)) if n]
             bits.append(f"{dropped:,} dropped ({', '.join(reasons)})")
@@ -172,7 +172,7 @@ class Reporter:
                 ("token refused", st.failed_auth), ("dataset not found", st.failed_not_found),
                 ("turned down by the service", st.failed_rejected + st.failed_by_service),
                 ("client error", st.failed_client_error),
-                ("retries used up", st.failed_retries_exhausted)) if n]
+                ("with retries used up", st.failed_retries_exhausted)) if n]
             bits.append(f"{st.failed:,} failed ({', '.join(reasons)})" if reasons
                         else f"{st.failed:,} failed")
         if st.queued:

@@ -350,7 +350,8 @@ class Sender:
                                         else None, tried=outcome.spends):
                 return Outcome.RETRIES_EXHAUSTED, error
             if retry.exhausted:
-                fate = ("it goes to the spool" if self.spool is not None
+                fate = (("it goes" if len(chunk) == 1 else "they go") + " to the spool"
+                        if self.spool is not None
                         else "set spool_dir to keep such batches for later")
                 self.reporter.report_or_defer(
                     Cause.RETRIES_EXHAUSTED, f"gave up on {plural(len(chunk), 'event')} after "
@@ -493,8 +494,8 @@ class Sender:
             why = (f"the service cannot be reached ({answer_of(error)})"
                    if error is not None and not long_limit
                    else "the service asked to wait")
-            self.reporter.report(Cause.SPILLING, f"{why}: events go to the spool, and are "
-                                 "delivered from there once it takes them again")
+            self.reporter.report(Cause.SPILLING, f"{why}: events go to the spool until it "
+                                 "answers again")
         self.next_probe = _monotonic() + OUTAGE_PROBE
         return True
 
@@ -533,11 +534,10 @@ class Sender:
                 # Outside the exit hook (its summary line tells), a close that loses events
                 # says so when it happens: a handler closed by logging.config.dictConfig() has
                 # nobody left to ask its stats().
-                why = f", last error: {answer_of(error)}" if error is not None else ""
                 self.reporter.report_or_defer(
                     Cause.CLOSED_LOSING, f"closed with {plural(len(chunk), 'event')} undelivered "
                                          f"after shutdown_timeout "
-                                         f"({self.options.shutdown_timeout:g} s{why}): raise "
+                                         f"({self.options.shutdown_timeout:g} s): raise "
                                          "shutdown_timeout to wait longer",
                     f"last error: {answer_of(error)}" if error is not None else None)
             return
