@@ -146,9 +146,14 @@ class Sender:
             while True:
                 force, closed = ledger.wait_for_work(interval)
                 if self.selector is not None:
-                    self._summarize(closed)
+                    self._summarize(False)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
+                    if closed and self.selector is not None:
+                        # The open repeat windows end after the last queued events were
+                        # selected (before, a window closed early and a new one let N more in).
+                        self._summarize(True)
+                        self._send_available(partial=True)
                     self._tell_drops()
                     if closed:
                         if self._deadline_passed():
