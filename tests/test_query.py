@@ -413,7 +413,7 @@ class TestStore:
                 answer = store.query("['a'] | count", fmt="tabular")
                 assert answer["tables"][0]["columns"] == [[n]]
             done = threading.Event()
-            with store._reader_lock:  # as a long query does, from start to end
+            with store.reader._reader_lock:  # as a long query does, from start to end
                 worker = threading.Thread(target=lambda: (
                     store.add_events("a", [{"_time": stamp(9), "n": 9}]), done.set()))
                 worker.start()

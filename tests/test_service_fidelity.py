@@ -256,9 +256,9 @@ class TestQueryAnswerBounds:
         """A query is bounded as a whole, its answer too (a query over 40 MB of stored events
         took 69.7 s and 2.4 GB): past MAX_ANSWER_BYTES of events read, the answer is partial
         (isPartial), not larger. Lowered here to 20 KB over 100 events of 1 KB."""
-        from loghandler._local import aplsql
+        from loghandler._local import aplsql_run
 
-        monkeypatch.setattr(aplsql, "MAX_ANSWER_BYTES", 20 * 1024)
+        monkeypatch.setattr(aplsql_run, "MAX_ANSWER_BYTES", 20 * 1024)
         events = [{"i": i, "pad": "x" * 1000} for i in range(100)]
         assert call(svc, "POST", ingest_path(), events)[0] == 200
         status, body = _apl(svc, "['app']")

@@ -1,6 +1,7 @@
-"""The real service's ingest limits, rehearsed by the local service (``serve --ingest-limit``,
-``--max-fields``): what an application sees when it reaches them.
+"""The real service's limits, rehearsed by the local service (``serve --rate-limit``,
+``--ingest-limit``, ``--max-fields``): what an application sees when it reaches them.
 
+``RateLimiter``: requests per minute; past it, 429 with ``X-RateLimit-*`` headers.
 ``IngestLimit``: bytes of ingest bodies allowed until the end of the month (UTC), as the
 service's plan limit; past it, 430 with ``X-IngestLimit-Limit/-Remaining/-Reset``.
 ``FieldLimit``: at most so many fields a dataset (nested fields counted by their dotted path,
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_FIELDS", "FieldLimit", "IngestLimit", "field_paths"]
+__all__ = ["DEFAULT_MAX_FIELDS", "FieldLimit", "IngestLimit", "RateLimiter", "field_paths"]
 
 DEFAULT_MAX_FIELDS = 256
 _MAX_DEPTH = 16
@@ -95,3 +96,34 @@ class FieldLimit:
     def forget(self, dataset: str) -> None:
         with self._lock:
             self._fields.pop(dataset, None)
+
+
+class RateLimiter:
+    """``limit`` requests per minute, in fixed windows, like the real service's limits.
+
+    ``take()`` counts one request and returns ``(allowed, remaining, reset)``, ``reset`` being
+    the epoch second the current window ends (the ``X-RateLimit-Reset`` header).
+    """
+
+    def __init__(self, limit: int, window: float = 60.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"rate_limit must be a positive number of requests per minute, "
+                             f"not {limit!r}")
+        self.limit = limit
+        self._window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = 0.0
+        self._used = 0
+
+    def take(self) -> tuple[bool, int, int]:
+        with self._lock:
+            now = self._clock()
+            if now >= self._start + self._window:
+                self._start, self._used = now, 0
+            allowed = self._used < self.limit
+            if allowed:
+                self._used += 1
+            reset = int(-(-(self._start + self._window) // 1))  # ceil: the window is over then
+            return allowed, self.limit - self._used, reset

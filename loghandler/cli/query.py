@@ -236,7 +236,7 @@ class _Follower:
         self._source = _apl_name(dataset)
         if search:
             # The page's search, the same translation (a pipeline the polls append to).
-            from .._local.search import SearchError, search_apl
+            from .._search import SearchError, search_apl
 
             try:
                 self._source = search_apl(self._source, search)

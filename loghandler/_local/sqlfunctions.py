@@ -1,0 +1,222 @@
+"""The functions the local service's queries call that SQLite lacks (``aplsql`` uses them by
+these names): APL's ``has``, ``todatetime``, ``parse``, ``matches regex`` (bounded by the query's
+deadline), case folding of every letter, ``arg_max``/``arg_min`` and ``percentile``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+import re
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from .apl import format_trimmed, parse_time
+
+__all__ = ["PERCENTILE_SAMPLE", "QUERY", "QUERY_TIMEOUT", "add_functions"]
+
+# A query that runs longer than this is stopped (and answered 400).
+QUERY_TIMEOUT = 10.0
+
+_TERM_EDGE = "(?<![0-9A-Za-z_])"
+_TERM_END = "(?![0-9A-Za-z_])"
+
+
+def _apl_has(text: Any, term: Any, cs: int) -> int | None:
+    """APL's ``has``: ``term`` as a whole term of ``text`` (not inside a longer word)."""
+    if text is None or term is None:
+        return None
+    text, term = str(text), str(term)
+    if not term:
+        return 1
+    flags = 0 if cs else re.IGNORECASE
+    return 1 if re.search(_TERM_EDGE + re.escape(term) + _TERM_END, text, flags) else 0
+
+
+def _apl_todatetime(value: Any) -> int | None:
+    """APL's ``todatetime`` of a stored text: epoch microseconds, or null."""
+    return parse_time(value) if isinstance(value, str) else None
+
+
+def _fold(value: Any, upper: bool) -> Any:
+    # SQLite's lower()/upper() fold ASCII only; APL folds every letter ("É" is "é").
+    if isinstance(value, str):
+        return value.upper() if upper else value.lower()
+    if isinstance(value, (int, float)):
+        return str(value)  # as SQLite's lower(5) is '5'
+    return value
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # SQLite's order across types: numbers before text before blobs.
+    if isinstance(value, (int, float)):
+        return (0, value)
+    return (1, value) if isinstance(value, str) else (2, bytes(value))
+
+
+class _ArgBest:
+    """arg_max / arg_min: the row (JSON text) where the value is greatest / least; the first
+    such row on a tie."""
+
+    sign = 1
+
+    def __init__(self) -> None:
+        self.key: tuple[int, Any] | None = None
+        self.row: Any = None
+
+    def step(self, value: Any, row: Any) -> None:
+        if value is None:
+            return
+        key = _sort_key(value)
+        if self.key is None or (key > self.key if self.sign > 0 else key < self.key):
+            self.key, self.row = key, row
+
+    def finalize(self) -> Any:
+        return self.row
+
+
+class _ArgMin(_ArgBest):
+    sign = -1
+
+
+# A percentile is estimated from a uniform sample of at most this many values per group (the
+# service's is an estimate too): memory stays bounded however many events a group has.
+PERCENTILE_SAMPLE = 100_000
+
+
+class _Percentile:
+    """percentile(x, p): the nearest-rank percentile of the numbers (text and nulls skipped)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.seen = 0
+        self.p = 50.0
+        self.rng = random.Random(0)  # the same answer for the same data
+
+    def step(self, value: Any, p: Any) -> None:
+        if not isinstance(value, (int, float)):
+            return
+        self.p = float(p)
+        self.seen += 1
+        if len(self.values) < PERCENTILE_SAMPLE:
+            self.values.append(value)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < PERCENTILE_SAMPLE:
+                self.values[j] = value
+
+    def finalize(self) -> Any:
+        if not self.values:
+            return None
+        self.values.sort()
+        rank = max(1, math.ceil(self.p / 100 * len(self.values)))
+        return self.values[min(rank, len(self.values)) - 1]
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_spec(spec: str) -> list[list[Any]]:
+    return json.loads(spec)  # type: ignore[no-any-return]
+
+
+def _parse_value(text: str, kind: str) -> Any:
+    if kind == "string":
+        return text
+    word = text.strip()
+    if kind == "long":
+        try:
+            return int(word)
+        except ValueError:
+            return None
+    if kind == "real":
+        try:
+            value = float(word)
+        except ValueError:
+            return None
+        return value if math.isfinite(value) else None
+    if kind == "bool":
+        return {"true": True, "false": False}.get(word.lower())
+    us = parse_time(word)
+    return None if us is None else format_trimmed(us)
+
+
+@functools.lru_cache(maxsize=8)  # the columns of one row ask in turn: one scan per row
+def _parse_all(text: str, spec: str) -> tuple[Any, ...] | None:
+    """APL ``parse`` (simple mode) of one text: the columns' values, or None for no match.
+
+    One pass, left to right: each string constant is found from where the last one ended,
+    and a column is the text between them (the rest of the text, at the end), so the work is
+    linear in the text whatever the pattern."""
+    values: list[Any] = []
+    pos = 0
+    pending: list[Any] | None = None  # a column or * waiting for the text that ends it
+    for part in _parse_spec(spec):
+        if part[0] != "text":
+            pending = part
+            continue
+        literal = part[1]
+        if pending is None:
+            if not text.startswith(literal, pos):
+                return None
+            pos += len(literal)
+            continue
+        j = text.find(literal, pos)
+        if j < 0:
+            return None
+        if pending[0] == "column":
+            values.append(_parse_value(text[pos:j], pending[2]))
+        pos, pending = j + len(literal), None
+    if pending is not None and pending[0] == "column":
+        values.append(_parse_value(text[pos:], pending[2]))
+    return tuple(values)
+
+
+def _apl_parse(value: Any, spec: str, index: int) -> Any:
+    if value is None:
+        return None
+    values = _parse_all(value if isinstance(value, str) else str(value), spec)
+    return None if values is None else values[index]
+
+
+# The query running on this thread: when it must stop (monotonic), for matches regex, and
+# whether a regex ran out of that time.
+QUERY = threading.local()
+
+
+@functools.lru_cache(maxsize=32)
+def _regex(pattern: str) -> Any:
+    import regex  # type: ignore[import-untyped]
+
+    return regex.compile(pattern)
+
+
+def _apl_matches(value: Any, pattern: str) -> int | None:
+    """APL's ``matches regex`` (aplsql.check_regex vetted the pattern): bounded by the
+    query's deadline, as a backtracking pattern could otherwise run for ever."""
+    if value is None:
+        return None
+    deadline = getattr(QUERY, "deadline", None)
+    timeout = QUERY_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+    text = value if isinstance(value, str) else str(value)
+    try:
+        return 1 if _regex(pattern).search(text, timeout=timeout) is not None else 0
+    except TimeoutError:
+        QUERY.timed_out = True
+        raise
+
+
+def add_functions(db: sqlite3.Connection) -> None:
+    # The query's functions SQLite lacks (aplsql uses them by these names).
+    db.create_function("apl_has", 3, _apl_has, deterministic=True)
+    db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
+    db.create_function("apl_parse", 3, _apl_parse, deterministic=True)
+    db.create_function("apl_matches", 2, _apl_matches, deterministic=True)
+    db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
+    db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
+    db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
+    db.create_aggregate("apl_arg_min", 2, _ArgMin)  # type: ignore[arg-type]
+    db.create_aggregate("apl_percentile", 2, _Percentile)  # type: ignore[arg-type]
+
