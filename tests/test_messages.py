@@ -129,8 +129,8 @@ class TestTheLibrarysLines:
         """close() on a service that does not answer: the loss is told when it happens."""
         got = lines_of([sleep(3, then=200)], flush=0, max_retries=3, shutdown_timeout=0.3)
         assert got == [
-            "loghandler: dataset 'app': closed with 1 event undelivered after shutdown_timeout "
-            "(0.3 s): raise shutdown_timeout to wait longer"]
+            "loghandler: dataset 'app': closed (close() or a logging reload) with 1 event "
+            "undelivered after shutdown_timeout (0.3 s): raise shutdown_timeout"]
 
     def test_the_plural_helper(self):
         from loghandler._engine.reporter import plural

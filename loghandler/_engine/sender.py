@@ -540,10 +540,10 @@ class Sender:
                 # says so when it happens: a handler closed by logging.config.dictConfig() has
                 # nobody left to ask its stats().
                 self.reporter.report_or_defer(
-                    Cause.CLOSED_LOSING, f"closed with {plural(len(chunk), 'event')} undelivered "
-                                         f"after shutdown_timeout "
-                                         f"({self.options.shutdown_timeout:g} s): raise "
-                                         "shutdown_timeout to wait longer",
+                    Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
+                                         f"{plural(len(chunk), 'event')} undelivered after "
+                                         f"shutdown_timeout ({self.options.shutdown_timeout:g} "
+                                         "s): raise shutdown_timeout",
                     f"last error: {answer_of(error)}" if error is not None else None)
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is

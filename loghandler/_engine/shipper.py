@@ -362,9 +362,8 @@ class Shipper:
         if ledger.undelivered() > before:
             where = "spooled" if self.stats().spooled else "dropped"
             self._reporter.report(
-                Cause.LATE, f"an event logged after loghandler's exit hook was {where} "
-                        f"({why}): import loghandler before registering the atexit hook that "
-                        "logs it")
+                Cause.LATE, f"an event logged after the exit hook (by a later atexit hook or a "
+                        f"__del__) was {where} ({why}): raise shutdown_timeout")
 
     def _exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
