@@ -35,12 +35,15 @@ class LocalService:
     """The local service on a free loopback port, running in a daemon thread.
 
     ``LocalService(token="t", views=None, max_body_bytes=None, host="127.0.0.1", port=0,
-    db=None, datasets=None, rate_limit=None, ingest_limit=None, max_fields=256)``: ``views``
+    db=None, datasets=None, rate_limit=None, ingest_limit=None, max_fields=256,
+    create_datasets=None)``: ``views``
     seeds views (``View`` objects or the
     service's JSON dicts; those without an id get "1", "2", ...); ``max_body_bytes`` is the
     request size limit (413 above it, 10 MiB by default); ``db`` a SQLite file to keep the data
-    in (default: memory); ``datasets`` the only dataset names that exist (an ingest into any
-    other is a 404, as with the real service; default: any name, created by its first ingest);
+    in (default: memory); ``datasets`` datasets that exist from the start; ``create_datasets``
+    whether an ingest into a dataset nobody created creates it (default: yes, unless
+    ``datasets`` names the datasets that exist; ``False`` answers such an ingest 404, as the real
+    service does);
     ``rate_limit`` requests per minute, answered 429 past it, every answer carrying
     ``X-RateLimit-Scope/-Limit/-Remaining/-Reset`` (default: no limit, no such headers);
     ``ingest_limit`` bytes of ingest a month, answered 430 past it with
@@ -61,6 +64,7 @@ class LocalService:
         rate_limit: int | None = None,
         ingest_limit: int | None = None,
         max_fields: int = 256,
+        create_datasets: bool | None = None,
     ) -> None:
         register_secret(check_token(token, "token="))
         self.token = token
@@ -73,6 +77,8 @@ class LocalService:
                 max_body_bytes=max_body_bytes, on_request=self._record,
                 datasets=datasets, rate_limit=rate_limit, ingest_limit=ingest_limit,
                 max_fields=max_fields,
+                create_datasets=datasets is None if create_datasets is None
+                else create_datasets,
             )
         except HttpError as exc:
             raise ConfigurationError(f"bad seed view: {exc.message}") from None

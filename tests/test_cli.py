@@ -303,7 +303,11 @@ class TestServe:
     def test_serve_logs_requests_and_stops_on_sigterm(self, tmp_path: Path) -> None:
         """serve answers, prints one line per request, and exits 0 on SIGTERM."""
         views = write(tmp_path / "views.json", json.dumps([VIEW]))
-        proc, url, _ = self.start("--views", views, env={"LOGHANDLER_TOKEN": TOKEN})
+        # LOGHANDLER_DATASET names the dataset serve creates at start.
+        proc, url, lines = self.start("--views", views, env={"LOGHANDLER_TOKEN": TOKEN,
+                                                              "LOGHANDLER_DATASET": "web"})
+        assert "datasets: web; create others with `loghandler datasets create NAME`" in (
+            lines[0])
         try:
             ingest = run(None, "ingest", "web", env={"LOGHANDLER_URL": url,
                                                      "LOGHANDLER_TOKEN": TOKEN},
@@ -337,7 +341,7 @@ class TestServe:
         db = str(tmp_path / "data.sqlite")
         env = {"LOGHANDLER_TOKEN": TOKEN}
         for text in ("first", "second"):
-            proc, url, _ = self.start("--db", db, "--quiet", env=env)
+            proc, url, _ = self.start("--db", db, "--quiet", "--dataset", "app", env=env)
             try:
                 run(None, "ingest", "app", env={"LOGHANDLER_URL": url, **env},
                     stdin=text + "\n")

@@ -265,8 +265,8 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
-                             "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             "--token", TOKEN, "--dataset", "app"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         head = [proc.stdout.readline() for _ in range(3)]

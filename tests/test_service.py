@@ -573,7 +573,9 @@ class TestStrictDatasets:
         with LocalService(token=TOKEN, datasets=["app"]) as svc:
             assert call(svc, "POST", ingest_path("app"), [{"a": 1}])[0] == 200
             status, body, _ = call(svc, "POST", ingest_path("typo"), [{"a": 1}])
-            assert (status, body) == (404, {"code": 404, "message": "dataset not found"})
+            assert status == 404 and body["code"] == 404
+            assert body["message"].startswith("dataset 'typo' not found: create it first")
+            assert "loghandler datasets create typo" in body["message"]
             with svc.client() as client, pytest.raises(loghandler.NotFoundError,
                                                        match="'typo' not found"):
                 client.ingest("typo", [{"a": 1}])
@@ -649,7 +651,7 @@ class TestErrorBodies:
     def test_internal_error_is_a_json_500(self, svc: LocalService,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
         """A failure inside the service is answered (500, JSON), not a dropped connection."""
-        def broken(dataset: str, events: list[dict[str, Any]]) -> None:
+        def broken(dataset: str, events: list[dict[str, Any]], *times: Any) -> None:
             raise RuntimeError("disk on fire")
 
         monkeypatch.setattr(svc._server.store, "add_events", broken)

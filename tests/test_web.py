@@ -112,7 +112,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
-                             "--quiet", "--views", str(views)],
+                             "--quiet", "--create-datasets", "--views", str(views)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None

@@ -205,7 +205,12 @@ class _Parser(ExprParser):
         """A field name, or a pattern with ``*`` (``user*``, ``*_id``, ``geo.*``) for
         project-away: the run of adjacent name characters, dots and stars."""
         if self.at("op", "["):
-            return self.field_name()
+            name = self.field_name()
+            # ['geo.']*: a quoted prefix and a star right after it.
+            if self.at("op", "*") and self.peek().pos == self.toks[self.i - 1].pos + 1:
+                self.next()
+                return name + "*"
+            return name
         first = self.peek()
         end = first.pos
         while (self.peek().pos == end and (self.peek().kind == "ident" or (

@@ -255,6 +255,10 @@ class ExprParser:
 
     def primary(self) -> Any:
         tok = self.peek()
+        if self.at("op", "*"):
+            # `where * has "x"`: every field (the compiler allows it before an operator).
+            self.next()
+            return Field("*")
         if tok.kind == "number":
             self.next()
             return Lit(tok.value, "value")

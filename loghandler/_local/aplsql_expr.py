@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from .apl import (
     parse_time,
     position,
 )
+from .sqlfunctions import regex_package
 
 __all__ = ["MAX_REGEX", "Compiler", "Sql", "check_regex", "fmt_sql", "glob", "path",
            "path_flat", "quote"]
@@ -56,6 +58,8 @@ class Sql:
 
 
 _ROWID = "printf('%016x', seq)"
+# A name no query can spell: the leaf value of json_tree, for `* has "x"`.
+LEAF = "\x00leaf"
 
 
 class Compiler:
@@ -66,12 +70,17 @@ class Compiler:
         self.auto_span_us = 3_600_000_000  # bin_auto's span: set from the query's time range
 
     def field(self, name: str) -> Sql:
+        if name == LEAF:
+            return Sql("value", "value")
         if name == "_time":
             return Sql("time", "time")
         if name == "_sysTime":
             return Sql("sys", "value")
         if name == "_rowId":
             return Sql(f"(CASE WHEN seq IS NULL THEN NULL ELSE {_ROWID} END)", "value")
+        if name == "*":
+            raise AplError("* stands for every field only before an operator, as in "
+                           "where * has 'timeout'")
         if "." in name:
             return Sql(f"coalesce(json_extract(body, {quote(path(name))}), "
                         f"json_extract(body, {quote(path_flat(name))}))", "value")
@@ -126,6 +135,8 @@ class Compiler:
 
     def binary(self, e: Bin) -> Sql:
         op = e.op
+        if isinstance(e.left, Field) and e.left.name == "*" and op not in ("and", "or"):
+            return self.every_field(e)
         if op in ("and", "or"):
             left, right = self.expr(e.left), self.expr(e.right)
             return Sql(f"({left.sql} {op.upper()} {right.sql})", "bool")
@@ -170,6 +181,23 @@ class Compiler:
                               f"substr({a}, length({a}) - length({b}) + 1) = {b}, 0)")
         else:
             raise AplError(f"unsupported operator '{op}'")
+        return Sql(f"(NOT {sql})" if neg else sql, "bool")
+
+    def every_field(self, e: Bin) -> Sql:
+        """``* has "x"`` (and ``*`` before any comparison or string operator): some field of
+        the event, at any depth, holds what the operator tests; a negated operator: none
+        does."""
+        neg = e.op.startswith("!") and e.op not in ("!=", "!~")
+        positive = e.op[1:] if neg else e.op
+        one = Compiler(self.now_us, self.text)
+        one.raw_body = False
+        inner = one.binary(Bin(positive, Field(LEAF), e.right, e.pos)).sql
+        exists = (f"EXISTS (SELECT 1 FROM json_tree(body) WHERE type NOT IN ('object', "
+                  f"'array') AND coalesce({inner}, 0))")
+        right = self.expr(e.right)
+        pre = self.prefilter(Sql("json_extract(body, '$')", "value"), right, "contains") if (
+            positive in ("has", "contains", "==", "=~", "startswith", "endswith")) else ""
+        sql = _guard(pre, exists)
         return Sql(f"(NOT {sql})" if neg else sql, "bool")
 
     def prefilter(self, left: Sql, right: Sql, op: str) -> str:
@@ -225,8 +253,17 @@ class Compiler:
                 raise AplError(f"{name}() takes {n} argument{'s' if n != 1 else ''}")
 
         if name == "now":
-            arity(0)
-            return self.const(self.now_us, "time")
+            # now(-1h): now() and a timespan (scalar data types: now(-timespan)).
+            if len(args) > 1:
+                raise AplError("now() takes no argument or a timespan, as in now(-1h)")
+            if not args:
+                return self.const(self.now_us, "time")
+            offset = self.expr(args[0])
+            if offset.kind != "span" or not offset.is_const:
+                raise AplError("now() takes a timespan, as in now(-1h)")
+            return self.const(self.now_us + int(offset.const), "time")
+        if name == "datetime_add":
+            return self.datetime_add(args)
         if name == "ago":
             arity(1)
             span = self.expr(args[0])
@@ -281,8 +318,14 @@ class Compiler:
             if when.kind == "time":
                 return when
             if when.is_const:
-                return self.as_time(when)
-            # A field's text read as a time (store.apl_todatetime); not a time: null.
+                # A text that is no time, or anything else that is none: null (reference:
+                # todatetime); a number is nanoseconds since the epoch.
+                value = when.const
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    return self.const(int(value) // 1000, "time")
+                t = parse_time(value) if isinstance(value, str) else None
+                return self.const(t, "time")
+            # A field's value read as a time (sqlfunctions.apl_todatetime); none: null.
             return Sql(f"apl_todatetime({when.sql})", "time")
         if name == "case":
             # case(predicate, then, [predicate, then, ...] else): the first that holds.
@@ -322,6 +365,26 @@ class Compiler:
                        f"isempty, isnotempty, not, tolower, toupper, strlen, strcat, "
                        f"coalesce, tostring, toint, tolong, todouble, toreal, todatetime, "
                        f"iff, case, bin")
+
+    def datetime_add(self, args: tuple[Any, ...]) -> Sql:
+        """datetime_add(part, n, datetime): a fixed unit (week ... microsecond) as arithmetic
+        on the time; month, quarter and year by the calendar (sqlfunctions.apl_datetime_add),
+        the day clamped to the month's last."""
+        if len(args) != 3:
+            raise AplError("datetime_add() takes a part, a number and a datetime, as in "
+                           "datetime_add('hour', 1, _time)")
+        part, n, when = (self.expr(a) for a in args)
+        if not part.is_const or not isinstance(part.const, str) or (
+                part.const.lower() not in DATETIME_PARTS):
+            raise AplError(f"datetime_add()'s part is one of {', '.join(DATETIME_PARTS)}")
+        when = self.as_time(when)
+        if when.kind != "time":
+            when = Sql(f"apl_todatetime({when.sql})", "time")
+        unit = DATETIME_PARTS[part.const.lower()]
+        if unit:
+            return Sql(f"({when.sql} + CAST({n.sql} AS INTEGER) * {unit})", "time")
+        return Sql(f"apl_datetime_add({quote(part.const.lower())}, {n.sql}, {when.sql})",
+                   "time")
 
     def text_of(self, v: Sql) -> str:
         """SQL for a value as APL's tostring() writes it: times in RFC 3339, booleans as
@@ -402,22 +465,28 @@ class Compiler:
 MAX_REGEX = 1_000
 
 
+# datetime_add's parts: microseconds in each fixed one; 0 for the calendar's.
+DATETIME_PARTS = {"year": 0, "quarter": 0, "month": 0, "week": 604_800_000_000,
+                  "day": 86_400_000_000, "hour": 3_600_000_000, "minute": 60_000_000,
+                  "second": 1_000_000, "millisecond": 1_000, "microsecond": 1}
+
+
 def check_regex(pattern: str, where: str) -> None:
     """AplError unless ``pattern`` is a regex the local service can run (``matches regex``).
 
-    It needs the ``regex`` package: its matching takes a timeout, so one pattern that
-    backtracks without end stops at the query's deadline. Python's own ``re`` cannot be
-    stopped mid-match: one such pattern would hold the query (and the store) for ever."""
+    With the ``regex`` package (the ``regex`` extra) it matches in this process, with a
+    timeout; without it, Python's ``re`` matches in a helper process that the query's deadline
+    ends (sqlfunctions, regexworker): either way one pattern that backtracks without end stops
+    at the deadline."""
     if len(pattern) > MAX_REGEX:
         raise AplError(f"the regex at {where} is longer than {MAX_REGEX:,} characters")
+    package = regex_package()
     try:
-        import regex  # type: ignore[import-untyped]
-    except ImportError:
-        raise AplError("matches regex needs the regex package in the local service's "
-                       "environment: pip install 'loghandler-ingest[regex]'") from None
-    try:
-        regex.compile(pattern)
-    except regex.error as exc:
+        if package is not None:
+            package.compile(pattern)
+        else:
+            re.compile(pattern)
+    except (re.error, getattr(package, "error", re.error)) as exc:
         raise AplError(f"the regex at {where} is not valid: {exc}") from None
 
 

@@ -195,7 +195,7 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
         # them, the rows are what matched.
         counts = [data.get(MATCHED) for data in datas]
         if compiled.aggregated and all(isinstance(n, int) for n in counts):
-            matched = sum(counts)  # type: ignore[arg-type]
+            matched = sum(n for n in counts if isinstance(n, int))
     return Result(compiled, rows, system, fields,
                   int((time.perf_counter() - started) * 1_000_000), truncated, keys, matched)
 

@@ -11,20 +11,42 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import apl as apl
-from . import otlp
+from . import legacy, otlp
 from .apl import format_time
-from .ingest import HttpError, IngestOptions, media_type, parse_values, prepare_events
+from .ingest import (
+    MAX_VALUE_BYTES,
+    HttpError,
+    IngestOptions,
+    media_type,
+    parse_values,
+    prepare_events,
+)
 from .request import Raw, Request
 
-__all__ = ["exists", "ingest", "otlp_ingest", "query"]
+__all__ = ["exists", "ingest", "legacy_query", "not_found", "otlp_ingest", "query",
+           "store_values"]
+
+
+def not_found(dataset: str) -> HttpError:
+    """The real service's 404 for a dataset nobody created, saying how to create it here."""
+    return HttpError(404, f"dataset {dataset!r} not found: create it first (loghandler "
+                          f"datasets create {dataset}, or POST /v1/datasets with "
+                          f'{{"name": "{dataset}"}}), or start loghandler serve with '
+                          f"--dataset {dataset} (or --create-datasets: any name is created by "
+                          f"its first ingest)")
 
 
 def exists(req: Request, dataset: str) -> None:
-    # Only the named datasets exist (serve --dataset): another one is the real 404.
-    allowed = req.state.datasets
-    if allowed is not None and dataset not in allowed:
-        req.discard()
-        raise HttpError(404, "dataset not found")
+    """A 404 for a dataset nobody created, as the real service answers, unless this service
+    creates datasets on first ingest (``--create-datasets``; the testing helper's default)."""
+    store = req.state.store
+    if store.dataset_exists(dataset):
+        return
+    if req.state.create_datasets:
+        store.ensure_dataset(dataset)
+        return
+    req.discard()
+    raise not_found(dataset)
 
 
 def ingest(req: Request, dataset: str, params: dict[str, list[str]]) -> dict[str, Any]:
@@ -58,20 +80,40 @@ def ingest(req: Request, dataset: str, params: dict[str, list[str]]) -> dict[str
                           csv_delimiter=options.csv_delimiter,
                           csv_fields=(None if fields_header is None else
                                       [f.strip() for f in fields_header.split(",")]))
-    return store_values(req, dataset, values, options, labels, len(body))
+    # No string of a line can be longer than the line: most bodies need no search for the
+    # strings over 1 MB that the service replaces.
+    longest = len(body) if len(body) <= MAX_VALUE_BYTES else _longest_line(body)
+    return store_values(req, dataset, values, options, labels, len(body), longest)
 
 
-def store_values(req: Request, dataset: str, values: list[Any], options: IngestOptions, labels: Any,
-           size: int) -> dict[str, Any]:
+def _longest_line(body: bytes) -> int:
+    """At most MAX_VALUE_BYTES when every line is that short (the usual case, found with a few
+    searches: every half of it holds a newline), else the longest line's length."""
+    half = MAX_VALUE_BYTES // 2
+    if all(body.find(b"\n", start, start + half) >= 0
+           for start in range(0, len(body) - half + 1, half)):
+        return MAX_VALUE_BYTES
+    return max(map(len, body.split(b"\n")))
+
+
+def store_values(req: Request, dataset: str, values: list[Any], options: IngestOptions,
+                 labels: Any, size: int, longest: int | None = None) -> dict[str, Any]:
     """Validate and store the values of one request: its ingest status."""
     now = format_time(time.time_ns() // 1000)
-    events, failures = prepare_events(values, options, now, labels)
-    events, refused = req.state.field_limit.admit(dataset, events)
+    times: list[int] = []
+    events, failures = prepare_events(values, options, now, labels, times=times,
+                                      longest=longest)
+    kept, refused, types = req.state.field_limit.admit(dataset, events)
+    if refused:
+        ids = {id(e) for e in kept}
+        times = [t for e, t in zip(events, times, strict=True) if id(e) in ids]
+    req.state.store.record_fields(dataset, types)
     for _ in refused:
         failures.append({"timestamp": now, "error": (
             f"field limit exceeded: dataset {dataset!r} may hold at most "
             f"{req.state.field_limit.limit} fields")})
-    req.state.store.add_events(dataset, events)
+    req.state.store.add_events(dataset, kept, times)
+    events = kept
     return {"ingested": len(events), "failed": len(failures), "failures": failures,
             "processedBytes": size, "blocksCreated": 0, "walLength": len(events)}
 
@@ -106,17 +148,40 @@ def query(req: Request) -> dict[str, Any]:
     fmt = (parse_qs(urlsplit(req.path).query).get("format") or ["legacy"])[0]
     if fmt not in ("legacy", "tabular"):
         raise HttpError(400, f"unsupported format {fmt!r}; use legacy or tabular")
-    allowed = req.state.datasets
-    if allowed is not None or req.token is not True:
-        try:
-            name: str | None = apl.parse_query(data["apl"]).dataset
-        except apl.AplError:
-            name = None  # the store's run of the query answers 400, naming what is wrong
-        if name is not None:
-            req.may("query", "GET", name)
-        # Only the named datasets exist (serve --dataset): another one is the real 404.
-        if allowed is not None and name is not None and name not in allowed:
-            raise HttpError(404, "dataset not found")
+    try:
+        name: str | None = apl.parse_query(data["apl"]).dataset
+    except apl.AplError:
+        name = None  # the store's run of the query answers 400, naming what is wrong
+    if name is not None:
+        req.may("query", "GET", name)
+        if not req.state.create_datasets and not req.state.store.dataset_exists(name):
+            raise not_found(name)
     return req.state.store.query(data["apl"], data.get("startTime"),
                                    data.get("endTime"), fmt, cursor=data.get("cursor"),
                                    include_cursor=data.get("includeCursor", False))
+
+
+def legacy_query(req: Request, dataset: str) -> dict[str, Any]:
+    """``POST /v1/datasets/{name}/query``: the legacy query (legacy.py), run as APL."""
+    req.may("query", "GET", dataset)
+    data = req.json_body()
+    if not req.state.create_datasets and not req.state.store.dataset_exists(dataset):
+        raise not_found(dataset)
+    if not isinstance(data, dict) or not data.get("startTime") or not data.get("endTime"):
+        raise HttpError(400, "a legacy query needs startTime and endTime (RFC 3339)")
+    q = legacy.translate(dataset, data)
+    store = req.state.store
+    start, end = data["startTime"], data["endTime"]
+    if q.events is not None:
+        answer = store.query(q.events, start, end, "legacy", cursor=data.get("cursor") or None,
+                             include_cursor=data.get("includeCursor", False))
+        answer["buckets"] = {"series": [], "totals": []}
+    else:
+        assert q.totals is not None and q.series is not None
+        answer = store.query(q.totals, start, end, "legacy")
+        series = store.query(q.series, start, end, "legacy")["buckets"]["series"]
+        answer["buckets"] = {
+            "series": [{**s, "groups": legacy.rename(s["groups"], q.aliases)} for s in series],
+            "totals": legacy.rename(answer["buckets"]["totals"], q.aliases)}
+    answer["fieldsMeta"] = []
+    return answer

@@ -83,3 +83,61 @@ def views(req: Request, method: str) -> tuple[int, Any]:
         return 200, req.state.store.views()
     view = validate_view(req.json_body())
     return 200, req.state.store.create_view(view)
+
+
+# The local service's one user and organisation (references: getCurrentUser (v1, v2),
+# getUsers, getUser, getOrgs, getOrg).
+USER = {"id": "local", "name": "Local user", "email": "local@localhost",
+        "role": {"id": "owner", "name": "owner"}}
+_STARTED = "2024-01-01T00:00:00Z"
+
+
+def user(req: Request, method: str, version: str) -> tuple[int, Any]:
+    """``GET /v2/user`` (and v1's, whose role is a name and which lists permissions)."""
+    req.allow(method, "GET")
+    req.discard()
+    if version == "v1":
+        return 200, {**USER, "role": "owner", "permissions": []}
+    return 200, USER
+
+
+def users(req: Request, method: str, user_id: str | None) -> tuple[int, Any]:
+    """``GET /v2/users`` and ``GET /v2/users/{id}``: the one user."""
+    req.allow(method, "GET")
+    req.discard()
+    if user_id is None:
+        return 200, [USER]
+    if unquote(user_id) != USER["id"]:
+        raise HttpError(404, f"user not found: no user with id {unquote(user_id)!r}")
+    return 200, USER
+
+
+def _org(org_id: str) -> dict[str, Any]:
+    limits = {"monthlyIngestGb": 0, "monthlyQueryGbHours": 0, "storageAllowanceGB": 0,
+              "apiRateLimitPerSecond": 0, "maxUsers": 1, "maxDatasets": 0, "maxMonitors": 0,
+              "maxFields": 0, "maxEndpoints": 0, "maxQueryWindowSeconds": 0,
+              "maxAuditWindowSeconds": 0}
+    return {"id": org_id, "name": "Local service", "slug": org_id, "plan": "personal",
+            "planCreated": _STARTED, "lastUsageSync": _STARTED, "paymentStatus": "na",
+            "primaryEmail": USER["email"], "role": "owner", "metaCreated": _STARTED,
+            "metaModified": _STARTED, "metaVersion": "1", "firstFailedPayment": "",
+            "defaultEdgeDeployment": "",
+            "license": {"id": "local", "tier": "personal", "issuer": "loghandler",
+                        "issuedTo": org_id, "issuedAt": _STARTED, "validFrom": _STARTED,
+                        "expiresAt": None, **limits, "withAuths": [], "features": {},
+                        "billingPeriodStart": _STARTED, "billingPeriodEnd": _STARTED,
+                        "defaultEdgeDeployment": "", "edgeDeployments": []}}
+
+
+def orgs(req: Request, method: str, org_id: str | None) -> tuple[int, Any]:
+    """``GET /v2/orgs`` and ``GET /v2/orgs/{id}``: one organisation, whose id is the one the
+    request's organisation header names (``local`` without one)."""
+    req.allow(method, "GET")
+    req.discard()
+    own = req.service_header("Org-Id") or "local"
+    if org_id is None:
+        return 200, [_org(own)]
+    if unquote(org_id) not in (own, "local"):
+        raise HttpError(404, f"organization not found: no organization with id "
+                             f"{unquote(org_id)!r}")
+    return 200, _org(unquote(org_id))

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_FIELDS", "FieldLimit", "IngestLimit", "RateLimiter", "field_paths"]
+__all__ = ["DEFAULT_MAX_FIELDS", "FieldLimit", "IngestLimit", "RateLimiter", "field_paths",
+           "field_types", "merge_type"]
 
 DEFAULT_MAX_FIELDS = 256
 _MAX_DEPTH = 16
@@ -58,44 +59,89 @@ class IngestLimit:
 
 def field_paths(event: dict[str, Any], prefix: str = "", depth: int = 0) -> list[str]:
     """The event's fields as the service counts them: nested objects by their dotted paths."""
-    out = []
+    return list(field_types(event, prefix, depth))
+
+
+# The type names the service gives a field (its fields API and a tabular answer's fields).
+_TYPE_NAMES: dict[type, str] = {str: "string", int: "integer", float: "float",
+                                bool: "boolean", list: "array", dict: "map"}
+
+
+def field_types(event: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, str]:
+    """The event's fields (nested objects by their dotted paths) and each value's type name;
+    ``_time`` is a datetime, a null is ``unknown`` (the field exists, its type is not known)."""
+    out: dict[str, str] = {}
     for key, value in event.items():
         path = prefix + str(key)
         if isinstance(value, dict) and value and depth < _MAX_DEPTH:
-            out += field_paths(value, path + ".", depth + 1)
+            out.update(field_types(value, path + ".", depth + 1))
+        elif value is None:
+            out[path] = "unknown"
         else:
-            out.append(path)
+            out[path] = "datetime" if path == "_time" else _TYPE_NAMES.get(type(value), "string")
     return out
 
 
+def merge_type(known: str | None, seen: str) -> str:
+    """A field's type once a value of type ``seen`` arrived: each type once, sorted, joined by
+    "|" as the service writes a field of mixed types (``integer|string``)."""
+    if known is None or known == "unknown":
+        return seen
+    if seen == "unknown" or seen in known.split("|"):
+        return known
+    return "|".join(sorted({*known.split("|"), seen}))
+
+
 class FieldLimit:
-    """At most ``limit`` fields a dataset."""
+    """At most ``limit`` fields a dataset, and the type of each field seen."""
 
     def __init__(self, limit: int = DEFAULT_MAX_FIELDS) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_fields must be a positive number, not {limit!r}")
         self.limit = limit
         self._lock = threading.Lock()
-        self._fields: dict[str, set[str]] = {}
+        self._fields: dict[str, dict[str, str]] = {}  # dataset -> field -> type
+        # The flat events' shapes (their keys and value types) already taken in: most events
+        # of a dataset share a few shapes, and these need no walk.
+        self._shapes: dict[str, set[tuple[Any, ...]]] = {}
+
+    def seed(self, dataset: str, types: dict[str, str]) -> None:
+        """The fields a dataset holds already (stored by an earlier run)."""
+        with self._lock:
+            self._fields.setdefault(dataset, {}).update(types)
 
     def admit(self, dataset: str, events: list[dict[str, Any]]
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(the events kept, those turned down: they would take the dataset past the limit)."""
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, str]]:
+        """(the events kept, those turned down: they would take the dataset past the limit,
+        and the fields whose type is new or changed: field -> its type now)."""
         kept, refused = [], []
+        changed: dict[str, str] = {}
         with self._lock:
-            known = self._fields.setdefault(dataset, set())
+            known = self._fields.setdefault(dataset, {})
+            shapes = self._shapes.setdefault(dataset, set())
             for event in events:
-                new = set(field_paths(event)) - known
+                shape = (*event, *map(type, event.values()))
+                if shape in shapes:
+                    kept.append(event)
+                    continue
+                types = field_types(event)
+                new = [path for path in types if path not in known]
                 if len(known) + len(new) > self.limit:
                     refused.append(event)
-                else:
-                    known |= new
-                    kept.append(event)
-        return kept, refused
+                    continue
+                for path, kind in types.items():
+                    merged = merge_type(known.get(path), kind)
+                    if merged != known.get(path):
+                        known[path] = changed[path] = merged
+                if dict not in shape and len(shapes) < 10_000:
+                    shapes.add(shape)
+                kept.append(event)
+        return kept, refused, changed
 
     def forget(self, dataset: str) -> None:
         with self._lock:
             self._fields.pop(dataset, None)
+            self._shapes.pop(dataset, None)
 
 
 class RateLimiter:

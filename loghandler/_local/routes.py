@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
-from . import ep_data, ep_datasets, ep_org, ep_page
+from . import ep_alerts, ep_data, ep_datasets, ep_org, ep_page, ep_saved
 from .ingest import HttpError
 from .request import Raw, Request
 from .state import RequestRecord
@@ -48,10 +48,64 @@ def _otlp(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tu
     return 200, answer
 
 
+def _legacy(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
+    req.allow(method, "POST")
+    req.record_dataset = unquote(m.group(1))
+    return 200, ep_data.legacy_query(req, req.record_dataset)
+
+
 def _datasets(req: Request, method: str, m: re.Match[str], parts: SplitResult
               ) -> tuple[int, Any]:
     req.may("datasets", method)
-    return ep_datasets.datasets(req, method, m.group(1), m.group(2))
+    return ep_datasets.datasets(req, method, m.group(2), m.group(3), m.group(1))
+
+
+def _fields(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
+    req.may("datasets", method)
+    return ep_datasets.fields(req, method, m.group(1), m.group(2))
+
+
+def _map_fields(req: Request, method: str, m: re.Match[str], parts: SplitResult
+                ) -> tuple[int, Any]:
+    req.may("datasets", method)
+    return ep_datasets.map_fields(req, method, m.group(1), m.group(2))
+
+
+def _monitors(req: Request, method: str, m: re.Match[str], parts: SplitResult
+              ) -> tuple[int, Any]:
+    req.may("monitors", method)
+    return ep_alerts.monitors(req, method, m.group(1), m.group(2), parts.query)
+
+
+def _notifiers(req: Request, method: str, m: re.Match[str], parts: SplitResult
+               ) -> tuple[int, Any]:
+    req.may("notifiers", method)
+    return ep_alerts.notifiers(req, method, m.group(1))
+
+
+def _starred(req: Request, method: str, m: re.Match[str], parts: SplitResult
+             ) -> tuple[int, Any]:
+    # Capabilities per dataset (starredQueries), checked by the endpoint.
+    return ep_saved.starred_queries(req, method, m.group(1), parts.query)
+
+
+def _dashboards(req: Request, method: str, m: re.Match[str], parts: SplitResult
+                ) -> tuple[int, Any]:
+    req.may("dashboards", method)
+    return ep_saved.dashboards(req, method, m.group(1), parts.query)
+
+
+def _user(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
+    return ep_org.user(req, method, m.group(1))  # any token may read who it belongs to
+
+
+def _users(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
+    req.may("users", method)
+    return ep_org.users(req, method, m.group(1))
+
+
+def _orgs(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
+    return ep_org.orgs(req, method, m.group(1))  # what a token-check reads: any token
 
 
 def _search(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
@@ -89,14 +143,25 @@ ROUTES: list[tuple[re.Pattern[str], Endpoint]] = [
     (re.compile(r"^/v1/(?:datasets/_apl|query/_apl)$"), _query),
     # ingest, and its edge endpoint
     (re.compile(r"^/v1/(?:datasets/([^/]+)/ingest|ingest/([^/]+))$"), _ingest),
+    # the legacy query
+    (re.compile(r"^/v1/datasets/([^/]+)/query$"), _legacy),
     # /v1/datasets (and /v2/datasets), /v1/datasets/{name}, /v1/datasets/{name}/trim
-    (re.compile(r"^/v[12]/datasets(?:/([^/]+))?(/trim)?$"), _datasets),
+    (re.compile(r"^/(v[12])/datasets(?:/([^/]+))?(/trim)?$"), _datasets),
+    (re.compile(r"^/v2/datasets/([^/]+)/fields(?:/([^/]+))?$"), _fields),
+    (re.compile(r"^/v2/datasets/([^/]+)/mapfields(?:/([^/]+))?$"), _map_fields),
     (re.compile(r"^/v1/(logs|traces)$"), _otlp),  # OTLP/HTTP (otlp.py)
     (re.compile(r"^/local/search$"), _search),  # the page's search box, as APL (search.py)
     (re.compile(r"^/local/facets$"), _facets),  # the page's facets of a search (search.py)
     (re.compile(r"^/v2/tokens(?:/([^/]+)(/regenerate)?)?$"), _tokens),
     (re.compile(r"^/v2/annotations(?:/([^/]+))?$"), _annotations),
     (re.compile(r"^/v2/views(?:/([^/]+))?$"), _views),
+    (re.compile(r"^/v2/monitors(?:/([^/]+)(/history)?)?$"), _monitors),
+    (re.compile(r"^/v2/notifiers(?:/([^/]+))?$"), _notifiers),
+    (re.compile(r"^/v2/apl-starred-queries(?:/([^/]+))?$"), _starred),
+    (re.compile(r"^/v2/dashboards(?:/uid/([^/]+))?$"), _dashboards),
+    (re.compile(r"^/(v[12])/user$"), _user),
+    (re.compile(r"^/v2/users(?:/([^/]+))?$"), _users),
+    (re.compile(r"^/v2/orgs(?:/([^/]+))?$"), _orgs),
 ]
 
 
@@ -163,9 +228,11 @@ class Handler(Request):
         if auth is not None and auth[7:].strip().startswith(PAT_PREFIX) and (
                 not self.service_header("Org-Id")):
             self.discard()
-            raise HttpError(403, "a personal access token needs the organization's id: "
-                                 "send it in the x-service-org-id header (LOGHANDLER_ORG_ID, "
-                                 "--org-id)")
+            raise HttpError(403, "a personal access token (xapt-...) needs the "
+                                 "organization's id in the X-Axiom-Org-Id (or "
+                                 "x-service-org-id) header: loghandler sends it from "
+                                 "LOGHANDLER_ORG_ID, the official clients from their orgId "
+                                 "option (AXIOM_ORG_ID); or use an API token (xaat-...)")
 
     def _rate_limit(self) -> None:
         limiter = self.state.rate_limiter

@@ -58,6 +58,7 @@ class Server(ThreadingHTTPServer):
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         on_request: Callable[[RequestRecord], None] | None = None,
         datasets: Iterable[str] | None = None,
+        create_datasets: bool = False,
         rate_limit: int | None = None,
         ingest_limit: int | None = None,
         max_fields: int = DEFAULT_MAX_FIELDS,
@@ -70,19 +71,22 @@ class Server(ThreadingHTTPServer):
             raise ValueError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        allowed: set[str] | None = None
         if datasets is not None:
             names = [datasets] if isinstance(datasets, str) else list(datasets)
             if not all(isinstance(n, str) and n for n in names):
                 raise ValueError("datasets must be non-empty dataset names")
-            allowed = set(names)
+            for name in names:
+                store.ensure_dataset(name)
+        field_limit = FieldLimit(max_fields)
+        for name, types in store.field_types().items():
+            field_limit.seed(name, types)
         self.state = ServiceState(
             store=store,
             access=Access([t.encode() for t in tokens]),  # and the tokens created by API
             max_body_bytes=max_body_bytes,
-            field_limit=FieldLimit(max_fields),
+            field_limit=field_limit,
             on_request=on_request,
-            datasets=allowed,
+            create_datasets=bool(create_datasets),
             rate_limiter=None if rate_limit is None else RateLimiter(rate_limit),
             ingest_limit=None if ingest_limit is None else IngestLimit(ingest_limit))
         self._open: set[socket.socket] = set()
@@ -164,16 +168,17 @@ def make_server(
     max_body_bytes: int | None = None,
     on_request: Callable[[RequestRecord], None] | None = None,
     datasets: Iterable[str] | None = None,
+    create_datasets: bool = False,
     rate_limit: int | None = None,
     ingest_limit: int | None = None,
     max_fields: int = DEFAULT_MAX_FIELDS,
 ) -> Server:
     """A bound (not yet serving) local service; call ``serve_forever()`` on it.
 
-    ``datasets``: the only datasets that exist (others answer 404); None: any name, created
-    by its first ingest. ``rate_limit``: requests per minute, 429 past it; None: no limit.
-    ``ingest_limit``: bytes of ingest a month, 430 past it; ``max_fields``: fields a dataset
-    (limits.py).
+    ``datasets``: datasets created at start. ``create_datasets``: an ingest into a dataset
+    nobody created creates it (else 404, as the real service answers). ``rate_limit``:
+    requests per minute, 429 past it; None: no limit. ``ingest_limit``: bytes of ingest a
+    month, 430 past it; ``max_fields``: fields a dataset (limits.py).
     """
     store = Store(db)
     try:
@@ -181,7 +186,8 @@ def make_server(
             store.seed_views(views)
         return Server((host, port), store, tokens,
                       max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                      on_request=on_request, datasets=datasets, rate_limit=rate_limit,
+                      on_request=on_request, datasets=datasets,
+                      create_datasets=create_datasets, rate_limit=rate_limit,
                       ingest_limit=ingest_limit, max_fields=max_fields)
     except BaseException:
         store.close()

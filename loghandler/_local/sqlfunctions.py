@@ -5,6 +5,7 @@ deadline), case folding of every letter, ``arg_max``/``arg_min`` and ``percentil
 
 from __future__ import annotations
 
+import calendar
 import functools
 import json
 import math
@@ -13,11 +14,13 @@ import re
 import sqlite3
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .apl import format_trimmed, parse_time
 
-__all__ = ["PERCENTILE_SAMPLE", "QUERY", "QUERY_TIMEOUT", "add_functions"]
+__all__ = ["PERCENTILE_SAMPLE", "QUERY", "QUERY_TIMEOUT", "SEARCH", "add_functions",
+           "regex_package"]
 
 # A query that runs longer than this is stopped (and answered 400).
 QUERY_TIMEOUT = 10.0
@@ -38,8 +41,31 @@ def _apl_has(text: Any, term: Any, cs: int) -> int | None:
 
 
 def _apl_todatetime(value: Any) -> int | None:
-    """APL's ``todatetime`` of a stored text: epoch microseconds, or null."""
-    return parse_time(value) if isinstance(value, str) else None
+    """APL's ``todatetime`` of a stored value: epoch microseconds, or null. A text is read as
+    a time, a number as nanoseconds since the epoch (the reference's todatetime)."""
+    if isinstance(value, str):
+        return parse_time(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return int(value) // 1000
+    return None
+
+
+def _apl_datetime_add(part: str, n: Any, when: Any) -> int | None:
+    """datetime_add by the calendar: ``n`` months, quarters or years after ``when`` (epoch
+    microseconds), the day clamped to the last of the month."""
+    if when is None or not isinstance(n, (int, float)) or isinstance(n, bool):
+        return None
+    months = int(n) * {"month": 1, "quarter": 3, "year": 12}[part]
+    try:
+        t = datetime.fromtimestamp(0, timezone.utc) + timedelta(microseconds=int(when))
+        total = t.year * 12 + (t.month - 1) + months
+        year, month = divmod(total, 12)
+        day = min(t.day, calendar.monthrange(year, month + 1)[1])
+        moved = t.replace(year=year, month=month + 1, day=day)
+    except (ValueError, OverflowError):
+        return None
+    delta = moved - datetime.fromtimestamp(0, timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _fold(value: Any, upper: bool) -> Any:
@@ -186,15 +212,38 @@ def _apl_parse(value: Any, spec: str, index: int) -> Any:
 QUERY = threading.local()
 
 
+def regex_package() -> Any:
+    """The ``regex`` package (the ``regex`` extra), or None: then ``re`` in a helper process
+    (regexworker.py) matches."""
+    try:
+        import regex  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return regex
+
+
 @functools.lru_cache(maxsize=32)
 def _regex(pattern: str) -> Any:
-    import regex  # type: ignore[import-untyped]
+    return regex_package().compile(pattern)
 
-    return regex.compile(pattern)
+
+def _search_in_process(pattern: str, text: str, timeout: float) -> bool:
+    return _regex(pattern).search(text, timeout=timeout) is not None
+
+
+def _search_in_worker(pattern: str, text: str, timeout: float) -> bool:
+    from . import regexworker
+
+    return regexworker.search(pattern, text, timeout)
+
+
+# How matches regex runs: with the regex package in this process (its matching takes a
+# timeout), else Python's re in a helper process that the deadline can end.
+SEARCH = _search_in_process if regex_package() is not None else _search_in_worker
 
 
 def _apl_matches(value: Any, pattern: str) -> int | None:
-    """APL's ``matches regex`` (aplsql.check_regex vetted the pattern): bounded by the
+    """APL's ``matches regex`` (aplsql_expr.check_regex vetted the pattern): bounded by the
     query's deadline, as a backtracking pattern could otherwise run for ever."""
     if value is None:
         return None
@@ -202,7 +251,7 @@ def _apl_matches(value: Any, pattern: str) -> int | None:
     timeout = QUERY_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
     text = value if isinstance(value, str) else str(value)
     try:
-        return 1 if _regex(pattern).search(text, timeout=timeout) is not None else 0
+        return 1 if SEARCH(pattern, text, timeout) else 0
     except TimeoutError:
         QUERY.timed_out = True
         raise
@@ -212,6 +261,7 @@ def add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
     db.create_function("apl_todatetime", 1, _apl_todatetime, deterministic=True)
+    db.create_function("apl_datetime_add", 3, _apl_datetime_add, deterministic=True)
     db.create_function("apl_parse", 3, _apl_parse, deterministic=True)
     db.create_function("apl_matches", 2, _apl_matches, deterministic=True)
     db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)

@@ -36,9 +36,9 @@ class ServiceState:
     max_body_bytes: int
     field_limit: FieldLimit
     on_request: Callable[[RequestRecord], None] | None = None
-    # None: any dataset name exists (created by its first ingest). A set: only these exist
-    # (404 else), and a dataset created through the API joins it.
-    datasets: set[str] | None = None
+    # True: an ingest into a dataset nobody created creates it; False: 404, as the real
+    # service answers.
+    create_datasets: bool = False
     rate_limiter: RateLimiter | None = None
     ingest_limit: IngestLimit | None = None
     annotations: Annotations = field(default_factory=Annotations)

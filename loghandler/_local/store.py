@@ -1,6 +1,7 @@
 """The local service's storage: events, views and datasets in SQLite (in memory, or in a file
-that survives restarts). The write path is here; queries read through ``reader.Reader``, views
-are ``views.Views``.
+that survives restarts). The write path and the dataset registry (datasets and their fields) are
+here; queries read through ``reader.Reader``, views are ``views.Views``, the documents clients
+keep (monitors, dashboards, ...) ``documents.Documents``.
 
 The HTTP side is service.py; this module knows nothing of requests.
 """
@@ -12,14 +13,39 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from .apl import format_time, parse_time
+from .documents import Documents
 from .reader import QUERY_TIMEOUT, Reader
 from .sqlfunctions import add_functions
 from .views import VIEW_FIELDS, Views, reject_constant, validate_view
 
 __all__ = ["QUERY_TIMEOUT", "VIEW_FIELDS", "Store", "reject_constant", "validate_view"]
+
+
+# The stored encoding of an event: compact, ASCII escapes (what aplsql's text pre-filter
+# expects), by the json module's C encoder made once (json.dumps with separators builds an
+# encoder per call: twice the time).
+_encoder = json.JSONEncoder(separators=(",", ":"))
+if c_make_encoder is not None:
+    _iterencode = c_make_encoder(None, _encoder.default, encode_basestring_ascii, None, ":",
+                                 ",", False, False, True)
+else:  # pragma: no cover - CPython has the C encoder
+    _iterencode = _encoder.iterencode
+
+
+def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
+          ) -> list[tuple[str, int, str, str]]:
+    now_us = time.time_ns() // 1000
+    sys_time = format_time(now_us)
+    if times is None:
+        times = [now_us if t is None else t for t in
+                 (parse_time(event.get("_time")) for event in events)]
+    join, it = "".join, _iterencode
+    return [(dataset, t, sys_time, join(it(event, 0))) for event, t in zip(events, times,
+                                                                           strict=True)]
 
 
 class Store:
@@ -55,6 +81,11 @@ class Store:
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
                     name TEXT NOT NULL UNIQUE, description TEXT NOT NULL,
                     created TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS fields (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    dataset TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL,
+                    unit TEXT NOT NULL DEFAULT '', description TEXT NOT NULL DEFAULT '',
+                    hidden INTEGER NOT NULL DEFAULT 0, UNIQUE (dataset, name));
             """)
             self._migrate_batches_locked()
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
@@ -62,7 +93,17 @@ class Store:
             self._counts: dict[str, int] = {
                 name: int(n) for name, n in self._db.execute(
                     "SELECT dataset, COUNT(*) FROM events GROUP BY dataset ORDER BY MIN(seq)")}
+            # The registry's names, in memory: every ingest asks whether its dataset exists.
+            # A file written by an earlier version may hold events of datasets never created:
+            # they are registered now.
+            self._names: set[str] = {name for (name,) in self._db.execute(
+                "SELECT name FROM datasets")}
+            for name in list(self._counts):
+                self._register_locked(name)
         self._views = Views(self._db, self._lock)
+        self.documents = Documents(self._db, self._lock)
+        self._map_fields: dict[str, list[str]] = {
+            name: self.documents.get("mapfields", name) or [] for name in self._names}
         self.reader = Reader(path, self._db, self._lock, self.count)
 
     def _migrate_batches_locked(self) -> None:
@@ -84,14 +125,19 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
-    def add_events(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here."""
+    def add_events(self, dataset: str, events: list[dict[str, Any]],
+                   times: list[int] | None = None) -> None:
+        """Store validated events; each gets its ``_sysTime`` and ``_rowId`` here. ``times``:
+        each event's ``_time`` in epoch microseconds, when the caller has them already."""
         if not events:
             return
+        rows = _rows(dataset, events, times)  # the JSON is made before the lock is taken
         with self._lock:
+            self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
-                self._insert_locked(dataset, events)
+                self._db.executemany(
+                    "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -100,17 +146,8 @@ class Store:
             self._changed.notify_all()
 
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
-        now_us = time.time_ns() // 1000
-        sys_time = format_time(now_us)
-        # This exact encoding (ASCII escapes, no spaces) is what aplsql's text pre-filter expects.
-        dumps = json.dumps
-        rows = []
-        for event in events:
-            t = parse_time(event.get("_time"))
-            rows.append((dataset, now_us if t is None else t, sys_time,
-                         dumps(event, separators=(",", ":"))))
         self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
-                             rows)
+                             _rows(dataset, events, None))
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -129,77 +166,138 @@ class Store:
 
     # ------------------------------------------------------------------ the dataset registry
 
-    def _record_locked(self, name: str, description: str = "") -> dict[str, Any] | None:
+    def _record_locked(self, name: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT name, description, created FROM datasets WHERE name = ?",
                                (name,)).fetchone()
         if row is None:
             return None
-        return {"id": row[0], "name": row[0], "description": row[1], "who": "",
-                "created": row[2]}
+        return self._dataset(*row)
+
+    def _dataset(self, name: str, description: str, created: str) -> dict[str, Any]:
+        return {"id": name, "name": name, "description": description, "who": "",
+                "created": created, "mapFields": self._map_fields.get(name, [])}
 
     def dataset_list(self) -> list[dict[str, Any]]:
-        """Every dataset: the ones created, and the ones that got events without being
-        created (the service creates none of those; this stand-in lists them, created when
-        their first event arrived), oldest first."""
+        """Every dataset, oldest first."""
         with self._lock:
-            self._register_implicit_locked()
             rows = self._db.execute(
                 "SELECT name, description, created FROM datasets ORDER BY seq").fetchall()
-        return [{"id": n, "name": n, "description": d, "who": "", "created": c}
-                for n, d, c in rows]
+        return [self._dataset(*row) for row in rows]
 
-    def _register_implicit_locked(self) -> None:
-        for name in self._counts:
-            self._db.execute("INSERT OR IGNORE INTO datasets (name, description, created) "
-                             "VALUES (?, '', ?)", (name, format_time(time.time_ns() // 1000)))
+    def _register_locked(self, name: str, description: str = "") -> bool:
+        """Add ``name`` to the registry; False when it is there already."""
+        if name in self._names:
+            return False
+        self._db.execute("INSERT OR IGNORE INTO datasets (name, description, created) "
+                         "VALUES (?, ?, ?)", (name, description,
+                                              format_time(time.time_ns() // 1000)))
+        self._names.add(name)
+        return True
+
+    def dataset_exists(self, name: str) -> bool:
+        return name in self._names
+
+    def ensure_dataset(self, name: str) -> None:
+        """Create ``name`` unless it exists (an ingest with ``--create-datasets``)."""
+        if name not in self._names:
+            with self._lock:
+                self._register_locked(name)
 
     def dataset_get(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            self._register_implicit_locked()
             return self._record_locked(name)
 
     def dataset_create(self, name: str, description: str) -> dict[str, Any] | None:
         """The new dataset; None when one of that name exists."""
         with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is not None:
+            if not self._register_locked(name, description):
                 return None
-            self._db.execute("INSERT INTO datasets (name, description, created) VALUES "
-                             "(?, ?, ?)", (name, description,
-                                           format_time(time.time_ns() // 1000)))
             return self._record_locked(name)
 
     def dataset_update(self, name: str, description: str) -> dict[str, Any] | None:
         with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
+            if name not in self._names:
                 return None
             self._db.execute("UPDATE datasets SET description = ? WHERE name = ?",
                              (description, name))
             return self._record_locked(name)
 
     def dataset_delete(self, name: str) -> bool:
-        """Delete the dataset and its events; False when there is none."""
+        """Delete the dataset, its events and fields; False when there is none."""
         with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
+            if name not in self._names:
                 return False
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
             self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
+            self._db.execute("DELETE FROM fields WHERE dataset = ?", (name,))
+            self._names.discard(name)
             self._counts.pop(name, None)
-            return True
+            self._map_fields.pop(name, None)
+        self.documents.delete("mapfields", name)
+        return True
 
     def dataset_trim(self, name: str, older_than_us: int) -> int | None:
         """Delete the events stamped before ``older_than_us``; how many (None: no dataset)."""
         with self._lock:
-            self._register_implicit_locked()
-            if self._record_locked(name) is None:
+            if name not in self._names:
                 return None
             cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
                                    (name, older_than_us))
             n = cur.rowcount
             self._counts[name] = max(0, self._counts.get(name, 0) - n)
             return n
+
+    # ------------------------------------------------------------------ fields
+
+    def record_fields(self, dataset: str, types: dict[str, str]) -> None:
+        """New fields of a dataset, or new types of known ones (field -> its type now)."""
+        if not types:
+            return
+        with self._lock:
+            self._db.executemany(
+                "INSERT INTO fields (dataset, name, type) VALUES (?, ?, ?) "
+                "ON CONFLICT (dataset, name) DO UPDATE SET type = excluded.type",
+                [(dataset, name, kind) for name, kind in types.items()])
+
+    def field_types(self) -> dict[str, dict[str, str]]:
+        """Every dataset's fields and their types, as stored (to seed the field limit)."""
+        out: dict[str, dict[str, str]] = {}
+        with self._lock:
+            for dataset, name, kind in self._db.execute(
+                    "SELECT dataset, name, type FROM fields ORDER BY seq"):
+                out.setdefault(dataset, {})[name] = kind
+        return out
+
+    def fields(self, dataset: str, name: str | None = None) -> list[dict[str, Any]]:
+        """A dataset's fields (or the one named): name, type, unit, description, hidden."""
+        sql = ("SELECT name, type, unit, description, hidden FROM fields WHERE dataset = ?"
+               + (" AND name = ?" if name is not None else "") + " ORDER BY name")
+        with self._lock:
+            rows = self._db.execute(sql, (dataset,) if name is None else (dataset, name))
+            return [{"name": n, "type": t, "unit": u, "description": d, "hidden": bool(h)}
+                    for n, t, u, d, h in rows]
+
+    def field_update(self, dataset: str, name: str, unit: str, description: str,
+                     hidden: bool) -> dict[str, Any] | None:
+        """Set a field's unit, description and hidden flag; None when there is no field."""
+        with self._lock:
+            cur = self._db.execute("UPDATE fields SET unit = ?, description = ?, hidden = ? "
+                                   "WHERE dataset = ? AND name = ?",
+                                   (unit, description, int(hidden), dataset, name))
+            if not cur.rowcount:
+                return None
+        return self.fields(dataset, name)[0]
+
+    def map_fields(self, dataset: str) -> list[str]:
+        return list(self._map_fields.get(dataset, []))
+
+    def set_map_fields(self, dataset: str, names: list[str]) -> list[str]:
+        """A dataset's map fields (fields kept whole, not flattened: recorded, not applied)."""
+        unique = list(dict.fromkeys(names))
+        self.documents.put("mapfields", dataset, unique)
+        with self._lock:
+            self._map_fields[dataset] = unique
+        return list(unique)
 
     def wait_for(self, dataset: str, count: int, timeout: float) -> bool:
         """Wait until ``dataset`` holds at least ``count`` events; False on time-out."""

@@ -272,7 +272,10 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                         help="dataset to ship to (default: LOGHANDLER_DATASET)")
     ingest.add_argument("--format", choices=FORMATS, default="auto",
                         help="input format (default auto: judged by parsing the start)")
-    ingest.add_argument("--batch-size", type=int, default=1000, help="events per request")
+    # 10,000 events a request (the service's most): a tenth of the requests of 1,000, and the
+    # service's work per request spread over ten times the events.
+    ingest.add_argument("--batch-size", type=int, default=10_000,
+                        help="events per request (default 10,000)")
     ingest.add_argument("--max-retries", type=int, default=5,
                         help="retries of a failed request (default 5); a refused connection "
                              "at the start is retried twice within 1.5 s, then ingest stops")

@@ -162,6 +162,7 @@ def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterato
         yield from _iter_csv(source, name, counts)
         return
     lineno = source.skipped_lines
+    decode = _decoder.decode
     for line in source.lines():
         lineno += 1
         text = line.rstrip("\r")
@@ -171,7 +172,7 @@ def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterato
             yield {"message": text}
             continue
         try:
-            obj = json.loads(text)
+            obj = decode(text)  # the module's decoder: json.loads builds its call each time
         except ValueError as exc:
             counts.bad += 1
             _err(f"{name}:{lineno}: not JSON ({_json_reason(exc)}); line skipped")

@@ -45,6 +45,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("--max-fields must be a positive number")
     if args.datasets is not None and not all(d.strip() for d in args.datasets):
         raise UsageError("--dataset must name a dataset")
+    # The datasets created at start: --dataset, else LOGHANDLER_DATASET (the dataset the
+    # application ships to), so that the quickstart is two commands.
+    names = args.datasets if args.datasets is not None else [
+        d for d in [os.environ.get("LOGHANDLER_DATASET", "").strip()] if d]
     seed = _read_views_file(args.views) if args.views else None
 
     print_lock = threading.Lock()
@@ -76,7 +80,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = make_server(args.host, args.port, tokens=[token], db=args.db, views=seed,
                              max_body_bytes=args.max_body_bytes,
                              on_request=None if args.quiet else log_request,
-                             datasets=args.datasets, rate_limit=args.rate_limit,
+                             datasets=names, create_datasets=args.create_datasets,
+                             rate_limit=args.rate_limit,
                              ingest_limit=args.ingest_limit, max_fields=args.max_fields)
     except HttpError as exc:
         raise UsageError(f"{args.views}: {exc.message}") from None
@@ -105,7 +110,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(f"warning: serving on {args.host}, reachable from other machines over plain "
                  "http: use --host 127.0.0.1 unless others must reach it")
         where = args.db or "memory"
-        _out(f"loghandler local service listening on {url} (data: {where}; Ctrl+C to stop)")
+        existing = [d["name"] for d in server.store.dataset_list()]
+        if args.create_datasets:
+            datasets = "any dataset is created by its first ingest"
+        else:
+            datasets = (f"datasets: {', '.join(clip(printable(n), 60) for n in existing[:5])}"
+                        f"{' ...' if len(existing) > 5 else ''}; " if existing else
+                        "no datasets yet; ")
+            datasets += ("create others with `loghandler datasets create NAME` (or --dataset "
+                         "NAME, --create-datasets)")
+        _out(f"loghandler local service listening on {url} (data: {where}; {datasets}; "
+             "Ctrl+C to stop)")
         if generated:
             # Our own throw-away token for a server we just started: printing it is the point.
             _out(f"token: {token}")
@@ -197,8 +212,11 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                        help="largest request body accepted (default 10 MiB); 413 above")
     serve.add_argument("--quiet", action="store_true", help="no line per request")
     serve.add_argument("--dataset", action="append", metavar="NAME", dest="datasets",
-                       help="a dataset that exists (repeatable); others answer 404 like the "
-                            "real service (default: any name, created on first ingest)")
+                       help="a dataset to create at start (repeatable; default: "
+                            "LOGHANDLER_DATASET); an ingest into a dataset nobody created "
+                            "answers 404, as the real service does")
+    serve.add_argument("--create-datasets", action="store_true",
+                       help="create a dataset on its first ingest instead of answering 404")
     serve.add_argument("--rate-limit", type=int, default=None, metavar="N",
                        help="requests per minute; past it 429 with X-RateLimit-* headers "
                             "(default: no limit)")
