@@ -644,24 +644,10 @@ def test_limit_after_a_time_binned_summarize_keeps_whole_series() -> None:
     assert len(plain) == 2  # without a time bin, limit is the first N rows
 
 
-@pytest.fixture
-def regex_package() -> None:
-    """`matches regex` runs with the optional `regex` package (the `regex` extra): skipped, with
-    the reason, where it is not installed; CI installs it (the dev extra), so there it runs."""
-    import importlib.util
-    import os
-
-    if importlib.util.find_spec("regex") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the regex package is missing in CI: it is in the dev extra")
-        pytest.skip("needs the optional regex package: pip install 'loghandler-ingest[regex]'")
-
-
 class TestMatchesRegex:
     """APL reference, matches regex: a value that matches the regular expression anywhere.
     A pattern that backtracks without end stops at the query's deadline (a 400)."""
 
-    @pytest.mark.usefixtures("regex_package")
     def test_matches(self, people: LocalService) -> None:
         with people.client() as client:
             rows = client.query("['p'] | where msg matches regex @'^[a-zé]+$' "
@@ -671,7 +657,6 @@ class TestMatchesRegex:
                                 "| sort by n asc | project n", start="2026-01-01T00:00:00Z")
             assert [r["n"] for r in rows] == [0, 2, 3]
 
-    @pytest.mark.usefixtures("regex_package")
     def test_a_runaway_pattern_stops_at_the_deadline(self) -> None:
         import time
 
