@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from loghandler._client import Client
 from loghandler._local.service import make_server
+from loghandler._wire.client import Client
 
 LEVELS = ("debug", "info", "info", "info", "warning", "error")
 QUERIES = [

@@ -6,7 +6,6 @@ structlog nor the command line.
 
 from typing import TYPE_CHECKING
 
-from ._client import Client
 from ._engine.context import context
 from ._engine.lifecycle import flushing
 from ._engine.shipper import Shipper, Stats
@@ -24,10 +23,11 @@ from ._handler import IngestHandler
 from ._processor import IngestProcessor
 from ._sink import IngestSink
 from ._version import __version__
-from ._views import View
+from ._wire.client import Client
+from ._wire.views import View
 
 if TYPE_CHECKING:
-    from ._async import AsyncClient
+    from ._wire.async_client import AsyncClient
 
 __all__ = [
     "ApiError",
@@ -56,7 +56,7 @@ def __getattr__(name: str) -> object:
     # AsyncClient on first use: asyncio and its thread pool cost an import most applications
     # of this package never need.
     if name == "AsyncClient":
-        from ._async import AsyncClient
+        from ._wire.async_client import AsyncClient
 
         globals()["AsyncClient"] = AsyncClient
         return AsyncClient

@@ -1,221 +1,28 @@
-"""Configuration: arguments first, then ``LOGHANDLER_*`` environment variables.
+"""Configuration of the shippers: the dataset, the shipping options, and their documentation.
 
 Everything is validated once, at construction, into frozen value objects, so a bad setting fails
-loudly where the user wrote it instead of quietly inside a background thread.
+loudly where the user wrote it instead of quietly inside a background thread. The client's own
+arguments (token, address, ...) are the wire's: ``_wire/settings.py``.
 """
 
 from __future__ import annotations
 
 import inspect
-import ipaddress
 import math
 import os
 import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
-from urllib.parse import urlsplit
 
 from ._errors import ConfigurationError
-from ._output import redact, register_secret
+from ._wire.settings import CLIENT_ARG_NAMES, env
 
-ENV_TOKEN = "LOGHANDLER_TOKEN"
-ENV_ORG_ID = "LOGHANDLER_ORG_ID"
-ENV_URL = "LOGHANDLER_URL"
-ENV_EU_URL = "LOGHANDLER_EU_URL"
-ENV_REGION = "LOGHANDLER_REGION"
 ENV_DATASET = "LOGHANDLER_DATASET"
-
-REGIONS = {"us": ENV_URL, "eu": ENV_EU_URL}
-
-
-def _env(name: str, environ: Mapping[str, str] | None) -> str | None:
-    value = (os.environ if environ is None else environ).get(name)
-    return value if value else None
-
-
-def _has_bad_chars(value: str) -> bool:
-    # Whitespace or control characters in a header value would either break the request or
-    # allow header injection (CR/LF); a pasted token with a trailing newline is the usual cause.
-    return any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
-
-
-# How the user names each argument: in Python (the default) or on the command line, which
-# calls ``speak_command_line()`` once. One rule per message, worded for whoever reads it.
-_WORDS = {
-    "token": ("token=...", "--token"),
-    "url": ("url=...", "--url"),
-    "url_arg": ("url=", "--url"),
-    "allow_http": ("allow_http=True", "--allow-http"),
-    "org_id": ("org_id", "--org-id"),
-    "region": ("region=", "--region"),
-    "timeout": ("timeout=", "--timeout"),
-}
-_COMMAND_LINE = [False]
-
-
-def speak_command_line(on: bool = True) -> None:
-    """Word configuration errors in the command line's flags instead of Python arguments."""
-    _COMMAND_LINE[0] = on
-
-
-def in_command_line() -> bool:
-    """Whether messages are read by a command line user (flags) or a Python one (arguments)."""
-    return _COMMAND_LINE[0]
-
-
-def said(name: str) -> str:
-    """How the user passes ``name`` where they are (``token=...`` or ``--token``)."""
-    return _WORDS[name][1 if _COMMAND_LINE[0] else 0]
-
-
-def check_token(token: Any, source: str) -> str:
-    """``token`` if it can be sent as a bearer token, else a ConfigurationError naming ``source``
-    (where the user wrote it). The one check for every entry point: library, CLI, local service.
-    """
-    if not token:
-        raise ConfigurationError(
-            f"no token: pass {source} (an API token, or a personal access token together with "
-            f"{said('org_id')} / {ENV_ORG_ID})"
-        )
-    if not isinstance(token, str):
-        raise ConfigurationError(f"the token ({source}) must be a string, not "
-                                 f"{type(token).__name__}")
-    if _has_bad_chars(token):
-        raise ConfigurationError(
-            f"the token ({source}) contains whitespace or control characters; check for a "
-            "trailing newline or a stray space where it was pasted"
-        )
-    return token
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Resolved connection settings. ``repr`` hides the token."""
-
-    token: str
-    url: str
-    org_id: str | None = None
-    region: str = "us"
-    timeout: float = 10.0
-
-    def __repr__(self) -> str:
-        return redact(
-            f"Settings(url={self.url!r}, region={self.region!r}, org_id={self.org_id!r}, "
-            f"timeout={self.timeout!r}, token=***)"
-        )
-
-
-def resolve_settings(
-    token: str | None = None,
-    *,
-    org_id: str | None = None,
-    url: str | None = None,
-    region: str | None = None,
-    timeout: float = 10.0,
-    allow_http: bool = False,
-    environ: Mapping[str, str] | None = None,
-) -> Settings:
-    """Resolve and validate connection settings from arguments and the environment."""
-    token = token if token is not None else _env(ENV_TOKEN, environ)
-    if not token:
-        raise ConfigurationError(
-            f"no token: pass {said('token')} or set {ENV_TOKEN} (an API token, or a personal "
-            f"access token together with {said('org_id')} / {ENV_ORG_ID})"
-        )
-    token = check_token(token, f"{said('token').rstrip('.')} or {ENV_TOKEN}")
-    register_secret(token)
-
-    org_id = org_id if org_id is not None else _env(ENV_ORG_ID, environ)
-    if org_id is not None and (not isinstance(org_id, str) or not org_id or _has_bad_chars(org_id)):
-        raise ConfigurationError(
-            f"{said('org_id')} (or {ENV_ORG_ID}) must be a non-empty string without whitespace or "
-            "control characters"
-        )
-
-    region_value = region if region is not None else _env(ENV_REGION, environ)
-    region_name = region_value.strip().lower() if isinstance(region_value, str) else ""
-    if region_value is None or (isinstance(region_value, str) and not region_name):
-        region_name = "us"
-    if region_name not in REGIONS:
-        raise ConfigurationError(
-            f"unknown region {region_value!r} ({said('region')} or {ENV_REGION}): use 'us' or "
-            "'eu'"
-        )
-
-    if url is None:
-        url = _env(REGIONS[region_name], environ)
-        if not url:
-            # The region matters only to whoever chose one: for the rest, it is the address.
-            which = (f"for region {region_name!r}" if region_value is not None
-                     else "of the service")
-            raise ConfigurationError(
-                f"no address {which}: pass {said('url')} or set {REGIONS[region_name]} "
-                "(e.g. https://api.example.com; `loghandler serve` prints one)"
-            )
-        source = f"{REGIONS[region_name]}, or {said('url_arg')}"
-    else:
-        source = f"{said('url_arg')}, which overrides {REGIONS[region_name]}"
-    url = _validate_url(url, source, allow_http)
-
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-        0 < timeout < math.inf
-    ):
-        raise ConfigurationError(
-            f"{said('timeout')} must be a positive, finite number of seconds, not {timeout!r}"
-        )
-    return Settings(token=token, url=url, org_id=org_id, region=region_name, timeout=float(timeout))
-
-
-def _validate_url(url: Any, source: str, allow_http: bool) -> str:
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigurationError(f"the base address ({source}) must be a non-empty string")
-    url = url.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(
-            f"the base address ({source}) must look like https://host[:port][/prefix], "
-            f"not {url!r}"
-        )
-    if _has_bad_chars(url):
-        raise ConfigurationError(
-            f"the base address ({source}) contains whitespace or control characters"
-        )
-    if parts.query or parts.fragment:
-        raise ConfigurationError(f"the base address ({source}) must not carry ?query or #fragment")
-    if "@" in parts.netloc:
-        # Credentials in the address would be printed wherever the address is (repr, errors);
-        # the token argument is the one place for a secret.
-        raise ConfigurationError(
-            f"the base address ({source}) must not carry user:password@; pass the token as "
-            f"{said('token')} or {ENV_TOKEN}"
-        )
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
-    except ValueError:
-        raise ConfigurationError(
-            f"the base address ({source}) has an invalid port: {url!r}"
-        ) from None
-    if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
-        raise ConfigurationError(
-            f"refusing plain http:// to {parts.hostname} ({source}), where the token would "
-            f"travel in clear text: use https://, or pass {said('allow_http')}"
-        )
-    return url.rstrip("/")
 
 
 def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = None) -> str:
-    dataset = dataset if dataset is not None else _env(ENV_DATASET, environ)
+    dataset = dataset if dataset is not None else env(ENV_DATASET, environ)
     if not dataset or not isinstance(dataset, str) or not dataset.strip():
         raise ConfigurationError(
             f"no dataset: pass dataset=... or set {ENV_DATASET} to the dataset to ingest into"
@@ -496,7 +303,6 @@ def _check_number(name: str, value: Any, *, integer: bool = False, minimum: floa
 
 
 SHIPPER_OPTION_NAMES = frozenset(f.name for f in fields(ShipperOptions))
-CLIENT_ARG_NAMES = frozenset({"token", "org_id", "url", "region", "timeout", "allow_http"})
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -535,23 +341,10 @@ def shipper_options(options: Mapping[str, Any]) -> ShipperOptions:
     return ShipperOptions(**shipper_args)
 
 
-# The arguments every entry point takes, documented once: ``documented`` appends them to the
-# docstrings of Client, Shipper, IngestHandler and IngestProcessor, so help() and editors that
-# run the code show every argument in place (test_package checks that none is missing).
-CLIENT_ARGS_DOC = """\
-        token (str): an API token, or a personal access token (then also ``org_id``).
-            Default: ``LOGHANDLER_TOKEN``. Sent only as ``Authorization: Bearer``.
-        org_id (str): the organization id, needed with a personal access token.
-            Default: ``LOGHANDLER_ORG_ID``.
-        url (str): the base address, e.g. ``https://api.example.com``. Default:
-            ``LOGHANDLER_URL`` (``LOGHANDLER_EU_URL`` with ``region="eu"``).
-        region ("us" | "eu"): which default address to use. Default: ``LOGHANDLER_REGION``,
-            else "us".
-        timeout (float): seconds for one HTTP request. Default 10.
-        allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
-            would travel in clear text). Default False.
-
-"""
+# The shipping options, documented once: ``documented`` appends them (and the client's arguments,
+# ``_wire.settings.CLIENT_ARGS_DOC``) to the docstrings of Shipper and the front ends, so help()
+# and editors that run the code show every argument in place (test_package checks that none is
+# missing).
 SHIPPING_OPTIONS_DOC = """\
         batch_size (int): events per request at most (the service takes 10,000 at most).
             Default 5000.
@@ -629,6 +422,11 @@ SHIPPING_OPTIONS_DOC = """\
             ``{"message": "msg", "level": "severity", "logger": "logger.name"}``; applied last
             on the flusher thread (after exclusions and scrubbing, which use the usual
             names). Default None.
+        transport (Transport | None): what sends each request and hands back the service's
+            answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
+            through the client's connection pool (urllib3). In tests,
+            ``loghandler.testing.MemoryTransport()`` keeps every request in memory and
+            answers as scripted (no token or url needed then).
 
 """
 

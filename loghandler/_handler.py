@@ -8,8 +8,7 @@ import sys
 from typing import Any
 
 from . import _compiled
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._config import SHIPPING_OPTIONS_DOC, documented
 from ._encoding import using_default
 from ._engine.context import on_first_use as _on_first_use
 from ._engine.context import snapshot as _snapshot
@@ -32,6 +31,8 @@ from ._engine.ledger import Fate
 from ._engine.shipper import Shipper, make_shipper
 from ._engine.stats import Stats
 from ._output import shown
+from ._wire.client import Client
+from ._wire.settings import CLIENT_ARGS_DOC
 
 __all__ = ["RESERVED", "IngestHandler", "record_to_event"]
 

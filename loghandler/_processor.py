@@ -13,8 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._config import SHIPPING_OPTIONS_DOC, documented
 from ._encoding import using_default
 from ._engine.context import on_first_use as _on_first_use
 from ._engine.context import snapshot as _snapshot
@@ -27,6 +26,8 @@ from ._engine.ledger import Fate
 from ._engine.shipper import Shipper, make_shipper
 from ._front import FrontEnd
 from ._output import shown
+from ._wire.client import Client
+from ._wire.settings import CLIENT_ARGS_DOC
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._config import SHIPPING_OPTIONS_DOC, documented
 from ._encoding import free_name, using_default
 from ._engine.events import (
     FAST_EVENT_SIZE,
@@ -30,6 +29,8 @@ from ._engine.guard import _SENDERS, _get_ident, own_record
 from ._engine.shipper import Shipper, make_shipper
 from ._front import FrontEnd
 from ._output import shown
+from ._wire.client import Client
+from ._wire.settings import CLIENT_ARGS_DOC
 
 __all__ = ["IngestSink", "loguru_event"]
 

@@ -31,13 +31,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, SHIPPING_OPTIONS_DOC, documented
+from ._config import SHIPPING_OPTIONS_DOC, documented
 from ._encoding import free_name, using_default
 from ._engine.events import FAST_EVENT_SIZE, FIELD_SIZE, PLAIN, RECORD, add_fields
 from ._engine.shipper import Shipper, make_shipper
 from ._front import FrontEnd
 from ._output import shown
+from ._wire.client import Client
+from ._wire.settings import CLIENT_ARGS_DOC
 
 __all__ = ["IngestLogRecordProcessor", "otel_event"]
 

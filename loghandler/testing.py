@@ -1,4 +1,5 @@
-"""Testing helpers: the local service in a background thread, for your own tests.
+"""Testing helpers for your own tests: the local service in a background thread, and a
+transport that keeps what a shipper sends in memory.
 
     from loghandler.testing import LocalService
 
@@ -8,24 +9,39 @@
         handler.flush()
         assert svc.events("app")[0]["message"] == "hello"
 
+    from loghandler.testing import MemoryTransport
+
+    transport = MemoryTransport(answers=[503, 200])   # no socket, no token
+    handler = loghandler.IngestHandler("app", transport=transport)
+    ...
+    handler.flush()
+    assert transport.events("app")[0]["message"] == "hello"
+
 With pytest, the ``loghandler_service`` fixture gives a started ``LocalService``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
+import json
+import os
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
-from ._client import Client
-from ._config import check_token
 from ._errors import ConfigurationError
 from ._local.service import HttpError, RequestRecord, Server, make_server
 from ._output import register_secret
-from ._views import View
+from ._status import is_success
+from ._wire.answer import Answer
+from ._wire.client import Client
+from ._wire.settings import check_token
+from ._wire.views import View
 
-__all__ = ["LocalService", "RequestRecord"]
+__all__ = ["LocalService", "MemoryTransport", "RequestRecord", "SentRequest"]
 
 # .requests keeps the latest ones only: a benchmark can send millions.
 MAX_RECORDED_REQUESTS = 10_000
@@ -161,3 +177,174 @@ class LocalService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ---------------------------------------------------------------------------- MemoryTransport
+
+
+@dataclasses.dataclass(frozen=True)
+class SentRequest:
+    """One request a shipper sent to a ``MemoryTransport``.
+
+    ``method`` and ``path`` (``/v1/datasets/<name>/ingest``, with its query when there is
+    one); ``headers`` as the shipper set them (``Content-Type``, ``Content-Encoding``; the
+    token is never among them); ``events``: the request's events, decoded (gzip, a JSON array,
+    or NDJSON); ``status``: what it was answered (None: no answer, a ``TransportError``).
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    events: list[dict[str, Any]]
+    status: int | None = None
+
+    @property
+    def dataset(self) -> str | None:
+        """The dataset of an ingest path, else None."""
+        parts = self.path.split("?", 1)[0].split("/")
+        if len(parts) == 5 and parts[:3] == ["", "v1", "datasets"] and parts[4] == "ingest":
+            return unquote(parts[3])
+        return None
+
+
+# What ``answers`` may hold: a status, (status, headers) or (status, headers, body), an
+# exception to raise (no answer: ``loghandler.TransportError``), or a callable that receives
+# the request and returns one of those.
+Scripted = int | tuple[Any, ...] | BaseException | Callable[[SentRequest], Any] | Answer
+
+
+class MemoryTransport:
+    """A transport that keeps every request in memory and answers as scripted: no socket, no
+    token, no service. Pass it as ``transport=`` to ``IngestHandler``, ``IngestProcessor``,
+    ``IngestSink``, ``IngestLogRecordProcessor`` or ``Shipper``; one may serve several
+    shippers (the path names each request's dataset).
+
+    Args:
+        answers: what to answer. None (the default): 200 with the service's full ingest status
+            for every request. A callable: called with each request (a ``SentRequest``), it
+            returns the answer. A list (any iterable): the answers of the first requests, in
+            order, then 200 for the rest. An answer is a status code (``503``), a tuple
+            ``(status, headers)`` or ``(status, headers, body)`` (``(429, {"Retry-After":
+            "2"})``), an exception (``loghandler.TransportError(...)``: the request gets no
+            answer), or a callable as above. A 2xx without a body gets the full ingest status
+            of the request's events; any other status, the service's error body.
+
+    ``requests`` lists what was sent (the latest 10,000), ``events(dataset=None)`` what a 2xx
+    took (less the events an ingest status you scripted turned down), ``clear()`` forgets both.
+    """
+
+    def __init__(self, answers: Iterable[Scripted] | Callable[[SentRequest], Any] | None = None
+                 ) -> None:
+        self._lock = threading.Lock()
+        self._every: Callable[[SentRequest], Any] | None = None
+        self._script: deque[Scripted] = deque()
+        if callable(answers):
+            self._every = answers
+        elif answers is not None:
+            if isinstance(answers, (int, tuple, BaseException, str, bytes)):
+                raise ConfigurationError(
+                    "answers must be a list of answers (e.g. [503, 200]) or a callable, not "
+                    f"one {type(answers).__name__}")
+            self._script.extend(answers)
+        self._requests: deque[SentRequest] = deque(maxlen=MAX_RECORDED_REQUESTS)
+        self._stored: list[tuple[str | None, dict[str, Any]]] = []
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"MemoryTransport({len(self.requests)} requests)"
+
+    @property
+    def requests(self) -> list[SentRequest]:
+        """The requests answered so far, oldest first (the latest 10,000)."""
+        with self._lock:
+            return list(self._requests)
+
+    def events(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """The events the 2xx answers took, in arrival order (of ``dataset``, when given)."""
+        with self._lock:
+            return [e for d, e in self._stored if dataset is None or d == dataset]
+
+    def clear(self) -> None:
+        """Forget the requests and events (the script of answers goes on)."""
+        with self._lock:
+            self._requests.clear()
+            self._stored.clear()
+
+    # ------------------------------------------------------------------ the transport
+
+    def send(self, method: str, path: str, body: bytes, *,
+             headers: Mapping[str, str] | None = None,
+             timeout: float | None = None) -> Answer:
+        """Record the request and answer it (the transport's one call; ``timeout`` is not
+        needed: nothing here waits)."""
+        headers = dict(headers or {})
+        raw = _unzip(body, headers)
+        request = SentRequest(method, path, headers, _decode(raw, headers))
+        if self._pid != os.getpid():  # a forked child: the parent's lock may be held
+            self._pid, self._lock = os.getpid(), threading.Lock()
+        with self._lock:
+            scripted = self._script.popleft() if self._script else self._every
+        try:
+            answer = _answer(200 if scripted is None else scripted, request, len(raw))
+        except BaseException:
+            with self._lock:
+                self._requests.append(request)  # no answer: status None
+            raise
+        with self._lock:
+            self._requests.append(dataclasses.replace(request, status=answer.status))
+            if is_success(answer.status) and answer.complete:
+                turned_down = _failed(answer.body)
+                kept = request.events[:max(0, len(request.events) - turned_down)]
+                self._stored.extend((request.dataset, e) for e in kept)
+        return answer
+
+
+def _unzip(body: bytes, headers: Mapping[str, str]) -> bytes:
+    """The body, gunzipped when its headers say so."""
+    for key, value in headers.items():
+        if key.lower() == "content-encoding" and "gzip" in value:
+            return gzip.decompress(body)
+    return body
+
+
+def _decode(body: bytes, headers: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The events of an (uncompressed) request body: a JSON array, one JSON object, or
+    NDJSON."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "ndjson" in lower.get("content-type", ""):
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+    value = json.loads(body)
+    return value if isinstance(value, list) else [value]
+
+
+def _answer(scripted: Any, request: SentRequest, size: int) -> Answer:
+    """The ``Answer`` a scripted item means for ``request`` (``size``: its body's bytes,
+    uncompressed)."""
+    if callable(scripted) and not isinstance(scripted, (Answer, BaseException)):
+        scripted = scripted(request)
+    if isinstance(scripted, Answer):
+        return scripted
+    if isinstance(scripted, BaseException):
+        raise scripted
+    status, headers, body = scripted, None, None
+    if isinstance(scripted, tuple):
+        status, headers, body = (*scripted, None, None)[:3]
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise ConfigurationError(f"a scripted answer is a status code, (status, headers), "
+                                 f"(status, headers, body), an exception or a callable, not "
+                                 f"{scripted!r}")
+    if body is None:
+        body = (_ingest_status(request, size) if is_success(status)
+                else {"code": status, "message": f"scripted {status} (MemoryTransport)"})
+    return Answer.of(status, headers, body)
+
+
+def _ingest_status(request: SentRequest, size: int) -> dict[str, Any]:
+    """The service's full ingest status for a request whose every event was taken."""
+    return {"ingested": len(request.events), "failed": 0, "failures": [],
+            "processedBytes": size, "blocksCreated": 0, "walLength": len(request.events)}
+
+
+def _failed(body: Any) -> int:
+    failed = body.get("failed") if isinstance(body, dict) else None
+    return failed if type(failed) is int and failed > 0 else 0

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from helpers import Receiver
+from helpers import LoggerFactory, Receiver
 from pytest_httpserver import HTTPServer
 
 ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
@@ -41,3 +42,20 @@ def receiver(_receiver_server: HTTPServer) -> Iterator[Receiver]:
     _receiver_server.clear()
     yield Receiver(_receiver_server)
     _receiver_server.clear()
+
+
+@pytest.fixture
+def logger_options() -> dict[str, Any]:
+    """The options of every ``make_logger`` handler unless a test passes its own: nothing is
+    sent before ``flush()`` (a module that wants batches sent at once overrides this
+    fixture)."""
+    return {"flush_interval": 60}
+
+
+@pytest.fixture
+def make_logger(receiver: Receiver, logger_options: dict[str, Any]) -> Iterator[LoggerFactory]:
+    """``make_logger(name="app", **options)`` -> (logger, IngestHandler shipping to the
+    ``receiver``); every handler is closed after the test."""
+    factory = LoggerFactory(receiver.url, logger_options)
+    yield factory
+    factory.close()

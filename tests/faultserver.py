@@ -205,6 +205,7 @@ class FaultServer:
         self._listener: socket.socket | None = None
         self._threads: set[threading.Thread] = set()
         self._conns: set[socket.socket] = set()
+        self.accepted = 0  # connections accepted so far (keep-alive reuses one)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -262,6 +263,21 @@ class FaultServer:
         with self._lock:
             return [r.outcome for r in self.requests]
 
+    def open_connections(self) -> int:
+        """Connections open now (the client's end closes them: its pool was cleared)."""
+        with self._lock:
+            return len(self._conns)
+
+    def wait_connections(self, n: int, timeout: float = 10.0) -> bool:
+        """Wait until ``n`` connections are open (True), or the timeout passes (False)."""
+        with self._lock:
+            return self._changed.wait_for(lambda: len(self._conns) == n, timeout)
+
+    def wait_events(self, n: int, timeout: float = 10.0) -> bool:
+        """Wait until ``n`` events are stored (True), or the timeout passes (False)."""
+        with self._lock:
+            return self._changed.wait_for(lambda: len(self.events) >= n, timeout)
+
     def wait_requests(self, n: int, timeout: float = 10.0) -> bool:
         """Wait until ``n`` requests have been answered (or failed)."""
         deadline = time.monotonic() + timeout
@@ -300,6 +316,8 @@ class FaultServer:
                 break
             with self._lock:
                 self._conns.add(conn)
+                self.accepted += 1
+                self._changed.notify_all()
             self._spawn(self._serve, conn, stopping)
         try:
             sock.close()
@@ -330,6 +348,7 @@ class FaultServer:
             with self._lock:
                 self._conns.discard(conn)
                 self._conns.discard(raw)
+                self._changed.notify_all()
             try:
                 conn.close()
             except OSError:

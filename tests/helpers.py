@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: a recording ingest receiver, a closed port, threads.
+"""Helpers shared by the tests: a recording ingest receiver, a closed port, threads, waiting
+for a condition, loggers with a handler (``make_logger``), a redis-server.
 
 Imported by the tests (``from helpers import ...``); conftest.py only holds the fixtures.
 """
@@ -7,7 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pytest_httpserver import HTTPServer
@@ -74,47 +78,43 @@ def run_in_threads(target: Any, n: int = 8) -> None:
         t.join()
 
 
-class MemoryTransport:
-    """An in-memory transport (``loghandler._engine.transport.Transport``): answers each
-    request by ``rule(events, index)`` -> ``Answer`` (or raises ``TransportError``), keeps the
-    events of each delivered request, and records every request's size and status.
-    ``attach(shipper)`` puts it in place of the shipper's HTTP transport."""
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds pass (False): for what
+    has no call to wait on (a counter the flusher moves, a replay round, another process).
+    Callers assert the result, saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.01)
+    return True
 
-    def __init__(self, rule: Any) -> None:
-        self.rule = rule
-        self.lock = threading.Lock()
-        self.stored: list[dict[str, Any]] = []
-        self.requests: list[dict[str, Any]] = []
 
-    def attach(self, shipper: Any) -> Any:
-        shipper._sender.transport = self
-        return shipper
+class LoggerFactory:
+    """``make(name="app", **options)`` -> (a fresh logger, its IngestHandler to ``url``): the
+    ``make_logger`` fixture (conftest.py). ``defaults``: options every handler gets unless the
+    call gives its own. ``close()`` takes each handler off its logger and closes it."""
 
-    def post(self, body: bytes, headers: Any, timeout: float | None) -> Any:
-        from loghandler._engine.policy import Answer, ingest_status
+    def __init__(self, url: str, defaults: dict[str, Any]) -> None:
+        self.url = url
+        self.defaults = defaults
+        self.made: list[tuple[logging.Logger, Any]] = []
 
-        if headers and headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        events = json.loads(body)
-        with self.lock:
-            index = len(self.requests)
-            self.requests.append({"events": len(events), "status": None})
-        answer = self.rule(events, index)
-        if isinstance(answer, BaseException):
-            raise answer
-        if not isinstance(answer, Answer):
-            answer = Answer.of(*answer)
-        with self.lock:
-            self.requests[index]["status"] = answer.status
-            if 200 <= answer.status < 300 and answer.complete:
-                status = ingest_status(answer.body)
-                # Like the service: the events it does not turn down are stored.
-                self.stored.extend(events[: len(events) - (status[1] if status else 0)])
-        return answer
+    def __call__(self, name: str = "app", **options: Any) -> tuple[logging.Logger, Any]:
+        from loghandler import IngestHandler
 
-    def statuses(self) -> list[int | None]:
-        with self.lock:
-            return [r["status"] for r in self.requests]
+        handler = IngestHandler("ds", token=TOKEN, url=self.url, **{**self.defaults, **options})
+        logger = logging.getLogger(f"test.{name}.{len(self.made)}")
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        self.made.append((logger, handler))
+        return logger, handler
+
+    def close(self) -> None:
+        for logger, handler in self.made:
+            logger.removeHandler(handler)
+            handler.close()
 
 
 class RedisServer:

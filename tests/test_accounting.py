@@ -390,8 +390,7 @@ class TestOutageWithSpool:
             assert st.dropped == 0 and st.failed == 0, st
             assert st.spooled > total // 2  # it did go to disk
             srv.start()
-            with srv._changed:
-                assert srv._changed.wait_for(lambda: len(srv.events) >= total, timeout=120)
+            assert srv.wait_events(total, timeout=120), "the spool was not delivered"
         finally:
             log.removeHandler(h)
             h.close()
@@ -417,10 +416,8 @@ class TestInMemoryTransport:
 
     @staticmethod
     def _shipper(transport: Any, **options: Any) -> Shipper:
-        from helpers import closed_port_url
-
         opts = {**TestInMemoryTransport.FAST, **options}
-        return transport.attach(Shipper(Client(TOKEN, url=closed_port_url()), "ds", **opts))
+        return Shipper(dataset="ds", transport=transport, **opts)
 
     @staticmethod
     def _balanced(st: Any) -> bool:
@@ -433,14 +430,14 @@ class TestInMemoryTransport:
         counted delivered was stored, and nothing counted delivered was not."""
         import random
 
-        from helpers import MemoryTransport
-
         from loghandler import TransportError
-        from loghandler._engine.policy import Answer
+        from loghandler._wire.answer import Answer
+        from loghandler.testing import MemoryTransport
 
         rng = random.Random(seed)
 
-        def rule(events: list[Any], index: int) -> Any:
+        def rule(request: Any) -> Any:
+            events = request.events
             k = rng.randrange(14)
             if k < 4:
                 return 200, {}, {"ingested": len(events), "failed": 0, "failures": []}
@@ -451,7 +448,7 @@ class TestInMemoryTransport:
             if k == 5:
                 return Answer(200, {}, '{"ingested": 0, "fa', complete=False)
             if k == 6:
-                return TransportError("connection reset (scripted)")
+                raise TransportError("connection reset (scripted)")
             if k == 7:
                 return 429, {"Retry-After": "0"}, None
             statuses = (400, 413, 401, 404, 307, 422, 500, 503)
@@ -471,21 +468,20 @@ class TestInMemoryTransport:
         s.close(2)
         st = s.stats()
         assert self._balanced(st) and st.submitted == sent
-        stored = {e["i"] for e in transport.stored}
+        stored = {e["i"] for e in transport.events()}
         # Delivered means stored, once: a cut 2xx is never retried (it may have been stored),
         # and every stored event was counted delivered.
-        assert st.delivered == len(transport.stored) == len(stored)
+        assert st.delivered == len(transport.events()) == len(stored)
         assert st.failed_by_service >= 0 and st.retried > 0
 
     def test_cut_2xx_counts_nothing_delivered(self, capfd: Any) -> None:
         """A 2xx whose body was cut at the bound: failed_by_service, flush False, one line,
         never retried."""
-        from helpers import MemoryTransport
+        from loghandler._wire.answer import Answer
+        from loghandler.testing import MemoryTransport
 
-        from loghandler._engine.policy import Answer
-
-        transport = MemoryTransport(lambda ev, i: Answer(200, {}, '{"ingested": 0, "failed": 1',
-                                                         complete=False))
+        transport = MemoryTransport(lambda request: Answer(200, {}, '{"ingested": 0, "failed": 1',
+                                                           complete=False))
         errors: list[BaseException] = []
         s = self._shipper(transport, on_error=errors.append)
         for i in range(10):
@@ -493,7 +489,7 @@ class TestInMemoryTransport:
         assert s.flush(5) is False
         st = s.stats()
         assert (st.delivered, st.failed_by_service, st.retried) == (0, 10, 0)
-        assert transport.statuses() == [200]
+        assert [r.status for r in transport.requests] == [200]
         s.close(1)
         err = capfd.readouterr().err
         assert err == ("loghandler: dataset 'ds': the service's answer (HTTP 200) is longer than "
@@ -504,11 +500,10 @@ class TestInMemoryTransport:
     def test_413_to_everything_costs_log_n_requests(self, capfd: Any) -> None:
         """A service answering 413 to every request: a batch of 5,000 costs O(log n) requests,
         not 2n - 1; every event counted dropped_too_large; one line."""
-        from helpers import MemoryTransport
-
         from loghandler._engine.policy import give_up_after
+        from loghandler.testing import MemoryTransport
 
-        transport = MemoryTransport(lambda ev, i: (413, {}, {"message": "too big"}))
+        transport = MemoryTransport(lambda request: (413, {}, {"message": "too big"}))
         s = self._shipper(transport, batch_size=5000)
         for i in range(5000):
             s.submit({"i": i})
@@ -524,10 +519,10 @@ class TestInMemoryTransport:
 
     def test_one_event_too_large_is_still_isolated(self) -> None:
         """413 only for requests holding the big event: it alone is dropped."""
-        from helpers import MemoryTransport
+        from loghandler.testing import MemoryTransport
 
-        def rule(events: list[Any], index: int) -> Any:
-            if any(e.get("big") for e in events):
+        def rule(request: Any) -> Any:
+            if any(e.get("big") for e in request.events):
                 return 413, {}, None
             return 200, {}, None
 

@@ -9,14 +9,13 @@ import logging
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN, closed_port_url
+from helpers import TOKEN, closed_port_url, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -31,16 +30,6 @@ BAD_TIME = "not a time at all, and long enough to make the ingest status big: #"
 
 def balanced(st: loghandler.Stats) -> bool:
     return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    """Poll a counter the flusher moves (replay has no flush() to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.02)
-    return True
 
 
 def lines(capfd: pytest.CaptureFixture[str]) -> list[str]:

@@ -259,8 +259,8 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
     the page makes several times a second, are not logged; failed ones and ingests are."""
     import re
 
-    from loghandler._client import Client
     from loghandler._errors import ApiError
+    from loghandler._wire.client import Client
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
     env["PYTHONUNBUFFERED"] = "1"

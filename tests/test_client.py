@@ -32,8 +32,9 @@ from loghandler import (
     RateLimitError,
     TransportError,
 )
-from loghandler._client import MAX_RESPONSE_BYTES, dataset_path, parse_retry_after, shared_client
 from loghandler._output import redact
+from loghandler._wire.answer import parse_retry_after
+from loghandler._wire.client import MAX_RESPONSE_BYTES, dataset_path, shared_client
 
 TOKEN = "xaat-CLIENTSECRET-93c2f1"
 
@@ -323,20 +324,29 @@ class TestTransport:
         assert time.monotonic() - start < 5
 
     def test_send_returns_non_2xx(self, httpserver: HTTPServer, client: Client) -> None:
-        """send() returns any answer, leaving the error mapping to raise_for_status."""
+        """send() returns any answer (an Answer, its wait read), leaving the error mapping to
+        raise_for_status."""
         httpserver.expect_request("/x").respond_with_json(
             {"m": 1}, status=503, headers={"Retry-After": "2"}
         )
         resp = client.send("GET", "/x")
-        assert (resp.status, resp.body, resp.retry_after) == (503, {"m": 1}, 2.0)
+        assert (resp.status, resp.body, resp.wait) == (503, {"m": 1}, 2.0)
 
-    def test_keep_alive_pool_reused(self, httpserver: HTTPServer, client: Client) -> None:
-        """One PoolManager serves every request of a client."""
-        httpserver.expect_request("/v2/views").respond_with_json([])
-        client.views.list()
-        pool = client._pool
-        client.views.list()
-        assert pool is not None and client._pool is pool
+    def test_keep_alive_pool_reused(self) -> None:
+        """One pool serves every request of a client: three requests, one connection; close()
+        ends it, and the next request opens another."""
+        from faultserver import FaultServer
+
+        with FaultServer() as srv:
+            client = Client(TOKEN, url=srv.url)
+            for i in range(3):
+                client.ingest("ds", [{"i": i}])
+            assert srv.accepted == 1
+            client.close()
+            assert srv.wait_connections(0, 5), "close() left the connection open"
+            client.ingest("ds", [{"i": 3}])
+            assert srv.accepted == 2
+            client.close()
 
     def test_close_then_reuse(self, httpserver: HTTPServer, client: Client) -> None:
         """close() drops the connections; the client reconnects when used again."""
@@ -480,12 +490,12 @@ def test_a_client_works_in_a_forked_child(httpserver: HTTPServer) -> None:
     import os
     import signal
 
-    from loghandler import _client
+    from loghandler._wire import watchdog
 
     httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json({"ingested": 1})
     client = Client(TOKEN, url=httpserver.url_for("").rstrip("/"))
     client.ingest("ds", [{"i": 0}])  # the parent's pool and watchdog now exist
-    with _client._watchdog._cond:  # held across the fork
+    with watchdog.watchdog._cond:  # held across the fork
         pid = os.fork()
         if pid == 0:  # the child: exit status 0 only when its request got through
             code = 1

@@ -8,7 +8,8 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler import Client, ConfigurationError
-from loghandler._config import Settings, resolve_dataset, resolve_settings
+from loghandler._config import resolve_dataset
+from loghandler._wire.settings import Settings
 
 TOKEN = "xaat-CONFIGSECRET-5b1e0d"
 PAT = "xapt-CONFIGPAT-77aa01"
@@ -265,7 +266,7 @@ class TestConfigurationErrors:
 class TestRepr:
     def test_settings_hide_token(self) -> None:
         """str() and repr() of Settings never show the token."""
-        settings = resolve_settings(TOKEN, url="https://api.example", org_id="org-1")
+        settings = Client(TOKEN, url="https://api.example", org_id="org-1").settings
         for text in (str(settings), repr(settings), f"{settings}"):
             assert_clean(text)
             assert "***" in text and "org-1" in text
@@ -280,7 +281,7 @@ class TestRepr:
 
     def test_settings_are_frozen(self) -> None:
         """Settings are an immutable value object."""
-        settings = resolve_settings(TOKEN, url="https://api.example")
+        settings = Client(TOKEN, url="https://api.example").settings
         with pytest.raises(AttributeError):
             settings.token = "other"  # type: ignore[misc]
 

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +32,6 @@ def span(trace_id: int = TRACE_ID, span_id: int = SPAN_ID) -> Any:
     ctx = trace.SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False,
                             trace_flags=trace.TraceFlags(1))
     return trace.use_span(trace.NonRecordingSpan(ctx), end_on_exit=False)
-
-
-@pytest.fixture
-def make_logger(receiver: Receiver) -> Iterator[Any]:
-    handlers: list[IngestHandler] = []
-
-    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
-        handler = IngestHandler("ds", url=receiver.url, token=TOKEN, flush_interval=60,
-                                **options)
-        handlers.append(handler)
-        log = logging.getLogger(f"test.context.{len(handlers)}")
-        log.handlers[:] = [handler]
-        log.propagate = False
-        log.setLevel(logging.DEBUG)
-        return log, handler
-
-    yield make
-    for h in handlers:
-        h.close()
 
 
 def shipped(handler: Any, receiver: Receiver) -> list[dict[str, Any]]:

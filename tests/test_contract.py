@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN
+from helpers import TOKEN, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -112,16 +112,6 @@ class Errors:
 
 def stderr_lines(capfd: pytest.CaptureFixture[str]) -> list[str]:
     return [x for x in capfd.readouterr().err.splitlines() if x.startswith("loghandler:")]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll a counter the flusher moves (replay has no flush() to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.01)
-    return True
 
 
 def balanced(st: loghandler.Stats) -> bool:

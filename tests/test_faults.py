@@ -374,28 +374,26 @@ class TestReporting:
         assert len(lines) == 1, lines
 
     def test_flusher_stopped_by_a_bug_accounts_for_what_it_held(
-        self, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+        self, capfd: pytest.CaptureFixture[str]
     ) -> None:
-        """A bug of ours that stops the flusher thread mid-batch (planted here: the bisection
-        raises) must not leave the batch in flight for ever: its events are counted
-        (dropped_invalid), flush() answers without waiting out its timeout, and one line says
-        what happened."""
+        """A bug that stops the flusher thread mid-batch (planted here: the transport raises
+        what no transport may) must not leave the batch in flight for ever: its events are
+        counted (dropped_invalid), flush() answers without waiting out its timeout, and one line
+        says what happened."""
         import loghandler
-        from loghandler._engine import sender
+        from loghandler.testing import MemoryTransport
 
-        def broken(*args: Any, **kwargs: Any) -> Any:
+        def broken(request: Any) -> Any:
             raise RuntimeError("planted bug")
 
-        monkeypatch.setattr(sender, "bisect", broken)
-        with FaultServer() as srv:
-            shipper = loghandler.Shipper(loghandler.Client(token=TOKEN, url=srv.url), "ds")
-            for i in range(10):
-                shipper.submit({"id": i})
-            started = time.monotonic()
-            assert shipper.flush(20) is False
-            assert time.monotonic() - started < 10
-            st = shipper.stats()
-            shipper.close(1)
+        shipper = loghandler.Shipper(dataset="ds", transport=MemoryTransport(broken))
+        for i in range(10):
+            shipper.submit({"id": i})
+        started = time.monotonic()
+        assert shipper.flush(20) is False
+        assert time.monotonic() - started < 10
+        st = shipper.stats()
+        shipper.close(1)
         assert st.dropped_invalid == 10 and st.delivered == 0, st
         lines = [x for x in capfd.readouterr().err.splitlines() if "internal error" in x]
         assert len(lines) == 1, lines

@@ -19,24 +19,9 @@ from loghandler import ConfigurationError, IngestHandler, Shipper, flushing
 
 
 @pytest.fixture
-def make_logger(receiver):
-    made = []
-
-    def make(name: str = "app", **options) -> tuple[logging.Logger, IngestHandler]:
-        options.setdefault("flush_interval", 0.05)
-        options.setdefault("retry_backoff", 0.01)
-        handler = IngestHandler("ds", token=TOKEN, url=receiver.url, **options)
-        logger = logging.getLogger(f"test.{name}.{len(made)}")
-        logger.handlers[:] = [handler]
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
-        made.append((logger, handler))
-        return logger, handler
-
-    yield make
-    for logger, handler in made:
-        logger.removeHandler(handler)
-        handler.close()
+def logger_options():
+    """make_logger's handlers (conftest.py) send at once and retry fast."""
+    return {"flush_interval": 0.05, "retry_backoff": 0.01}
 
 
 class TestEventShape:
@@ -416,25 +401,35 @@ class TestServerless:
 
 
 class TestResources:
-    def test_close_releases_the_shared_pool_with_the_last_handler(self, receiver):
-        """Handlers built from arguments share a pool, closed when the last of them closes."""
-        a = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
-        b = IngestHandler("ds", token=TOKEN, url=receiver.url, flush_interval=0.05)
-        client = a.shipper.client
-        a.handle(logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20}))
-        assert a.flush(5)
-        assert client._pool is not None
-        a.close()
-        assert client._pool is not None  # b still uses it
-        b.close()
-        assert client._pool is None
+    def test_close_releases_the_shared_pool_with_the_last_handler(self):
+        """Handlers built from arguments share a pool (one connection for both), closed when
+        the last of them closes."""
+        from faultserver import FaultServer
 
-    def test_a_users_client_stays_open(self, receiver):
+        record = logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20})
+        with FaultServer() as srv:
+            a = IngestHandler("ds", token=TOKEN, url=srv.url, flush_interval=0.05)
+            b = IngestHandler("ds", token=TOKEN, url=srv.url, flush_interval=0.05)
+            assert a.shipper.client is b.shipper.client
+            a.handle(record)
+            assert a.flush(5)
+            a.close()
+            b.handle(record)  # b still uses the pool: the same connection
+            assert b.flush(5)
+            assert srv.accepted == 1 and srv.open_connections() == 1
+            b.close()
+            assert srv.wait_connections(0, 5), "the last close() left the pool's connection open"
+
+    def test_a_users_client_stays_open(self):
         """A Client passed in by the user is not closed by the handler."""
-        client = loghandler.Client(TOKEN, url=receiver.url)
-        h = IngestHandler("ds", client=client, flush_interval=0.05)
-        h.handle(logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20}))
-        assert h.flush(5)
-        h.close()
-        assert client._pool is not None
-        client.close()
+        from faultserver import FaultServer
+
+        with FaultServer() as srv:
+            client = loghandler.Client(TOKEN, url=srv.url)
+            h = IngestHandler("ds", client=client, flush_interval=0.05)
+            h.handle(logging.makeLogRecord({"msg": "x", "levelname": "INFO", "levelno": 20}))
+            assert h.flush(5)
+            h.close()
+            client.ingest("ds", [{"after": "close"}])  # on the connection the handler used
+            assert srv.accepted == 1
+            client.close()

@@ -164,19 +164,24 @@ def test_public_classes_document_their_arguments() -> None:
     import inspect
     import re
 
-    from loghandler._config import CLIENT_ARG_NAMES, SHIPPER_OPTION_NAMES
+    from loghandler._config import SHIPPER_OPTION_NAMES
+    from loghandler._wire.settings import CLIENT_ARG_NAMES
     from loghandler.opentelemetry import IngestLogRecordProcessor
 
-    fronts = {"dataset", "client", "shipper"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
+    fronts = {"dataset", "client", "shipper", "transport"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
     expected = {
         loghandler.IngestHandler: fronts | {"level"},
         loghandler.IngestProcessor: fronts,
         loghandler.IngestSink: fronts,
         IngestLogRecordProcessor: fronts,
         loghandler.AsyncClient: set(CLIENT_ARG_NAMES),
-        loghandler.Shipper: {"client", "dataset"} | SHIPPER_OPTION_NAMES,
+        loghandler.Shipper: {"client", "dataset", "transport"} | SHIPPER_OPTION_NAMES,
         loghandler.Client: set(CLIENT_ARG_NAMES),
     }
+    # Client declares its arguments (the wire's names are held equal to its signature), and
+    # AsyncClient takes the same.
+    assert set(inspect.signature(loghandler.Client).parameters) == CLIENT_ARG_NAMES
+    assert set(inspect.signature(loghandler.AsyncClient).parameters) == CLIENT_ARG_NAMES
     for cls, names in expected.items():
         doc = inspect.getdoc(cls) or ""
         documented = set(re.findall(r"^    (\w+) \(", doc, re.M))

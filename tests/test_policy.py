@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 
 from loghandler import _status
-from loghandler._client import Response, raise_for_status
 from loghandler._engine.ledger import Fate
 from loghandler._engine.policy import (
     AUTH_PAUSE_CAP,
     LASTING,
     MAX_PAUSE,
-    Answer,
     Cause,
     Outcome,
     Pause,
@@ -33,6 +31,8 @@ from loghandler._engine.policy import (
     status_bound,
 )
 from loghandler._errors import ApiError, AuthenticationError, NotFoundError, RateLimitError
+from loghandler._wire.answer import Answer, wait_of
+from loghandler._wire.errors import error_for, raise_for_status
 
 NOW = 1_800_000_000.0
 
@@ -172,16 +172,16 @@ def test_status_sets_are_shared_with_the_client() -> None:
     for status in _status.AUTH:
         assert classify(status)[0] is Outcome.AUTH
         with pytest.raises(AuthenticationError):
-            raise_for_status(Response(status, None, None), what="x")
+            raise_for_status(Answer(status), what="x")
     for status in _status.NOT_FOUND:
         assert classify(status)[0] is Outcome.NOT_FOUND
         with pytest.raises(NotFoundError):
-            raise_for_status(Response(status, None, None), what="x")
+            raise_for_status(Answer(status), what="x")
     for status in _status.LIMITS:
         with pytest.raises(RateLimitError):
-            raise_for_status(Response(status, None, None), what="x")
+            raise_for_status(Answer(status), what="x")
     with pytest.raises(ApiError, match="redirected"):
-        raise_for_status(Response(307, None, None), what="x")
+        raise_for_status(Answer(307), what="x")
 
 
 def test_query_limit_names_the_query_limit() -> None:
@@ -190,13 +190,50 @@ def test_query_limit_names_the_query_limit() -> None:
     import time
 
     reset = str(int(time.time()) + 20)
-    resp = Response(430, {"message": "limited"}, None, {"X-QueryLimit-Reset": reset})
+    headers = {"X-QueryLimit-Reset": reset}
+    query = Answer.of(430, headers, {"message": "limited"}, limit="query")
     with pytest.raises(RateLimitError, match="query limit") as info:
-        raise_for_status(resp, what="query", limit="query")
+        raise_for_status(query, what="query", limit="query")
     assert info.value.retry_after is not None and 17 <= info.value.retry_after <= 20
+    ingest = Answer.of(430, headers, {"message": "limited"})
     with pytest.raises(RateLimitError, match="ingest limit") as info:
-        raise_for_status(resp, what="ingest")
+        raise_for_status(ingest, what="ingest")
     assert info.value.retry_after is None  # the query limit's header says nothing of ingest
+
+
+@pytest.mark.parametrize(("status", "headers", "limit", "expected"), [
+    (429, {"Retry-After": "4"}, "ingest", 4.0),
+    (429, {"Retry-After": "4", "X-RateLimit-Reset": str(NOW + 9)}, "ingest", 4.0),
+    (429, {"x-ratelimit-reset": str(NOW + 9)}, "ingest", 9.0),  # any case
+    (429, {"X-IngestLimit-Reset": str(NOW + 9)}, "ingest", None),  # another limit's header
+    (430, {"X-IngestLimit-Reset": str(NOW + 9)}, "ingest", 9.0),
+    (430, {"X-IngestLimit-Reset": str(NOW + 9)}, "query", None),
+    (430, {"X-QueryLimit-Reset": str(NOW + 9)}, "query", 9.0),
+    (503, {"Retry-After": "2"}, "ingest", 2.0),
+    (503, {"X-RateLimit-Reset": str(NOW + 9)}, "ingest", None),  # not a limit: no reset
+    (500, {"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, "ingest", 30.0),
+    (204, {"Retry-After": "5"}, "ingest", None),
+])
+def test_the_wait_rule(status: int, headers: dict[str, str], limit: Any,
+                       expected: float | None) -> None:
+    """One rule for the wait an answer asks, read once (``wait_of``): Retry-After, seconds or
+    an HTTP date; else a limit's own reset header; never for a 2xx."""
+    wait = wait_of(status, headers, limit, now=NOW)
+    assert wait == (None if expected is None else pytest.approx(expected, abs=1.0))
+    assert Answer.of(status, headers, limit=limit, now=NOW).wait == wait
+
+
+def test_the_engine_reports_what_the_client_raises() -> None:
+    """The engine's error for an answer (``error_for``, reported and given to on_error) is the
+    very error the client raises for it: one wording, from one place."""
+    for status in (400, 401, 404, 413, 429, 430, 500, 307):
+        answer = Answer.of(status, {"Retry-After": "3"}, {"message": "m"})
+        error = error_for(answer, what="ingest into dataset 'ds'", dataset="ds")
+        assert error is not None and error.__traceback__ is None
+        with pytest.raises(type(error)) as info:
+            raise_for_status(answer, what="ingest into dataset 'ds'", dataset="ds")
+        assert str(info.value) == str(error) and info.value.status == status
+    assert error_for(Answer(200), what="x") is None
 
 
 def test_backoff() -> None:

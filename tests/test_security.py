@@ -121,12 +121,6 @@ def _self_signed(tmp_path: Path) -> ssl.SSLContext:
 
 
 class TestTls:
-    def test_pool_requires_certificates(self) -> None:
-        """The client's PoolManager verifies certificates (cert_reqs CERT_REQUIRED)."""
-        client = loghandler.Client(TOKEN, url="https://127.0.0.1:1")
-        pool = client._get_pool()
-        assert pool.connection_pool_kw["cert_reqs"] in ("CERT_REQUIRED", ssl.CERT_REQUIRED)
-
     def test_no_way_to_switch_verification_off_by_accident(self) -> None:
         """Neither the Client nor the handler takes verify=False quietly."""
         with pytest.raises(TypeError):

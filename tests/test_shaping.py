@@ -12,7 +12,6 @@ import logging
 import logging.config
 import random
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,31 +19,12 @@ import structlog
 from helpers import TOKEN, Receiver
 
 import loghandler
-from loghandler import ConfigurationError, IngestHandler, IngestProcessor, Shipper
+from loghandler import ConfigurationError, IngestProcessor, Shipper
 from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fields, luhn_ok
 
 
 def invariant(st: loghandler.Stats) -> None:
     assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued, st
-
-
-@pytest.fixture
-def make_logger(receiver: Receiver) -> Iterator[Any]:
-    handlers: list[IngestHandler] = []
-
-    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
-        handler = IngestHandler("ds", url=receiver.url, token=TOKEN, flush_interval=60,
-                                **options)
-        handlers.append(handler)
-        log = logging.getLogger(f"test.shaping.{len(handlers)}")
-        log.handlers[:] = [handler]
-        log.propagate = False
-        log.setLevel(logging.DEBUG)
-        return log, handler
-
-    yield make
-    for h in handlers:
-        h.close()
 
 
 def messages(handler: Any, receiver: Receiver) -> list[str]:

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import gzip
+import threading
 import time
 from dataclasses import fields
 
 import pytest
-from helpers import TOKEN, closed_port_url, run_in_threads
+from helpers import TOKEN, closed_port_url, run_in_threads, wait_until
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 from loghandler._config import ShipperOptions
 from loghandler._engine.events import SIZE
 from loghandler._engine.ledger import Count, Fate, Ledger
+from loghandler.testing import MemoryTransport
 
 
 def make(url: str, **options) -> Shipper:
     options.setdefault("flush_interval", 0.05)
     options.setdefault("retry_backoff", 0.01)
     return Shipper(Client(TOKEN, url=url), "ds", **options)
+
+
+def flushers(dataset: str) -> list[threading.Thread]:
+    """The live flusher threads of the shippers of ``dataset`` (their name says it)."""
+    return [t for t in threading.enumerate() if t.name == f"loghandler-flusher:{dataset}"]
 
 
 def balanced(st: Stats) -> bool:
@@ -157,13 +164,14 @@ class TestSubmit:
         with pytest.raises(ConfigurationError, match="batch_size"):
             make(receiver.url, batch_size=0)
 
-    def test_no_thread_before_first_submit(self, receiver):
-        """The flusher thread starts lazily."""
-        s = make(receiver.url)
-        assert s._thread is None
+    def test_no_thread_before_first_submit(self):
+        """The flusher thread starts lazily, as a daemon, and ends with close()."""
+        s = Shipper(dataset="lazy-start", transport=MemoryTransport(), flush_interval=0.05)
+        assert flushers("lazy-start") == []
         s.submit({"a": 1})
-        assert s._thread is not None and s._thread.daemon
+        assert [t.daemon for t in flushers("lazy-start")] == [True]
         s.close()
+        assert flushers("lazy-start") == []
 
 
 class TestBounds:
@@ -374,7 +382,8 @@ class TestFlushClose:
 
     def test_close_is_bounded_and_idempotent(self):
         """close() on a dead server returns within its timeout; a second close is instant."""
-        s = make(closed_port_url(), max_retries=100, retry_backoff=0.5)
+        s = Shipper(Client(TOKEN, url=closed_port_url()), "close-bounded", max_retries=100,
+                    retry_backoff=0.5, flush_interval=0.05)
         for i in range(10):
             s.submit({"i": i})
         t0 = time.monotonic()
@@ -385,7 +394,7 @@ class TestFlushClose:
         t0 = time.monotonic()
         s.close()
         assert time.monotonic() - t0 < 0.1
-        assert not s._thread.is_alive()
+        assert flushers("close-bounded") == []
 
     def test_close_interrupts_backoff(self):
         """A long backoff sleep is cut short by close()."""
@@ -456,19 +465,33 @@ class TestBlockWhilePaused:
 
 
 class TestSelfHealing:
-    def test_a_dead_flusher_is_restarted_by_the_next_batch(self, receiver):
-        """If the flusher thread ever dies, the next full batch starts a new one."""
-        s = make(receiver.url, batch_size=5, flush_interval=60)
-        s.submit({"i": 0})
-        old = s._thread
-        s._begin_close(time.monotonic() + 5)  # stop the thread the normal way...
-        old.join(5)
-        s._ledger.reset()  # ...then pretend it died while the shipper stayed open
-        for i in range(1, 7):  # the 6th fills a batch: the slow path checks the thread
+    def test_a_dead_flusher_is_restarted_by_the_next_batch(self, capfd):
+        """If the flusher thread ever dies (here: a BaseException out of the transport), the
+        batch it held is counted, it says so, and the next full batch starts a new one."""
+
+        class Crash(BaseException):
+            """Not an Exception: nothing on the flusher's way catches it but its loop."""
+
+        def answer(request):
+            if request.events[0]["i"] == 0:
+                raise Crash("scripted")
+            return 200
+
+        transport = MemoryTransport(answer)
+        s = Shipper(dataset="self-heal", transport=transport, batch_size=5, flush_interval=60)
+        for i in range(5):
             s.submit({"i": i})
-        assert s._thread is not old and s._thread.is_alive()
+        assert s.flush(5) is False  # the flusher died on them: counted, never delivered
+        assert s.stats().dropped_invalid == 5
+        assert wait_until(lambda: not flushers("self-heal")), "the dead flusher is still alive"
+        for i in range(5, 11):  # the 6th is past a full batch: the slow path checks the thread
+            s.submit({"i": i})
+        assert len(flushers("self-heal")) == 1
         assert s.flush(5)
-        assert sorted(e["i"] for e in receiver.events) == list(range(7))
+        assert [e["i"] for e in transport.events()] == list(range(5, 11))
+        assert balanced(s.stats())
+        s.close()
+        assert "the flusher thread stopped on an internal error: Crash" in capfd.readouterr().err
         s.close()
 
 

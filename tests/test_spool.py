@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import closed_port_url
+from helpers import closed_port_url, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -27,6 +27,7 @@ import loghandler
 from loghandler._engine import spool as spool_mod
 from loghandler._engine.ledger import Count
 from loghandler._engine.spool import Spool, SpoolCorrupt, decode_file, encode_file
+from loghandler.testing import MemoryTransport
 
 DATASET = "orders-prod"
 TOKEN = "xaat-spool-secret-81d2"
@@ -119,9 +120,15 @@ def left_in_spool(spool_dir: Path) -> list[str]:
             if p.name.endswith(".spool") or ".claim-" in p.name]
 
 
-def make_shipper(url: str, spool_dir: Path, **options: Any) -> loghandler.Shipper:
-    client = loghandler.Client(token=TOKEN, url=url)
+def make_shipper(url: str | None, spool_dir: Path, **options: Any) -> loghandler.Shipper:
+    """A shipper with a spool, to ``url`` (None: ``transport=`` in ``options``)."""
+    client = None if url is None else loghandler.Client(token=TOKEN, url=url)
     return loghandler.Shipper(client, DATASET, spool_dir=str(spool_dir), **{**FAST, **options})
+
+
+def claimed(spool_dir: Path) -> list[str]:
+    """Files claimed by a replay in progress."""
+    return [p.name for p in spool_dir.rglob("*") if ".claim-" in p.name]
 
 
 CHILD = r"""
@@ -141,7 +148,8 @@ for i in range(cfg["n"]):
 if cfg.get("flush"):
     h.flush(cfg["flush"])  # a request is in flight when the script ends
 if cfg.get("drain"):
-    path = h.shipper._spool.path
+    from loghandler._engine.spool import dataset_dir
+    path = dataset_dir(cfg["spool_dir"], cfg["dataset"])
     def left():
         return [n for n in os.listdir(path) if n.endswith(".spool") or ".claim-" in n]
     deadline = time.monotonic() + cfg["drain"]
@@ -167,15 +175,6 @@ def finish(proc: subprocess.Popen[str], timeout: float = 40) -> tuple[dict[str, 
     assert proc.returncode == 0, err
     end, stats = (json.loads(line) for line in out.strip().splitlines()[-2:])
     return {**end, **stats}, err
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 # --------------------------------------------------------------------------- file format
@@ -464,25 +463,33 @@ class TestReplay:
         """A failed replay leaves every file as it was, unclaimed, for a later round."""
         prefill(tmp_path, files=2, per_file=5)
         before = {f.name: f.read_bytes() for f in spool_files(tmp_path)}
-        shipper = make_shipper(closed_port_url(), tmp_path)
+
+        def down(request: Any) -> Any:
+            raise loghandler.TransportError("connection refused (scripted)")
+
+        transport = MemoryTransport(down)
+        # Files wait: the flusher starts with the shipper and replays at once.
+        shipper = make_shipper(None, tmp_path, transport=transport)
         try:
-            shipper._spool.replay(shipper._sender)
+            assert wait_until(lambda: transport.requests and not claimed(tmp_path)), \
+                "no replay round tried the service and released its claim"
             assert shipper.stats().replayed == 0
         finally:
             shipper.close()
         assert {f.name: f.read_bytes() for f in spool_files(tmp_path)} == before
-        assert not any(".claim-" in p.name for p in tmp_path.rglob("*"))
+        assert not claimed(tmp_path)
 
-    def test_partial_delivery_rewrites_the_rest(self, tmp_path, receiver):
+    def test_partial_delivery_rewrites_the_rest(self, tmp_path):
         """A file half delivered keeps only its undelivered events, still in order."""
         prefill(tmp_path, files=1, per_file=25)
-        receiver.script = [200, 500]
-        shipper = make_shipper(receiver.url, tmp_path, batch_size=10)
+        transport = MemoryTransport([200, 500])
+        shipper = make_shipper(None, tmp_path, transport=transport, batch_size=10)
         try:
-            shipper._spool.replay(shipper._sender)
+            assert wait_until(lambda: len(transport.requests) == 2 and not claimed(tmp_path)), \
+                "the replay round did not send the file's first two requests"
         finally:
             shipper.close()
-        assert receiver.ids == [f"s{i}" for i in range(10)]
+        assert [e["id"] for e in transport.events()] == [f"s{i}" for i in range(10)]
         assert spooled_ids(tmp_path) == [f"s{i}" for i in range(10, 25)]
 
     def test_corrupt_files_quarantined_reported_once(self, tmp_path, receiver, capfd):
@@ -504,13 +511,16 @@ class TestReplay:
             shipper.submit({"id": "new"})
             assert receiver.wait(lambda: len(receiver.ids) >= 31)
             assert shipper.flush(5)
-            # a few more replay rounds: nothing is reported twice
-            for _ in range(3):
-                last = shipper._sender.last_replay
-                assert wait_until(lambda last=last: shipper._sender.last_replay > last)
+            # More replay rounds, each seen delivering a file spooled after the last: they pass
+            # the damaged names again, and nothing is reported twice.
+            later: list[str] = []
+            for round_ in range(3):
+                later += prefill(tmp_path, files=1, per_file=2, prefix=f"later{round_}-")
+                want = set(later)
+                assert receiver.wait(lambda want=want: want <= set(receiver.ids)), round_
             st = shipper.stats()
         assert st.spool_corrupt == len(damaged)
-        assert collections.Counter(receiver.ids) == collections.Counter([*good, "new"])
+        assert collections.Counter(receiver.ids) == collections.Counter([*good, "new", *later])
         assert len(spool_files(tmp_path, ".corrupt")) == len(damaged)
         assert left_in_spool(tmp_path) == []
         err = capfd.readouterr().err

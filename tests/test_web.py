@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from loghandler._client import Client
+from loghandler._wire.client import Client
 
 pytestmark = pytest.mark.slow
 

@@ -2,20 +2,23 @@
 
 A request (and a spool file, which is replayed as one request) holds at most ``batch_size``
 events and ``max_batch_bytes`` bytes of JSON array, brackets and commas included. ``cut`` applies
-that rule to encoded events for the sender and the spool alike; ``Cutter`` takes the next batch
-from the ledger for the sender.
+that rule to encoded events for the requests and the spool alike; ``Cutter`` takes the next batch
+from the ledger for the worker (``worker.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from .. import _encoding as encoding
 from .events import item_events
 from .ledger import Fate, Ledger
 
-__all__ = ["Chunk", "Cutter", "chunks", "cut", "encode_batch", "encode_each"]
+__all__ = ["Chunk", "Cutter", "Item", "chunks", "cut", "encode_batch", "encode_each"]
+
+# An event on its way: a dict, or a wire item, its final JSON already (events.py "Wire items").
+Item = dict[str, Any] | bytes
 
 
 def cut(parts: list[bytes], start: int, max_events: int, max_bytes: int) -> int:
@@ -40,7 +43,7 @@ def chunks(parts: list[bytes], max_events: int, max_bytes: int) -> Iterator[list
         i = end
 
 
-def encode_each(events: list[Any]) -> list[bytes]:
+def encode_each(events: list[Item]) -> list[bytes]:
     """Each event encoded on its own (to cut by bytes, to split, to spool); a wire item
     (events.py "Wire items") is its encoding already.
 
@@ -54,13 +57,13 @@ def encode_each(events: list[Any]) -> list[bytes]:
     return [e if type(e) is bytes else encode(e) for e in events]
 
 
-def encode_batch(events: list[Any]) -> bytes | None:
+def encode_batch(events: list[Item]) -> bytes | None:
     """A JSON array of events in one step: wire items joined, or dicts encoded a slice at a
     time (``encoding.encode_many``); None when they are of both kinds, or a value needs the
     per-event fallback."""
     if events and type(events[0]) is bytes:
         try:
-            return b"[" + b",".join(events) + b"]"
+            return b"[" + b",".join(cast("list[bytes]", events)) + b"]"
         except TypeError:  # a dict among them: event by event
             return None
     if bytes in set(map(type, events)):  # the encoder would write a wire item as a string
@@ -78,7 +81,7 @@ class Chunk:
 
     __slots__ = ("_body", "events", "parts")
 
-    def __init__(self, events: list[dict[str, Any]] | None = None,
+    def __init__(self, events: list[Item] | None = None,
                  parts: list[bytes] | None = None, body: bytes | None = None) -> None:
         self.events = events
         self.parts = parts
@@ -107,7 +110,7 @@ class Chunk:
 
 
 class Cutter:
-    """Takes the sender's next batch from the ledger: up to ``batch_size`` events and
+    """Takes the worker's next batch from the ledger: up to ``batch_size`` events and
     ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
     queue (in flight) that did not fit in the previous batch; they go first."""
 
@@ -115,7 +118,7 @@ class Cutter:
 
     def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int, fields: Any,
                  finish: Callable[..., None] | None = None,
-                 select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+                 select: Callable[[list[Item]], list[Item]] | None = None,
                  ) -> None:
         self.ledger = ledger
         self.max_events = batch_size

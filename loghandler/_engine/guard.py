@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 import threading
 
-from .._client import block_sigterm_in_this_thread
+from .._wire.watchdog import block_sigterm_in_this_thread
 
-__all__ = ["block_sigterm_in_this_thread", "in_sender_thread", "logging_lock_held", "own_record"]
+__all__ = ["after_fork_in_child", "block_sigterm_in_this_thread", "in_sender_thread",
+           "logging_lock_held", "own_record"]
 
 HTTP = 1  # inside loghandler's HTTP call: urllib3's records are ours
 CALLBACK = 2  # inside on_error: everything logged is ours
@@ -28,6 +29,12 @@ _FLUSHERS: set[int] = set()
 _get_ident = threading.get_ident
 _sys_modules = sys.modules  # kept: late in shutdown, `import` fails (logging_lock_held)
 _OWN_LOGGERS = ("urllib3",)
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: no thread of the parent sends there."""
+    _SENDERS.clear()
+    _FLUSHERS.clear()
 
 
 def in_sender_thread() -> bool:

@@ -15,7 +15,9 @@ A process can end in four ways that matter here, and each closes every live ship
 - SIGKILL, OOM, power loss, ``Pool.terminate()``: nothing can run (docs/reliability.md,
   "Delivery guarantee").
 
-Everything here holds shippers through weak references, so registering never keeps one alive.
+Each shipper registers its ``Flusher`` (the ``Member`` protocol below: ``shipper.py`` imports
+this module, never the other way round). Everything here holds them through weak references,
+so registering never keeps one alive.
 """
 
 from __future__ import annotations
@@ -30,104 +32,80 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from .._wire.client import after_fork_in_child as client_after_fork
+from .._wire.imports import keep_modules
 from .guard import block_sigterm_in_this_thread
 from .reporter import print_exit_summary
 
-if TYPE_CHECKING:
-    from .shipper import Shipper
+__all__ = ["Member", "adopt", "close_all", "flushing", "live_shippers", "register", "release"]
 
-_live: weakref.WeakSet[Shipper] = weakref.WeakSet()
+
+class Member(Protocol):
+    """What the process's lifecycle needs of each shipper (``shipper.Flusher``, which holds
+    its thread and outlives a shipper dropped without ``close()``)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() began (then later events are dropped)."""
+        ...
+
+    @property
+    def shutdown_timeout(self) -> float: ...
+
+    def flusher_alive(self) -> bool: ...
+
+    def flush(self, timeout: float | None = None) -> bool: ...
+
+    def begin_close(self, deadline: float, *, at_exit: bool = False,
+                    late_events: bool = False) -> None:
+        """Stop taking events; deliver what is queued by ``deadline`` (monotonic)."""
+        ...
+
+    def wait_closed(self) -> None:
+        """Wait for that, until the deadline; then spool or count what is left."""
+        ...
+
+    def exit_summary(self) -> str | None:
+        """This shipper's part of the exit line (None: everything was delivered)."""
+        ...
+
+    def after_fork_in_child(self) -> None: ...
+
+    def uses(self, client: object) -> bool:
+        """Whether this shipper is open and ships through ``client``."""
+        ...
+
+
+# Weakly: registering never keeps a shipper alive. A dropped shipper's Flusher stays here while
+# it delivers what it held (adopt), and goes when its thread ends (release).
+_live: weakref.WeakSet[Member] = weakref.WeakSet()
+_adopted: set[Member] = set()
 
 
 ENV_HANDLE_SIGTERM = "LOGHANDLER_HANDLE_SIGTERM"
 
 
-def register(shipper: Shipper) -> None:
-    _live.add(shipper)
+def register(member: Member, handle_sigterm: bool) -> None:
+    _live.add(member)
     _arm_multiprocessing()
-    if shipper.options.handle_sigterm:
+    if handle_sigterm:
         _install_sigterm_handler()
 
 
-def live_shippers() -> list[Shipper]:
+def live_shippers() -> list[Member]:
+    """Every shipper of the process still open or still delivering (its ``Member``)."""
     return list(_live)
 
 
-# What shippers the application dropped without close() left to deliver (Remains), until
-# their flushers are done: the exit hook waits for them as for the live ones.
-_orphans: set[Remains] = set()
+def adopt(member: Member) -> None:
+    """Keep ``member`` (a dropped shipper's Flusher) alive while it delivers what it held."""
+    _adopted.add(member)
 
 
-class Remains:
-    """The parts of a shipper that outlive it: its queue, flusher, reporter and options.
-
-    When the application drops a shipper (or the handler holding it) without ``close()``, its
-    finalizer calls ``orphaned()``: the queue is closed with the usual deadline
-    (``shutdown_timeout``), the flusher delivers what it holds and ends, and a client the
-    shipper made for itself is closed once no live shipper uses it: threads and sockets go
-    back to what they were. Until then the exit hook treats it as a shipper being closed.
-    """
-
-    def __init__(self, ledger: Any, sender: Any, reporter: Any, options: Any, client: Any,
-                 dataset: str) -> None:
-        self.ledger = ledger
-        self.sender = sender
-        self.reporter = reporter
-        self.options = options
-        self.client = client
-        self.dataset = dataset
-        self.thread: threading.Thread | None = None
-        self.owns_client = False
-
-    # The shipper's interface, as close_all uses it.
-    @property
-    def closed(self) -> bool:
-        return True
-
-    def _flusher_alive(self) -> bool:
-        thread = self.thread
-        return thread is not None and thread.is_alive()
-
-    def _begin_close(self, deadline: float, *, at_exit: bool = False,
-                     late_events: bool = False) -> None:
-        return None  # closing already
-
-    def _wait_closed(self) -> None:
-        thread = self.thread
-        deadline = self.ledger.close_deadline or time.monotonic()
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()) + 0.2)
-            if thread.is_alive():
-                self.sender.abandon()
-
-    def _exit_summary(self) -> str | None:
-        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
-
-    def orphaned(self) -> None:
-        """The shipper was collected (never from a flusher: it holds no reference to it)."""
-        try:
-            for orphan in [o for o in _orphans if not o._flusher_alive()]:
-                _orphans.discard(orphan)
-            thread = self.thread
-            if thread is None or not thread.is_alive():
-                self._release_client()
-                return
-            self.ledger.begin_close(time.monotonic() + self.options.shutdown_timeout, False)
-            self.sender.after_run = self._done
-            _orphans.add(self)
-        except Exception:
-            pass
-
-    def _done(self) -> None:
-        _orphans.discard(self)
-        self._release_client()
-
-    def _release_client(self) -> None:
-        if self.owns_client and not any(s.client is self.client and not s.closed
-                                        for s in list(_live)):
-            self.client.close()
+def release(member: Member) -> None:
+    _adopted.discard(member)
 
 
 def close_all(timeout: float | None = None, *, report: bool = True,
@@ -137,32 +115,29 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     ``timeout`` defaults to the largest ``shutdown_timeout`` among them: the exit of the whole
     process is bounded by it, not one timeout per shipper. With ``at_exit``, events logged after
     this (by atexit hooks that run later) are still delivered within that bound: see
-    ``Shipper._send_late``. Runs from atexit, before
+    ``Flusher._send_late`` in shipper.py. Runs from atexit, before
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """
     # Closed ones whose flusher still works are waited for too: a SIGTERM that interrupts a
     # close in progress (multiprocessing's finalizer, then Pool.terminate()) must not cut it.
-    candidates: list[Any] = [*list(_live), *list(_orphans)]
-    shippers = [s for s in candidates if not s.closed or s._flusher_alive()]
+    shippers = [s for s in list(_live) if not s.closed or s.flusher_alive()]
     if not shippers:
         return
     now = time.monotonic()
     if timeout is None:
-        timeout = max(s.options.shutdown_timeout for s in shippers)
+        timeout = max(s.shutdown_timeout for s in shippers)
     deadline = now + timeout
     for s in shippers:
         if not s.closed:  # one closing already has its deadline: only wait for it
-            s._begin_close(min(deadline, now + s.options.shutdown_timeout), at_exit=report,
+            s.begin_close(min(deadline, now + s.shutdown_timeout), at_exit=report,
                           late_events=at_exit)
     for s in shippers:
-        s._wait_closed()
-    if at_exit:  # for events logged later still (Shipper._send_late)
-        from .. import _client
-
-        _client.keep_modules()
+        s.wait_closed()
+    if at_exit:  # for events logged later still (Flusher._send_late)
+        keep_modules()
     if report:
-        print_exit_summary([part for s in shippers if (part := s._exit_summary())])
+        print_exit_summary([part for s in shippers if (part := s.exit_summary())])
 
 
 def _at_exit() -> None:
@@ -175,20 +150,16 @@ def _at_exit() -> None:
 def _after_fork_in_child() -> None:
     # The package's one at-fork hook, in the child: the wire client's pools and watchdog first
     # (a shipper's first request may follow at once), then the sending marks, then each shipper.
-    from .. import _client
-    from . import spool
-    from .guard import _FLUSHERS, _SENDERS
+    from . import guard, spool
 
-    for renew in (_client._after_fork_in_child, spool._after_fork_in_child):
+    for renew in (client_after_fork, spool.after_fork_in_child, guard.after_fork_in_child):
         try:
             renew()
         except Exception:
             pass
-    _SENDERS.clear()
-    _FLUSHERS.clear()
     for s in list(_live):
         try:
-            s._after_fork_in_child()
+            s.after_fork_in_child()
         except Exception:
             pass
 
@@ -242,7 +213,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
         # may hold a lock that closing needs (an Event's own lock while it sets it; the exit
         # hook's close in progress): re-entering it would hang for ever. So the shippers are
         # closed on a thread of their own, and waiting for it is bounded.
-        limit = max((s.options.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
+        limit = max((s.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
         closer = threading.Thread(target=_close_quietly, name="loghandler-sigterm",
                                   daemon=True)
         try:
@@ -317,7 +288,7 @@ def _worker_watch_run(fd: int) -> None:
             _close_quietly()
             os._exit(128 + signal.SIGTERM)
         # The main thread's handler is closing: if it is stuck, end the process at the bound.
-        limit = max((s.options.shutdown_timeout for s in list(_live)), default=0.0) + 1.5
+        limit = max((s.shutdown_timeout for s in list(_live)), default=0.0) + 1.5
         time.sleep(limit)
         os._exit(128 + signal.SIGTERM)
 

@@ -1,8 +1,9 @@
 """The delivery policy: what each answer of the service means, as data and pure functions.
 
-Nothing here does I/O or keeps state; the sender (``sender.py``) asks and acts:
+Nothing here does I/O or keeps state; the worker asks and acts (``posting.py``, ``worker.py``):
 
-- ``classify(answer)`` turns one ``Answer`` (or its absence) into an ``Outcome`` and a pause;
+- ``classify(answer)`` turns one ``Answer`` (``_wire/answer.py``, the one answer type, with the
+  wait it asks already read) into an ``Outcome`` and a pause;
 - each ``Outcome`` carries, in one table, what it does: where its events end (``fate``), the
   stderr line it is told under (``cause``), whom its pause stops (``pause``), whether with a
   spool its events go to disk (``spoolable``), whether a batch is halved (``splits``), whether
@@ -38,10 +39,10 @@ from enum import Enum
 from typing import Any
 
 from .. import _status as status_codes
-from .._client import parse_reset, parse_retry_after
+from .._wire.answer import Answer
 from .ledger import Fate
 
-__all__ = ["AUTH_PAUSE_CAP", "MAX_PAUSE", "MAX_REPLAY_BACKOFF", "Answer", "Cause", "Outcome",
+__all__ = ["AUTH_PAUSE_CAP", "MAX_PAUSE", "MAX_REPLAY_BACKOFF", "Cause", "Outcome",
            "Pause", "Retry", "backoff", "classify", "give_up_after", "ingest_status",
            "next_auth_pause", "replay_backoff", "spill", "status_bound"]
 
@@ -141,46 +142,6 @@ class Outcome(Enum):
     @property
     def final(self) -> bool:
         return self.fate is not None
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One answer of the service to one request, as the transport hands it over.
-
-    ``status`` and ``headers`` (any case) as sent; ``body`` parsed (JSON, else text, None when
-    empty); ``complete`` False when the body was cut at the read bound; ``wait``: the seconds
-    the answer asks to wait (``Retry-After``, else a limit's reset header), parsed once.
-    """
-
-    status: int
-    headers: Mapping[str, str]
-    body: Any = None
-    complete: bool = True
-    wait: float | None = None
-
-    @classmethod
-    def of(cls, status: int, headers: Mapping[str, str] | None = None, body: Any = None, *,
-           complete: bool = True, now: float | None = None) -> Answer:
-        """An answer with its wait read from ``headers`` (``now``: the wall clock for dates and
-        reset times; default ``time.time()``)."""
-        headers = headers or {}
-        return cls(status, headers, body, complete, answer_wait(status, headers, now))
-
-
-def answer_wait(status: int, headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """The seconds an answer asks to wait: ``Retry-After`` (seconds or an HTTP date), else,
-    for the limits, the reset header (epoch seconds). Read once per answer."""
-    if status < 300:
-        return None
-    # Imported here, not with the module: `import loghandler` must not pay for urllib3.
-    import urllib3
-
-    if not isinstance(headers, urllib3.HTTPHeaderDict):
-        headers = urllib3.HTTPHeaderDict(headers)  # case-insensitive, as the wire's are
-    wait = parse_retry_after(headers.get("Retry-After"), now)
-    if wait is None and status in status_codes.LIMITS:
-        wait = parse_reset(headers, now)
-    return wait
 
 
 def ingest_status(body: Any) -> tuple[int, int, list[Any]] | None:

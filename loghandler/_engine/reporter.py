@@ -56,7 +56,7 @@ def clip_words(text: str, limit: int) -> str:
 def counted(counter: str) -> str:
     """`` (stats().<counter>)`` for a Python user; nothing on the command line, whose summary
     counts the events."""
-    from .._config import in_command_line
+    from .._wire.settings import in_command_line
 
     return "" if in_command_line() else f" (stats().{counter})"
 
@@ -64,7 +64,7 @@ def counted(counter: str) -> str:
 def refusal(cause: Cause, error: BaseException | None, dataset: str, n: int) -> str:
     """The line of a batch the service refused for good, by the answer's kind (not found, a
     redirect, another 4xx)."""
-    from .._config import said
+    from .._wire.settings import said
 
     if cause is Cause.NOT_FOUND:
         name = clip(redact(dataset), 40)

@@ -8,14 +8,16 @@ The engine is split by who owns the data (``docs/architecture.md``):
 
 - ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
-- ``sender.py``: the flusher thread's loop (take a batch, hand it to the transport, settle);
-  ``batches.py`` cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py``
-  says what each answer means, ``transport.py`` carries a body to the service;
+- ``worker.py``: the flusher thread's loop (take a batch, post it, settle); ``posting.py`` one
+  request's tries, ``spilling.py`` what cannot be delivered (the spool, replay); ``batches.py``
+  cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py`` says what each
+  answer means, ``transport.py`` carries a request to the service (``transport=``);
 - ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
 - ``spool.py``: the disk spool; ``lifecycle.py``: exit, fork, SIGTERM;
-- this module: the facade that wires them, starts the flusher, and flushes and closes. Its
-  public face is ``submit``, ``flush``, ``close``, ``stats`` and what users read (``dataset``,
-  ``client``, ``closed``, ``options``); the hooks ``lifecycle.py`` calls are private.
+- this module: ``Shipper``, the facade (``submit``, ``flush``, ``close``, ``stats`` and what
+  users read: ``dataset``, ``client``, ``closed``, ``options``), and its ``Flusher``: the
+  flusher thread and the parts it works with, which is what ``lifecycle.py`` closes at exit
+  and after a fork, and what delivers the events of a shipper dropped without ``close()``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._client import Client, ImportsRestored, dataset_path, preload_http, shared_client
 from .._config import (
     SHIPPING_OPTIONS_DOC,
+    ShipperOptions,
     documented,
     resolve_dataset,
     shipper_options,
@@ -38,6 +40,8 @@ from .._config import (
 )
 from .._errors import ConfigurationError
 from .._output import print_line, redact, shown
+from .._wire.client import Client, dataset_path, shared_client
+from .._wire.imports import ImportsRestored, preload_http
 from . import lifecycle as lifecycle
 from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
@@ -46,26 +50,14 @@ from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
 from .policy import Cause
 from .reporter import Reporter
-from .sender import Sender
 from .spool import Spool
 from .stats import Stats
-from .transport import HttpTransport
+from .transport import HttpTransport, Transport
+from .worker import Worker
 
-__all__ = ["FAST_ITEM_BYTES", "Shipper", "Stats", "make_shipper"]
+__all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper"]
 
 _monotonic = time.monotonic
-
-
-def _weak(method: Any) -> Any:
-    """``method`` (a bound method) held weakly: calling it once its object is gone does
-    nothing."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> Any:
-        bound = ref()
-        return None if bound is None else bound(*args)
-
-    return call
 
 
 @documented(('Options (keyword arguments; docs/configuration.md: why each default):',
@@ -79,7 +71,8 @@ class Shipper:
     append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
 
     Args:
-        client (Client): the connection (token, address) to ship through; shared freely.
+        client (Client | None): the connection (token, address) to ship through; shared
+            freely. May be None with a ``transport``.
         dataset (str | None): the dataset to ship to. Default: ``LOGHANDLER_DATASET``.
 
     Raises:
@@ -87,68 +80,55 @@ class Shipper:
             argument (``token=``, ``url=``, ...) given here instead of to the Client.
     """
 
-    def __init__(self, client: Client, dataset: str | None = None, **options: Any) -> None:
-        if not isinstance(client, Client):
+    def __init__(self, client: Client | None = None, dataset: str | None = None, *,
+                 transport: Transport | None = None, **options: Any) -> None:
+        if client is not None and not isinstance(client, Client):
             raise ConfigurationError("client must be a loghandler.Client")
+        if transport is None:
+            if client is None:
+                raise ConfigurationError(
+                    "pass the client to ship through (a loghandler.Client), or a transport= "
+                    "(e.g. loghandler.testing.MemoryTransport() in tests)")
+        elif not callable(getattr(transport, "send", None)):
+            raise ConfigurationError(
+                "transport must have a send(method, path, body, *, headers, timeout) method "
+                "returning the service's answer, as loghandler.testing.MemoryTransport has")
         self._client = client
-        self._owns_client = False  # set by make_shipper for a client built from arguments
         self.dataset = resolve_dataset(dataset)
         self.options = shipper_options(options)
-        self._spool: Spool | None = None
-        if self.options.spool_dir is not None:
-            self._spool = Spool(self.options.spool_dir, self.dataset,
-                                max_bytes=self.options.max_spool_bytes,
-                                max_file_events=self.options.batch_size,
-                                max_file_bytes=self.options.max_batch_bytes)
-        # The HTTP stack is imported now, on the thread that builds the shipper, not by the
-        # flusher's first request: at full speed each file an import reads hands the GIL to the
-        # application, which gives it back a switch interval (5 ms) later. Some 1,300 system
-        # calls of imports held up the first delivery for over half a second while the queue
-        # filled (20,000 events dropped of 200,000 in benchmark scenario 1).
-        preload_http()
-        # The ledger (and through it the flusher thread) holds the shipper weakly: a shipper the
-        # application drops without close() can be collected, and then delivers what it holds
-        # and lets its thread end (lifecycle.Orphan).
-        self._ledger = Ledger(self.options, _weak(self._ensure_flusher_locked),
-                              _weak(self._send_late))
+        if transport is None:
+            assert client is not None
+            # The HTTP stack is imported now, on the thread that builds the shipper, not by the
+            # flusher's first request: at full speed each file an import reads hands the GIL to
+            # the application, which gives it back a switch interval (5 ms) later. Some 1,300
+            # system calls of imports held up the first delivery for over half a second while
+            # the queue filled (20,000 events dropped of 200,000 in benchmark scenario 1).
+            preload_http()
+            transport = HttpTransport(client, self.options.batch_size)
+        self.transport = transport
+        # The flusher holds no reference to the shipper: a shipper the application drops
+        # without close() can be collected, and then its flusher delivers what it holds and
+        # ends (Flusher.orphaned).
+        flusher = self._flusher = Flusher(client, self.dataset, self.options, transport)
+        self._ledger = flusher.ledger
+        self._sender = flusher.worker
         o = self.options
         # Hold-until-error (hold.py): the front ends look here inside a context only.
         self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
                       if o.hold_level else None)
-        self._reporter = Reporter(self.dataset, self.options.on_error)
-        transport = HttpTransport(client, dataset_path(self.dataset), self.options.batch_size)
-        self._sender = Sender(self._ledger, self._reporter, transport, self.dataset,
-                              self.options, self._spool)
-        self._thread: threading.Thread | None = None
-        self._thread_failed = False
-        self._pid = os.getpid()
-        lifecycle.register(self)
-        self._remains = lifecycle.Remains(self._ledger, self._sender, self._reporter,
-                                          self.options, client, self.dataset)
-        finalizer = weakref.finalize(self, self._remains.orphaned)
+        lifecycle.register(flusher, o.handle_sigterm)
+        finalizer = weakref.finalize(self, flusher.orphaned)
         finalizer.atexit = False  # at exit the exit hook closes the live ones
-        if self._spool is not None and self._spool.has_waiting():
-            # A restarted process that logs nothing must still deliver what an earlier one
-            # spooled: start the flusher now rather than on the first event.
-            self._ledger.start_flusher()
-
-    def _after_fork_in_child(self) -> None:
-        """Called in a forked child (lifecycle.py): the parent's queue belongs to the parent
-        (it delivers it); the child starts empty, with new locks (the parent's may have been
-        held by another thread at fork) and no flusher (threads do not survive fork)."""
-        self._pid = os.getpid()
-        self._thread = None
-        self._remains.thread = None
-        self._thread_failed = False
-        self._ledger.reset()  # in place: the front ends' cached references stay valid
-        self._sender.reset()
-        self._reporter.reset()
+        flusher.start_if_spooled()
 
     def __repr__(self) -> str:
-        return redact(f"Shipper(dataset={shown(self.dataset)}, url={self._client.url!r})")
+        where = (f"url={self._client.url!r}" if self._client is not None
+                 else f"transport={self.transport!r}")
+        return redact(f"Shipper(dataset={shown(self.dataset)}, {where})")
 
     @property
-    def client(self) -> Client:
+    def client(self) -> Client | None:
+        """The client shipped through (None when only a ``transport=`` was given)."""
         return self._client
 
     @property
@@ -186,43 +166,12 @@ class Shipper:
     def _ingest_query(self, params: Mapping[str, str]) -> None:
         """Send these query parameters with every ingest request (the command line's
         ``--timestamp-field`` and ``--timestamp-format``, which the service reads there)."""
-        from urllib.parse import urlencode
-
-        transport = self._sender.transport
-        if isinstance(transport, HttpTransport):
-            base = transport.path.split("?", 1)[0]
-            transport.path = f"{base}?{urlencode(dict(params))}" if params else base
+        self._sender.poster.set_query(dict(params))
 
     def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""
         self._ledger.count(Count.SUPPRESSED)
         return False
-
-    def _ensure_flusher_locked(self) -> None:
-        # The ledger calls this after each event its slow path queues.
-        thread = self._thread
-        if thread is None or (not thread.is_alive() and not self._ledger.closed):
-            # First event, or the flusher died on an internal error (reported once): start one.
-            self._start_flusher_locked()
-
-    def _start_flusher_locked(self) -> None:
-        if self._thread_failed:
-            return
-        if sys.is_finalizing():  # a new thread would never run (and start() would wait)
-            self._thread_failed = True
-            return
-        thread = threading.Thread(target=self._sender.run,
-                                  name=f"loghandler-flusher:{self.dataset}", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:
-            # "can't create new thread at interpreter shutdown": the exit hook sends what is
-            # queued on its own thread instead.
-            self._thread_failed = True
-        else:
-            self._thread = thread
-            self._remains.thread = thread
-            _warn_if_uwsgi_without_threads()
 
     # ------------------------------------------------------------------ flush / close / stats
 
@@ -234,40 +183,9 @@ class Shipper:
         An event refused since the last flush as too large for any request also makes it False.
         """
         try:
-            return self._flush(timeout)
+            return self._flusher.flush(timeout)
         except Exception:
             return False
-
-    def _flush(self, timeout: float | None) -> bool:
-        if os.getpid() != self._pid:
-            self._after_fork_in_child()
-        if in_sender_thread():
-            return False  # waiting for ourselves would never end
-        ledger = self._ledger
-        timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
-        deadline = _monotonic() + timeout
-        if ledger.close_deadline is not None:
-            # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
-            # second shutdown_timeout to the exit.
-            deadline = min(deadline, ledger.close_deadline + 0.2)
-        ticket = ledger.begin_flush(self._flusher_for_flush_locked)
-        if ticket.done:
-            return not ticket.refused
-        if not ticket.flusher:
-            self._sender.drain_on_this_thread(deadline)
-        elif logging_lock_held():
-            return False
-        return ledger.wait_flushed(ticket, deadline)
-
-    def _flusher_for_flush_locked(self) -> bool:
-        # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
-        # replaced, unless closed (then the closing thread sends).
-        thread_ok = self._thread is not None and self._thread.is_alive()
-        if not thread_ok and not self._ledger.closed and not self._thread_failed:
-            self._thread = None
-            self._start_flusher_locked()
-            thread_ok = self._thread is not None
-        return thread_ok
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the flusher thread. Idempotent; bounded by ``timeout``.
@@ -277,29 +195,167 @@ class Shipper:
         """
         try:
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
-            self._begin_close(_monotonic() + timeout)
+            flusher = self._flusher
+            flusher.begin_close(_monotonic() + timeout)
             if not logging_lock_held():
-                self._wait_closed()
-                self._release_client()
+                flusher.wait_closed()
+                flusher.release_client()
         except Exception:
             pass
 
-    def _release_client(self) -> None:
-        # A client this library made (from plain arguments) is closed with the last shipper
-        # using it, so its keep-alive sockets do not outlive the handlers. A client the user
-        # passed in is theirs to close.
-        self._remains.owns_client = self._owns_client
-        if not self._owns_client:
-            return
-        thread = self._thread
-        if thread is not None and thread.is_alive():
-            return  # still sending (close() under logging's lock): the exit hook cleans up
-        others = [s for s in lifecycle.live_shippers()
-                  if s is not self and s._client is self._client and not s.closed]
-        if not others:
-            self._client.close()
+    def stats(self) -> Stats:
+        """A consistent snapshot of the counters."""
+        return self._ledger.snapshot()
 
-    def _begin_close(self, deadline: float, *, at_exit: bool = False,
+    def __enter__(self) -> Shipper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _weak(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (a bound method) held weakly: calling it once its object is gone does
+    nothing (the ledger calls its flusher back without keeping it alive)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        bound = ref()
+        return None if bound is None else bound(*args)
+
+    return call
+
+
+class Flusher:
+    """A shipper's flusher thread and the parts it works with: the ledger (queue and counters),
+    the worker (its loop), the reporter, the spool; what ``lifecycle.py`` closes at exit and
+    renews after a fork (``lifecycle.Member``).
+
+    It outlives its shipper when the application drops that without ``close()``: the shipper's
+    finalizer calls ``orphaned()``, the queue is closed with the usual deadline
+    (``shutdown_timeout``), the flusher delivers what it holds and ends, and a client made for
+    the shipper is closed once no live shipper uses it: threads and sockets go back to what
+    they were. Until then the exit hook waits for it as for a live one.
+    """
+
+    def __init__(self, client: Client | None, dataset: str, options: ShipperOptions,
+                 transport: Transport) -> None:
+        self.client = client
+        self.dataset = dataset
+        self.options = options
+        spool = None
+        if options.spool_dir is not None:
+            spool = Spool(options.spool_dir, dataset, max_bytes=options.max_spool_bytes,
+                          max_file_events=options.batch_size,
+                          max_file_bytes=options.max_batch_bytes)
+        self.spool = spool
+        self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late))
+        self.reporter = Reporter(dataset, options.on_error)
+        self.worker = Worker(self.ledger, self.reporter, transport, dataset_path(dataset),
+                             dataset, options, spool)
+        self.thread: threading.Thread | None = None
+        self.thread_failed = False
+        self.pid = os.getpid()
+        self.owns_client = False  # a client made for the shipper (make_shipper): closed with it
+        self.orphan = False
+
+    # ------------------------------------------------------------------ the thread
+
+    def start_if_spooled(self) -> None:
+        """A restarted process that logs nothing must still deliver what an earlier one
+        spooled: start the flusher now rather than on the first event."""
+        if self.spool is not None and self.spool.has_waiting():
+            self.ledger.start_flusher()
+
+    def _ensure_thread_locked(self) -> None:
+        # The ledger calls this after each event its slow path queues.
+        thread = self.thread
+        if thread is None or (not thread.is_alive() and not self.ledger.closed):
+            # First event, or the flusher died on an internal error (reported once): start one.
+            self._start_thread_locked()
+
+    def _start_thread_locked(self) -> None:
+        if self.thread_failed:
+            return
+        if sys.is_finalizing():  # a new thread would never run (and start() would wait)
+            self.thread_failed = True
+            return
+        thread = threading.Thread(target=self.worker.run,
+                                  name=f"loghandler-flusher:{self.dataset}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            # "can't create new thread at interpreter shutdown": the exit hook sends what is
+            # queued on its own thread instead.
+            self.thread_failed = True
+        else:
+            self.thread = thread
+            _warn_if_uwsgi_without_threads()
+
+    def _thread_for_flush_locked(self) -> bool:
+        # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
+        # replaced, unless closed (then the closing thread sends).
+        thread_ok = self.thread is not None and self.thread.is_alive()
+        if not thread_ok and not self.ledger.closed and not self.thread_failed:
+            self.thread = None
+            self._start_thread_locked()
+            thread_ok = self.thread is not None
+        return thread_ok
+
+    def flusher_alive(self) -> bool:
+        """True while a flusher thread runs (also after close() began, until it is done)."""
+        thread = self.thread
+        return thread is not None and thread.is_alive()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child (lifecycle.py): the parent's queue belongs to the parent (it
+        delivers it); the child starts empty, with new locks (the parent's may have been held
+        by another thread at fork) and no flusher (threads do not survive fork)."""
+        self.pid = os.getpid()
+        self.thread = None
+        self.thread_failed = False
+        self.ledger.reset()  # in place: the front ends' cached references stay valid
+        self.worker.reset()
+        self.reporter.reset()
+        if self.orphan:  # the parent delivers what its dropped shipper held
+            lifecycle.release(self)
+
+    def _check_fork(self) -> None:
+        if os.getpid() != self.pid:
+            self.after_fork_in_child()
+
+    # ------------------------------------------------------------------ flush / close
+
+    @property
+    def closed(self) -> bool:
+        return self.ledger.closed
+
+    @property
+    def shutdown_timeout(self) -> float:
+        return self.options.shutdown_timeout
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """``Shipper.flush`` (the exit of a job runner's work horse flushes through here)."""
+        self._check_fork()
+        if in_sender_thread():
+            return False  # waiting for ourselves would never end
+        ledger = self.ledger
+        timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
+        deadline = _monotonic() + timeout
+        if ledger.close_deadline is not None:
+            # Closed already (the exit hook ran): logging.shutdown()'s flush() must not add a
+            # second shutdown_timeout to the exit.
+            deadline = min(deadline, ledger.close_deadline + 0.2)
+        ticket = ledger.begin_flush(self._thread_for_flush_locked)
+        if ticket.done:
+            return not ticket.refused
+        if not ticket.flusher:
+            self.worker.drain_on_this_thread(deadline)
+        elif logging_lock_held():
+            return False
+        return ledger.wait_flushed(ticket, deadline)
+
+    def begin_close(self, deadline: float, *, at_exit: bool = False,
                     late_events: bool = False) -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
@@ -309,31 +365,27 @@ class Shipper:
         submitting thread within ``deadline`` (``_send_late``): the exit hook's close, after
         which atexit hooks registered before ``import loghandler`` still run and may log.
         """
-        if os.getpid() != self._pid:
-            self._after_fork_in_child()
+        if self.orphan:
+            return  # closing already (orphaned)
+        self._check_fork()
         if at_exit:
-            self._reporter.begin_exit_summary()
-        self._ledger.begin_close(deadline, late_events)
+            self.reporter.begin_exit_summary()
+        self.ledger.begin_close(deadline, late_events)
 
-    def _wait_closed(self) -> None:
+    def wait_closed(self) -> None:
         """Wait for the flusher until the close deadline (``begin_close``), then take over
         what it still holds; or send on this thread when there is no flusher."""
-        ledger = self._ledger
+        ledger = self.ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
-        thread = self._thread
+        thread = self.thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             # A little grace past the deadline: the flusher settles the rest as "shutdown"
             # right at the deadline and needs a moment to do it.
             thread.join(max(0.0, deadline - _monotonic()) + 0.2)
             if thread.is_alive():
-                self._sender.abandon()
-        elif not in_sender_thread():
-            self._sender.drain_on_this_thread(deadline)
-
-    def _flusher_alive(self) -> bool:
-        """True while a flusher thread runs (also after close() began, until it is done)."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+                self.worker.abandon()
+        elif not self.orphan and not in_sender_thread():
+            self.worker.drain_on_this_thread(deadline)
 
     def _send_late(self) -> None:
         """Deliver events submitted after the exit hook closed this shipper (``begin_close``'s
@@ -345,13 +397,13 @@ class Shipper:
         of the exit deadline (nothing else would run after it to send it); past the deadline it
         is spooled or counted as ``dropped_shutdown``, and a line says so.
         """
-        ledger = self._ledger
+        ledger = self.ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         before = ledger.undelivered()
         why = "shutdown_timeout ran out"
         try:
             with ImportsRestored():
-                self._sender.drain_on_this_thread(deadline)
+                self.worker.drain_on_this_thread(deadline)
         except BaseException as exc:
             # Late in interpreter shutdown (a __del__ of a module global), what sending needs
             # may be torn down already: the events in flight may or may not have reached the
@@ -360,24 +412,50 @@ class Shipper:
             ledger.settle_inflight(Fate.DROPPED_SHUTDOWN)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
         if ledger.undelivered() > before:
-            where = "spooled" if self.stats().spooled else "dropped"
-            self._reporter.report(
+            where = "spooled" if ledger.snapshot().spooled else "dropped"
+            self.reporter.report(
                 Cause.LATE, f"an event logged after the exit hook (by a later atexit hook or a "
                         f"__del__) was {where} ({why}): raise shutdown_timeout")
 
-    def _exit_summary(self) -> str | None:
+    def exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
-        return self._reporter.exit_summary(self.stats(), self.options.spool_dir)
+        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
 
-    def stats(self) -> Stats:
-        """A consistent snapshot of the counters."""
-        return self._ledger.snapshot()
+    def uses(self, client: object) -> bool:
+        """Whether this (open) shipper ships through ``client``."""
+        return client is not None and self.client is client and not self.closed
 
-    def __enter__(self) -> Shipper:
-        return self
+    def release_client(self) -> None:
+        """Close a client this library made (from plain arguments) with the last shipper using
+        it, so its keep-alive sockets do not outlive the handlers. A client the user passed in
+        is theirs to close."""
+        if not self.owns_client or self.client is None:
+            return
+        thread = self.thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            return  # still sending (close() under logging's lock): the exit hook cleans up
+        if not any(m is not self and m.uses(self.client) for m in lifecycle.live_shippers()):
+            self.client.close()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # ------------------------------------------------------------------ orphaned
+
+    def orphaned(self) -> None:
+        """The shipper was collected (never from a flusher: it holds no reference to it)."""
+        try:
+            thread = self.thread
+            if thread is None or not thread.is_alive():
+                self.release_client()
+                return
+            self.orphan = True
+            self.ledger.begin_close(_monotonic() + self.options.shutdown_timeout, False)
+            self.worker.after_run = self._done
+            lifecycle.adopt(self)
+        except Exception:
+            pass
+
+    def _done(self) -> None:
+        lifecycle.release(self)
+        self.release_client()
 
 
 _uwsgi_checked = False
@@ -427,15 +505,19 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
         if not isinstance(shipper, Shipper):
             raise ConfigurationError("shipper must be a loghandler.Shipper")
         return shipper
+    options = dict(options)
+    transport = options.pop("transport", None)
     client_args, shipper_args = split_options(options)
-    if client is None:
-        client = shared_client(**client_args)
-        shipper = Shipper(client, dataset, **shipper_args)
-        shipper._owns_client = shipper._remains.owns_client = True
-        return shipper
-    elif client_args:
-        raise ConfigurationError(
-            f"pass either client=... or Client arguments ({', '.join(sorted(client_args))}), "
-            "not both"
-        )
-    return Shipper(client, dataset, **shipper_args)
+    if client is not None:
+        if client_args:
+            raise ConfigurationError(
+                f"pass either client=... or Client arguments ({', '.join(sorted(client_args))}), "
+                "not both"
+            )
+        return Shipper(client, dataset, transport=transport, **shipper_args)
+    if transport is not None and not client_args:
+        return Shipper(None, dataset, transport=transport, **shipper_args)
+    shipper = Shipper(shared_client(**client_args), dataset, transport=transport,
+                      **shipper_args)
+    shipper._flusher.owns_client = True
+    return shipper

@@ -1,6 +1,6 @@
 """The disk spool: events the service could not take, kept on disk and delivered later.
 
-The engine (``sender.py``) writes a batch here when it cannot deliver it (retries exhausted,
+The engine (``spilling.py``) writes a batch here when it cannot deliver it (retries exhausted,
 authentication refused, dataset not found, shutdown deadline) and replays the spool from its
 flusher thread, at start and about every ``flush_interval``. Several processes may share one
 spool directory: a file is claimed by an atomic rename before it is sent, so no two processes
@@ -82,7 +82,7 @@ _held: set[str] = set()
 _last_time_ns = 0
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
     """In a forked child: the module's lock anew (the parent's flusher may have held it at the
     fork, and no thread of the child would ever release it)."""
     global _names_lock
@@ -94,7 +94,7 @@ class SpoolCorrupt(Exception):
 
 
 class ReplayTarget(Protocol):
-    """What ``Spool.replay`` sends through (the engine's sender; a fake in tests)."""
+    """What ``Spool.replay`` sends through (the engine's ``spilling.Spiller``; a fake in tests)."""
 
     def send(self, parts: list[bytes]) -> list[bytes]:
         """Deliver encoded events (one request's worth); return those still undelivered."""

@@ -1,10 +1,12 @@
-"""The transport: posts one body to one dataset and hands back the service's ``Answer``.
+"""The transport: sends one request of a shipper and hands back the service's ``Answer``.
 
-The seam between the sender and the wire, shaped like an exporter (OpenTelemetry's
-``SpanExporter.export``, sentry-python's ``Transport``): the sender decides what to send and
-what an answer means (``policy.py``); the transport only carries a body there and an answer back,
-or raises ``TransportError`` when there is no answer. Tests of the policy and the accounting may
-run the engine against an in-memory transport (``tests/helpers.py``) as well as over loopback.
+The seam between the engine and the wire, shaped like an exporter (OpenTelemetry's
+``LogExporter.export``, sentry-python's ``Transport``, httpx's transports): the worker decides
+what to send and what an answer means (``policy.py``); a transport only carries a request there
+and the answer back, or raises ``TransportError`` when there is no answer. It is passed in
+(``transport=`` on ``Shipper`` and every front end); the default is ``HttpTransport``, the
+client's connection pool over urllib3. ``loghandler.testing.MemoryTransport`` keeps requests in
+memory and answers them as scripted, for tests without sockets.
 """
 
 from __future__ import annotations
@@ -13,50 +15,51 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
-from .._client import Client, parse_reset
 from .._output import redact
-from .._status import LIMITS
+from .._wire.answer import Answer
+from .._wire.client import Client
 from .guard import HTTP, sending
-from .policy import Answer, status_bound
+from .policy import status_bound
 
 __all__ = ["HttpTransport", "Transport"]
 
 
 class Transport(Protocol):
-    """Posts one request body; the sender's only way to the service."""
+    """Sends one request; a shipper's only way to the service."""
 
-    def post(self, body: bytes, headers: Mapping[str, str] | None,
-             timeout: float | None) -> Answer:
-        """Send ``body`` (encoded JSON, gzip-compressed when ``headers`` say so) within
-        ``timeout`` seconds (None: the client's own); the answer, whatever its status. Raises
+    def send(self, method: str, path: str, body: bytes, *,
+             headers: Mapping[str, str] | None = None,
+             timeout: float | None = None) -> Answer:
+        """Send ``body`` (encoded JSON, gzip-compressed when ``headers`` say so) to ``path``
+        (the dataset's ingest path, relative to the service's base address) within ``timeout``
+        seconds (None: no bound of the shipper's); the answer, whatever its status. Raises
         ``TransportError`` only: no answer (refused, reset, timed out, a body cut mid-read)."""
         ...
 
 
 class HttpTransport:
-    """Posts to ``path`` (a dataset's ingest path) through ``client``.
+    """The default transport: requests through ``client`` (its pool, token and address).
 
     ``batch_size`` bounds how much of a 2xx answer is read (``policy.status_bound``): an ingest
     status lists a failure per event turned down, so it may be far larger than an error body
     (read up to the client's 1 MiB).
     """
 
-    __slots__ = ("client", "max_bytes", "path")
+    __slots__ = ("client", "max_bytes")
 
-    def __init__(self, client: Client, path: str, batch_size: int) -> None:
+    def __init__(self, client: Client, batch_size: int) -> None:
         self.client = client
-        self.path = path
         self.max_bytes = status_bound(batch_size)
 
-    def post(self, body: bytes, headers: Mapping[str, str] | None,
-             timeout: float | None) -> Answer:
-        with sending(HTTP):
-            resp = self.client.send("POST", self.path, body, headers=headers, timeout=timeout,
+    def __repr__(self) -> str:
+        return f"HttpTransport({self.client!r})"
+
+    def send(self, method: str, path: str, body: bytes, *,
+             headers: Mapping[str, str] | None = None,
+             timeout: float | None = None) -> Answer:
+        with sending(HTTP):  # urllib3's own log records are not shipped (guard.py)
+            return self.client.send(method, path, body, headers=headers, timeout=timeout,
                                     max_success_bytes=self.max_bytes)
-        wait = resp.retry_after  # Retry-After, parsed by the client
-        if wait is None and resp.status in LIMITS:
-            wait = parse_reset(resp.headers)
-        return Answer(resp.status, resp.headers, resp.body, resp.complete, wait)
 
 
 class _RedactUrllib3(logging.Filter):

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from .._config import speak_command_line
 from .._errors import ConfigurationError, Error
 from .._output import clip, register_secret
+from .._wire.settings import speak_command_line
 from . import datasets, doctor, ingest, query, serve, views
 from ._common import (
     EXIT_OK,

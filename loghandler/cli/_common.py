@@ -70,7 +70,7 @@ def _connection_options() -> _Parser:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from .._client import Client
+    from .._wire.client import Client
 
     token = getattr(args, "token", None)
     register_secret(token)

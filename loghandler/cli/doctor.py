@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any
 
+from .._status import AUTH, is_success
 from ._common import EXIT_OK, EXIT_SERVICE, Failure, _client, _out, _Parser
 
 __all__ = ["cmd_doctor", "register"]
@@ -55,10 +56,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ok(f"the service answers at {client.url} (from {url_from}) in "
            f"{(finished - started) * 1000:.0f} ms")
         names: list[str] | None = None
-        if resp.status in (401, 403):
+        if resp.status in AUTH:
             problem(f"the service refused the token from {token_from} (HTTP {resp.status}): "
                     "check it (a personal access token also needs --org-id)")
-        elif 200 <= resp.status < 300 and isinstance(resp.body, list):
+        elif is_success(resp.status) and isinstance(resp.body, list):
             ok(f"the token (from {token_from}) is accepted")
             names = sorted(d["name"] for d in resp.body
                            if isinstance(d, dict) and isinstance(d.get("name"), str))

@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+from .._status import REJECTED, TOO_LARGE
 from ._common import (
     EXIT_OK,
     EXIT_SERVICE,
@@ -153,7 +154,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # (token, dataset, service down) would fail every batch after it: stop reading, and
         # begin closing so a submit blocked on the full queue returns.
         if isinstance(exc, PartialIngestError) or (
-            isinstance(exc, ApiError) and exc.status in (400, 413)
+            isinstance(exc, ApiError) and exc.status in REJECTED | TOO_LARGE
         ):
             return
         counts.fatal = counts.fatal or exc

@@ -24,8 +24,8 @@ from ._common import (
 def cmd_serve(args: argparse.Namespace) -> int:
     import secrets
 
-    from .._config import check_token
     from .._local.service import make_server
+    from .._wire.settings import check_token
 
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
     from_env = not getattr(args, "token", None) and token is not None
@@ -96,7 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot open the local service ({args.db or 'memory'}): "
                          f"{exc}") from None
 
-    from .._config import is_loopback
+    from .._wire.settings import is_loopback
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

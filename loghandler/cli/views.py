@@ -40,7 +40,7 @@ _FLAG_FIELDS = ("name", "apl_query", "description", "shared_by_org", "shared_by_
 
 
 def cmd_views_update(args: argparse.Namespace) -> int:
-    from .._views import FIELDS, View
+    from .._wire.views import FIELDS, View
 
     changes: dict[str, Any] = {}
     if args.from_json:
@@ -80,7 +80,7 @@ def cmd_views_get(args: argparse.Namespace) -> int:
 
 
 def cmd_views_create(args: argparse.Namespace) -> int:
-    from .._views import View
+    from .._wire.views import View
 
     if not args.name.strip() or not args.apl_query.strip():
         raise UsageError("--name and --apl-query must not be empty")

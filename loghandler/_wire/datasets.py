@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
-from ._errors import ApiError, ConfigurationError, NotFoundError
-
-if TYPE_CHECKING:
-    from ._client import Client
+from .._errors import ApiError, ConfigurationError, NotFoundError
+from .requester import Requester
 
 __all__ = ["Datasets"]
 
@@ -25,7 +23,7 @@ class Datasets:
     Each dataset is the service's JSON object (``name``, ``id``, ``description``, ``created``).
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Requester) -> None:
         self._client = client
 
     def list(self) -> list[dict[str, Any]]:

@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from ._client import Client
-from ._config import CLIENT_ARGS_DOC, documented
-from ._output import shown
+from .._config import documented
+from .._output import shown
+from .client import Client
+from .settings import CLIENT_ARGS_DOC
 
 __all__ = ["AsyncClient"]
 
@@ -80,7 +81,7 @@ class AsyncClient:
     @property
     def datasets(self) -> _Namespace:
         """``Client.datasets``, awaitable."""
-        return _Namespace(self, self._client.datasets)  # type: ignore[attr-defined]
+        return _Namespace(self, self._client.datasets)
 
     @property
     def client(self) -> Client:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
-from ._errors import ApiError, ConfigurationError, NotFoundError
-
-if TYPE_CHECKING:
-    from ._client import Client
+from .._errors import ApiError, ConfigurationError, NotFoundError
+from .requester import Requester
 
 __all__ = ["View", "Views"]
 
@@ -100,7 +98,7 @@ def _as_view(view: Any) -> View:
 class Views:
     """``client.views``: the organization's saved views (``/v2/views``)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Requester) -> None:
         self._client = client
 
     def list(self) -> list[View]:

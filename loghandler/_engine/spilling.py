@@ -1,0 +1,347 @@
+"""What cannot be delivered: to the spool, or counted; and the spool's replay.
+
+The ``Spiller`` owns the flusher's side of the disk spool (``spool.py`` owns the files):
+
+- an undeliverable batch (``fail``) goes to the spool when its outcome allows (the policy
+  table's ``spoolable``), else it is counted with its fate; at the close deadline it is counted
+  ``dropped_shutdown`` and told;
+- during an outage it spills: batches go straight to disk, in large steps, so a full queue never
+  drops what the disk has room for (``step``, ``give_up``), while one batch every
+  ``OUTAGE_PROBE`` seconds still tries the service;
+- at exit, what a stuck flusher held is taken over on the closing thread (``take_over``);
+- it is the spool's ``ReplayTarget``: spooled batches are sent again, oldest first, with one
+  try per request (``send``), between new events (``replay``).
+
+It never holds the ledger's lock across I/O.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import _encoding as encoding
+from .._config import ShipperOptions
+from .._errors import Error, PartialIngestError
+from .._output import clip, printable
+from .batches import Chunk, Item
+from .bisector import bisect, conclude
+from .guard import block_sigterm_in_this_thread
+from .ledger import SPILL_BATCHES, Count, Fate, Ledger
+from .policy import MAX_PAUSE, Cause, Outcome, Retry, spill
+from .posting import Poster
+from .reporter import Reporter, answer_of, plural
+from .spool import Spool, SpoolWriteError
+
+__all__ = ["ABANDON_GRACE", "OUTAGE_PROBE", "Spiller"]
+
+_monotonic = time.monotonic
+# With a spool, during an outage: how often one batch is tried against the service, while the
+# others go straight to disk.
+OUTAGE_PROBE = 1.0
+# How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
+# encoded for the spool (see Spiller.take_over).
+ABANDON_GRACE = 0.5
+
+
+class Spiller:
+    """Spools or counts what cannot be delivered, and replays the spool (module docstring).
+
+    ``Spiller(ledger, reporter, options, spool, poster, settle, delivered)``: ``spool`` is None
+    without ``spool_dir`` (then everything undeliverable is counted); ``poster`` posts replayed
+    batches; ``settle(n, fate)`` settles events of a batch being delivered (the worker defers
+    them until the batch is told); ``delivered()`` is told when a replayed batch is delivered.
+    """
+
+    def __init__(self, ledger: Ledger, reporter: Reporter, options: ShipperOptions,
+                 spool: Spool | None, poster: Poster, settle: Callable[[int, Fate], None],
+                 delivered: Callable[[], None]) -> None:
+        self.ledger = ledger
+        self.reporter = reporter
+        self.options = options
+        self.spool = spool
+        self.poster = poster
+        self.settle = settle
+        self.delivered = delivered
+        self.reset()
+
+    def reset(self) -> None:
+        """Fresh state: at construction and in a forked child."""
+        # An outage is known (a batch was spilled): batches go to disk at once but one try
+        # every OUTAGE_PROBE seconds, until a batch is delivered.
+        self.outage = False
+        self.next_probe = 0.0
+        self.spill_until = 0.0  # a burst filled the queue: spill until then (step)
+        self.last_replay = 0.0
+        # The close deadline was met while sending: stop trying the rest.
+        self.gave_up = False
+
+    # ------------------------------------------------------------------ spilling
+
+    def step(self) -> int:
+        """While an outage is known, with a spool: how many events to take in one step,
+        straight to disk (0: batch by batch, to the service). Large steps, so the spool keeps
+        up with an application logging at full speed; bounded, since they are in flight on top
+        of the queue."""
+        if self.spool is None:
+            return 0
+        now = _monotonic()
+        if self.ledger.nearly_full():
+            # A burst faster than the service can be tried (a request, even one refused at
+            # once, lets the queue fill meanwhile): to disk for a while, to the service after.
+            self.spill_until = now + OUTAGE_PROBE
+        spilling = now < self.spill_until or (self.outage and now < self.next_probe)
+        self.ledger.set_spilling(spilling or self.outage)
+        return SPILL_BATCHES * self.options.batch_size if spilling else 0
+
+    def to_disk_now(self) -> bool:
+        """The service is known to be down, with a spool: a batch goes to disk at once, at the
+        rate events come, so the queue never fills (and drops) while the disk has room."""
+        return self.outage and self.spool is not None and _monotonic() < self.next_probe
+
+    def give_up_on(self) -> Callable[[Error | None, float | None, bool], bool] | None:
+        """What a delivery asks after a failed try (``Poster.post``'s ``give_up``): None
+        without a spool (a batch is then tried until its retries are spent)."""
+        return self.give_up if self.spool is not None else None
+
+    def give_up(self, error: Error | None, limit: float | None, tried: bool) -> bool:
+        """With a spool: give up on the batch now (``policy.spill``), and say so once. True
+        when it does. ``limit``: the pause of a limit being waited out; a limit that lasts
+        longer than we wait is an outage. ``tried``: the try spent a retry."""
+        long_limit = limit is not None and limit >= MAX_PAUSE
+        if not spill(spool=self.spool is not None, outage=self.outage or long_limit,
+                     pressed=(tried or long_limit) and self.ledger.pressed()):
+            return False
+        if not self.outage:
+            self.outage = True
+            self.ledger.set_spilling(True)
+            why = (f"the service cannot be reached ({answer_of(error)})"
+                   if error is not None and not long_limit
+                   else "the service asked to wait")
+            self.reporter.report(Cause.SPILLING, f"{why}: events go to the spool until it "
+                                 "answers again")
+        self.next_probe = _monotonic() + OUTAGE_PROBE
+        return True
+
+    def recovered(self) -> None:
+        """A batch was delivered: the outage is over."""
+        if self.outage:
+            self.outage = False
+            self.ledger.set_spilling(False)
+
+    # ------------------------------------------------------------------ undeliverable
+
+    def fail(self, chunk: Chunk, outcome: Outcome, error: Error | None, *,
+             spill: bool = False) -> None:
+        """``chunk`` is undeliverable: spool it when the outcome allows, else count it.
+        ``spill``: a spill step (``step``), written in files of several batches."""
+        if self.ledger.abandoned:
+            return
+        fate = outcome.fate
+        assert fate is not None
+        spooled = False
+        if self.spool is not None and outcome.spoolable:
+            stored = self._write(chunk.as_parts(), SPILL_BATCHES if spill else 1)
+            spooled = stored == len(chunk)
+            if stored and not spooled:  # on disk all the same: a later replay delivers them
+                chunk = Chunk(parts=chunk.as_parts()[stored:])
+        if outcome is Outcome.SHUTDOWN:
+            self._shutdown(len(chunk), fate, error, spooled)
+            return
+        # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
+        # worth telling at once (it will not heal by itself). Told before the events settle,
+        # so that on_error has run by the time a flush() waiting for them returns.
+        if error is not None and (not spooled or outcome is Outcome.AUTH):
+            self.reporter.error(error)
+        if not spooled:
+            self.settle(len(chunk), fate)
+
+    def _shutdown(self, n: int, fate: Fate, error: Error | None, spooled: bool) -> None:
+        self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
+        timeout = self.options.shutdown_timeout
+        self.reporter.note_shutdown_error(
+            error if error is not None else
+            f"shutdown_timeout ({timeout:g} s) ran out")
+        if spooled:
+            return
+        self.settle(n, fate)
+        # Outside the exit hook (its summary line tells), a close that loses events says so
+        # when it happens: a handler closed by logging.config.dictConfig() has nobody left to
+        # ask its stats().
+        self.reporter.report_or_defer(
+            Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
+                                 f"{plural(n, 'event')} undelivered after shutdown_timeout "
+                                 f"({timeout:g} s): raise shutdown_timeout",
+            f"last error: {answer_of(error)}" if error is not None else None)
+
+    def _write(self, parts: list[bytes], batches: int = 1) -> int:
+        """Write in-flight events to the spool and settle them ``spooled``: how many are on
+        disk (the rest are the caller's to count). ``batches``: per file (a spill step)."""
+        assert self.spool is not None
+        try:
+            dropped = self.spool.write(parts, batches)
+        except Exception as exc:
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
+                                                    f"({clip(printable(str(exc)), 80)}): check "
+                                                    "spool_dir's disk space and permissions")
+            self.reporter.error(exc)
+            stored, dropped = _spool_failure(exc)
+        else:
+            stored = len(parts)
+        if dropped:
+            self.ledger.count(Count.SPOOL_DROPPED, dropped)
+        if stored:
+            self.ledger.settle(stored, Fate.SPOOLED)
+        return stored
+
+    # ------------------------------------------------------------------ at exit
+
+    def take_over(self, n: int, held: list[Chunk], carry: list[bytes], queued: list[Any],
+                  to_events: Callable[[list[Any]], list[Item]], posting: bool) -> None:
+        """The flusher is stuck past the deadline and the ledger gave its ``n`` events to the
+        closing thread (``Ledger.abandon``): ``held`` (what it was posting, then what waited to
+        be posted), ``carry`` (encoded, taken from the queue) and ``queued`` (the queue's
+        items; ``to_events`` makes them events). Spool them, or count them: only what reaches
+        the disk counts as spooled; events whose encoding does not finish within
+        ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: a request was under way
+        (the batch in flight may then arrive twice: at-least-once)."""
+        ledger = self.ledger
+        if posting:
+            self.reporter.note_shutdown_error(
+                f"no answer within shutdown_timeout ({self.options.shutdown_timeout:g} s)")
+        if n and self.spool is not None:
+            parts = self._encode_in_time(held, carry, queued, to_events)[:n]
+            written = 0
+            if parts:
+                try:
+                    ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
+                    written = len(parts)
+                except Exception as exc:
+                    self.reporter.report(
+                        Cause.SPOOL_WRITE, f"could not write to the spool "
+                                           f"({clip(printable(str(exc)), 80)}): check "
+                                           "spool_dir's disk space and permissions")
+                    written, dropped = _spool_failure(exc)
+                    ledger.count(Count.SPOOL_DROPPED, dropped)
+            if written:
+                ledger.settle_abandoned(written, Fate.SPOOLED)
+                n -= written
+        ledger.settle_abandoned(n, Fate.DROPPED_SHUTDOWN)
+
+    def _encode_in_time(self, held: list[Chunk], carry: list[bytes], queued: list[Any],
+                        to_events: Callable[[list[Any]], list[Item]]) -> list[bytes]:
+        """The encoded events of what ``take_over`` took, in order, as far as encoding got
+        within ``ABANDON_GRACE``. Encoding calls into the application (a value's ``__repr__``,
+        which may hang), so it runs on a helper thread, and the exiting thread waits for it no
+        longer than that."""
+        parts: list[bytes] = []
+
+        def work() -> None:
+            block_sigterm_in_this_thread()
+            encode = encoding.encode
+            append = parts.append
+            try:
+                for c in held:
+                    if c.parts is not None:
+                        parts.extend(c.parts)
+                    else:
+                        for e in c.events or ():
+                            append(e if type(e) is bytes else encode(e))
+                parts.extend(carry)
+                for e in to_events(queued):
+                    append(e if type(e) is bytes else encode(e))
+            except Exception:
+                pass  # encode never raises; item_events on an odd record: stop there
+
+        if sys.is_finalizing():  # no thread can run any more: what is encoded is none
+            return []
+        helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
+        try:
+            helper.start()
+        except RuntimeError:  # interpreter shutdown: no new thread; what is encoded is none
+            return []
+        helper.join(ABANDON_GRACE)
+        done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
+        if helper.is_alive():
+            self.reporter.report(
+                Cause.ENCODE_HANG, f"encoding the events left at exit took over "
+                                   f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "
+                                   "the rest dropped): look for a __repr__ that hangs")
+        return done
+
+    # ------------------------------------------------------------------ replay
+
+    def replay_due(self, interval: float) -> bool:
+        """Whether a replay round is due: a spool, and ``interval`` seconds since the last.
+        Time-based, not on idle wake-ups only: under steady load the flusher is never idle,
+        and the spool must still drain, interleaved with new events."""
+        return self.spool is not None and _monotonic() - self.last_replay >= interval
+
+    def replay(self) -> None:
+        """One round: re-send spooled batches, oldest first, one file at a time, while
+        delivery works."""
+        spool = self.spool
+        self.last_replay = _monotonic()
+        if spool is None or self.ledger.closed:
+            return
+        try:
+            spool.replay(self)
+        except Exception as exc:
+            self.reporter.report(Cause.SPOOL_REPLAY, f"could not replay the spool "
+                                                     f"({clip(printable(str(exc)), 80)}): check "
+                                                     "spool_dir's files and permissions")
+            self.reporter.error(exc)
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        """Send encoded events read back from the spool, one attempt per request.
+
+        Returns what is still undelivered (empty when done). Events the service refuses for
+        good (400 / 413 down to one event, other client errors, turned down in a 2xx ingest
+        status or in one that cannot be read) are counted in ``replay_rejected`` and not
+        returned.
+        """
+        opts = self.options
+
+        def post(chunk: Chunk) -> tuple[Outcome, Error | None]:
+            return self.poster.post(chunk, Retry(0, opts.retry_backoff, opts.max_retry_delay),
+                                    patient=False)
+
+        left, tally = bisect(Chunk(parts=parts), post, self._settle_replay)
+        conclude(self.reporter, tally, replay=True)
+        return [part for c in left for part in c.as_parts()]
+
+    def _settle_replay(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        ledger = self.ledger
+        if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
+            failed = error.failed if isinstance(error, PartialIngestError) else 0
+            ledger.count(Count.REPLAYED, len(chunk) - failed)
+            ledger.count(Count.REPLAY_REJECTED, failed)
+            self.delivered()
+            return True
+        if outcome.splits or outcome in (Outcome.CLIENT_ERROR, Outcome.UNREADABLE):
+            ledger.count(Count.REPLAY_REJECTED, len(chunk))
+            if outcome is Outcome.CLIENT_ERROR and error is not None:
+                self.reporter.error(error)
+            return True
+        return False
+
+    def stopping(self) -> bool:
+        """Whether the shipper is closing (replay stops between files)."""
+        return self.ledger.closed
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        self.ledger.count(counter, n)
+
+    def progress(self) -> int:
+        """Events delivered so far: grows when the service takes events again."""
+        return self.ledger.delivered()
+
+
+def _spool_failure(exc: BaseException) -> tuple[int, int]:
+    """(events stored, spooled events deleted) of a failed spool write."""
+    if isinstance(exc, SpoolWriteError):
+        return exc.stored, exc.dropped
+    return 0, 0

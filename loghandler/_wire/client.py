@@ -1,0 +1,388 @@
+"""The client: one keep-alive connection pool, the service's headers, its answers and errors.
+
+``Client.send`` is the one way a request goes out (the shippers' HTTP transport uses it too):
+it returns the service's ``Answer`` whatever its status and raises only ``TransportError``;
+``request``, ``ingest`` and ``query`` raise the error an answer means (``errors.py``).
+Requests are bounded as a whole by ``timeout=`` (``watchdog.py``); urllib3 is imported with
+the first request (``imports.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .. import _encoding as encoding
+from .._config import documented
+from .._errors import ApiError, ConfigurationError, TransportError
+from .._output import clip, redact, shown
+from .._status import is_success
+from .._time import format_datetime
+from .._version import __version__
+from .answer import Answer, Limit
+from .datasets import Datasets
+from .errors import raise_for_status
+from .imports import lazy_module
+from .settings import (
+    CLIENT_ARGS_DOC,
+    Settings,
+    check_timeout,
+    resolve_org_id,
+    resolve_region,
+    resolve_token,
+    resolve_url,
+)
+from .views import Views
+from .watchdog import watchdog, watched_pool_classes
+
+if TYPE_CHECKING:
+    # urllib3 (and with it ssl) is imported when the first client connects, not with the
+    # package: it was a third of what ``import loghandler`` cost (docs/performance.md).
+    import urllib3
+
+__all__ = ["Client", "dataset_path", "query_rows", "shared_client"]
+
+USER_AGENT = f"loghandler/{__version__}"
+# Error answers are read only this far: a misbehaving proxy must not make us buffer megabytes.
+MAX_RESPONSE_BYTES = 1024 * 1024
+# A query answer may hold many rows (the service caps a query's result, 65,000 rows locally).
+MAX_QUERY_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+def dataset_path(dataset: str) -> str:
+    if not isinstance(dataset, str) or not dataset:
+        raise ConfigurationError("the dataset name must be a non-empty string")
+    if dataset in (".", ".."):
+        # quote() leaves dots alone, and a "." or ".." path segment is removed (urllib3, every
+        # proxy): the request would go to another address than the dataset's.
+        raise ConfigurationError(f"{dataset!r} is not a dataset name: choose a name with other "
+                                 "characters than dots")
+    return f"/v1/datasets/{quote(dataset, safe='')}/ingest"
+
+
+@documented(('Args (each falls back to its environment variable; docs/configuration.md):',
+             CLIENT_ARGS_DOC))
+class Client:
+    """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
+
+    One urllib3 PoolManager is shared by every request and by every shipper using this client;
+    TLS certificates are always verified; redirects are never followed. Usable as a context
+    manager (``close()`` at the end).
+
+    Raises:
+        ConfigurationError: a missing token or address, an unknown region, whitespace or
+            control characters in the token, plain http:// to another host than loopback.
+    """
+
+    def __init__(
+        self,
+        token: str | None = None,
+        *,
+        org_id: str | None = None,
+        url: str | None = None,
+        region: str | None = None,
+        timeout: float = 10.0,
+        allow_http: bool = False,
+    ) -> None:
+        # The arguments are declared here only: each is checked by its own rule, in the order
+        # the user would fix them.
+        token = resolve_token(token)
+        org_id = resolve_org_id(org_id)
+        region_name, region_chosen = resolve_region(region)
+        self._settings = Settings(token=token, org_id=org_id, region=region_name,
+                                  url=resolve_url(url, region_name, region_chosen, allow_http),
+                                  timeout=check_timeout(timeout))
+        self._headers = {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
+        if org_id:
+            self._headers["x-service-org-id"] = org_id
+        self._pool: urllib3.PoolManager | None = None
+        self._pool_lock = threading.Lock()
+        self._pid = os.getpid()
+        self.views = Views(self)
+        self.datasets = Datasets(self)
+        _live_clients.add(self)
+
+    @property
+    def url(self) -> str:
+        return self._settings.url
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def __repr__(self) -> str:
+        org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
+        # The token may hide anywhere the user typed it (a URL path, an org id): scrubbed.
+        return redact(f"Client(url={self._settings.url!r}{org}, token=***)")
+
+    # ------------------------------------------------------------------ connection pool
+
+    def _get_pool(self) -> urllib3.PoolManager:
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._pool_lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                urllib3 = lazy_module("urllib3")
+                pool = urllib3.PoolManager(
+                    num_pools=4,
+                    maxsize=8,
+                    retries=False,
+                    cert_reqs="CERT_REQUIRED",
+                    timeout=urllib3.Timeout(
+                        connect=min(self._settings.timeout, 10.0), read=self._settings.timeout
+                    ),
+                )
+                # Connections the watchdog can end: timeout= bounds a whole request.
+                pool.pool_classes_by_scheme = watched_pool_classes()
+                self._pool = pool
+            return self._pool
+
+    def _reset_after_fork(self) -> None:
+        # In a forked child (after_fork_in_child, below): the parent's sockets are shared with
+        # the child, so never touch them here, just forget them and let the child open its own
+        # (and take a new lock: the parent's may have been held at fork).
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Close pooled connections. The client can still be used afterwards (it reconnects)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ requests
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+        max_success_bytes: int | None = None,
+        limit: Limit = "ingest",
+    ) -> Answer:
+        """One HTTP request; returns the service's answer (2xx or not); raises only
+        ``TransportError`` (no answer).
+
+        An answer over ``max_bytes`` is cut there (and then is not valid JSON); a 2xx answer
+        over ``max_success_bytes``, when given (an ingest status may list a failure per event),
+        instead. ``limit``: the service's limit a 430 means for this request (its wait is read
+        from that limit's reset header)."""
+        all_headers = dict(self._headers)
+        if body is not None:
+            all_headers["Content-Type"] = "application/json"
+        if headers:
+            all_headers.update(headers)
+        url = self._settings.url + path
+        # timeout= bounds the whole request: connecting, sending, and the answer to its last
+        # byte. urllib3's timeouts bound each socket operation only (a service trickling one
+        # byte a second would never time out), so the watchdog ends a request at its deadline.
+        limit_s = self._settings.timeout if timeout is None else min(
+            max(0.001, timeout), self._settings.timeout)
+        urllib3 = lazy_module("urllib3")
+        kwargs: dict[str, Any] = {}
+        if timeout is not None:
+            kwargs["timeout"] = urllib3.Timeout(connect=min(limit_s, 10.0), read=limit_s)
+        watch = watchdog.arm(time.monotonic() + limit_s)
+        try:
+            try:
+                resp = self._get_pool().urlopen(
+                    method, url, body=body, headers=all_headers, redirect=False,
+                    retries=False, preload_content=False, **kwargs,
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if watch is not None and watch.fired:
+                    raise TransportError(self._too_slow(limit_s)) from None
+                raise TransportError(_transport_message(self._settings.url, exc)) from None
+            try:
+                if max_success_bytes is not None and is_success(resp.status):
+                    max_bytes = max_success_bytes
+                raw = resp.read(max_bytes + 1, decode_content=True)
+                complete = len(raw) <= max_bytes
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                resp.close()
+                if watch is not None and watch.fired:
+                    raise TransportError(self._too_slow(limit_s)) from None
+                raise TransportError(
+                    f"the connection to {self._settings.url} broke while reading the answer "
+                    f"({clip(_short(exc), 80)})"
+                ) from None
+        finally:
+            watchdog.disarm(watch)
+        if complete and not (watch is not None and watch.fired):
+            resp.release_conn()
+        else:
+            # Too big to drain politely, or shut down by the watchdog just as the answer
+            # completed: drop the connection instead.
+            resp.close()
+            raw = raw[:max_bytes]
+        return Answer.of(resp.status, resp.headers, _parse_body(raw), complete=complete,
+                         limit=limit)
+
+    def _too_slow(self, limit: float) -> str:
+        return f"no answer from {self._settings.url} within {limit:.3g} s"
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                timeout: float | None = None) -> Any:
+        """One JSON request; returns the parsed answer or raises the matching ``Error``."""
+        data = None if body is None else encoding.encode(body)
+        answer = self.send(method, path, data, timeout=timeout)
+        raise_for_status(answer, what=f"{method} {path}")
+        return answer.body
+
+    def ingest(self, dataset: str, events: Iterable[dict[str, Any]]) -> Any:
+        """POST one JSON array of events to the dataset, synchronously; the service's answer."""
+        path = dataset_path(dataset)
+        if isinstance(events, (dict, str, bytes, bytearray)):
+            raise ConfigurationError(
+                f"events must be a list of event dicts, not one {type(events).__name__}"
+            )
+        body = b"[" + b",".join(encoding.encode(e) for e in events) + b"]"
+        answer = self.send("POST", path, body)
+        raise_for_status(answer, what=f"ingest into dataset {shown(dataset)}", dataset=dataset)
+        return answer.body
+
+    def query(self, apl: str, *, start: datetime | str | None = None,
+              end: datetime | str | None = None) -> list[dict[str, Any]]:
+        """Run an APL query (``POST /v1/datasets/_apl``); the result's rows as dicts.
+
+        ``start``/``end`` bound ``_time`` (a ``datetime``, naive meaning UTC, or an RFC 3339
+        string); rows keep the service's order. Raises the matching ``Error`` (an ``ApiError``
+        with the service's message for a query it cannot run).
+        """
+        if not isinstance(apl, str) or not apl.strip():
+            raise ConfigurationError("apl must be a non-empty query string, as in "
+                                     "\"['app'] | take 10\"")
+        body: dict[str, Any] = {"apl": apl}
+        for key, value in (("startTime", start), ("endTime", end)):
+            if value is not None:
+                body[key] = _rfc3339(value)
+        answer = self.send("POST", "/v1/datasets/_apl?format=tabular", encoding.encode(body),
+                           max_bytes=MAX_QUERY_RESPONSE_BYTES, limit="query")
+        raise_for_status(answer, what="query", limit="query")
+        return query_rows(answer.body)
+
+
+def _rfc3339(value: datetime | str) -> str:
+    if isinstance(value, datetime):
+        return format_datetime(value)  # naive means UTC
+    if isinstance(value, str):
+        return value
+    raise ConfigurationError(f"start and end must be datetimes or RFC 3339 strings, not "
+                             f"{type(value).__name__}")
+
+
+def query_rows(answer: Any) -> list[dict[str, Any]]:
+    """The rows of a ``format=tabular`` query answer (its first table that is not totals)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("tables"), list):
+        raise ApiError(200, answer, "the query answer is not a tabular result (no tables); "
+                                    "was it cut short? Add a take to the query")
+    for table in answer["tables"]:
+        if not isinstance(table, dict) or table.get("name") == "_totals":
+            continue
+        names = [f.get("name") for f in table.get("fields") or []]
+        columns = table.get("columns") or []
+        length = len(columns[0]) if columns else 0
+        return [{name: column[i] for name, column in zip(names, columns, strict=False)}
+                for i in range(length)]
+    return []
+
+
+# A non-JSON answer (a proxy's HTML error page) is kept only this far: enough to see what it is.
+MAX_TEXT_BODY = 2000
+
+
+def _parse_body(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or absurdly nested
+        text = raw[: MAX_TEXT_BODY * 4].decode("utf-8", "replace")
+        return text if len(text) <= MAX_TEXT_BODY else text[: MAX_TEXT_BODY - 1] + "…"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    # urllib3 wraps the OSError that says what happened (MaxRetryError.reason, __cause__,
+    # __context__); its own text names internal connection objects, so find the root.
+    seen = 0
+    while seen < 8:
+        seen += 1
+        nxt = getattr(exc, "reason", None)
+        if not isinstance(nxt, BaseException):
+            nxt = exc.__cause__ or exc.__context__
+        if not isinstance(nxt, BaseException) or nxt is exc:
+            break
+        exc = nxt
+    return exc
+
+
+def _transport_message(url: str, exc: Exception) -> str:
+    ssl = lazy_module("ssl")
+    urllib3 = lazy_module("urllib3")
+    root = _root_cause(exc)
+    text = _short(root)
+    # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
+    # recognised before any time-out test.
+    if isinstance(root, ConnectionRefusedError) or "refused" in text.lower():
+        return f"cannot connect to {url} (connection refused)"
+    if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(root, ssl.SSLError):
+        return f"TLS failed for {url} ({clip(text, 80)})"
+    if isinstance(exc, urllib3.exceptions.NameResolutionError) or isinstance(
+        root, socket.gaierror
+    ):
+        return f"cannot resolve the host of {url} ({clip(text, 80)})"
+    timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(
+        exc, urllib3.exceptions.NewConnectionError
+    )
+    if timed_out or isinstance(root, TimeoutError) or "timed out" in text.lower():
+        return f"no answer from {url} in time ({clip(text, 80)})"
+    return f"cannot reach {url} ({clip(text, 80)})"
+
+
+_live_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+_shared: weakref.WeakValueDictionary[Settings, Client] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_client(**client_args: Any) -> Client:
+    """A Client for these arguments (``Client``'s), shared with every handler configured the
+    same way: handlers built from plain arguments (``dictConfig``) share one connection pool."""
+    client = Client(**client_args)  # checks them all, allow_http too
+    with _shared_lock:
+        return _shared.setdefault(client.settings, client)
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: new watchdog and pools (the parent's thread is gone, and its locks may
+    have been held). Called by the package's one at-fork hook (``_engine/lifecycle.py``)."""
+    global _shared_lock
+    _shared_lock = threading.Lock()  # shared_client()'s: the parent may have held it
+    watchdog.reset()
+    for client in list(_live_clients):
+        client._reset_after_fork()

@@ -1,0 +1,182 @@
+"""The watchdog: ends requests that outlive their deadline (``timeout=`` bounds a whole request).
+
+urllib3's timeouts bound each socket operation only (a service trickling one byte a second would
+never time out). So each request is armed here with its deadline, and one daemon thread shuts
+down the socket of a request still running at its deadline: whatever the request is blocked in
+fails at once, and the client raises ``TransportError``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from urllib3.connection import HTTPConnection
+
+__all__ = ["Watch", "block_sigterm_in_this_thread", "watchdog", "watched_pool_classes"]
+
+_is_finalizing = sys.is_finalizing
+
+
+def block_sigterm_in_this_thread() -> None:
+    """Called first by each of loghandler's own threads: the kernel then hands a process-wide
+    SIGTERM to another thread (the main one, where Python runs its handler), never to ours."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # not POSIX
+        pass
+
+
+class Watch:
+    __slots__ = ("conn", "deadline", "done", "fired")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.conn: HTTPConnection | None = None
+        self.done = False
+        self.fired = False
+
+
+# Seconds the watchdog thread waits with nothing to watch before it ends.
+WATCHDOG_IDLE = 2.0
+
+
+class Watchdog:
+    """Ends requests that outlive their deadline, by shutting their socket down.
+
+    One daemon thread for the process, started with the first request. A request is armed
+    before urllib3 takes a connection, and the connection is attached to it when urllib3 connects
+    or sends on it (``_Watched``), on the requesting thread. At the deadline the socket is shut
+    down: whatever the request is blocked in (send, the status line, a trickling body) fails at
+    once, and the request raises ``TransportError``.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Anew: at construction, and in a forked child (the parent's thread is gone, and its
+        lock may have been held at the fork)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, Watch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+
+    def arm(self, deadline: float) -> Watch | None:
+        watch = Watch(deadline)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                if _is_finalizing():
+                    # Interpreter shutdown: a new thread would never run, and start() would
+                    # wait for it for ever. urllib3's own timeouts bound the request.
+                    return None
+                thread = threading.Thread(target=self._run, name="loghandler-watchdog",
+                                          daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # interpreter shutdown: urllib3's timeouts only
+                    return None
+                self._thread = thread
+            heapq.heappush(self._heap, (deadline, next(self._order), watch))
+            if self._heap[0][2] is watch:
+                self._cond.notify()
+        self._local.watch = watch
+        return watch
+
+    def disarm(self, watch: Watch | None) -> None:
+        self._local.watch = None
+        if watch is not None:
+            with self._cond:
+                watch.done = True
+                watch.conn = None
+
+    def attach(self, conn: HTTPConnection) -> None:
+        watch = getattr(self._local, "watch", None)
+        if watch is None:
+            return
+        with self._cond:
+            watch.conn = conn
+            fired = watch.fired
+        if fired:
+            raise TimeoutError("the request's deadline passed")
+
+    def _run(self) -> None:
+        block_sigterm_in_this_thread()
+        heap = self._heap
+        with self._cond:
+            while True:
+                while heap and heap[0][2].done:
+                    heapq.heappop(heap)
+                if not heap:
+                    # Idle: the thread ends after a while, and the next request starts one
+                    # (so a process whose shippers are all gone keeps no thread of ours).
+                    self._cond.wait(WATCHDOG_IDLE)
+                    if not heap:
+                        self._thread = None
+                        return
+                    continue
+                remaining = heap[0][0] - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                watch = heapq.heappop(heap)[2]
+                watch.fired = True
+                conn, watch.conn = watch.conn, None
+                sock = getattr(conn, "sock", None)
+                if isinstance(sock, socket.socket):
+                    try:
+                        # The plain socket's shutdown, also under TLS: it ends the blocked
+                        # read or write at once without touching the TLS object in use.
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+
+watchdog = Watchdog()
+
+
+class _Watched:
+    """A urllib3 connection that attaches itself to its thread's armed request (``Watchdog``)."""
+
+    def connect(self) -> None:
+        watchdog.attach(self)  # type: ignore[arg-type]
+        super().connect()  # type: ignore[misc]
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        watchdog.attach(self)  # type: ignore[arg-type]
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+_pool_classes: dict[str, type] = {}
+
+
+def watched_pool_classes() -> dict[str, type]:
+    """urllib3's pools whose connections attach themselves to the watchdog, made once."""
+    if not _pool_classes:
+        from urllib3.connection import HTTPConnection, HTTPSConnection
+        from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+        class _WatchedHTTPConnection(_Watched, HTTPConnection):
+            pass
+
+        class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+            pass
+
+        class _WatchedHTTPPool(HTTPConnectionPool):
+            ConnectionCls = _WatchedHTTPConnection
+
+        class _WatchedHTTPSPool(HTTPSConnectionPool):
+            ConnectionCls = _WatchedHTTPSConnection
+
+        _pool_classes.update(http=_WatchedHTTPPool, https=_WatchedHTTPSPool)
+    return _pool_classes
+
+

@@ -1,0 +1,145 @@
+"""posting.py: one request's tries, through a ``MemoryTransport``: the body and its headers,
+retries and their bound, the service's waits, a refused token's pause, an ingest status that
+turns events down, and the error each answer means."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from loghandler import (
+    AuthenticationError,
+    PartialIngestError,
+    RateLimitError,
+    Shipper,
+    TransportError,
+)
+from loghandler.testing import MemoryTransport, SentRequest
+
+FAST = {"flush_interval": 60, "retry_backoff": 0.001, "max_retry_delay": 0.002}
+
+
+class Clock:
+    """Answers from a list (then 200), noting when each request came."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.times: list[float] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: SentRequest) -> Any:
+        with self.lock:
+            self.times.append(time.monotonic())
+            answer = self.answers.pop(0) if self.answers else 200
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def shipper(transport: MemoryTransport, **options: Any) -> Shipper:
+    return Shipper(dataset="ds", transport=transport, **{**FAST, **options})
+
+
+@pytest.mark.parametrize(("compression", "encoding"), [("gzip", "gzip"), (None, None)])
+def test_the_body_and_its_headers(compression: Any, encoding: Any) -> None:
+    """A JSON array, gzip-compressed unless compression=None, and headers saying which."""
+    t = MemoryTransport()
+    s = shipper(t, compression=compression)
+    s.submit({"a": 1})
+    assert s.flush(5)
+    s.close()
+    (request,) = t.requests
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers.get("Content-Encoding") == encoding
+    assert request.events == [{"a": 1}] and request.path == "/v1/datasets/ds/ingest"
+
+
+def test_retries_end_at_max_retries(capfd: pytest.CaptureFixture[str]) -> None:
+    """max_retries=2: three requests at most, then the batch is failed and told."""
+    errors: list[BaseException] = []
+    t = MemoryTransport(lambda request: 500)
+    s = shipper(t, max_retries=2, on_error=errors.append)
+    for i in range(3):
+        s.submit({"i": i})
+    assert s.flush(5) is False
+    st = s.stats()
+    s.close()
+    assert len(t.requests) == 3
+    assert (st.retried, st.failed_retries_exhausted, st.delivered) == (2, 3, 0)
+    assert "after 3 attempts" in capfd.readouterr().err
+    assert len(errors) == 1 and "HTTP 500" in str(errors[0])
+
+
+def test_no_answer_is_retried() -> None:
+    clock = Clock(TransportError("connection reset (scripted)"))
+    s = shipper(MemoryTransport(clock), max_retries=1)
+    s.submit({"a": 1})
+    assert s.flush(5)
+    st = s.stats()
+    s.close()
+    assert (st.delivered, st.retried, len(clock.times)) == (1, 1, 2)
+
+
+def test_a_limit_is_waited_out_without_spending_a_retry() -> None:
+    """429 with Retry-After: the next try waits that long, and max_retries=0 does not stop
+    it (the service said when to come back)."""
+    clock = Clock((429, {"Retry-After": "0.3"}))
+    errors: list[BaseException] = []
+    s = shipper(MemoryTransport(clock), max_retries=0, on_error=errors.append)
+    s.submit({"a": 1})
+    assert s.flush(5)
+    s.close()
+    assert len(clock.times) == 2 and clock.times[1] - clock.times[0] >= 0.3
+    assert errors == []  # a limit waited out is no failure
+
+
+def test_a_limit_without_a_time_is_an_ordinary_retry() -> None:
+    errors: list[BaseException] = []
+    s = shipper(MemoryTransport(lambda request: 429), max_retries=1, on_error=errors.append)
+    s.submit({"a": 1})
+    assert s.flush(5) is False
+    st = s.stats()
+    s.close()
+    assert st.failed_retries_exhausted == 1
+    assert len(errors) == 1 and isinstance(errors[0], RateLimitError)
+    assert errors[0].retry_after is None
+
+
+def test_a_refused_token_pauses_all_sending_doubling(capfd: pytest.CaptureFixture[str]) -> None:
+    """401: the batch fails (failed_auth), and sending pauses auth_retry_delay, then twice
+    that after the next refusal; the error names the token, once."""
+    clock = Clock(401, 401)
+    errors: list[BaseException] = []
+    s = shipper(MemoryTransport(clock), auth_retry_delay=0.2, on_error=errors.append)
+    for i in range(3):
+        s.submit({"i": i})
+        s.flush(5)
+    st = s.stats()
+    s.close()
+    first, second, third = clock.times
+    assert second - first >= 0.2 and third - second >= 0.4
+    assert (st.failed_auth, st.delivered) == (2, 1)
+    assert all(isinstance(e, AuthenticationError) for e in errors) and len(errors) == 2
+    assert "refused the token (HTTP 401" in str(errors[0])
+    assert capfd.readouterr().err.count("refused the token") == 1
+
+
+def test_an_ingest_status_that_turns_events_down() -> None:
+    """A 2xx whose status reports failed events: those are failed_by_service (never retried),
+    the rest delivered; on_error gets a PartialIngestError naming the first failure."""
+    status = {"ingested": 3, "failed": 2, "failures": [{"timestamp": "t", "error": "bad _time"}]}
+    errors: list[BaseException] = []
+    t = MemoryTransport([(200, {}, status)])
+    s = shipper(t, on_error=errors.append)
+    for i in range(5):
+        s.submit({"i": i})
+    assert s.flush(5) is False
+    st = s.stats()
+    s.close()
+    assert (st.delivered, st.failed_by_service, len(t.requests)) == (3, 2, 1)
+    (error,) = errors
+    assert isinstance(error, PartialIngestError) and error.failed == 2
+    assert "bad _time" in str(error)

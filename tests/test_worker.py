@@ -1,0 +1,112 @@
+"""worker.py: the flusher's loop, through a ``MemoryTransport``: batches in order, settled
+after their outcome is told, drops at the door told, a stuck request taken over at the close
+deadline, and a ``flush()`` that waits for the service's answer, not the interval."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from helpers import wait_until
+
+from loghandler import ApiError, Shipper, Stats
+from loghandler.testing import MemoryTransport, SentRequest
+
+FAST = {"flush_interval": 60, "retry_backoff": 0.001, "max_retry_delay": 0.002}
+
+
+def balanced(st: Stats) -> bool:
+    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+
+
+class Gate:
+    """A transport's answer that holds each request until ``open()`` (a service that does not
+    answer); ``arrived`` is set when the first request is held."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.opened = threading.Event()
+
+    def __call__(self, request: SentRequest) -> Any:
+        self.arrived.set()
+        self.opened.wait(30)
+        return 200
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+def test_flush_sends_at_once_and_keeps_the_order() -> None:
+    """flush() does not wait for flush_interval (60 s here); batches and retries keep the
+    order of the events."""
+    t = MemoryTransport([500, 200, 503])
+    s = Shipper(dataset="ds", transport=t, batch_size=7, max_retries=3, **FAST)
+    for i in range(30):
+        s.submit({"i": i})
+    started = time.monotonic()
+    assert s.flush(5)
+    assert time.monotonic() - started < 5
+    s.close()
+    assert [e["i"] for e in t.events()] == list(range(30))
+    assert all(len(r.events) <= 7 for r in t.requests)
+
+
+def test_on_error_has_run_when_flush_returns() -> None:
+    """A batch's events are settled after its outcome is told: a flush() waiting for them
+    returns after on_error was called for them, not before."""
+    seen: list[BaseException] = []
+
+    def slow_callback(error: BaseException) -> None:
+        time.sleep(0.2)  # an application's slow callback: flush must wait for it
+        seen.append(error)
+
+    s = Shipper(dataset="ds", transport=MemoryTransport([400]), on_error=slow_callback,
+                **FAST)
+    s.submit({"bad": True})
+    assert s.flush(5) is False
+    assert len(seen) == 1 and isinstance(seen[0], ApiError) and seen[0].status == 400
+    assert s.stats().failed_rejected == 1
+    s.close()
+
+
+def test_drops_at_the_door_are_told_once(capfd: pytest.CaptureFixture[str]) -> None:
+    """A full queue drops (counted) on the caller's thread, which prints nothing; the flusher
+    tells it once, with the bound and what to do."""
+    t = MemoryTransport()
+    s = Shipper(dataset="ds", transport=t, max_queue_size=10, overflow="drop_newest", **FAST)
+    for i in range(25):
+        s.submit({"i": i})
+    assert capfd.readouterr().err == ""  # not on the caller's thread
+    s.flush(5)
+    st = s.stats()
+    s.close()
+    assert st.dropped_queue_full == 15 and st.delivered == 10 and balanced(st)
+    lines = [x for x in capfd.readouterr().err.splitlines() if "queue is full" in x]
+    assert len(lines) == 1
+    assert "max_queue_size=10" in lines[0] and "15 events dropped" in lines[0]
+
+
+def test_a_request_stuck_at_the_close_deadline_is_taken_over() -> None:
+    """The service never answers: close(timeout) returns near its deadline; the events held by
+    the stuck flusher are counted dropped_shutdown (no spool), the account balanced."""
+    gate = Gate()
+    s = Shipper(dataset="stuck", transport=MemoryTransport(gate), **FAST)
+    try:
+        for i in range(5):
+            s.submit({"i": i})
+        threading.Thread(target=s.flush, args=(5,), daemon=True).start()
+        assert gate.arrived.wait(5), "the flusher never sent the batch"
+        started = time.monotonic()
+        s.close(0.3)
+        assert time.monotonic() - started < 2.0
+        st = s.stats()
+        assert st.dropped_shutdown == 5 and st.delivered == 0 and balanced(st)
+    finally:
+        gate.open()
+    # What the flusher learns afterwards settles nothing more: the events were taken over.
+    assert wait_until(lambda: not [t for t in threading.enumerate()
+                                   if t.name == "loghandler-flusher:stuck"])
+    after = s.stats()
+    assert (after.delivered, after.dropped_shutdown, after.submitted) == (0, 5, 5)
