@@ -142,6 +142,9 @@ class Worker:
             # What it held in flight would otherwise stay unaccounted (and flush() waiting for
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
+            # Told here, with the cause: not again as drops at the door (_tell_drops).
+            full, invalid = self.told_drops
+            self.told_drops = (full, invalid + lost)
             self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
                                                  f"error ({type(exc).__name__}: "
                                                  f"{clip(printable(str(exc)), 60)})"
