@@ -294,7 +294,7 @@ def test_a_full_queue_is_told_on_stderr_when_it_happens() -> None:
     assert after.split()[0] == "900", proc.stderr
     assert before.count("the queue is full") == 1, proc.stderr
     line = next(x for x in before.splitlines() if "the queue is full" in x)
-    assert re.fullmatch(r"loghandler: dataset 'ds': the queue is full: [\d,]+ events dropped so "
-                        r"far \(stats\(\)\.dropped_queue_full\): raise max_queue_size or set "
-                        r"spool_dir", line), line
+    assert re.fullmatch(r"loghandler: dataset 'ds': the queue is full \(max_queue_size=100\): "
+                        r"[\d,]+ events dropped \(stats\(\)\.dropped_queue_full\): raise "
+                        r"max_queue_size or set spool_dir", line), line
     assert "the queue is full" not in after

@@ -121,8 +121,8 @@ class TestTheLibrarysLines:
         got = lines_of([], n=60, url=closed_port_url(), max_retries=3, spool_dir=str(tmp_path),
                        flush=2, max_queue_size=20, batch_size=5)
         (line,) = [x for x in got if "the queue is full" in x]
-        assert line.startswith("loghandler: dataset 'app': the queue is full: ")
-        assert line.endswith(" events dropped so far (stats().dropped_queue_full): raise "
+        assert line.startswith("loghandler: dataset 'app': the queue is full (max_queue_size=20): ")
+        assert line.endswith(" events dropped (stats().dropped_queue_full): raise "
                              "max_queue_size / max_queue_bytes")
 
     def test_closed_with_events_undelivered(self):

@@ -195,8 +195,8 @@ class Worker:
                     else "raise max_queue_size or set spool_dir")
             self.reporter.report(
                 Cause.QUEUE_FULL,
-                f"the queue is full: {plural(full, 'event')} dropped so far"
-                f"{counted('dropped_queue_full')}: {what}")
+                f"the queue is full (max_queue_size={self.options.max_queue_size:,}): "
+                f"{plural(full, 'event')} dropped{counted('dropped_queue_full')}: {what}")
         if invalid > told_invalid:
             self.reporter.report(
                 Cause.DROPPED_INVALID,
