@@ -7,12 +7,14 @@ Each row runs the same ``logger.info("user %s logged in", i, extra={...})`` loop
 fresh process, with 1,000 and with 6,000 calls; the difference divided by 5,000 is the cost of
 one call, start-up excluded. The loghandler rows measure the application thread alone (the
 flusher is parked: the largest batch size and a huge interval), and then the whole process with
-a live receiver (``ingest-live``: app thread plus flusher thread, gzip off). The ``:fields``,
-``:context`` and ``:span`` variants add ``fields=`` of four keys, an active
-``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column divides each
-by the plain row of the same run. ``python -m benchmarks.instructions null ingest`` runs only the
-rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes):
-to compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
+a live receiver (``ingest-live``: app thread plus flusher thread, gzip off; its batches, and so
+its count, depend on timing: ``ingest-flushed`` sends one batch a run, the figure to compare two
+versions by). The ``:fields``, ``:context`` and ``:span`` variants add ``fields=`` of four keys,
+an active ``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column
+divides each by the plain row of the same run. ``python -m benchmarks.instructions null ingest``
+runs only the rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict
+and set probes): to compare two versions, run both with the same ``PYTHONHASHSEED`` (the
+children inherit it).
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def setup(loghandler, opts):
         opts.update(sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
                     repeat_limit=100, exclude_fields=["module", "function", "file"],
                     hold_level="debug")
+    elif variant == "names":  # issue 39: field_names of three keys
+        opts["field_names"] = {"message": "msg", "level": "severity", "logger": "logger.name"}
+    elif variant == "sampled":  # issue 39: sampling that keeps almost all, no keep level
+        opts.update(sample_loggers={"bench": 0.999999}, sample_keep_level=None)
+    elif variant == "sampled-keep":  # the same with the default keep level ("error")
+        opts.update(sample_loggers={"bench": 0.999999})
     elif variant == "span":
         from opentelemetry import trace
         span = trace.NonRecordingSpan(trace.SpanContext(
@@ -130,6 +138,19 @@ for i in range(n):
 os._exit(0)
 """
 
+# The whole process without the live rows' noise (how many batches a run sends depends on its
+# timing: those rows move by +-10 % from run to run): the flusher parked while the calls queue,
+# then one flush to the live receiver at the end, so that every run sends one batch (compression
+# off, as in the live rows). The script is CHILD line for line, so its counts compare with
+# CHILD's rows.
+CHILD_FLUSHED = CHILD.replace(
+    'opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,\n'
+    '                    max_queue_bytes=10**12, max_batch_bytes=10**12)',
+    'opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,\n'
+    '                    max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)',
+).replace('if mode == "ingest-live":\n    handler.flush(60)',
+          'if mode != "null":\n    assert handler.flush(60)')
+
 ROWS = [
     ("null", "logging.NullHandler (floor)"),
     ("queue", "stdlib QueueHandler, enqueue only (no listener)"),
@@ -147,6 +168,15 @@ ROWS = [
     ("ingest:policies", "IngestHandler with every policy configured, app thread only"),
     ("ingest-live:bare", "IngestHandler scrub=False identity=False, whole process"),
     ("ingest-live:policies", "IngestHandler with every policy configured, whole process"),
+    # The whole process, one batch a run (CHILD_FLUSHED): the figure to compare two versions by.
+    ("ingest-flushed", "IngestHandler, whole process, one flush at the end"),
+    ("ingest-flushed:fields", "IngestHandler fields= of four keys, whole process, one flush"),
+    # Issue 39: field_names (no wire items: the application thread builds dicts), and the
+    # keep level's check on the flusher (sampling that keeps almost every event).
+    ("ingest:names", "IngestHandler field_names of three keys, application thread only"),
+    ("ingest-live:names", "IngestHandler field_names of three keys, whole process"),
+    ("ingest-live:sampled", "IngestHandler sampled, sample_keep_level=None, whole process"),
+    ("ingest-live:sampled-keep", "IngestHandler sampled, keep level error, whole process"),
     # Issue 26: each ecosystem's own floor, then loghandler in it (application thread only).
     ("loguru", "loguru with a sink that does nothing (floor)"),
     ("loguru:sink", "loguru with IngestSink, application thread only"),
@@ -182,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         eco_script = os.path.join(tmp, "child_eco.py")
         with open(eco_script, "w") as f:
             f.write(CHILD_ECO)
+        flushed_script = os.path.join(tmp, "child_flushed.py")
+        with open(flushed_script, "w") as f:
+            f.write(CHILD_FLUSHED)
         url = f"{base}/t/instructions"
         results = {}
         rows = [(m, label) for m, label in ROWS if m in only] if only else ROWS
@@ -194,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  skipped {label}: opentelemetry-api is not installed", file=sys.stderr)
                 continue
             child = eco_script if mode.split(":")[0] in ("loguru", "otel") else script
-            per_call = (_count(child, mode, 6000, url) - _count(child, mode, 1000, url)) / 5000
+            run = mode
+            if mode.startswith("ingest-flushed"):  # CHILD_FLUSHED's own "ingest" mode
+                child, run = flushed_script, mode.replace("ingest-flushed", "ingest", 1)
+            per_call = (_count(child, run, 6000, url) - _count(child, run, 1000, url)) / 5000
             results[mode] = per_call
             print(f"  measured {label}", file=sys.stderr)
     floor = results.get("null")

@@ -19,9 +19,9 @@ from ._errors import (
     RateLimitError,
     TransportError,
 )
-from ._handler import IngestHandler
-from ._processor import IngestProcessor
-from ._sink import IngestSink
+from ._front.handler import IngestHandler
+from ._front.processor import IngestProcessor
+from ._front.sink import IngestSink
 from ._version import __version__
 from ._wire.client import Client
 from ._wire.views import View

@@ -1,57 +1,114 @@
-"""The compiled hot path (``_speedups.c``), when it was built and is not turned off.
+"""The compiled hot path's one seam: whether ``_speedups.c`` and ``_gzip.c`` stand in for their
+Python twins is decided here, once, at import. Everybody else reads what was decided (plain
+attributes of this module); nothing is patched or rebound from outside.
 
-``record_event``, ``record_put``, ``format_record`` and ``gzip_compress`` are None when the
-extension is missing (no compiler at install time) or ``LOGHANDLER_PURE_PYTHON=1`` is set; the
-callers then run their Python code, which is the reference the compiled one is proved equal to
-(tests/test_speedups.py). The event model's constants are handed over here, from events.py, so
-they live in one place.
+Who decides: this module. The Python path is used when ``LOGHANDLER_PURE_PYTHON=1`` is set, on a
+free-threaded build (the C code is proven safe under the GIL only), or when the extension was
+not built (no compiler at install time). The Python code is the reference either way:
+tests/test_speedups.py proves the two equal.
+
+What C is handed, in one ``configure(**table)`` (the table is ``table()`` below): the event model
+(``model.HEAD``'s record attributes and event keys, the special and formatter key sets, the
+queue items' markers, the level names, the memory model's sizes, ``FAST_ITEM_BYTES``) and what
+``handle()`` reads (``logging.LogRecord``, the threads inside loghandler's own sending,
+``sys.modules``, ``context.IN_USE``, whether ``handle`` returns the record). The module keeps it
+in its module state.
+
+Who reads the decision:
+
+- ``events.item_events`` and ``events.items_size``: ``speedups`` (``format_items``,
+  ``format_record``) and ``items_size``;
+- ``IngestHandler``'s class body: ``handle``; each handler, for its own fast path:
+  ``fast_path(intake, wire)``;
+- the poster (posting.py): ``gzip_compress``.
+
+The ledger contract (what the compiled handle does with the queue, never more): it is handed
+the ledger's intake face (``Intake``, ledger/intake.py) through ``fast_path``. It reads
+``intake.gate``, a list ``[queue, fast_len]`` that only the ledger writes; it appends an item to
+``queue`` (a ``deque``) without the lock only while ``len(queue) < fast_len`` and the item's
+size is at most ``FAST_ITEM_BYTES``, exactly as ``Intake.offer`` does; anything else goes to
+``intake.put(item, size)``, the locked slow path.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
+import sys
+import sysconfig
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from ._engine import events
-from ._engine.events import (
-    CONTEXT,
-    FAST_EVENT_SIZE,
-    FAST_EXTRA_SIZE,
-    INIT_KEYS,
-    LEVELS,
-    RECORD,
-    RESERVED,
-    SIZE,
-    STANDARD,
-    WIRE_ITEM_SIZE,
-)
-from ._engine.ledger import FAST_ITEM_BYTES
+from ._engine import model
+from ._engine.context import IN_USE, OTEL_TRACE
+from ._engine.guard import SENDERS
 
-__all__ = ["ACTIVE", "extension", "format_record", "gzip_compress", "gzip_extension",
-           "record_event", "record_put", "speedups"]
+__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
+           "gzip_compress", "gzip_extension", "handle", "items_size", "record_put", "speedups",
+           "table"]
 
-record_event: Callable[[Any], tuple[dict[Any, Any], int] | None] | None = None
+# The decision, read by the modules named in the docstring (None: the Python twin runs).
+speedups: Any = None  # the configured _speedups module, when in use
+handle: Any = None  # IngestHandler.handle in C, a method (binds to the handler it is read on)
 record_put: Callable[..., Any] | None = None
-format_record: Callable[[Any], bool] | None = None
-# The extension itself when in use: _handler.py installs its handle() as IngestHandler's.
-speedups: Any = None
-# gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL (sender.py); None on
-# the Python path or when it was not built (no zlib headers), and zlib's module does it.
+format_record: Callable[[dict[Any, Any]], bool] | None = None
+items_size: Callable[[list[Any]], int] | None = None
+# gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL; None on the Python
+# path or when it was not built (no zlib headers), and zlib's module does it.
 gzip_compress: Callable[[bytes, int], bytes] | None = None
+
+_configured: list[Any] = []
+
+
+class LedgerContract(Protocol):
+    """What the compiled path may use of the ledger (the module docstring says how): the
+    ledger's intake face (``Intake``) satisfies it."""
+
+    gate: list[Any]
+
+    def put(self, item: Any, size: int) -> bool: ...
+
+
+def table() -> dict[str, Any]:
+    """Everything the C module needs to know, from the modules that own it: what
+    ``configure(**table())`` hands over. (``message_at``: where among the record attributes the
+    message goes, before the one of that index.)"""
+    return {
+        "record_attrs": tuple(attr for attr, _ in model.RECORD_ATTRS),
+        "event_keys": tuple(key for _, key in model.RECORD_ATTRS),
+        "message_at": model.FAST_HEAD.index("message"),
+        "special": model.SPECIAL,
+        "formatter": model.FORMATTER,
+        "record_marker": model.RECORD,
+        "size_marker": model.SIZE,
+        "context_marker": model.CONTEXT,
+        "levels": dict(model.LEVELS),
+        "n_init": len(model.INIT_KEYS),
+        "event_size": model.FAST_EVENT_SIZE,
+        "extra_size": model.FAST_EXTRA_SIZE,
+        "fast_item": model.FAST_ITEM_BYTES,
+        "wire_item": model.WIRE_ITEM_SIZE,
+        "record_type": logging.LogRecord,
+        "returns_record": sys.version_info >= (3, 12),
+        "senders": SENDERS,
+        "modules": sys.modules,
+        "context_in_use": IN_USE,
+        "otel_module": OTEL_TRACE,
+    }
 
 
 def extension() -> Any | None:
-    """The built extension, configured; None when it was not built. (Whether it is used is
-    ``ACTIVE``: the tests compare it with the Python path in both runs.)"""
+    """The built extension, configured (once); None when it was not built. Whether it is used
+    is ``ACTIVE``: the tests compare it with the Python path in both runs."""
+    if _configured:
+        return _configured[0]
     try:
         module: Any = importlib.import_module("loghandler._speedups")
     except ImportError:
         return None
-    module.configure(STANDARD | RESERVED, STANDARD - frozenset(INIT_KEYS), RECORD, dict(LEVELS),
-                     SIZE, CONTEXT, len(INIT_KEYS), FAST_EVENT_SIZE, FAST_EXTRA_SIZE,
-                     FAST_ITEM_BYTES, WIRE_ITEM_SIZE)
+    module.configure(**table())
+    _configured.append(module)
     return module
 
 
@@ -63,22 +120,43 @@ def gzip_extension() -> Any | None:
         return None
 
 
+def fast_path(intake: LedgerContract, wire: Any
+              ) -> tuple[list[Any], Any, Callable[..., bool]] | None:
+    """A handler's compiled fast path: ``(intake.gate, wire, intake.put)`` (the ledger contract
+    above; ``wire``: the shipper's ``wire()``, or None for event dicts), or None on the Python
+    path. Read by the compiled ``handle`` from the handler that owns it."""
+    if speedups is None:
+        return None
+    return intake.gate, wire, intake.put
+
+
 def _load() -> bool:
-    global record_event, record_put, format_record, speedups, gzip_compress
+    global speedups, handle, record_put, format_record, items_size, gzip_compress, WHY_PYTHON
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
+        WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
+        return False
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # Not imported at all: importing it would turn the GIL back on for the whole process.
+        WHY_PYTHON = ("this Python is a free-threaded build, and the compiled part is proven "
+                      "safe only with the GIL")
         return False
     gz = gzip_extension()
     gzip_compress = gz.compress if gz is not None else None
     module = extension()
     if module is None:
+        WHY_PYTHON = ("the compiled part was not built (no C compiler at install time); "
+                      "reinstall with one for a cheaper call")
         return False
-    record_event = module.record_event
+    speedups = module
+    handle = module.handle
     record_put = module.record_put
     format_record = module.format_record
-    speedups = module
-    events.use_compiled(format_record, module.format_items, module.items_size)
+    items_size = module.items_size
     return True
 
 
-# True when the compiled path is in use (``loghandler doctor`` says which).
+# Why the Python path is used, in the user's words (None when the compiled one is):
+# ``loghandler doctor`` says it.
+WHY_PYTHON: str | None = None
+# True when the compiled path is in use.
 ACTIVE = _load()

@@ -229,7 +229,8 @@ def key_to_str(key: Any) -> str:
 
 def _key(key: Any) -> str:
     if type(key) is str:
-        return to_jsonable(key)
+        text: str = to_jsonable(key)  # a str stays a str (its lone surrogates escaped)
+        return text
     if isinstance(key, float):
         return json.dumps(_float(key))
     if key is None or isinstance(key, bool):
@@ -239,7 +240,8 @@ def _key(key: Any) -> str:
     if isinstance(key, int):
         return str(_int(key))
     try:
-        return to_jsonable(str(key))
+        name: str = to_jsonable(str(key))
+        return name
     except Exception:
         return _repr(key)
 
@@ -255,7 +257,11 @@ def _has_surrogate(text: str) -> bool:
 _std_encoder = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=json_default
 )
-_safe_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# The exact path writes UTF-8 as the fast ones do, so that an event is the same bytes whichever
+# path wrote it (a NaN sends an event here); ASCII only for what UTF-8 cannot carry (a lone
+# surrogate in a repr()).
+_safe_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ascii_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def _encode_std(value: Any) -> bytes:
@@ -283,7 +289,11 @@ def _str_keys_only(value: Any, depth: int) -> bool:
 
 
 def _encode_safe(value: Any) -> bytes:
-    return _safe_encoder.encode(to_jsonable(value)).encode("ascii")
+    safe = to_jsonable(value)
+    try:
+        return _safe_encoder.encode(safe).encode("utf-8")
+    except UnicodeEncodeError:
+        return _ascii_encoder.encode(safe).encode("ascii")
 
 
 try:  # the optional accelerator: loghandler-ingest[fast]

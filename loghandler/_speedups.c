@@ -1,77 +1,161 @@
-/* The compiled hot path: the same rules as the pure-Python code it stands in for, in C.
+/* loghandler._speedups: the compiled hot path, the same rules as the Python code it stands in
+ * for. loghandler/_compiled.py alone decides whether it is used, and hands it everything it
+ * needs in one configure(**table) call; the Python code stays the reference, and
+ * tests/test_speedups.py proves the two equal on generated and hostile input.
  *
- * record_event(d) is the caller's copy of a plain LogRecord's __dict__ into its queued event
- * (loghandler/_handler.py, IngestHandler.emit: the fast path); format_events(items) is the
- * flusher's formatting of the _time and level of such events (events.py, item_events). Each
- * returns None for anything outside its narrow case, and the Python code then takes its own
- * careful path for that event: the Python module stays the reference, and
- * tests/test_speedups.py proves the two equal on hostile input.
+ *   1. module state: what configure() hands over, kept per module (multi-phase init)
+ *   2. errors on the caller's path: only an Exception is handled here
+ *   3. the caller's path: a plain record's message and event (events.fast_head and the
+ *      handler's fast path)
+ *   4. wire items: a plain record's event as its final JSON (events.py "Wire items")
+ *   5. record_put: the record's queue item, and the ledger contract (the lock-free append)
+ *   6. the flusher's path: _time and level formatted (_time.format_epoch's twin), item_events
+ *      (format_items), items_size
+ *   7. handle: IngestHandler.handle for the common record
+ *   8. the module
  *
- * Nothing here may crash the host: every C API call's failure is checked, and an error clears
- * itself into the fallback (None), never into the application.
+ * Nothing here may crash the host: every C API call's failure is checked. An Exception raised
+ * on the way (by the application's __str__, by memory running out) sends the record to the
+ * careful Python path, as the Python code's `except Exception` does; anything else
+ * (KeyboardInterrupt, SystemExit) propagates at once, and no application code runs twice.
+ *
+ * Private CPython API: _PyDict_NewPresized only, where the version is known to have it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include "structmember.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
-/* Set once by configure() from events.py's own constants: one source of truth. */
-static PyObject *k_special;    /* frozenset: extras the fast path leaves to the careful one */
-static PyObject *k_formatter;  /* frozenset: attributes formatters set (no extras) */
-static PyObject *k_record;     /* the RECORD marker key */
-static PyObject *k_levels;     /* dict: levelname -> the event's level */
-static PyObject *k_size;       /* the SIZE marker key */
-static PyObject *k_context;    /* the CONTEXT marker key */
-static Py_ssize_t fast_item;   /* FAST_ITEM_BYTES: the largest event the lock-free path takes */
-static Py_ssize_t n_init;      /* how many attributes LogRecord.__init__ sets */
-static Py_ssize_t event_size;  /* FAST_EVENT_SIZE */
-static Py_ssize_t extra_size;  /* FAST_EXTRA_SIZE */
-static Py_ssize_t wire_item;   /* WIRE_ITEM_SIZE: what a queued bytes item holds beyond its length */
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+/* Room for every key at once: no resize while an event is built (3.10 to 3.13 have it). */
+#define new_dict(n) _PyDict_NewPresized(n)
+#else
+#define new_dict(n) PyDict_New()
+#endif
 
-/* The record attributes copied, and the event keys they become (interned at module init). */
-static const char *const FIELDS[][2] = {
-    {"created", "_time"},   {"levelname", "level"}, {"name", "logger"},
-    {"module", "module"},   {"funcName", "function"}, {"lineno", "line"},
-    {"pathname", "file"},   {"process", "process"}, {"threadName", "thread"},
-};
-#define N_FIELDS (sizeof(FIELDS) / sizeof(FIELDS[0]))
-static PyObject *src_keys[N_FIELDS];
-static PyObject *dst_keys[N_FIELDS];
-static PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message;
+#if PY_VERSION_HEX < 0x030C0000
+#define unicode_ready(s) PyUnicode_READY(s)
+#else
+#define unicode_ready(s) 0 /* every str is ready from 3.12 on */
+#endif
 
-static PyObject *
-configure(PyObject *self, PyObject *args)
+/* ------------------------------------------------------------------ 1. module state */
+
+/* The last JSON written for one head field's string (a logger's name, a function's, a file's
+ * path, a thread's name: they repeat from record to record). A strong reference: an address
+ * alone could be a new string's. */
+#define HEAD_CACHE_BYTES 256
+typedef struct {
+    PyObject *str;
+    Py_ssize_t len;
+    char json[HEAD_CACHE_BYTES];
+} HeadCache;
+
+typedef struct {
+    int configured;
+    /* The event model (model.py): the record attributes copied into the event head and their
+     * event keys, in the head's order; where the message goes among them. */
+    PyObject *src_keys, *dst_keys; /* tuples of interned str */
+    Py_ssize_t n_fields, message_at;
+    PyObject *key_frags;           /* tuple of bytes: ,"logger": and the like (wire items) */
+    HeadCache *head_cache;         /* n_fields entries */
+    PyObject *special;             /* frozenset: extras the fast path leaves to the careful one */
+    PyObject *formatter;           /* frozenset: attributes formatters set (no extras) */
+    PyObject *record, *size, *context; /* the queue items' markers */
+    PyObject *levels;              /* dict: levelname -> the event's level */
+    Py_ssize_t n_init, event_size, extra_size, fast_item, wire_item;
+    /* handle(): what it reads besides the handler and the record */
+    PyObject *record_type;         /* logging.LogRecord */
+    PyObject *senders;             /* dict: threads inside loghandler's own sending */
+    PyObject *modules;             /* sys.modules */
+    PyObject *in_use;              /* context.IN_USE: [bool], a context was ever entered */
+    PyObject *otel;                /* "opentelemetry.trace" */
+    int returns_record;            /* Python 3.12+: handle() returns the record */
+    /* Names, interned once. */
+    PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
+        *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
+        *s_put_event;
+    /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
+    long long cached_sec;
+    char cached_prefix[20];
+} State;
+
+static inline State *
+get_state(PyObject *module)
 {
-    PyObject *special, *formatter, *record, *levels, *size, *context;
-    Py_ssize_t ninit, esize, xsize, fitem, witem;
-    if (!PyArg_ParseTuple(args, "O!O!OO!OOnnnnn", &PyFrozenSet_Type, &special, &PyFrozenSet_Type,
-                          &formatter, &record, &PyDict_Type, &levels, &size, &context, &ninit,
-                          &esize, &xsize, &fitem, &witem))
-        return NULL;
-    wire_item = witem;
-    Py_INCREF(context);
-    Py_XSETREF(k_context, context);
-    Py_INCREF(size);
-    Py_XSETREF(k_size, size);
-    fast_item = fitem;
-    Py_INCREF(special);
-    Py_XSETREF(k_special, special);
-    Py_INCREF(formatter);
-    Py_XSETREF(k_formatter, formatter);
-    Py_INCREF(record);
-    Py_XSETREF(k_record, record);
-    Py_INCREF(levels);
-    Py_XSETREF(k_levels, levels);
-    n_init = ninit;
-    event_size = esize;
-    extra_size = xsize;
-    Py_RETURN_NONE;
+    return (State *)PyModule_GetState(module);
 }
 
-/* The value as the fast path keeps it: exact str, int, float, bool or None (PLAIN). */
+#define STATE_OBJECTS(X)                                                                     \
+    X(src_keys) X(dst_keys) X(key_frags) X(special) X(formatter) X(record) X(size) X(context) \
+    X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(s_msg) X(s_args)      \
+    X(s_exc_info) X(s_stack_info) X(s_message) X(s_time) X(s_level) X(s_logger) X(s_blank)   \
+    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event)
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    State *st = get_state(module);
+    if (st == NULL)
+        return 0;
+#define VISIT(name) Py_VISIT(st->name);
+    STATE_OBJECTS(VISIT)
+#undef VISIT
+    for (Py_ssize_t i = 0; st->head_cache != NULL && i < st->n_fields; i++)
+        Py_VISIT(st->head_cache[i].str);
+    return 0;
+}
+
+static void
+clear_head_cache(State *st)
+{
+    for (Py_ssize_t i = 0; st->head_cache != NULL && i < st->n_fields; i++)
+        Py_CLEAR(st->head_cache[i].str);
+    PyMem_Free(st->head_cache);
+    st->head_cache = NULL;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    State *st = get_state(module);
+    if (st == NULL)
+        return 0;
+    st->configured = 0;
+#define CLEAR(name) Py_CLEAR(st->name);
+    STATE_OBJECTS(CLEAR)
+#undef CLEAR
+    clear_head_cache(st);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+/* ------------------------------------------------------------------ 2. errors */
+
+/* After a call that failed: an Exception is this path's to handle (cleared, and the caller
+ * falls back to the careful path); anything else (KeyboardInterrupt, SystemExit) stays set and
+ * the caller propagates it at once. 1: nothing pending any more. */
+static int
+clear_if_exception(void)
+{
+    if (!PyErr_Occurred())
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ 3. the caller's path */
+
+/* The value as the fast path keeps it: exact str, int, float, bool or None (model.PLAIN). */
 static inline int
 is_plain(PyObject *v)
 {
@@ -80,27 +164,24 @@ is_plain(PyObject *v)
            t == &PyBool_Type || v == Py_None;
 }
 
-static int format_time(double created, char out[28]);
-
 /* The message of a plain record (d: the __dict__ of a record whose type is exactly
- * logging.LogRecord; the caller checks): 1 with *out a new reference; 0 when it is not this
- * path's case (a traceback, a non-str message, arguments that do not format): the careful
- * path's. The truth tests and the formatting may run the application's code (__bool__,
- * __str__): they run once, here, and the builders below run none. */
+ * logging.LogRecord; the caller checks). 1: *out is a new reference; 0: not this path's case
+ * (a traceback, a non-str message, arguments that do not format: the careful path's); -1: an
+ * error to propagate. The truth tests and the formatting may run the application's code
+ * (__bool__, __str__): they run once, here, and the builders below run none. */
 static int
-record_message(PyObject *d, PyObject **out)
+record_message(State *st, PyObject *d, PyObject **out)
 {
-    if (k_special == NULL || !PyDict_CheckExact(d))
+    *out = NULL;
+    if (!PyDict_CheckExact(d))
         return 0;
     /* Strong references while the application's code may run: it may change the record. */
-    PyObject *msg = PyDict_GetItemWithError(d, s_msg);
-    if (msg == NULL || !PyUnicode_CheckExact(msg))
-        return 0;
-    PyObject *exc = PyDict_GetItemWithError(d, s_exc_info);
-    PyObject *stack = PyDict_GetItemWithError(d, s_stack_info);
-    PyObject *fargs = PyDict_GetItemWithError(d, s_args);
-    if (exc == NULL || stack == NULL || fargs == NULL)
-        return 0;
+    PyObject *msg = PyDict_GetItemWithError(d, st->s_msg);
+    PyObject *exc = msg == NULL ? NULL : PyDict_GetItemWithError(d, st->s_exc_info);
+    PyObject *stack = exc == NULL ? NULL : PyDict_GetItemWithError(d, st->s_stack_info);
+    PyObject *fargs = stack == NULL ? NULL : PyDict_GetItemWithError(d, st->s_args);
+    if (fargs == NULL || !PyUnicode_CheckExact(msg))
+        return clear_if_exception() ? 0 : -1;
     Py_INCREF(msg);
     Py_INCREF(exc);
     Py_INCREF(stack);
@@ -126,37 +207,41 @@ record_message(PyObject *d, PyObject **out)
     Py_DECREF(exc);
     Py_DECREF(stack);
     Py_DECREF(fargs);
+    if (message == NULL)
+        return clear_if_exception() ? 0 : -1;
     *out = message;
-    return message != NULL;
+    return 1;
 }
 
-/* The fast path's event dict (_handler.py, IngestHandler.emit), its message given; NULL when
- * it is not this path's case (an extra that is not plain or needs renaming). */
+/* The fast path's event dict (events.fast_head, then the handler's extras), its message given;
+ * NULL when it is not this path's case (an extra that is not plain or needs renaming), with an
+ * error set only when something failed. */
 static PyObject *
-build_event(PyObject *d, PyObject *message, Py_ssize_t *out_size)
+build_event(State *st, PyObject *d, PyObject *message, Py_ssize_t *out_size)
 {
-    Py_ssize_t size = event_size + PyUnicode_GET_LENGTH(message);
-    /* Room for every key at once (the fields, message, the markers, the extras): no resize. */
-    Py_ssize_t extras = PyDict_GET_SIZE(d) - n_init;
-    PyObject *event = _PyDict_NewPresized(N_FIELDS + 3 + (extras > 0 ? extras : 0));
+    Py_ssize_t size = st->event_size + PyUnicode_GET_LENGTH(message);
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    Py_ssize_t extras = n - st->n_init;
+    PyObject *event = new_dict(st->n_fields + 3 + (extras > 0 ? extras : 0));
     if (event == NULL)
         return NULL;
-    /* The keys in the order the Python path builds them: _time, level, message, logger, ... */
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        PyObject *v = PyDict_GetItemWithError(d, src_keys[i]);
-        if (v == NULL || PyDict_SetItem(event, dst_keys[i], v) < 0)
+    /* The keys in the head's order: _time, level, message, logger, ... */
+    for (Py_ssize_t i = 0; i < st->n_fields; i++) {
+        if (i == st->message_at && PyDict_SetItem(event, st->s_message, message) < 0)
             goto fail;
-        if (i == 1 && PyDict_SetItem(event, s_message, message) < 0)
+        PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i));
+        if (v == NULL || PyDict_SetItem(event, PyTuple_GET_ITEM(st->dst_keys, i), v) < 0)
             goto fail;
     }
-    if (PyDict_SetItem(event, k_record, Py_True) < 0)
+    if (st->message_at >= st->n_fields && PyDict_SetItem(event, st->s_message, message) < 0)
         goto fail;
-    Py_ssize_t n = PyDict_GET_SIZE(d);
-    if (n > n_init) {
+    if (PyDict_SetItem(event, st->record, Py_True) < 0)
+        goto fail;
+    if (n > st->n_init) {
         /* makeRecord() adds extras after __init__'s attributes: only the tail can hold them.
          * The walk starts past the first n_init slots; it saw the whole tail when it met
          * n - n_init keys (no slot of the head was deleted), else the careful path decides. */
-        Py_ssize_t pos = n_init, seen = 0;
+        Py_ssize_t pos = st->n_init, seen = 0;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             seen++;
@@ -167,28 +252,27 @@ build_event(PyObject *d, PyObject *message, Py_ssize_t *out_size)
             if (kt != &PyUnicode_Type && kt != &PyLong_Type && kt != &PyFloat_Type &&
                 kt != &PyBool_Type && key != Py_None)
                 goto fail;
-            int special = PySet_Contains(k_special, key);
+            int special = PySet_Contains(st->special, key);
             if (special < 0)
                 goto fail;
             if (special) {
-                int fmt = PySet_Contains(k_formatter, key);
+                int fmt = PySet_Contains(st->formatter, key);
                 if (fmt < 0)
                     goto fail;
                 if (fmt)
                     continue;
-                goto fail;  /* an event key to rename, or an attribute out of place */
+                goto fail; /* an event key to rename, or an attribute out of place */
             }
-            PyTypeObject *vt = Py_TYPE(value);
-            if (vt == &PyUnicode_Type)
-                size += extra_size + PyUnicode_GET_LENGTH(value);
+            if (Py_TYPE(value) == &PyUnicode_Type)
+                size += st->extra_size + PyUnicode_GET_LENGTH(value);
             else if (is_plain(value))
-                size += extra_size;
+                size += st->extra_size;
             else
                 goto fail;
             if (PyDict_SetItem(event, key, value) < 0)
                 goto fail;
         }
-        if (seen != n - n_init)
+        if (seen != n - st->n_init)
             goto fail;
     }
     *out_size = size;
@@ -198,28 +282,50 @@ fail:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ wire items
+/* ------------------------------------------------------------------ 4. wire items
  *
- * A fast-path event as the very JSON the flusher would make of it (events.py "Queue items": a
- * bytes item), written on the caller's thread when the shipper allows it (its ``wire``: no
- * context, no policy that reads events, no field for the scrubber to look at). The flusher
- * then only joins items into a request body: its work per event under the GIL is what held
- * delivery to half the application's call rate. orjson's bytes for the same event, byte for
- * byte (tests/test_speedups.py); what this cannot write as orjson does (a float in exponent
- * form, an int past 64 bits, a lone surrogate, a value that is not plain, a key the scrubber
- * has not cleared or a shipper's field names, an event over FAST_ITEM_BYTES) goes the dict way.
- * Bounded: nothing longer than FAST_ITEM_BYTES is copied, and no application code runs. */
+ * A fast-path event as the very JSON the flusher would make of it (a bytes item), written on
+ * the caller's thread when the shipper allows it (Shipper.wire: no context, no policy that
+ * reads events, no field for the scrubber to look at). The flusher then only joins items into
+ * a request body. The encoder's bytes for the same event, byte for byte (tests/test_speedups.py,
+ * with orjson and with the standard library's encoder); what this cannot write as they do (a
+ * float in exponent form, an int past 64 bits, a lone surrogate, a value that is not plain, a
+ * key the scrubber has not cleared or a shipper's field names, an event over FAST_ITEM_BYTES)
+ * goes the dict way. Bounded: nothing longer than FAST_ITEM_BYTES is copied. */
 
 typedef struct {
     char *data;
-    Py_ssize_t len, cap;
+    Py_ssize_t len, cap, limit;
     int heap;
     char local[1024];
 } Out;
 
-static char esc[256];  /* 0: as it is; 'u': \u00XX; else the letter of a short escape */
-static char key_heads[N_FIELDS][24];  /* ,"logger": and the like, for the head's fields */
-static Py_ssize_t key_head_len[N_FIELDS];
+static void
+out_init(Out *o, Py_ssize_t limit)
+{
+    o->data = o->local;
+    o->len = 0;
+    o->cap = (Py_ssize_t)sizeof(o->local);
+    o->limit = limit;
+    o->heap = 0;
+}
+
+static void
+out_free(Out *o)
+{
+    if (o->heap)
+        PyMem_Free(o->data);
+}
+
+/* 0: as it is; 'u': \u00XX; else the letter of a short escape (the encoders' escapes). */
+static const char esc[256] = {
+    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'b', 't', 'n', 'u', 'f', 'r', 'u', 'u',
+    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u',
+    0,   0,   '"', 0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,
+    0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,
+    0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,
+    0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   '\\', 0,  0,   0,
+};
 
 static int
 out_reserve(Out *o, Py_ssize_t more)
@@ -273,12 +379,12 @@ clean_run(const char *u, Py_ssize_t n)
     return i;
 }
 
-/* UTF-8 text escaped as orjson escapes a string's content ('"', '\\', control characters). */
+/* UTF-8 text escaped as the encoders escape a string's content. */
 static int
 put_escaped(Out *o, const char *u, Py_ssize_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    if (n > fast_item - o->len || out_reserve(o, n) < 0)
+    if (n > o->limit - o->len || out_reserve(o, n) < 0)
         return -1;
     for (;;) {
         Py_ssize_t run = clean_run(u, n);
@@ -296,27 +402,28 @@ put_escaped(Out *o, const char *u, Py_ssize_t n)
     }
 }
 
-/* A str's UTF-8 (no copy for ASCII); NULL for a lone surrogate or one too long to write. */
+/* A str's UTF-8 (no copy for ASCII); NULL for a lone surrogate or one too long to write (an
+ * error may be set: the caller clears it, an Exception). */
 static const char *
-utf8_of(PyObject *s, Py_ssize_t *n)
+utf8_of(PyObject *s, Py_ssize_t limit, Py_ssize_t *n)
 {
-    if (PyUnicode_READY(s) < 0)
+    if (unicode_ready(s) < 0)
         return NULL;
     if (PyUnicode_IS_ASCII(s)) {
         *n = PyUnicode_GET_LENGTH(s);
         return (const char *)PyUnicode_DATA(s);
     }
-    if (PyUnicode_GET_LENGTH(s) > fast_item)
-        return NULL;  /* checked before its UTF-8 is made */
-    return PyUnicode_AsUTF8AndSize(s, n);  /* a lone surrogate: orjson refuses it too */
+    if (PyUnicode_GET_LENGTH(s) > limit)
+        return NULL; /* checked before its UTF-8 is made */
+    return PyUnicode_AsUTF8AndSize(s, n); /* a lone surrogate: the encoders refuse it too */
 }
 
-/* A str as orjson writes it: UTF-8, with '"', '\\' and the control characters escaped. */
+/* A str as the encoders write it: UTF-8, with '"', '\\' and the control characters escaped. */
 static int
 put_str(Out *o, PyObject *s)
 {
     Py_ssize_t n;
-    const char *u = utf8_of(s, &n);
+    const char *u = utf8_of(s, o->limit, &n);
     if (u == NULL || out_put(o, "\"", 1) < 0 || put_escaped(o, u, n) < 0)
         return -1;
     return out_put(o, "\"", 1);
@@ -356,7 +463,7 @@ put_message(Out *o, PyObject *msg, PyObject *args)
     if (nargs == 0)
         return put_str(o, msg) < 0 ? -1 : 0;
     Py_ssize_t n;
-    const char *u = utf8_of(msg, &n);
+    const char *u = utf8_of(msg, o->limit, &n);
     if (u == NULL)
         return -1;
     Py_ssize_t used = 0, start = 0;
@@ -385,7 +492,7 @@ put_message(Out *o, PyObject *msg, PyObject *args)
             r = put_int(o, arg);
         else if (c == 's' && PyUnicode_CheckExact(arg)) {
             Py_ssize_t an;
-            const char *au = utf8_of(arg, &an);
+            const char *au = utf8_of(arg, o->limit, &an);
             r = au == NULL ? -1 : put_escaped(o, au, an);
         }
         else
@@ -394,7 +501,7 @@ put_message(Out *o, PyObject *msg, PyObject *args)
             return -1;
     }
     if (used != nargs)
-        return 1;  /* not all arguments converted: the careful path writes why */
+        return 1; /* not all arguments converted: the careful path writes why */
     if (put_escaped(o, u + start, n - start) < 0 || out_put(o, "\"", 1) < 0)
         return -1;
     return 0;
@@ -408,8 +515,8 @@ put_message(Out *o, PyObject *msg, PyObject *args)
 static int
 put_short_float(Out *o, double x)
 {
-    static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
-                                 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+    static const double p10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,
+                                 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
     double a = fabs(x);
     if (!(a >= 1e-4 && a < 1e15))
         return -1;
@@ -432,7 +539,7 @@ put_short_float(Out *o, double x)
         int len = 0;
         if (x < 0)
             buf[len++] = '-';
-        int whole = nd - k;  /* digits before the point */
+        int whole = nd - k; /* digits before the point */
         if (whole <= 0)
             buf[len++] = '0';
         for (int i = nd - 1; i >= k; i--)
@@ -440,7 +547,7 @@ put_short_float(Out *o, double x)
         buf[len++] = '.';
         for (int i = 0; i < -whole; i++)
             buf[len++] = '0';
-        int last = 0;  /* drop the fraction's trailing zeros, keeping one digit */
+        int last = 0; /* drop the fraction's trailing zeros, keeping one digit */
         while (last < k - 1 && digits[last] == '0')
             last++;
         for (int i = (k < nd ? k : nd) - 1; i >= last; i--)
@@ -452,41 +559,7 @@ put_short_float(Out *o, double x)
     return -1;
 }
 
-/* The head's strings repeat from record to record (a logger's name, a function's, a file's
- * path, a thread's name): the last one of each field is kept with its JSON, and a record with
- * the same string (the same object, or an equal one) copies that. Strong references: an
- * address alone could be a new string's. Used under the GIL only, in one C call. */
-#define HEAD_CACHE_BYTES 256
-typedef struct {
-    PyObject *str;
-    Py_ssize_t len;
-    char json[HEAD_CACHE_BYTES];
-} HeadCache;
-static HeadCache head_cache[N_FIELDS];
-
-static int put_value(Out *o, PyObject *v);
-
-static int
-put_head(Out *o, size_t field, PyObject *v)
-{
-    HeadCache *c = &head_cache[field];
-    if (c->str != NULL && (c->str == v || (PyUnicode_CheckExact(v) &&
-                                           PyUnicode_Compare(c->str, v) == 0)))
-        return out_put(o, c->json, c->len);
-    Py_ssize_t start = o->len;
-    if (put_value(o, v) < 0)
-        return -1;
-    Py_ssize_t len = o->len - start;
-    if (PyUnicode_CheckExact(v) && len <= HEAD_CACHE_BYTES) {
-        memcpy(c->json, o->data + start, len);
-        c->len = len;
-        Py_INCREF(v);
-        Py_XSETREF(c->str, v);
-    }
-    return 0;
-}
-
-/* A plain value as orjson writes it; -1 for what it writes differently or not at all. */
+/* A plain value as the encoders write it; -1 for what they write differently or not at all. */
 static int
 put_value(Out *o, PyObject *v)
 {
@@ -507,7 +580,7 @@ put_value(Out *o, PyObject *v)
             return signbit(x) ? out_put(o, "-0.0", 4) : out_put(o, "0.0", 3);
         if (put_short_float(o, x) == 0)
             return 0;
-        /* Python's repr and orjson agree on the shortest digits; not on exponent forms. */
+        /* Python's repr and the encoders agree on the shortest digits; not on exponents. */
         char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (s == NULL)
             return -1;
@@ -518,16 +591,42 @@ put_value(Out *o, PyObject *v)
     return -1;
 }
 
-/* The wire item of a plain record, its message given: a new bytes object, or NULL (not this
- * path's case; the dict path decides). wire: (fragment, static keys, clean keys | None,
- * learn | None), from the shipper (sender.py, Sender.wire): its fields= as JSON
- * (",\"k\":v..."), their names, the scrubber's set of keys it has nothing to do for, and its
- * learn(key) -> bool, which adds a key to that set unless it is a secret's. */
+/* A head field's string: the cached JSON when it is the last one's (the same object, or an
+ * equal one), else written and cached. Used under the GIL only, in one C call. */
+static int
+put_head(State *st, Out *o, Py_ssize_t field, PyObject *v)
+{
+    HeadCache *c = &st->head_cache[field];
+    if (c->str != NULL && (c->str == v || PyUnicode_Compare(c->str, v) == 0))
+        return out_put(o, c->json, c->len);
+    Py_ssize_t start = o->len;
+    if (put_str(o, v) < 0)
+        return -1;
+    Py_ssize_t len = o->len - start;
+    if (len <= HEAD_CACHE_BYTES) {
+        memcpy(c->json, o->data + start, len);
+        c->len = len;
+        Py_INCREF(v);
+        Py_XSETREF(c->str, v);
+    }
+    return 0;
+}
+
+static int format_time(State *st, double created, char out[28]);
+
+/* The wire item of a plain record, its message given or not (NULL: written from msg and args
+ * when that runs no application code; *want_message set when the message must be made
+ * first): a new bytes object, or NULL (not this path's case; the dict path decides; an error
+ * may be set). wire: (fragment, static keys, clean keys | None, learn | None), from
+ * Shipper.wire: its fields= as JSON (",\"k\":v..."), their names, the scrubber's set of keys it
+ * has nothing to do for, and its learn(key) -> bool, which adds a key to that set unless it is
+ * a secret's. */
 static PyObject *
-build_wire(PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
+build_wire(State *st, PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
            int *want_message)
 {
-    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4)
+    if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4 ||
+        st->n_fields > 16 || st->message_at > st->n_fields)
         return NULL;
     PyObject *fragment = PyTuple_GET_ITEM(wire, 0), *statics = PyTuple_GET_ITEM(wire, 1);
     PyObject *clean = PyTuple_GET_ITEM(wire, 2), *learn = PyTuple_GET_ITEM(wire, 3);
@@ -538,22 +637,22 @@ build_wire(PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
      * costs the dict path little. As build_event walks them; only keys the scrubber cleared
      * and the shipper's fields do not name (the flusher would check or merge those). */
     Py_ssize_t n, extras;
-    int formatted;  /* a formatter's attribute among them, to leave out */
+    int formatted; /* a formatter's attribute among them, to leave out */
     int learned = 0;
 restart:
     n = PyDict_GET_SIZE(d);
     extras = 0;
     formatted = 0;
-    if (n > n_init) {
-        Py_ssize_t pos = n_init, seen = 0;
+    if (n > st->n_init) {
+        Py_ssize_t pos = st->n_init, seen = 0;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             seen++;
             if (!PyUnicode_CheckExact(key))
                 return NULL;
-            int special = PySet_Contains(k_special, key);
+            int special = PySet_Contains(st->special, key);
             if (special != 0) {
-                if (special > 0 && PySet_Contains(k_formatter, key) == 1) {
+                if (special > 0 && PySet_Contains(st->formatter, key) == 1) {
                     formatted = 1;
                     continue;
                 }
@@ -582,58 +681,65 @@ restart:
                 return NULL;
             extras++;
         }
-        if (seen != n - n_init)
+        if (seen != n - st->n_init)
             return NULL;
     }
-    PyObject *vals[N_FIELDS];
-    for (size_t i = 0; i < N_FIELDS; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, src_keys[i])) == NULL)
+    PyObject *vals[16];
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
             return NULL;
     PyObject *msg = NULL, *fargs = NULL;
     if (message == NULL) {
         /* The message written straight from msg and args (put_message) when nothing about
          * them can run the application's code: no exception, no stack, an exact str. */
-        msg = PyDict_GetItemWithError(d, s_msg);
-        fargs = PyDict_GetItemWithError(d, s_args);
-        PyObject *exc = PyDict_GetItemWithError(d, s_exc_info);
-        PyObject *stack = PyDict_GetItemWithError(d, s_stack_info);
+        msg = PyDict_GetItemWithError(d, st->s_msg);
+        fargs = PyDict_GetItemWithError(d, st->s_args);
+        PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
+        PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
         if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
             (exc != Py_None && exc != Py_False) || stack != Py_None) {
             *want_message = 1;
             return NULL;
         }
     }
-    if (!PyFloat_CheckExact(vals[0]) || !PyUnicode_CheckExact(vals[1]))
+    /* The head's _time (a float) and level (a name of the level table) come first, in that
+     * order, as model.HEAD has them. */
+    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || !PyUnicode_CheckExact(vals[1]))
         return NULL;
-    PyObject *level = PyDict_GetItemWithError(k_levels, vals[1]);
+    PyObject *level = PyDict_GetItemWithError(st->levels, vals[1]);
     char ts[28];
     if (level == NULL || !PyUnicode_CheckExact(level) ||
-        format_time(PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+        format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
-    o.data = o.local;
-    o.len = 0;
-    o.cap = (Py_ssize_t)sizeof(o.local);
-    o.heap = 0;
+    out_init(&o, st->fast_item);
     PyObject *result = NULL;
     if (out_put(&o, "{\"_time\":\"", 10) < 0 || out_put(&o, ts, 27) < 0 ||
-        out_put(&o, "\",\"level\":", 10) < 0 || put_str(&o, level) < 0 ||
-        out_put(&o, ",\"message\":", 11) < 0)
+        out_put(&o, "\",\"level\":", 10) < 0 || put_str(&o, level) < 0)
         goto done;
-    if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
-        *want_message = message == NULL;  /* not put_message's case: with the message made */
-        goto done;
-    }
-    for (size_t i = 2; i < N_FIELDS; i++)
-        if (out_put(&o, key_heads[i], key_head_len[i]) < 0 ||
-            (PyUnicode_CheckExact(vals[i]) ? put_head(&o, i, vals[i])
+    for (Py_ssize_t i = 2; i <= st->n_fields; i++) {
+        if (i == st->message_at) {
+            if (out_put(&o, ",\"message\":", 11) < 0)
+                goto done;
+            if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
+                /* not put_message's case: with the message made */
+                *want_message = message == NULL;
+                goto done;
+            }
+        }
+        if (i == st->n_fields)
+            break;
+        PyObject *frag = PyTuple_GET_ITEM(st->key_frags, i);
+        if (out_put(&o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag)) < 0 ||
+            (PyUnicode_CheckExact(vals[i]) ? put_head(st, &o, i, vals[i])
                                            : put_value(&o, vals[i])) < 0)
             goto done;
+    }
     if (extras) {
-        Py_ssize_t pos = n_init;
+        Py_ssize_t pos = st->n_init;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
-            if (formatted && PySet_Contains(k_formatter, key) == 1)
+            if (formatted && PySet_Contains(st->formatter, key) == 1)
                 continue;
             if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
                 put_value(&o, value) < 0)
@@ -641,197 +747,189 @@ restart:
         }
     }
     if (out_put(&o, PyBytes_AS_STRING(fragment), PyBytes_GET_SIZE(fragment)) < 0 ||
-        out_put(&o, "}", 1) < 0 || o.len > fast_item)
+        out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
     result = PyBytes_FromStringAndSize(o.data, o.len);
-    *out_size = o.len + wire_item;
+    *out_size = o.len + st->wire_item;
 done:
-    if (o.heap)
-        PyMem_Free(o.data);
+    out_free(&o);
     return result;
 }
 
-/* The event with its size, as a pair (for the Python caller's slow put or context). */
+/* ------------------------------------------------------------------ 5. record_put */
+
+/* The item with its size, as a pair (for the caller's slow put or context); steals item.
+ * None when the pair cannot be made (the careful path); NULL to propagate. */
 static PyObject *
-pair(PyObject *event, Py_ssize_t size)
+pair(PyObject *item, Py_ssize_t size)
 {
     PyObject *size_obj = PyLong_FromSsize_t(size);
-    if (size_obj == NULL) {
-        Py_DECREF(event);
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    PyObject *result = PyTuple_Pack(2, event, size_obj);
-    Py_DECREF(event);
-    Py_DECREF(size_obj);
+    PyObject *result = size_obj == NULL ? NULL : PyTuple_Pack(2, item, size_obj);
+    Py_DECREF(item);
+    Py_XDECREF(size_obj);
     if (result == NULL) {
-        PyErr_Clear();
+        if (!clear_if_exception())
+            return NULL;
         Py_RETURN_NONE;
     }
     return result;
 }
 
-/* record_event(d) -> (event, size) | None
- *
- * d: the __dict__ of a record whose type is exactly logging.LogRecord (the caller checks).
- * None: not this path's case (a traceback, a non-str message, arguments that do not format,
- * an extra that is not plain or needs renaming): the caller goes the careful way. */
+/* The record's queue item: its wire item (bytes) when ``wire`` is a wire and the record is its
+ * case, else the fast path's event with its SIZE; then, with a gate, the ledger contract's
+ * lock-free append. True: queued. (item, size): for the caller to queue (the gate said no, or
+ * there is none). None: the careful path's. NULL: an error to propagate. */
 static PyObject *
-record_event(PyObject *self, PyObject *d)
+put_record(State *st, PyObject *d, PyObject *gate, PyObject *wire)
 {
-    Py_ssize_t size;
-    PyObject *message;
-    if (!record_message(d, &message)) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    PyObject *event = build_event(d, message, &size);
-    Py_DECREF(message);
-    if (event == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    return pair(event, size);
-}
-
-/* record_put(d, queue, fast_len, wire=None) -> True | (item, size) | None
- *
- * The record's queue item: its wire item (bytes) when ``wire`` is given and the record is
- * its case, else record_event's event with its SIZE. Then the ledger's lock-free append
- * (Ledger.offer's fast path) when the queue is under ``fast_len`` and the item small: True.
- * (item, size): queued by the caller (its slow, locked path, or the context's). None: the
- * careful path. */
-static PyObject *
-record_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    static PyObject *s_append;
-    if ((nargs != 3 && nargs != 4) || k_size == NULL)
-        Py_RETURN_NONE;
-    if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t size;
+    Py_ssize_t size = 0;
     PyObject *message = NULL, *item = NULL;
-    int wire = nargs == 4 && args[3] != Py_None, want_message = 0;
-    if (wire) {
+    int want_message = 0;
+    if (wire != Py_None) {
         /* The message written as it is formatted, first; made as a str only when that is not
-         * the case (and then the wire item is tried with it, unless something else ruled
-         * it out). */
-        item = build_wire(args[0], NULL, args[3], &size, &want_message);
-        if (item == NULL)
-            PyErr_Clear();
-    }
-    if (item != NULL)
-        goto append;
-    if (!record_message(args[0], &message)) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (want_message) {
-        want_message = 0;
-        item = build_wire(args[0], message, args[3], &size, &want_message);
-        if (item == NULL)
-            PyErr_Clear();
+         * the case (and then the wire item is tried with it, unless something else ruled it
+         * out). */
+        item = build_wire(st, d, NULL, wire, &size, &want_message);
+        if (item == NULL && !clear_if_exception())
+            return NULL;
     }
     if (item == NULL) {
-        item = build_event(args[0], message, &size);
-        PyObject *size_obj = item == NULL ? NULL : PyLong_FromSsize_t(size);
-        if (size_obj == NULL || PyDict_SetItem(item, k_size, size_obj) < 0) {
-            Py_XDECREF(size_obj);
-            Py_XDECREF(item);
-            Py_DECREF(message);
-            PyErr_Clear();
+        int got = record_message(st, d, &message);
+        if (got < 0)
+            return NULL;
+        if (got == 0)
             Py_RETURN_NONE;
+        if (want_message) {
+            want_message = 0;
+            item = build_wire(st, d, message, wire, &size, &want_message);
+            if (item == NULL && !clear_if_exception()) {
+                Py_DECREF(message);
+                return NULL;
+            }
         }
-        Py_DECREF(size_obj);
+        if (item == NULL) {
+            item = build_event(st, d, message, &size);
+            PyObject *size_obj = item == NULL ? NULL : PyLong_FromSsize_t(size);
+            if (size_obj == NULL || PyDict_SetItem(item, st->size, size_obj) < 0) {
+                Py_XDECREF(size_obj);
+                Py_XDECREF(item);
+                Py_DECREF(message);
+                if (!clear_if_exception())
+                    return NULL;
+                Py_RETURN_NONE;
+            }
+            Py_DECREF(size_obj);
+        }
+        Py_DECREF(message);
     }
-    Py_DECREF(message);
-append:;
-    PyObject *queue = args[1];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t held = limit > 0 ? PyObject_Size(queue) : -1;
-    if (limit > 0 && held >= 0 && held < limit && size <= fast_item) {
-        PyObject *r = PyObject_CallMethodOneArg(queue, s_append, item);
-        if (r != NULL) {
-            Py_DECREF(r);
+    /* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
+     * writes; append without the lock only while len(queue) < fast_len, and only items of at
+     * most FAST_ITEM_BYTES (Intake.offer's test). */
+    if (PyList_CheckExact(gate) && PyList_GET_SIZE(gate) == 2 && size <= st->fast_item) {
+        PyObject *queue = PyList_GET_ITEM(gate, 0), *limit_obj = PyList_GET_ITEM(gate, 1);
+        Py_INCREF(queue);
+        Py_INCREF(limit_obj);
+        Py_ssize_t limit = PyLong_CheckExact(limit_obj) ? PyLong_AsSsize_t(limit_obj) : -1;
+        Py_ssize_t held = limit > 0 ? PyObject_Size(queue) : -1;
+        int appended = 0;
+        if (held >= 0 && held < limit) {
+            PyObject *r = PyObject_CallMethodOneArg(queue, st->s_append, item);
+            appended = r != NULL;
+            Py_XDECREF(r);
+        }
+        Py_DECREF(queue);
+        Py_DECREF(limit_obj);
+        if (appended) {
             Py_DECREF(item);
             Py_RETURN_TRUE;
         }
+        if (!clear_if_exception()) {
+            Py_DECREF(item);
+            return NULL;
+        }
     }
-    PyErr_Clear();
     return pair(item, size);
 }
 
-/* items_size(items) -> int: the estimated sizes of queue items, summed (Ledger's byte bound):
- * an event's SIZE, a wire item's length and WIRE_ITEM_SIZE. */
 static PyObject *
-items_size(PyObject *self, PyObject *items)
+not_configured(void)
 {
-    if (k_size == NULL || !PyList_CheckExact(items)) {
-        PyErr_SetString(PyExc_TypeError, "items_size: a list of queue items");
-        return NULL;
-    }
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (PyBytes_CheckExact(item)) {
-            total += PyBytes_GET_SIZE(item) + wire_item;
-            continue;
-        }
-        Py_INCREF(item);
-        PyObject *size = PyObject_GetItem(item, k_size);
-        Py_DECREF(item);
-        if (size == NULL)
-            return NULL;
-        Py_ssize_t n = PyLong_AsSsize_t(size);
-        Py_DECREF(size);
-        if (n == -1 && PyErr_Occurred())
-            return NULL;
-        total += n;
-    }
-    return PyLong_FromSsize_t(total);
+    PyErr_SetString(PyExc_RuntimeError,
+                    "loghandler._speedups is not configured (loghandler/_compiled.py does it)");
+    return NULL;
 }
 
-/* RFC 3339 in UTC with microseconds, as events.py writes it ("2024-05-01T12:00:00.123456Z").
- * The "YYYY-MM-DDTHH:MM:SS" of the last second is kept (most events of a batch share it), as
- * the Python path keeps it; only the flusher thread calls this, with the GIL held. 0: done. */
-static long long cached_sec = -1;
-static char cached_prefix[20];
+/* record_put(d, gate, wire=None) -> True | (item, size) | None */
+static PyObject *
+record_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_put(d, gate, wire=None)");
+        return NULL;
+    }
+    return put_record(st, args[0], args[1], nargs == 3 ? args[2] : Py_None);
+}
 
+/* ------------------------------------------------------------------ 6. the flusher's path */
+
+/* Days since 1970-01-01 as a proleptic Gregorian date (days >= 0): the civil-from-days
+ * algorithm of eras of 400 years (146,097 days each), as gmtime computes it. */
+static void
+civil_from_days(long long days, int *year, int *month, int *day)
+{
+    long long z = days + 719468; /* days since 0000-03-01 */
+    long long era = z / 146097;
+    long long doe = z - era * 146097;                                   /* [0, 146096] */
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; /* [0, 399] */
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);            /* [0, 365] */
+    long long mp = (5 * doy + 2) / 153;                                 /* March = 0 */
+    *day = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *month = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *year = (int)(yoe + era * 400 + (*month <= 2));
+}
+
+/* RFC 3339 in UTC with microseconds, truncated, as _time.format_epoch writes it
+ * ("2024-05-01T12:00:00.123456Z"): its twin. The last second's "YYYY-MM-DDTHH:MM:SS" is kept,
+ * as _time.py keeps it. 0: done; -1: not its case (before 1970, past year 9999, not finite):
+ * the Python path writes it. */
 static int
-format_time(double created, char out[28])
+format_time(State *st, double created, char out[28])
 {
     if (!isfinite(created) || created < 0 || created >= 253402300800.0) /* year 10000 */
         return -1;
     double fsec = floor(created);
     long long micros = (long long)floor((created - fsec) * 1e6);
-    if (micros < 0 || micros > 999999)
-        return -1;  /* a hair under a second rounded up: the Python path clamps it */
+    if (micros > 999999)
+        micros = 999999; /* a hair under a second can round up */
     long long sec = (long long)fsec;
-    if (sec != cached_sec) {
-        time_t t = (time_t)sec;
-        struct tm tm;
-        if (gmtime_r(&t, &tm) == NULL)
-            return -1;
-        int f[6] = {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                    tm.tm_sec};
-        char *p = cached_prefix;
-        p[0] = '0' + f[0] / 1000; p[1] = '0' + f[0] / 100 % 10;
-        p[2] = '0' + f[0] / 10 % 10; p[3] = '0' + f[0] % 10;
+    if (sec != st->cached_sec) {
+        int f[6];
+        civil_from_days(sec / 86400, &f[0], &f[1], &f[2]);
+        long long rem = sec % 86400;
+        f[3] = (int)(rem / 3600);
+        f[4] = (int)(rem / 60 % 60);
+        f[5] = (int)(rem % 60);
+        char *p = st->cached_prefix;
+        p[0] = (char)('0' + f[0] / 1000);
+        p[1] = (char)('0' + f[0] / 100 % 10);
+        p[2] = (char)('0' + f[0] / 10 % 10);
+        p[3] = (char)('0' + f[0] % 10);
         static const char seps[] = "--T::";
         for (int i = 1; i < 6; i++) {
             p[1 + 3 * i] = seps[i - 1];
-            p[2 + 3 * i] = '0' + f[i] / 10;
-            p[3 + 3 * i] = '0' + f[i] % 10;
+            p[2 + 3 * i] = (char)('0' + f[i] / 10);
+            p[3 + 3 * i] = (char)('0' + f[i] % 10);
         }
-        cached_prefix[19] = 0;
-        cached_sec = sec;
+        p[19] = 0;
+        st->cached_sec = sec;
     }
-    memcpy(out, cached_prefix, 19);
+    memcpy(out, st->cached_prefix, 19);
     out[19] = '.';
     for (int i = 25; i >= 20; i--) {
-        out[i] = '0' + micros % 10;
+        out[i] = (char)('0' + micros % 10);
         micros /= 10;
     }
     out[26] = 'Z';
@@ -839,61 +937,88 @@ format_time(double created, char out[28])
     return 0;
 }
 
-static PyObject *s_time, *s_level;
-
 /* The event's raw _time (a float) and levelname made the event's: 1; 0 when it is not this
  * path's case (the event is unchanged), -1 on an error (the event may be half done). */
 static int
-format_fields(PyObject *event)
+format_fields(State *st, PyObject *event)
 {
-    PyObject *created = PyDict_GetItemWithError(event, s_time);
-    PyObject *level = PyDict_GetItemWithError(event, s_level);
+    PyObject *created = PyDict_GetItemWithError(event, st->s_time);
+    PyObject *level = created == NULL ? NULL : PyDict_GetItemWithError(event, st->s_level);
     /* Exact types only: looking them up runs no code of the application's. */
-    if (created == NULL || level == NULL || !PyFloat_CheckExact(created) ||
-        !PyUnicode_CheckExact(level))
+    if (level == NULL || !PyFloat_CheckExact(created) || !PyUnicode_CheckExact(level))
         return PyErr_Occurred() ? -1 : 0;
     char buf[28];
-    if (format_time(PyFloat_AS_DOUBLE(created), buf) < 0)
+    if (format_time(st, PyFloat_AS_DOUBLE(created), buf) < 0)
         return 0;
-    PyObject *mapped = PyDict_GetItemWithError(k_levels, level);
+    PyObject *mapped = PyDict_GetItemWithError(st->levels, level);
     if (mapped == NULL)
         return PyErr_Occurred() ? -1 : 0;
     PyObject *ts = PyUnicode_FromStringAndSize(buf, 27);
     if (ts == NULL)
         return -1;
-    int r = (PyDict_SetItem(event, s_level, mapped) < 0 ||
-             PyDict_SetItem(event, s_time, ts) < 0) ? -1 : 1;
+    int r = (PyDict_SetItem(event, st->s_level, mapped) < 0 ||
+             PyDict_SetItem(event, st->s_time, ts) < 0) ? -1 : 1;
     Py_DECREF(ts);
     return r;
 }
 
-/* format_record(event) -> bool: an event record_event made (RECORD marker popped by the
- * caller), its _time and level formatted. False: the Python path formats it (the event is
- * unchanged). */
+/* format_record(event) -> bool: a fast-path event (RECORD marker popped by the caller), its
+ * _time and level formatted. False: the Python path formats it (the event is unchanged). */
 static PyObject *
-format_record(PyObject *self, PyObject *event)
+format_record(PyObject *module, PyObject *event)
 {
-    if (k_levels == NULL || !PyDict_CheckExact(event))
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (!PyDict_CheckExact(event))
         Py_RETURN_FALSE;
-    int r = format_fields(event);
+    int r = format_fields(st, event);
     if (r > 0)
         Py_RETURN_TRUE;
-    PyErr_Clear();
+    if (!clear_if_exception())
+        return NULL;
     Py_RETURN_FALSE;
+}
+
+/* A failing scrubber, as the Python path meets it: what could not be checked for secrets goes
+ * out without its values (_time, level and logger kept). -1: an error to propagate. */
+static int
+blank_values(State *st, PyObject *item)
+{
+    PyObject *keys = PyDict_Keys(item);
+    if (keys == NULL)
+        return clear_if_exception() ? 0 : -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        int keep = PyUnicode_CheckExact(key) &&
+                   (PyUnicode_Compare(key, st->s_time) == 0 ||
+                    PyUnicode_Compare(key, st->s_level) == 0 ||
+                    PyUnicode_Compare(key, st->s_logger) == 0);
+        if (!keep && PyDict_SetItem(item, key, st->s_blank) < 0 && !clear_if_exception()) {
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(keys);
+    return 0;
 }
 
 /* format_items(items, static, static_plain, finish, clean, fallback, skip_head) -> list
  *
- * events.py's item_events, for the events the handler's fast path made (a RECORD marker, no
- * CONTEXT): markers taken out, _time and level formatted, the shipper's fields added where the
- * event lacks them, and ``finish`` run unless ``clean`` (a set, or None) holds every key (the
- * scrubber's plain path: nothing to do). Every other item, and any that fails on the way, is
- * ``fallback(item)``'s: the Python path, whose answer is taken as it is. */
+ * events.item_events' twin, for the events a fast path made (a RECORD marker, no CONTEXT):
+ * markers taken out, _time and level formatted, the shipper's fields added where the event
+ * lacks them, and ``finish`` run unless ``clean`` (a set, or None) holds every key (the
+ * scrubber's plain path: nothing to do). A wire item stays as it is. Every other item, and any
+ * that fails on the way, is ``fallback(item)``'s: the Python path, whose answer is taken as it
+ * is. */
 static PyObject *
-format_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+format_items(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || k_levels == NULL || k_context == NULL) {
-        PyErr_SetString(PyExc_TypeError, "format_items: not configured, or wrong arguments");
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "format_items: seven arguments");
         return NULL;
     }
     PyObject *items = args[0], *stat = args[1], *finish = args[3], *clean = args[4];
@@ -935,20 +1060,22 @@ format_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         int ours = PyDict_CheckExact(item);
         if (ours) {
-            int has_context = PyDict_Contains(item, k_context);
-            int has_record = PyDict_Contains(item, k_record);
+            int has_context = PyDict_Contains(item, st->context);
+            int has_record = has_context < 0 ? -1 : PyDict_Contains(item, st->record);
+            if (has_record < 0)
+                goto error_item;
             ours = has_context == 0 && has_record == 1;
         }
         if (ours) {
             /* Taken out first, as the Python path does; then the formatting, which leaves the
              * event as it was when it is not its case. */
-            if (PyDict_DelItem(item, k_size) < 0)
-                PyErr_Clear();
-            int r = PyDict_DelItem(item, k_record) < 0 ? -1 : format_fields(item);
+            int r = PyDict_DelItem(item, st->size);
+            if (r < 0 && !clear_if_exception()) /* KeyError: no size marker */
+                goto error_item;
+            r = PyDict_DelItem(item, st->record) < 0 ? -1 : format_fields(st, item);
             if (r <= 0) {
                 /* Not formatted: the Python path, with the marker back (it decides by it). */
-                PyErr_Clear();
-                if (PyDict_SetItem(item, k_record, Py_True) < 0)
+                if (!clear_if_exception() || PyDict_SetItem(item, st->record, Py_True) < 0)
                     goto error_item;
                 ours = 0;
             }
@@ -974,42 +1101,20 @@ format_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
             for (Py_ssize_t k = 0; k < nstatic; k++) {
-                PyObject *pair = PyTuple_GET_ITEM(stat, k);
-                if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+                PyObject *kv = PyTuple_GET_ITEM(stat, k);
+                if (!PyTuple_CheckExact(kv) || PyTuple_GET_SIZE(kv) != 2)
                     continue;
-                PyObject *key = PyTuple_GET_ITEM(pair, 0);
-                if (PyDict_SetDefault(item, key, PyTuple_GET_ITEM(pair, 1)) == NULL)
+                if (PyDict_SetDefault(item, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) ==
+                    NULL)
                     goto error_item;
             }
             if (!skip) {
                 PyObject *r = PyObject_CallFunctionObjArgs(
                     finish, item, static_plain ? Py_True : Py_False, NULL);
                 if (r == NULL) {
-                    /* As the Python path: what could not be checked for secrets goes out
-                     * without its values. */
-                    PyErr_Clear();
-                    if (PyDict_Check(item)) {
-                        PyObject *keys = PyDict_Keys(item);
-                        if (keys == NULL)
-                            goto error_item;
-                        static PyObject *s_logger, *s_blank;
-                        if (s_logger == NULL) {
-                            s_logger = PyUnicode_InternFromString("logger");
-                            s_blank = PyUnicode_InternFromString(
-                                "[not shipped: scrubbing failed]");
-                        }
-                        for (Py_ssize_t k = 0; s_blank != NULL && k < PyList_GET_SIZE(keys); k++) {
-                            PyObject *key = PyList_GET_ITEM(keys, k);
-                            int keep = 0;
-                            if (PyUnicode_CheckExact(key))
-                                keep = PyUnicode_Compare(key, s_time) == 0 ||
-                                       PyUnicode_Compare(key, s_level) == 0 ||
-                                       PyUnicode_Compare(key, s_logger) == 0;
-                            if (!keep && PyDict_SetItem(item, key, s_blank) < 0)
-                                PyErr_Clear();
-                        }
-                        Py_DECREF(keys);
-                    }
+                    /* The Python path's `except Exception`: anything else propagates. */
+                    if (!clear_if_exception() || blank_values(st, item) < 0)
+                        goto error_item;
                 }
                 else
                     Py_DECREF(r);
@@ -1040,200 +1145,280 @@ error:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ handle
- *
- * IngestHandler.handle for the common record: the Python method's fast path (_handler.py),
- * without its bytecode. Anything else -- a thread inside loghandler's own sending, filters, a
- * record of another class, a subclass's emit, a formatter, a context or an OpenTelemetry
- * span, any error on the way -- is the Python handle's, called as it is. */
-
-static PyObject *h_python;      /* the Python handle(self, record) */
-static PyObject *h_senders;     /* guard._SENDERS: threads inside loghandler's own sending */
-static PyObject *h_globals;     /* _handler's module dict: _context_on */
-static PyObject *h_modules;     /* sys.modules */
-static PyObject *h_record_type; /* logging.LogRecord */
-static int h_returns_record;    /* Python 3.12+: handle() returns the record */
-static PyTypeObject *h_ledger_type;               /* ledger.Ledger (its __slots__) */
-static Py_ssize_t h_queue_at = -1, h_fast_len_at = -1; /* where its queue and fast_len are */
-static PyObject *hs_filters, *hs_put, *hs_ledger, *hs_queue, *hs_fast_len, *hs_put_compiled,
-    *hs_put_event, *hs_context_on, *hs_otel, *hs_wire;
-
+/* items_size(items) -> int: the estimated sizes of queue items, summed (the ledger's byte
+ * bound): an event's SIZE, a wire item's length and WIRE_ITEM_SIZE. */
 static PyObject *
-configure_handle(PyObject *self, PyObject *args)
+items_size(PyObject *module, PyObject *items)
 {
-    PyObject *python, *senders, *globals, *modules, *record_type, *ledger_type, *queue_slot,
-        *fast_len_slot;
-    int returns_record;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!pO!OO", &python, &PyDict_Type, &senders,
-                          &PyDict_Type, &globals, &PyDict_Type, &modules, &PyType_Type,
-                          &record_type, &returns_record, &PyType_Type, &ledger_type,
-                          &queue_slot, &fast_len_slot))
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "items_size: a list of queue items");
         return NULL;
-    /* The ledger's two slots, read at their offsets (a member descriptor's): no attribute
-     * lookup per record. Anything else than plain object slots: by attribute. */
-    if (Py_IS_TYPE(queue_slot, &PyMemberDescr_Type) &&
-        Py_IS_TYPE(fast_len_slot, &PyMemberDescr_Type) &&
-        ((PyMemberDescrObject *)queue_slot)->d_member->type == T_OBJECT_EX &&
-        ((PyMemberDescrObject *)fast_len_slot)->d_member->type == T_OBJECT_EX) {
-        h_queue_at = ((PyMemberDescrObject *)queue_slot)->d_member->offset;
-        h_fast_len_at = ((PyMemberDescrObject *)fast_len_slot)->d_member->offset;
-        Py_INCREF(ledger_type);
-        Py_XSETREF(h_ledger_type, (PyTypeObject *)ledger_type);
     }
-    if (hs_filters == NULL) {
-        hs_filters = PyUnicode_InternFromString("filters");
-        hs_put = PyUnicode_InternFromString("_compiled_put");
-        hs_ledger = PyUnicode_InternFromString("_ledger");
-        hs_queue = PyUnicode_InternFromString("queue");
-        hs_fast_len = PyUnicode_InternFromString("fast_len");
-        hs_put_compiled = PyUnicode_InternFromString("_put_compiled");
-        hs_put_event = PyUnicode_InternFromString("_put_event");
-        hs_context_on = PyUnicode_InternFromString("_context_on");
-        hs_otel = PyUnicode_InternFromString("opentelemetry.trace");
-        hs_wire = PyUnicode_InternFromString("_wire");
-        if (hs_filters == NULL || hs_put == NULL || hs_ledger == NULL || hs_queue == NULL ||
-            hs_fast_len == NULL || hs_put_compiled == NULL || hs_put_event == NULL ||
-            hs_context_on == NULL || hs_otel == NULL || hs_wire == NULL)
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (PyBytes_CheckExact(item)) {
+            total += PyBytes_GET_SIZE(item) + st->wire_item;
+            continue;
+        }
+        Py_INCREF(item);
+        PyObject *size = PyObject_GetItem(item, st->size);
+        Py_DECREF(item);
+        if (size == NULL)
             return NULL;
+        Py_ssize_t n = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        total += n;
     }
-    Py_INCREF(python);
-    Py_XSETREF(h_python, python);
-    Py_INCREF(senders);
-    Py_XSETREF(h_senders, senders);
-    Py_INCREF(globals);
-    Py_XSETREF(h_globals, globals);
-    Py_INCREF(modules);
-    Py_XSETREF(h_modules, modules);
-    Py_INCREF(record_type);
-    Py_XSETREF(h_record_type, record_type);
-    h_returns_record = returns_record;
-    Py_RETURN_NONE;
+    return PyLong_FromSsize_t(total);
 }
 
+/* ------------------------------------------------------------------ 7. handle
+ *
+ * IngestHandler.handle for the common record: the Python handle's fast path (the handler's
+ * _handle_python, which it stands in for), without its bytecode. It reads, from the handler's
+ * own __dict__, ``filters`` and ``_fast_path`` (_compiled.fast_path's (gate, wire, put)), and
+ * nothing else. Anything else -- a thread inside loghandler's own sending, filters, a record of
+ * another class, a handler without a fast path (a subclass's emit, a formatter), a context or
+ * an OpenTelemetry span -- is _handle_python's, called as it is. */
+
 static PyObject *
-handle_done(PyObject *record)
+handle_done(State *st, PyObject *record)
 {
-    if (h_returns_record) {
-        Py_INCREF(record);
-        return record;
-    }
+    if (st->returns_record)
+        return Py_NewRef(record);
     Py_RETURN_TRUE;
 }
 
+/* The careful path's: self._put_event(record), which accounts for what it drops. */
 static PyObject *
-handle(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+put_event(State *st, PyObject *self, PyObject *record)
 {
-    if (nargs != 2 || h_python == NULL) {
-        PyErr_SetString(PyExc_TypeError, "handle(self, record): not configured");
+    PyObject *call_args[2] = {self, record};
+    return PyObject_VectorcallMethod(st->s_put_event, call_args, 2, NULL);
+}
+
+static PyObject *
+handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "handle(self, record)");
         return NULL;
     }
     PyObject *self = args[0], *record = args[1];
-    /* Borrowed lookups only, and none that runs code of the application's. */
-    if (PyDict_GET_SIZE(h_senders) != 0 || Py_TYPE(record) != (PyTypeObject *)h_record_type)
+    /* Borrowed reads only, and none that runs code of the application's. */
+    if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type ||
+        PyList_GET_SIZE(st->in_use) < 1 || PyList_GET_ITEM(st->in_use, 0) != Py_False)
         goto python;
-    PyObject **self_dict = _PyObject_GetDictPtr(self);
-    PyObject **record_dict = _PyObject_GetDictPtr(record);
-    if (self_dict == NULL || *self_dict == NULL || record_dict == NULL || *record_dict == NULL)
+    int otel = PyDict_Contains(st->modules, st->otel);
+    if (otel != 0) {
+        if (otel < 0 && !clear_if_exception())
+            return NULL;
         goto python;
-    PyObject *filters = PyDict_GetItemWithError(*self_dict, hs_filters);
-    if (filters == NULL || !PyList_CheckExact(filters) || PyList_GET_SIZE(filters) != 0)
-        goto python;
-    PyObject *put = PyDict_GetItemWithError(*self_dict, hs_put);
-    if (put == NULL || put == Py_None)
-        goto python;
-    if (PyDict_GetItemWithError(h_globals, hs_context_on) != Py_False)
-        goto python;
-    int otel = PyDict_Contains(h_modules, hs_otel);
-    if (otel != 0)
-        goto python;
-    PyObject *ledger = PyDict_GetItemWithError(*self_dict, hs_ledger);
-    if (ledger == NULL)
-        goto python;
-    PyObject *wire = PyDict_GetItemWithError(*self_dict, hs_wire);
-    if (wire == NULL) {
-        if (PyErr_Occurred())
-            goto python;
-        wire = Py_None;
+    }
+    PyObject *self_dict = PyObject_GenericGetDict(self, NULL);
+    if (self_dict == NULL)
+        goto python_after_error;
+    PyObject *filters = PyDict_GetItemWithError(self_dict, st->s_filters);
+    PyObject *fast = filters == NULL ? NULL : PyDict_GetItemWithError(self_dict, st->s_fast_path);
+    int ours = fast != NULL && PyList_CheckExact(filters) && PyList_GET_SIZE(filters) == 0 &&
+               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 3;
+    if (ours)
+        Py_INCREF(fast); /* holds gate, wire and put while code runs */
+    Py_DECREF(self_dict);
+    if (!ours)
+        goto python_after_error;
+    PyObject *d = PyObject_GenericGetDict(record, NULL);
+    if (d == NULL) {
+        Py_DECREF(fast);
+        goto python_after_error;
     }
     Py_INCREF(self);
     Py_INCREF(record);
-    Py_INCREF(ledger);
-    Py_INCREF(wire);
-    PyObject *got = NULL;
-    PyObject *queue, *fast_len;
-    if (Py_TYPE(ledger) == h_ledger_type && h_queue_at >= 0) {
-        queue = *(PyObject **)((char *)ledger + h_queue_at);
-        fast_len = *(PyObject **)((char *)ledger + h_fast_len_at);
-        if (queue == NULL || fast_len == NULL)  /* not set yet: as an AttributeError */
-            queue = fast_len = NULL;
-        Py_XINCREF(queue);
-        Py_XINCREF(fast_len);
-    }
-    else {
-        queue = PyObject_GetAttr(ledger, hs_queue);
-        fast_len = queue == NULL ? NULL : PyObject_GetAttr(ledger, hs_fast_len);
-    }
-    Py_DECREF(ledger);
-    if (fast_len != NULL) {
-        PyObject *dict = *record_dict;
-        Py_INCREF(dict);
-        PyObject *put_args[4] = {dict, queue, fast_len, wire};
-        got = record_put(NULL, put_args, 4);
-        Py_DECREF(dict);
-    }
-    Py_XDECREF(queue);
-    Py_XDECREF(fast_len);
-    Py_DECREF(wire);
+    PyObject *got = put_record(st, d, PyTuple_GET_ITEM(fast, 0), PyTuple_GET_ITEM(fast, 1));
+    Py_DECREF(d);
     PyObject *r = NULL;
     if (got == Py_True)
-        r = Py_True, Py_INCREF(r);
+        r = Py_NewRef(Py_True);
+    else if (got == Py_None)
+        r = put_event(st, self, record);
     else if (got != NULL) {
-        /* What record_put did not queue itself, as the Python path: the careful path's
-         * records, and its events for the locked slow path. */
-        PyObject *call_args[4] = {self, record, got, Py_False};
-        r = PyObject_VectorcallMethod(hs_put_compiled, call_args, 4, NULL);
+        /* What the gate did not take: the intake's locked slow path. */
+        PyObject *put_args[2] = {PyTuple_GET_ITEM(got, 0), PyTuple_GET_ITEM(got, 1)};
+        r = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 2), put_args, 2, NULL);
+        if (r == NULL && clear_if_exception())
+            r = put_event(st, self, record); /* as the Python handle's `except Exception` */
     }
     Py_XDECREF(got);
-    if (r == NULL) {
-        /* As the Python path's except: the careful way, which accounts for what it drops. */
-        PyErr_Clear();
-        PyObject *call_args[2] = {self, record};
-        r = PyObject_VectorcallMethod(hs_put_event, call_args, 2, NULL);
-        if (r == NULL)
-            PyErr_Clear();
-    }
+    Py_DECREF(fast);
+    PyObject *done = r == NULL ? NULL : handle_done(st, record);
     Py_XDECREF(r);
-    PyObject *done = handle_done(record);
     Py_DECREF(self);
     Py_DECREF(record);
     return done;
-python:
-    if (PyErr_Occurred())
-        PyErr_Clear();
-    return PyObject_Vectorcall(h_python, args, 2, NULL);
+python_after_error:
+    if (!clear_if_exception())
+        return NULL;
+python:;
+    PyObject *call_args[2] = {self, record};
+    return PyObject_VectorcallMethod(st->s_handle_python, call_args, 2, NULL);
 }
 
-/* method(func): func as a method, bound to the instance it is looked up on (a class's
- * handle). */
-static PyObject *
-as_method(PyObject *self, PyObject *func)
+/* ------------------------------------------------------------------ 8. the module */
+
+static int
+intern_into(PyObject **slot, const char *text)
 {
-    return PyInstanceMethod_New(func);
+    *slot = PyUnicode_InternFromString(text);
+    return *slot == NULL ? -1 : 0;
+}
+
+/* One keyword argument of configure(): a new reference, type-checked when ``type`` is given. */
+static PyObject *
+table_item(PyObject *table, const char *name, PyTypeObject *type)
+{
+    PyObject *value = PyDict_GetItemString(table, name); /* borrowed; no error raised */
+    if (value == NULL) {
+        PyErr_Format(PyExc_TypeError, "configure(): %s is missing", name);
+        return NULL;
+    }
+    if (type != NULL && !PyObject_TypeCheck(value, type)) {
+        PyErr_Format(PyExc_TypeError, "configure(): %s must be %s, not %s", name, type->tp_name,
+                     Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
+static int
+table_size(PyObject *table, const char *name, Py_ssize_t *out)
+{
+    PyObject *value = table_item(table, name, &PyLong_Type);
+    if (value == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* configure(**table): everything the module needs, from loghandler/_compiled.py (its _table()
+ * names each item and where it comes from). Replaces what an earlier call set. */
+static PyObject *
+configure(PyObject *module, PyObject *args, PyObject *table)
+{
+    State *st = get_state(module);
+    if (PyTuple_GET_SIZE(args) != 0 || table == NULL) {
+        PyErr_SetString(PyExc_TypeError, "configure(**table): keyword arguments only");
+        return NULL;
+    }
+    st->configured = 0;
+    struct {
+        PyObject **slot;
+        const char *name;
+        PyTypeObject *type;
+    } objects[] = {
+        {&st->src_keys, "record_attrs", &PyTuple_Type},
+        {&st->dst_keys, "event_keys", &PyTuple_Type},
+        {&st->special, "special", &PyFrozenSet_Type},
+        {&st->formatter, "formatter", &PyFrozenSet_Type},
+        {&st->record, "record_marker", NULL},
+        {&st->size, "size_marker", NULL},
+        {&st->context, "context_marker", NULL},
+        {&st->levels, "levels", &PyDict_Type},
+        {&st->record_type, "record_type", &PyType_Type},
+        {&st->senders, "senders", &PyDict_Type},
+        {&st->modules, "modules", &PyDict_Type},
+        {&st->in_use, "context_in_use", &PyList_Type},
+        {&st->otel, "otel_module", &PyUnicode_Type},
+    };
+    for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++) {
+        PyObject *value = table_item(table, objects[i].name, objects[i].type);
+        if (value == NULL)
+            return NULL;
+        Py_XSETREF(*objects[i].slot, value);
+    }
+    PyObject *returns = table_item(table, "returns_record", NULL);
+    if (returns == NULL)
+        return NULL;
+    st->returns_record = PyObject_IsTrue(returns);
+    Py_DECREF(returns);
+    if (st->returns_record < 0 || table_size(table, "message_at", &st->message_at) < 0 ||
+        table_size(table, "n_init", &st->n_init) < 0 ||
+        table_size(table, "event_size", &st->event_size) < 0 ||
+        table_size(table, "extra_size", &st->extra_size) < 0 ||
+        table_size(table, "fast_item", &st->fast_item) < 0 ||
+        table_size(table, "wire_item", &st->wire_item) < 0)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(st->src_keys);
+    if (n != PyTuple_GET_SIZE(st->dst_keys) || n < 2 || n > 16 || st->message_at < 0 ||
+        st->message_at > n || PyList_GET_SIZE(st->in_use) < 1) {
+        PyErr_SetString(PyExc_ValueError, "configure(): the head's tables do not match");
+        return NULL;
+    }
+    /* Interned keys (a dict lookup by an interned str compares by identity first), and the
+     * wire writer's ,"key": fragment of each event key. */
+    PyObject *src = PyTuple_New(n), *dst = PyTuple_New(n), *frags = PyTuple_New(n);
+    if (src == NULL || dst == NULL || frags == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(st->src_keys, i), *k = PyTuple_GET_ITEM(st->dst_keys, i);
+        if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(k)) {
+            PyErr_SetString(PyExc_TypeError, "configure(): the head's names must be str");
+            goto fail;
+        }
+        Py_INCREF(a);
+        Py_INCREF(k);
+        PyUnicode_InternInPlace(&a);
+        PyUnicode_InternInPlace(&k);
+        PyTuple_SET_ITEM(src, i, a);
+        PyTuple_SET_ITEM(dst, i, k);
+        Out o;
+        out_init(&o, PY_SSIZE_T_MAX);
+        PyObject *frag = NULL;
+        if (out_put(&o, ",", 1) == 0 && put_str(&o, k) == 0 && out_put(&o, ":", 1) == 0)
+            frag = PyBytes_FromStringAndSize(o.data, o.len);
+        out_free(&o);
+        if (frag == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "configure(): an event key JSON cannot hold");
+            goto fail;
+        }
+        PyTuple_SET_ITEM(frags, i, frag);
+    }
+    Py_SETREF(st->src_keys, src);
+    Py_SETREF(st->dst_keys, dst);
+    Py_XSETREF(st->key_frags, frags);
+    clear_head_cache(st);
+    st->n_fields = n;
+    st->head_cache = PyMem_Calloc((size_t)n, sizeof(HeadCache));
+    if (st->head_cache == NULL) {
+        st->n_fields = 0;
+        return PyErr_NoMemory();
+    }
+    st->cached_sec = -1;
+    st->configured = 1;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(src);
+    Py_XDECREF(dst);
+    Py_XDECREF(frags);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
-    {"configure_handle", configure_handle, METH_VARARGS,
-     "Hand over what handle() reads: the Python handle, _SENDERS, _handler's globals, "
-     "sys.modules, LogRecord, and whether handle() returns the record."},
-    {"handle", (PyCFunction)(void (*)(void))handle, METH_FASTCALL,
-     "IngestHandler.handle(self, record), compiled; the Python one for anything unusual."},
-    {"as_method", as_method, METH_O, "A callable as a method of the class it is set on."},
-    {"configure", configure, METH_VARARGS, "Set the event model's constants (events.py)."},
-    {"record_event", record_event, METH_O,
-     "record_event(d) -> (event, size) | None: the fast path's event of a plain record."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(**table): the event model and what handle() reads (loghandler/_compiled.py)."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
-     "record_put(d, queue, fast_len, wire=None) -> True | (item, size) | None: the record's "
-     "queue item (a wire item or record_event's), queued."},
+     "record_put(d, gate, wire=None) -> True | (item, size) | None: a plain record's queue "
+     "item (a wire item or the fast path's event), appended through the gate when it allows."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,
@@ -1243,44 +1428,64 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loghandler._speedups",
+static PyMethodDef handle_def = {
+    "handle", (PyCFunction)(void (*)(void))handle, METH_FASTCALL,
+    "IngestHandler.handle(self, record), compiled: the common record's fast path; every other "
+    "record is the handler's _handle_python's."};
+
+static int
+module_exec(PyObject *module)
+{
+    State *st = get_state(module);
+    st->cached_sec = -1;
+    if (intern_into(&st->s_msg, "msg") < 0 || intern_into(&st->s_args, "args") < 0 ||
+        intern_into(&st->s_exc_info, "exc_info") < 0 ||
+        intern_into(&st->s_stack_info, "stack_info") < 0 ||
+        intern_into(&st->s_message, "message") < 0 || intern_into(&st->s_time, "_time") < 0 ||
+        intern_into(&st->s_level, "level") < 0 || intern_into(&st->s_logger, "logger") < 0 ||
+        intern_into(&st->s_blank, "[not shipped: scrubbing failed]") < 0 ||
+        intern_into(&st->s_append, "append") < 0 || intern_into(&st->s_filters, "filters") < 0 ||
+        intern_into(&st->s_fast_path, "_fast_path") < 0 ||
+        intern_into(&st->s_handle_python, "_handle_python") < 0 ||
+        intern_into(&st->s_put_event, "_put_event") < 0)
+        return -1;
+    /* handle as a method: bound to the handler it is read on, as a Python function is. */
+    PyObject *func = PyCFunction_NewEx(&handle_def, module, NULL);
+    PyObject *method = func == NULL ? NULL : PyInstanceMethod_New(func);
+    Py_XDECREF(func);
+    if (method == NULL)
+        return -1;
+    int r = PyModule_AddObjectRef(module, "handle", method);
+    Py_DECREF(method);
+    return r;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, module_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    /* Not proven safe without the GIL: _compiled uses the Python path on such builds. */
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "loghandler._speedups",
     "The compiled hot path (see loghandler/_speedups.c); the Python code is the reference.",
-    -1, methods,
+    sizeof(State),
+    methods,
+    slots,
+    module_traverse,
+    module_clear,
+    module_free,
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        src_keys[i] = PyUnicode_InternFromString(FIELDS[i][0]);
-        dst_keys[i] = PyUnicode_InternFromString(FIELDS[i][1]);
-        if (src_keys[i] == NULL || dst_keys[i] == NULL)
-            return NULL;
-    }
-    s_msg = PyUnicode_InternFromString("msg");
-    s_args = PyUnicode_InternFromString("args");
-    s_exc_info = PyUnicode_InternFromString("exc_info");
-    s_stack_info = PyUnicode_InternFromString("stack_info");
-    s_message = PyUnicode_InternFromString("message");
-    s_time = PyUnicode_InternFromString("_time");
-    s_level = PyUnicode_InternFromString("level");
-    if (!s_msg || !s_args || !s_exc_info || !s_stack_info || !s_message || !s_time || !s_level)
-        return NULL;
-    for (int c = 0; c < 0x20; c++)
-        esc[c] = 'u';
-    esc['\b'] = 'b';
-    esc['\t'] = 't';
-    esc['\n'] = 'n';
-    esc['\f'] = 'f';
-    esc['\r'] = 'r';
-    esc['"'] = '"';
-    esc['\\'] = '\\';
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        int n = snprintf(key_heads[i], sizeof key_heads[i], ",\"%s\":", FIELDS[i][1]);
-        if (n < 0 || n >= (int)sizeof key_heads[i])
-            return NULL;
-        key_head_len[i] = n;
-    }
-    return PyModule_Create(&module);
+    return PyModuleDef_Init(&module_def);
 }

@@ -1,8 +1,11 @@
 """Times as text: RFC 3339, UTC, six fraction digits, ``Z`` (``2026-11-21T23:52:40.123456Z``).
 
 One module for the one form every part of the package writes times in (the engine's ``_time``,
-the client's query bounds, the local service's stored times, the command line's ``tail``) and
-for reading them back. It imports nothing of the package.
+the structlog processor's ``timestamp``, the client's query bounds, the local service's stored
+times, the command line's ``tail``) and for reading them back. Every writer here ends in
+``_second`` (the date and time of day of an epoch second) and the fraction tables; the compiled
+hot path has one twin of it (``format_time`` in ``_speedups.c``), proved equal by
+tests/test_speedups.py. It imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["format_datetime", "format_epoch", "format_micros", "parse_micros"]
+__all__ = ["format_datetime", "format_epoch", "format_micros", "format_micros_trimmed",
+           "parse_micros"]
 
 _UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
@@ -26,29 +30,48 @@ _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d(?:[Tt ]\d\d:\d\d(?::\d\d)?)?)(?:\.(\d+)
 # item_events runs 30 % faster than with "%06d" and int() (measured, 5,000-event batches).
 MILLIS = tuple(".%03d" % i for i in range(1000))
 MICROS_Z = tuple("%03dZ" % i for i in range(1000))
-# (second, its "YYYY-MM-DDTHH:MM:SS" prefix) of the last timestamp formatted: most records in a
-# burst share it. One tuple, replaced whole, so a racing thread never pairs one second with
-# another's prefix.
-SECOND_CACHE: list[tuple[int | None, str]] = [(None, "")]
-_strftime = time.strftime
+# (second, its "YYYY-MM-DDTHH:MM:SS") of the last second written: most times in a burst share
+# it. One tuple, replaced whole, so a racing thread never pairs one second with another's text.
+_LAST: tuple[int | None, str] = (None, "")
 _floor = math.floor
 _gmtime = time.gmtime
 
 
+def _second(sec: int) -> tuple[int, str]:
+    """``(sec, "YYYY-MM-DDTHH:MM:SS")`` of an epoch second, kept as the cached one (four year
+    digits on every platform: strftime's ``%Y`` writes fewer on some). The writers below read
+    the cache first, inline, and call this only for a new second. Raises for a second the
+    platform's calendar cannot hold."""
+    global _LAST
+    cached = _LAST = (sec, "%04d-%02d-%02dT%02d:%02d:%02d" % _gmtime(sec)[:6])
+    return cached
+
+
+def format_micros(us: int) -> str:
+    """Epoch microseconds as RFC 3339 UTC with microseconds (sorts as text). Raises
+    ``OverflowError`` / ``ValueError`` / ``OSError`` beyond the platform's calendar."""
+    seconds, frac = divmod(us, 1_000_000)
+    cached = _LAST
+    if seconds != cached[0]:
+        cached = _second(seconds)
+    return cached[1] + MILLIS[frac // 1000] + MICROS_Z[frac % 1000]
+
+
 def format_epoch(created: float) -> str:
-    """Epoch seconds as RFC 3339 UTC with microseconds.
+    """Epoch seconds (``record.created``) as RFC 3339 UTC, the microseconds truncated.
 
     Never raises: a time that is no time (NaN, infinite, beyond the platform's calendar, not a
-    number) stands for now, as on the handler's fast path (the engine's ``item_events``).
+    number) stands for now, as on the handler's fast path (the engine's ``item_events``, which
+    calls this per event: its steps are few on purpose).
     """
     try:
         sec = _floor(created)  # floor, not int(): right before 1970 too
-        cached = SECOND_CACHE[0]
-        if sec != cached[0]:
-            cached = (sec, _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec)))
-            SECOND_CACHE[0] = cached
-        micros = min(_floor((created - sec) * 1e6), 999_999)  # a hair under 1 s can round up
-        return cached[1] + MILLIS[micros // 1000] + MICROS_Z[micros % 1000]
+        cached = _LAST
+        prefix = cached[1] if sec == cached[0] else _second(sec)[1]
+        micros = _floor((created - sec) * 1e6)
+        return prefix + MILLIS[micros // 1000] + MICROS_Z[micros % 1000]
+    except IndexError:  # a hair under a second, rounded up to 1,000,000 microseconds
+        return prefix + ".999999Z"
     except Exception:
         return format_epoch(time.time())
 
@@ -58,28 +81,21 @@ def format_datetime(dt: datetime) -> str:
     ``OverflowError`` / ``ValueError`` for a moment UTC cannot hold."""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=_UTC)
-    dt = dt.astimezone(_UTC)
-    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
-            f"{dt.second:02d}.{dt.microsecond:06d}Z")
-
-
-def format_micros(us: int) -> str:
-    """Epoch microseconds as RFC 3339 UTC with microseconds (sorts as text)."""
-    seconds, frac = divmod(us, 1_000_000)
-    return _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(seconds)) + f".{frac:06d}Z"
+    return format_micros((dt.astimezone(_UTC) - _EPOCH) // _ONE_US)
 
 
 def format_micros_trimmed(us: int) -> str:
     """Epoch microseconds as RFC 3339 UTC with the fraction's trailing zeros cut (none at all
     on a whole second), as the service writes times in its answers."""
-    seconds, frac = divmod(us, 1_000_000)
-    text = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(seconds))
-    return text + (f".{frac:06d}".rstrip("0") + "Z" if frac else "Z")
+    text = format_micros(us)
+    fraction = text[19:26].rstrip("0")
+    return text[:19] + (fraction + "Z" if fraction != "." else "Z")
 
 
-def parse_micros(value: Any) -> int | None:
-    """An RFC 3339 string as epoch microseconds (UTC when it has no offset); None when it is
-    not one. Takes "Z" and up to nine fraction digits (nanoseconds, cut to microseconds)."""
+def parse_micros(value: Any, *, naive_utc: bool = True) -> int | None:
+    """An RFC 3339 string as epoch microseconds; None when it is not one. Takes "Z" and up to
+    nine fraction digits (nanoseconds, cut to microseconds). A time without an offset is UTC,
+    or (``naive_utc=False``) not a time at all: None."""
     if not isinstance(value, str):
         return None
     try:
@@ -97,6 +113,11 @@ def parse_micros(value: Any) -> int | None:
                 "." + frac.ljust(6, "0") if frac else "") + zone)
         except ValueError:
             return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=_UTC)
+    try:
+        if dt.utcoffset() is None:
+            if not naive_utc:
+                return None
+            dt = dt.replace(tzinfo=_UTC)
+    except Exception:  # a tzinfo of the application's that raises
+        return None
     return (dt - _EPOCH) // _ONE_US

@@ -16,7 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ._engine.events import METHOD_LEVELS, free_name
+from ._encoding import free_name
+from ._engine.model import METHOD_LEVELS
 
 __all__ = ["LOG_KWARG_NAMES", "REFUSED_EXTRA_KEYS", "render_to_log_kwargs"]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FUZZ = r"""
-import logging, sys
+import collections, logging, sys
 from hypothesis import HealthCheck, given, settings, strategies as st
 from loghandler import _compiled
 
@@ -57,15 +57,16 @@ def fuzz(extra, keep_base, msg):
     d = dict(base) if keep_base else {}
     d["msg"] = msg
     d.update(extra)
-    got = ext.record_event(d)
-    queue = []
-    ext.record_put(d, queue, 10)
-    ext.record_put(d, queue, "not a number")
+    got = ext.record_put(d, None)
+    queue = collections.deque()
+    ext.record_put(d, [queue, 10])
+    ext.record_put(d, [queue, "not a number"])
+    ext.record_put(d, [queue])
     # Wire items: with a scrubber's set and learn(), without, and malformed wires.
-    ext.record_put(d, queue, 10, (b',"f":1', frozenset({"f"}), clean, learn))
-    ext.record_put(d, queue, 10, (b"", frozenset(), None, None))
-    ext.record_put(d, queue, 10, (b"", frozenset()))
-    ext.record_put(d, queue, 10, ("x", 1, 2, 3))
+    ext.record_put(d, [queue, 10], (b',"f":1', frozenset({"f"}), clean, learn))
+    ext.record_put(d, None, (b"", frozenset(), None, None))
+    ext.record_put(d, [queue, 10], (b"", frozenset()))
+    ext.record_put(d, [queue, 10], ("x", 1, 2, 3))
     ext.items_size([i for i in queue if type(i) is bytes])
     if got is not None:
         ext.format_record({k: v for k, v in got[0].items() if isinstance(k, str)})

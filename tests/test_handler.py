@@ -371,6 +371,34 @@ class TestSafety:
         assert receiver.events[0]["evil"] == "<unrepresentable Evil>"
         assert capfd.readouterr().err == ""  # no handleError traceback either
 
+    @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+    def test_an_interrupt_from_the_application_propagates_at_once(self, receiver, make_logger,
+                                                                  interrupt):
+        """Issue 35.3: only an Exception is caught on the caller's path. An argument whose
+        __str__ raises KeyboardInterrupt (a Ctrl+C landing there) or SystemExit reaches the
+        caller every time, on either path; the application's code runs once per call, and
+        nothing is queued or counted for the interrupted call. The next call ships."""
+        calls = []
+
+        class Interrupting:
+            def __str__(self) -> str:
+                calls.append(1)
+                raise interrupt()
+
+        log, h = make_logger()
+        raised = 0
+        for _ in range(5):
+            try:
+                log.info("value %s", Interrupting())
+            except interrupt:
+                raised += 1
+        assert (raised, len(calls)) == (5, 5)
+        st = h.stats()
+        assert st.submitted == st.dropped == 0
+        log.info("after")
+        assert h.flush(5)
+        assert [e["message"] for e in receiver.events] == ["after"]
+
 
 class TestServerless:
     def test_flushing_decorator(self, receiver, make_logger):

@@ -20,7 +20,7 @@ from helpers import TOKEN, Receiver
 
 import loghandler
 from loghandler import ConfigurationError, IngestProcessor, Shipper
-from loghandler._processor import event_dict_to_event, time_from
+from loghandler._front.processor import event_dict_to_event, time_from
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED_TS = "2026-03-04T05:06:07.123456Z"

@@ -8,6 +8,9 @@ size, and nothing it is given crashes the process or raises into the caller.
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import inspect
 import json
 import logging
 import math
@@ -26,8 +29,7 @@ from test_spool import wait_until
 
 from loghandler import IngestHandler, _compiled
 from loghandler._encoding import encode
-from loghandler._engine import events
-from loghandler._engine.events import RECORD, SIZE, item_events
+from loghandler._engine.events import RECORD, SIZE, item_events, record_to_event
 from loghandler._engine.shaping import make_finisher
 from loghandler.testing import LocalService
 
@@ -39,38 +41,67 @@ EXT = _compiled.extension()
 
 def test_the_compiled_path_is_built_and_in_use() -> None:
     """`pip install -e .` on a machine with a compiler builds it (CI's machines have one), and
-    it is used unless turned off; a build that silently fell back would pass every other test."""
+    it is used unless turned off; a build that silently fell back would pass every other test.
+    _compiled alone decides, and IngestHandler's class reads its decision."""
     assert EXT is not None
     assert _compiled.ACTIVE is (not PURE)
     assert (_compiled.record_put is None) is PURE
+    assert (_compiled.handle is None) is PURE
+    handle = IngestHandler.__dict__["handle"]
+    assert handle is _compiled.handle if not PURE else inspect.isfunction(handle)
+
+
+class PythonHandler(IngestHandler):
+    """A handler with an emit of its own: the compiled path steps aside for it, so it takes
+    the Python path (the reference) in both runs."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+
+
+# Event dicts, not wire items: an exclusion gives the flusher work per event, so the shipper
+# offers no wire (wire items are compared byte for byte in test_wire_*).
+DICTS = {"exclude_fields": ["not_a_field"]}
 
 
 @pytest.fixture(scope="module")
 def handlers() -> Iterator[tuple[IngestHandler, IngestHandler]]:
-    """A handler on the compiled path and one forced onto the Python path; neither flushes
-    during the test, so what each queued stays at the end of its queue."""
+    """A plain handler (the compiled handle, on the compiled path) and one on the Python path;
+    neither flushes during the test, so what each queued stays at the end of its queue."""
     with LocalService(token=TOKEN) as svc:
         opts: dict[str, Any] = dict(url=svc.url, token=TOKEN, flush_interval=3600,
-                                    batch_size=10_000)
+                                    batch_size=10_000, **DICTS)
         fast = IngestHandler("compiled", **opts)
-        fast._compiled_put = EXT.record_put
-        fast._wire = None  # event dicts, compared key for key (wire items: test_wire_*)
-        pure = IngestHandler("pure", **opts)
-        pure._compiled_put = None
+        pure = PythonHandler("pure", **opts)
         yield fast, pure
         fast.close()
         pure.close()
 
 
 def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool = False) -> Any:
-    ledger = handler.shipper._ledger
-    before = len(ledger.queue)
+    """The queue item ``handler`` made of ``record`` (through handle(), or emit())."""
+    queue = handler.shipper.intake.queue
+    before = len(queue)
     if via_emit:
         handler.emit(record)
     else:
         handler.handle(record)
-    assert len(ledger.queue) == before + 1
-    return ledger.queue[-1]
+    assert len(queue) == before + 1
+    return queue[-1]
+
+
+def compiled_item(record: logging.LogRecord) -> Any:
+    """The queue item the extension makes of ``record`` (record_put, no gate), or, for what
+    it leaves to the careful path, that path's (record_to_event), as the compiled handle does.
+    In both runs: the extension is compared with the Python path whether it is in use or not.
+    (A record of another class never reaches it: the compiled handle checks the type.)"""
+    got = EXT.record_put(record.__dict__, None) if type(record) is logging.LogRecord else None
+    if got is None:
+        event, size = record_to_event(record)
+        event[SIZE] = size
+        return event
+    assert type(got) is tuple and got[0][SIZE] == got[1]
+    return got[0]
 
 
 def same_item(a: dict[Any, Any], b: dict[Any, Any]) -> None:
@@ -88,21 +119,25 @@ def same_item(a: dict[Any, Any], b: dict[Any, Any]) -> None:
 @given(record=records(), via_emit=st.booleans())
 def test_compiled_item_is_the_python_item(handlers: tuple[IngestHandler, IngestHandler],
                                           record: logging.LogRecord, via_emit: bool) -> None:
+    """The extension's queue item (record_put) is the Python path's, key for key (in order)
+    and size for size; and so is the item the plain handler queues (the compiled handle on
+    the compiled path)."""
     fast, pure = handlers
-    same_item(last_item(fast, record, via_emit), last_item(pure, record, via_emit))
+    snapshot = dict(record.__dict__)
+    want = last_item(pure, record, via_emit)
+    record.__dict__.clear()
+    record.__dict__.update(snapshot)
+    same_item(compiled_item(record), want)
+    record.__dict__.clear()
+    record.__dict__.update(snapshot)
+    same_item(last_item(fast, record), want)
 
 
 def formatted(item: dict[Any, Any], compiled: bool, fields: Any = None,
               finish: Any = None) -> dict[str, Any]:
-    saved = events._compiled_format, events._compiled_items
-    if compiled:
-        events.use_compiled(EXT.format_record, EXT.format_items)
-    else:
-        events.use_compiled(None, None)
-    try:
-        (event,) = item_events([dict(item)], fields, finish)
-    finally:
-        events.use_compiled(*saved)
+    """The flusher's event of a queue item: item_events with the extension's twin, or with
+    the Python reference."""
+    (event,) = item_events([dict(item)], fields, finish, compiled=EXT if compiled else None)
     return event
 
 
@@ -201,7 +236,7 @@ def queued_or_none(handler: IngestHandler, record: logging.LogRecord) -> Any:
     handler.handle(record)
     if handler.stats().dropped_too_large > refused:
         return None
-    return handler.shipper._ledger.queue[-1]
+    return handler.shipper.intake.queue[-1]
 
 
 @pytest.mark.parametrize("name,record", list(hostile_records()),
@@ -209,9 +244,15 @@ def queued_or_none(handler: IngestHandler, record: logging.LogRecord) -> Any:
 def test_hostile_records_never_crash_and_match_python(
         handlers: tuple[IngestHandler, IngestHandler], name: str, record: logging.LogRecord
 ) -> None:
+    """Records that change themselves while read, odd keys, huge values: the extension neither
+    crashes nor raises (called directly, and as the plain handler's handle), and what it
+    queues ships as the Python path's event."""
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    fast_item = queued_or_none(fast, record)  # must neither crash nor raise
+    EXT.record_put(record.__dict__, None)  # must neither crash nor raise
+    record.__dict__.clear()
+    record.__dict__.update(snapshot)
+    fast_item = queued_or_none(fast, record)  # nor as handle()
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     pure_item = queued_or_none(pure, record)
@@ -229,16 +270,43 @@ def test_hostile_records_never_crash_and_match_python(
     assert shipped[0] == shipped[1]
 
 
-def test_record_event_refuses_what_it_does_not_know() -> None:
+def test_record_put_refuses_what_it_does_not_know() -> None:
     """Called with anything but a record's dict, it answers None (the careful path), not an
-    error or a crash."""
+    error or a crash; called wrongly, a TypeError."""
     _speedups = EXT
     for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
-        assert _speedups.record_event(bad) is None
-        assert _speedups.record_put(bad, [], 10) is None
-    assert _speedups.record_put() is None
+        assert _speedups.record_put(bad, None) is None
+        assert _speedups.record_put(bad, [collections.deque(), 10]) is None
+        assert _speedups.record_put(bad, None, (b"", frozenset(), None, None)) is None
+    with pytest.raises(TypeError):
+        _speedups.record_put()
     for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
         assert _speedups.format_record(bad) is False
+
+
+def test_configure_takes_one_table_and_checks_it() -> None:
+    """The extension learns the event model from configure() alone: a missing or mistyped
+    item is a TypeError naming it, and a second module instance is configured by its own
+    call (module state, not globals)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("loghandler._speedups")
+    assert spec is not None and spec.loader is not None
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)  # a second instance, with its own (empty) state
+    assert other is not EXT
+    with pytest.raises(RuntimeError, match="not configured"):
+        other.record_put({}, None)
+    table = _compiled.table()
+    with pytest.raises(TypeError, match="levels"):
+        other.configure(**{**table, "levels": [("INFO", "info")]})
+    missing = dict(table)
+    del missing["special"]
+    with pytest.raises(TypeError, match="special"):
+        other.configure(**missing)
+    other.configure(**table)
+    record = _plain(extra_key="v")
+    assert other.record_put(record.__dict__, None)[0] == EXT.record_put(record.__dict__, None)[0]
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -321,24 +389,15 @@ class _Sub(logging.LogRecord):
     pass
 
 
+@pytest.mark.skipif(PURE, reason="the compiled handle is IngestHandler's on the compiled path "
+                                 "only (its parts are compared in both runs above)")
 def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     """IngestHandler.handle in C: for the plain record and for each case it hands to the
     Python handle (filters, a record subclass, a context, a non-plain extra), the queue holds
-    the same items as the Python handle's, in the same order. In both runs: the extension's
-    handle is compared with the Python one whether it is installed or not."""
+    the same items as the Python path's, in the same order."""
     import loghandler
-    from loghandler import _handler
-    from loghandler._engine.ledger import Ledger
-    from loghandler._handler import IngestHandler as Handler
 
-    assert EXT is not None
-    python_handle = getattr(Handler, "_python_handle", Handler.handle)
-    assert (Handler.handle is python_handle) is PURE  # installed on the compiled path only
-    if PURE:  # configured as _handler does it, for this comparison
-        EXT.configure_handle(python_handle, _handler._SENDERS, vars(_handler), sys.modules,
-                             logging.LogRecord, _handler._HANDLE_RETURNS_RECORD, Ledger,
-                             Ledger.__dict__["queue"], Ledger.__dict__["fast_len"])
-    c_handle = EXT.handle
+    assert IngestHandler.__dict__["handle"] is _compiled.handle
 
     def make(i: int, cls: type[logging.LogRecord] = logging.LogRecord,
              **extra: Any) -> logging.LogRecord:
@@ -346,31 +405,35 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
         record.__dict__.update(extra)
         return record
 
-    def queued(h: Handler) -> list[dict[str, Any]]:
-        return [json.loads(item) if type(item) is bytes  # a wire item (the same for both)
-                else {k: v for k, v in item.items() if isinstance(k, str)}
-                for item in h.shipper._ledger.queue]
+    def queued(h: IngestHandler) -> list[dict[str, Any]]:
+        """The events as they would ship: a wire item's JSON, or an event dict formatted by
+        the flusher's item_events with the shipper's fields."""
+        fields = h.shipper.options.fields
+        return [json.loads(item if type(item) is bytes
+                           else encode(formatted(item, False, fields)))
+                for item in h.shipper.intake.queue]
 
     parked = dict(token=TOKEN, url="http://127.0.0.1:9", flush_interval=3600,
                   batch_size=10_000, shutdown_timeout=0.1)
-    compiled, python = Handler("ds", **parked), Handler("ds", **parked)
-    compiled._compiled_put = python._compiled_put = EXT.record_put
+    compiled, python = IngestHandler("ds", **parked), PythonHandler("ds", **parked)
+
+    def both(record: logging.LogRecord) -> None:
+        # The same answer too: the record on Python 3.12+ (True before), a filter's refusal.
+        got, want = compiled.handle(record), python.handle(record)
+        assert got is want if isinstance(want, (bool, logging.LogRecord)) else got == want
+
     try:
-        cases = [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]
-        for record in cases:
-            c_handle(compiled, record)
-            python_handle(python, record)
+        for record in [make(0), make(1, k=2), make(2, o=object()), make(3, _Sub)]:
+            both(record)
         with loghandler.context(user=7):
-            c_handle(compiled, make(4))
-            python_handle(python, make(4))
+            both(make(4))
         for h in (compiled, python):
             h.addFilter(lambda r: r.args != (5,))
         for i in (5, 6):
-            c_handle(compiled, make(i))
-            python_handle(python, make(i))
+            both(make(i))
         got, want = queued(compiled), queued(python)
         for a, b in zip(got, want, strict=True):
-            a.pop("_time", None), b.pop("_time", None)
+            assert a.pop("_time") == b.pop("_time")
         assert got == want  # 5 was filtered out:
         assert [e["message"] for e in got] == [f"order {i}" for i in (0, 1, 2, 3, 4, 6)]
     finally:
@@ -390,37 +453,59 @@ WIRE_SHIPPERS = {
 
 
 @pytest.fixture(scope="module")
-def wire_handlers() -> Iterator[dict[str, IngestHandler]]:
-    """Parked handlers (nothing is sent) whose shippers allow wire items, by configuration."""
-    made = {name: IngestHandler("ds", **PARKED, **opts) for name, opts in WIRE_SHIPPERS.items()}
+def wire_handlers() -> Iterator[dict[str, tuple[IngestHandler, IngestHandler]]]:
+    """Parked handlers (nothing is sent) whose shippers allow wire items, by configuration,
+    each with a twin on the Python path (the reference) configured alike."""
+    made = {name: (IngestHandler("ds", **PARKED, **opts), PythonHandler("ds", **PARKED, **opts))
+            for name, opts in WIRE_SHIPPERS.items()}
     yield made
-    for h in made.values():
-        h.close()
+    for pair in made.values():
+        for h in pair:
+            h.close()
 
 
-def python_wire(handler: IngestHandler, record: logging.LogRecord) -> bytes:
-    """What the Python path ships for ``record``: its event dict, through item_events and the
-    encoder, as the flusher would (the reference a wire item is held to)."""
-    handler._compiled_put = None
+@contextlib.contextmanager
+def without_orjson() -> Iterator[None]:
+    """The encoder as it runs where orjson is not installed: the standard library's, with
+    the exact path for what it refuses (as tests/test_encoding.py runs it)."""
+    from loghandler import _encoding
+
+    saved = _encoding._encode_fast
+    _encoding._encode_fast = _encoding._encode_std
     try:
-        item = last_item(handler, record, via_emit=True)
+        yield
     finally:
-        handler.shipper._ledger.queue.pop()
-    sender = handler.shipper._sender
-    return encode(formatted(item, False, handler.shipper.options.fields, sender.finish))
+        _encoding._encode_fast = saved
+
+
+def python_wire(pair: tuple[IngestHandler, IngestHandler],
+                record: logging.LogRecord) -> tuple[bytes, bytes]:
+    """What the Python path ships for ``record``: its event dict, through item_events and the
+    encoder, as the flusher would (the reference a wire item is held to), written by orjson
+    and by the standard library's encoder."""
+    twin = pair[1]
+    item = last_item(twin, record, via_emit=True)
+    o = twin.shipper.options
+    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns)
+    fast = encode(formatted(item, False, o.fields, finish))
+    with without_orjson():
+        std = encode(formatted(item, False, o.fields, finish))
+    return fast, std
 
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
     """record_put's item for ``record`` with the shipper's wire (queued nowhere)."""
-    wire = handler.shipper._sender.wire()
+    wire = handler.shipper.wire()
     assert wire is not None
-    got = EXT.record_put(record.__dict__, [], 0, wire)
+    got = EXT.record_put(record.__dict__, None, wire)
     return None if got is None else got[0]
 
 
 PLAIN_VALUES = st.one_of(
     st.text(max_size=30), st.integers(min_value=-2**65, max_value=2**65), st.floats(),
-    st.floats(min_value=-1e6, max_value=1e6), st.booleans(), st.none())
+    st.floats(min_value=-1e6, max_value=1e6), st.booleans(), st.none(),
+    # Not numbers JSON can carry: null on every path, whatever else the event holds (35.8).
+    st.sampled_from([math.nan, math.inf, -math.inf]))
 
 
 @st.composite
@@ -428,7 +513,7 @@ def plain_records(draw: st.DrawFn) -> logging.LogRecord:
     """Records of the kind wire items are made of (plain extras, a %-message), with text that
     needs escaping, any Unicode, odd floats and ints, names that clash, created anywhere."""
     args: tuple[Any, ...] = ()
-    msg = draw(st.text(max_size=40))
+    msg = draw(st.one_of(st.text(max_size=40), st.sampled_from(["café", "Zürich", "日本語"])))
     if draw(st.booleans()):
         # Conversions the writer takes (%s of a str or an int, %d of an int, %%), and ones it
         # leaves to str % (%r, widths, %d of a str, too few or too many arguments, a bool).
@@ -454,23 +539,39 @@ def plain_records(draw: st.DrawFn) -> logging.LogRecord:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record=st.one_of(plain_records(), records()),
        shipper=st.sampled_from(sorted(WIRE_SHIPPERS)))
-def test_wire_item_is_what_the_python_path_ships(wire_handlers: dict[str, IngestHandler],
-                                                 record: logging.LogRecord,
-                                                 shipper: str) -> None:
-    """A wire item is, byte for byte, the JSON the flusher makes of the Python path's event
-    (orjson's), for every record it takes; the others stay event dicts."""
-    handler = wire_handlers[shipper]
+def test_wire_item_is_what_the_python_path_ships(
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]],
+        record: logging.LogRecord, shipper: str) -> None:
+    """A wire item is, byte for byte, the JSON the flusher makes of the Python path's event,
+    with orjson and without it (the standard library's encoder, which sends an event with a
+    NaN to the exact path); the others stay event dicts."""
+    pair = wire_handlers[shipper]
     snapshot = dict(record.__dict__)
-    got = compiled_wire(handler, record)
+    got = compiled_wire(pair[0], record)
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     if type(got) is not bytes:
         return  # the dict path's (compared with the Python path's above)
-    want = python_wire(handler, record)
+    fast, std = python_wire(pair, record)
+    assert got == std
     if encoding_has_orjson():
-        assert got == want
-    else:  # the stdlib encoder writes the same values (exponents aside)
-        assert json.loads(got) == json.loads(want)
+        assert got == fast
+
+
+def test_nan_beside_non_ascii_ships_the_same_bytes_on_both_paths(
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
+    """Issue 35.8: an event with NaN or infinity beside non-ASCII text is the same bytes
+    whichever path wrote it: UTF-8 and null (the exact path used to escape the whole event
+    as \\uXXXX once the standard library's encoder refused the NaN)."""
+    pair = wire_handlers["no scrubbing, no identity"]
+    for value in (math.nan, math.inf, -math.inf):
+        record = _plain("café %s", ("naïve",), ratio=value, city="Zürich")
+        got = compiled_wire(pair[0], record)
+        fast, std = python_wire(pair, record)
+        assert type(got) is bytes and b'"ratio":null' in got and "Zürich".encode() in got
+        assert std == got
+        if encoding_has_orjson():
+            assert fast == got
 
 
 def encoding_has_orjson() -> bool:
@@ -479,9 +580,9 @@ def encoding_has_orjson() -> bool:
     return _encoding.HAVE_ORJSON
 
 
-def _wire_of(handler: IngestHandler, **extra: Any) -> Any:
+def _wire_of(pair: tuple[IngestHandler, IngestHandler], **extra: Any) -> Any:
     record = _plain("m", (), **extra)
-    return compiled_wire(handler, record)
+    return compiled_wire(pair[0], record)
 
 
 @settings(max_examples=2000, deadline=None)
@@ -490,7 +591,7 @@ def _wire_of(handler: IngestHandler, **extra: Any) -> Any:
                        st.integers(min_value=-2**70, max_value=2**70), st.booleans(),
                        st.none(), st.text(max_size=40)))
 def test_wire_values_are_written_as_orjson_writes_them(
-        wire_handlers: dict[str, IngestHandler], value: Any) -> None:
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]], value: Any) -> None:
     """Floats (shortest digits; exponent forms left to the encoder), ints (past 64 bits left),
     strings (escapes, control characters, any Unicode; lone surrogates left)."""
     got = _wire_of(wire_handlers["no scrubbing, no identity"], v=value)
@@ -504,55 +605,73 @@ def test_wire_values_are_written_as_orjson_writes_them(
 
 
 def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
-        wire_handlers: dict[str, IngestHandler]) -> None:
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
     """A secret's key (scrubbed on the flusher), a key fields= names (merged there), a message
     too large to copy on the caller's thread: event dicts; a value that is not plain: the
     careful path's. A new key is learned once (the scrubber decides), then written."""
-    h = wire_handlers["defaults"]
-    assert type(_wire_of(h, password="hunter2")) is dict
-    assert type(_wire_of(h, host="mine")) is dict  # identity's field: the event's own wins
-    assert _wire_of(h, payload={"a": 1}) is None  # the careful path's
-    assert type(compiled_wire(h, _plain("x" * 100_000, ()))) is dict
-    clean = h.shipper._sender.finish.clean_keys()
+    pair = wire_handlers["defaults"]
+    assert type(_wire_of(pair, password="hunter2")) is dict
+    assert type(_wire_of(pair, host="mine")) is dict  # identity's field: the event's own wins
+    assert _wire_of(pair, payload={"a": 1}) is None  # the careful path's
+    assert type(compiled_wire(pair[0], _plain("x" * 100_000, ()))) is dict
+    wire = pair[0].shipper.wire()
+    assert wire is not None
+    clean = wire[2]  # the scrubber's set of keys it has nothing to do for
     assert "brand_new_key" not in clean
-    assert type(_wire_of(h, brand_new_key=1)) is bytes
+    assert type(_wire_of(pair, brand_new_key=1)) is bytes
     assert "brand_new_key" in clean
     assert type(_wire_of(wire_handlers["fields"], region="us")) is dict
 
 
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As in a process that never entered a loghandler.context nor imported OpenTelemetry
+    (earlier tests did both): until the test enters one, events take the plain path."""
+    from loghandler._engine.context import IN_USE
+
+    monkeypatch.delitem(sys.modules, "opentelemetry.trace", raising=False)
+    saved, IN_USE[0] = IN_USE[0], False
+    try:
+        yield
+    finally:
+        IN_USE[0] = saved
+
+
+@pytest.mark.usefixtures("fresh_process")
 def test_no_wire_when_the_flusher_has_work_per_event() -> None:
     """Sampling or repeats, exclusions, scanning text for secrets, a json_default, a nested
-    or secret fields= value: the shipper offers no wire; a handler with a formatter uses none."""
+    or secret fields= value: the shipper offers no wire; a handler with a formatter takes the
+    careful path (its events are dicts)."""
     for opts in ({"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
                  {"exclude_fields": ["file"]}, {"scrub": "all"},
                  {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
                  {"fields": {"api_key": "sk-1"}}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
-            assert h.shipper._sender.wire() is None, opts
-            assert h._wire is None
+            assert h.shipper.wire() is None, opts
+            h.handle(_plain())
+            assert type(h.shipper.intake.queue[-1]) is dict, opts
         finally:
             h.close()
     h = IngestHandler("ds", **PARKED)
     try:
-        assert (h._wire is not None) is (not PURE)
+        assert h.shipper.wire() is not None
+        h.handle(_plain())
+        assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE)
         h.setFormatter(logging.Formatter("%(message)s"))
-        assert h._wire is None and h._compiled_put is None
+        h.handle(_plain())
+        assert type(h.shipper.intake.queue[-1]) is dict
     finally:
         h.close()
 
 
-def test_wire_items_and_dicts_ship_together(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("fresh_process")
+def test_wire_items_and_dicts_ship_together() -> None:
     """End to end through the local service: wire items and event dicts (a secret, a nested
     value, a context) in one batch; every event arrives as the object it was, secrets
     scrubbed."""
     import loghandler
-    from loghandler import _handler
-
-    # Once a context was entered anywhere, or OpenTelemetry imported (earlier tests), every
-    # event takes the context's path (a dict): as in a fresh process, until this test enters one.
-    monkeypatch.setattr(_handler, "_context_on", False)
-    monkeypatch.delitem(sys.modules, "opentelemetry.trace", raising=False)
+    from loghandler._engine.context import IN_USE
 
     with LocalService(token=TOKEN) as svc:
         h = IngestHandler("ds", url=svc.url, token=TOKEN, flush_interval=3600)
@@ -564,12 +683,11 @@ def test_wire_items_and_dicts_ship_together(monkeypatch: pytest.MonkeyPatch) -> 
             log.info("plain %s", 1, extra={"n": 1.5})
             log.info("secret", extra={"password": "hunter2"})
             log.info("nested", extra={"payload": {"a": [1, 2]}})
-            _handler._context_on = True  # as entering the first context sets it
             with loghandler.context(tenant="acme"):
                 log.info("in context")
-            _handler._context_on = False
+            IN_USE[0] = False  # (as in a process that never entered one)
             log.info("plain %s", 2, extra={"n": 2.5})
-            kinds = [type(item) for item in h.shipper._ledger.queue]
+            kinds = [type(item) for item in h.shipper.intake.queue]
             assert (bytes in kinds) is (not PURE) and dict in kinds
             assert h.flush(10)
             got = {e["message"]: e for e in svc.events("ds")}
@@ -604,8 +722,8 @@ def test_wire_items_are_sized_and_spooled(tmp_path: Any) -> None:
     log.setLevel(logging.INFO)
     for i in range(50):
         log.info("spooled %s", i, extra={"i": i})
-    queued = list(h.shipper._ledger.queue)
-    assert h.shipper._ledger.queued_bytes() == sum(map(size_of, queued))
+    queued = list(h.shipper.intake.queue)
+    assert sum(map(size_of, queued)) == items_size(queued)
     h.close()  # nothing listens: everything goes to the spool
     assert h.stats().spooled == 50
     with LocalService(token=TOKEN) as svc:

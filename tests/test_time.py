@@ -7,7 +7,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from loghandler._time import format_datetime, format_epoch, format_micros, parse_micros
+from loghandler._time import (
+    format_datetime,
+    format_epoch,
+    format_micros,
+    format_micros_trimmed,
+    parse_micros,
+)
 
 UTC = timezone.utc
 
@@ -57,3 +63,26 @@ def test_format_epoch_never_raises(created: object) -> None:
     us = parse_micros(text)
     now = datetime.now(UTC)
     assert us is not None and abs(us / 1e6 - now.timestamp()) < 60
+
+
+def test_years_before_1000_have_four_digits() -> None:
+    """RFC 3339 has four year digits: the platform's strftime writes fewer on some systems."""
+    us = (datetime(999, 12, 31, 23, 59, 59, 5, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+          ) // timedelta(microseconds=1)
+    assert format_micros(us) == "0999-12-31T23:59:59.000005Z"
+    assert format_epoch(us / 1e6).startswith("0999-12-31T23:59:59.")
+
+
+def test_trimmed_form_drops_the_fractions_trailing_zeros() -> None:
+    assert format_micros_trimmed(1_500_000) == "1970-01-01T00:00:01.5Z"
+    assert format_micros_trimmed(2_000_000) == "1970-01-01T00:00:02Z"
+    assert format_micros_trimmed(1) == "1970-01-01T00:00:00.000001Z"
+
+
+def test_a_time_without_an_offset_may_be_refused() -> None:
+    """``naive_utc=False``: a local time without its offset is no time (the structlog
+    processor then stamps now rather than guess a zone)."""
+    assert parse_micros("2026-01-02T03:04:05") == parse_micros("2026-01-02T03:04:05Z")
+    assert parse_micros("2026-01-02T03:04:05", naive_utc=False) is None
+    assert parse_micros("2026-01-02T03:04:05+01:00", naive_utc=False) == \
+        parse_micros("2026-01-02T02:04:05Z")

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from .. import _encoding as encoding
 from .events import item_events
-from .ledger import Fate, Ledger
+from .ledger import Fate, Flushing
 
 __all__ = ["Chunk", "Cutter", "Item", "chunks", "cut", "encode_batch", "encode_each"]
 
@@ -116,7 +116,7 @@ class Cutter:
 
     __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "select")
 
-    def __init__(self, ledger: Ledger, batch_size: int, max_batch_bytes: int, fields: Any,
+    def __init__(self, ledger: Flushing, batch_size: int, max_batch_bytes: int, fields: Any,
                  finish: Callable[..., None] | None = None,
                  select: Callable[[list[Item]], list[Item]] | None = None,
                  ) -> None:

@@ -6,11 +6,12 @@ stored dict is never changed and the caller's thread takes it by reference: its 
 nothing. The fields are merged into the event on the flusher thread (events.py "Queue items",
 ``merge_context``).
 
-Nothing here runs on the application's thread until a context is used or the application imports
-``opentelemetry.trace``: the front ends test a flag (``USED``, or the handler's own module global
-set through ``on_first_use``) and ``OTEL_TRACE in sys.modules`` first, before calling
-``snapshot``. OpenTelemetry is never imported here: it is looked up in
-``sys.modules``, where the application put it.
+"A context is in use" is one test, everywhere: ``IN_USE[0] or OTEL_TRACE in sys.modules`` (a
+``loghandler.context`` was ever entered in this process, or the application imported
+``opentelemetry.trace``). Until it is true nothing here runs on the application's thread; the
+front ends inline it before calling ``snapshot`` (a call would cost every event more than the
+test), and the compiled handle reads the same list (``_compiled`` hands it over). OpenTelemetry
+is never imported here: it is looked up in ``sys.modules``, where the application put it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any, TypeVar
 
 from .._encoding import to_jsonable
 from . import hold as _hold
-from .events import PLAIN
+from .model import PLAIN
 
-__all__ = ["context"]
+__all__ = ["IN_USE", "OTEL_TRACE", "context", "snapshot"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,10 +37,9 @@ _get = _VAR.get
 _TOKENS: ContextVar[tuple[tuple[Token[dict[str, Any]], Any], ...]] = ContextVar(
     "loghandler_context_tokens", default=())
 # Set once, by the first context() entered, and never cleared: until then the front ends skip the
-# context entirely (one list read per event; the handler keeps a module global of its own,
-# set through on_first_use, which its inlined emit() reads cheaper still).
-USED = [False]
-_FIRST_USE: list[Callable[[], None]] = []
+# context entirely (one list read per event). A list, so that the compiled handle reads the very
+# same flag.
+IN_USE = [False]
 OTEL_TRACE = "opentelemetry.trace"
 _modules = sys.modules
 _PLAIN = PLAIN
@@ -67,10 +67,7 @@ class context:
         self._fields = {k: v if type(v) in _PLAIN else to_jsonable(v) for k, v in fields.items()}
 
     def __enter__(self) -> context:
-        if not USED[0]:
-            USED[0] = True
-            for callback in _FIRST_USE:
-                callback()
+        IN_USE[0] = True
         outer = _get()
         merged = {**outer, **self._fields} if outer else self._fields
         # The tokens are kept per context (thread, task), not on self: one instance may be
@@ -108,13 +105,6 @@ class context:
 
     def __repr__(self) -> str:
         return f"loghandler.context({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
-
-
-def on_first_use(callback: Callable[[], None]) -> None:
-    """Call ``callback`` when the first context is entered (now, if one was)."""
-    _FIRST_USE.append(callback)
-    if USED[0]:
-        callback()
 
 
 def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:

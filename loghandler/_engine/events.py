@@ -1,10 +1,11 @@
 """Building events, cheaply: what the application thread copies, and what the flusher builds.
 
-The one event and size model: the plain JSON types taken as they are (``PLAIN``), the level
-tables, the free-name rule for a field that clashes (``free_name``), the memory model's sizes,
-``record_to_event`` (a LogRecord's event; ``IngestHandler.emit`` inlines the same for a plain
-record, and a property test holds the two equal), and ``item_events`` (the final event, on the
-flusher thread).
+The event model's tables are ``model.py``'s (re-exported here): the record-to-event mapping
+(``HEAD``), the plain JSON types, the level tables, the memory model's sizes. Here: the rules
+that read them. ``fast_head`` (the handler's fast path's event head, made from ``HEAD``),
+``record_to_event`` (a LogRecord's event on the careful path; a property test holds the two
+equal), ``add_fields`` and the free-name rule for a field that clashes (``free_name``), and
+``item_events`` (the final event, on the flusher thread).
 
 Values of the plain JSON types are taken as they are; anything else (a dict, a list, an object)
 is turned into a JSON-safe copy right away, because the application may change or free it after
@@ -12,20 +13,20 @@ the call, and its ``repr`` may not be safe to run on another thread.
 
 Queue items. The shipper's queue holds the event dicts themselves, each with private keys that no
 field can be (unique objects, not strings): ``SIZE``, its rough size (for ``max_queue_bytes``),
-and, on an event from the handler's fast path, ``RECORD``: its ``_time`` is still
-``record.created`` and its ``level`` still ``record.levelname``, and ``item_events`` formats both
-on the flusher thread, so that the caller's thread does not. ``CONTEXT``, when present, is
-the caller's context snapshot ``(fields, trace_id, span_id)`` (``_context.snapshot``, taken on
-the caller's thread only when a ``loghandler.context`` was ever entered or OpenTelemetry is
-imported): ``item_events`` adds those the event lacks, then the shipper's ``fields=``.
+and, on an event from a fast path, ``RECORD``: its ``_time`` is still the record's epoch seconds
+and its ``level`` still its level's name, and ``item_events`` formats both on the flusher
+thread, so that the caller's thread does not. ``CONTEXT``, when present, is the caller's
+context snapshot ``(fields, trace_id, span_id)`` (``context.snapshot``, taken on the caller's
+thread only while ``context.in_use``): ``item_events`` adds those the event lacks, then the
+shipper's ``fields=``.
 
 Wire items. On the compiled path (``_speedups.c``), when the shipper has nothing to do per event
-(``Sender.wire``: no context, no sampling or repeat policy, no exclusion, no field the scrubber has
-not cleared, no clash with ``fields=``), the handler's fast path queues the event's final JSON
-instead: a ``bytes`` item, exactly what ``item_events`` and the encoder would have made of the
-dict, built on the caller's thread in C. The flusher only joins such items into a request body,
-so its work under the GIL per event is a few pointer copies. Its size is its length and
-``WIRE_ITEM_SIZE``; ``items_size`` and ``size_of`` read both kinds.
+(``Shipper.wire``: no context, no sampling or repeat policy, no exclusion, no field the
+scrubber has not cleared, no clash with ``fields=``), the handler's fast path queues the event's
+final JSON instead: a ``bytes`` item, exactly what ``item_events`` and the encoder would have
+made of the dict, built on the caller's thread in C. The flusher only joins such items into a
+request body, so its work under the GIL per event is a few pointer copies. Its size is its
+length and ``WIRE_ITEM_SIZE``; ``items_size`` and ``size_of`` read both kinds.
 
 Why dicts and not tuples: a dict holding only strings, numbers and None (and these keys) holds no
 reference the cyclic GC must follow, so CPython leaves it untracked, and a full GC pass over a
@@ -38,94 +39,93 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
 
+from .. import _compiled
 from .._encoding import free_name, key_to_str, to_jsonable
-from .._time import MICROS_Z, MILLIS, SECOND_CACHE, format_epoch
+from .._time import format_epoch
+from .model import (
+    CONTEXT,
+    COPIED_ATTRS,
+    COPIED_EXTRA_SIZE,
+    COPIED_FIELD_SIZE,
+    DEEP_SIZE_NODES,
+    DEEP_SIZE_REST,
+    EXTRA_SIZE,
+    FAST_EVENT_SIZE,
+    FAST_EXTRA_SIZE,
+    FAST_HEAD,
+    FIELD_SIZE,
+    FORMATTER,
+    HEAD,
+    INIT_KEYS,
+    LEVELS,
+    METHOD_LEVELS,
+    PLAIN,
+    RECORD,
+    RECORD_EVENT_SIZE,
+    RESERVED,
+    SIZE,
+    SPECIAL,
+    STANDARD,
+    STRUCTLOG_EVENT_SIZE,
+    SUBMIT_EVENT_SIZE,
+    SUBMIT_FIELD_SIZE,
+    TAKEN_EXTRA_SIZE,
+    WIRE_ITEM_SIZE,
+)
 
-# Plain object() instances: equal only to themselves, so no field name can be them, and not a GC
-# type, so a dict using them as keys can stay untracked (an instance of any class of ours is).
-SIZE: Any = object()  # see "Queue items"
-RECORD: Any = object()
-CONTEXT: Any = object()
+__all__ = [
+    "CONTEXT", "FAST_EVENT_SIZE", "FAST_EXTRA_SIZE", "FAST_HEAD", "FIELD_SIZE", "FORMATTER",
+    "INIT_KEYS", "LEVELS", "METHOD_LEVELS", "PLAIN", "RECORD", "RECORD_EVENT_SIZE", "RESERVED",
+    "SIZE", "SPECIAL", "STANDARD", "STRUCTLOG_EVENT_SIZE", "SUBMIT_EVENT_SIZE",
+    "SUBMIT_FIELD_SIZE", "WIRE_ITEM_SIZE", "add_exception", "add_fields", "deep_size",
+    "exception_fields", "fast_head", "free_name", "item_events", "item_size", "items_size",
+    "known_clean", "loguru_head", "merge_context", "record_message", "record_to_event",
+    "rfc3339", "size_of",
+]
+
 item_size = itemgetter(SIZE)
-
-# Immutable JSON values: taken into an event as they are (nothing to copy, nothing the
-# application can change afterwards). A float may be NaN or infinite: add_fields makes it None
-# at once; the handler leaves it to the encoder, which writes null as well.
-PLAIN = frozenset({str, int, float, bool, type(None)})
-
-# Attributes every LogRecord has; anything else in record.__dict__ came from extra=.
-INIT_KEYS = list(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
-STANDARD = frozenset(INIT_KEYS) | {
-    "message", "asctime", "taskName",
-    # set by structlog's ProcessorFormatter.wrap_for_formatter / by formatters
-    "_logger", "_name", "_from_structlog", "_record",
-}
-# Keys of the event itself: an extra with one of these names is renamed, not lost.
-RESERVED = frozenset({
-    "_time", "level", "message", "logger", "module", "function", "line", "file", "process",
-    "thread", "exception", "stack",
-})
-# Levels. A record's levelname is kept, lowercased ("WARN" stays "warn"); a structlog method name
-# becomes the level it logs at (structlog's add_log_level maps the first two the same way; "msg"
-# is the info-level method of PrintLogger and friends; "fatal" logs at critical).
-LEVELS = {name: name.lower() for name in logging._nameToLevel}
-METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
-
-# The memory model: rough bytes a queued event holds, for max_queue_bytes (about three times its
-# encoded JSON; measured with tracemalloc and RSS). The encoded size itself is measured on the
-# flusher thread, where it bounds the batches.
-RECORD_EVENT_SIZE = 900  # an event record_to_event built, with its queue item
-FAST_EVENT_SIZE = 600  # one the handler's fast path built: its dict of ten fields, the queue
-#                        item, the created float, the process int, the message's header
-FAST_EXTRA_SIZE = 100  # an extra on the fast path (the dict grows past ten keys; a float value
-#                        is a new object); a str also counts its length, here and below
-EXTRA_SIZE = 96  # a plain extra record_to_event takes as it is
-TAKEN_EXTRA_SIZE = 80  # a plain extra _add_extras takes (renamed, or beside a copied one)
-COPIED_EXTRA_SIZE = 144  # an extra copied JSON-safe (to_jsonable)
-STRUCTLOG_EVENT_SIZE = 240  # a structlog event dict's copy and its queue item, before fields
-FIELD_SIZE = 48  # a field add_fields copies: its dict entry and a number's object
-COPIED_FIELD_SIZE = 64  # more for a field add_fields copies JSON-safe
-SUBMIT_EVENT_SIZE = 400  # Shipper.submit's shallow copy of an event dict
-# deep_size: what a nested value holds. Containers cost their slots, strings their length;
-# the walk visits at most DEEP_SIZE_NODES values and counts the rest at DEEP_SIZE_REST each.
-DEEP_SIZE_NODES = 2048
-DEEP_SIZE_REST = 256
-SUBMIT_FIELD_SIZE = 80  # each of its fields
-WIRE_ITEM_SIZE = 40  # a wire item beyond its length: the bytes object's header, its queue slot
-# The attributes LogRecord.__init__ sets come first in record.__dict__: makeRecord() adds the
-# extras after them.
+# The one time form (_time.py): epoch seconds as RFC 3339.
+rfc3339 = format_epoch
 _N_INIT = len(INIT_KEYS)
 _INIT_SET = frozenset(INIT_KEYS)
 _islice = itertools.islice
 
-# The time form is _time.py's; item_events inlines format_epoch with its tables and cache.
-rfc3339 = format_epoch
-_time_cache = SECOND_CACHE
-_MILLIS = MILLIS
-_MICROS_Z = MICROS_Z
-_strftime = time.strftime
-_floor = math.floor
-_gmtime = time.gmtime
+
+# ------------------------------------------------------------------ the head, from HEAD
+
+def _head_builder(name: str, value: Callable[[str, str | None, str, str | None], str]
+                  ) -> Callable[[Any, str], dict[Any, Any]]:
+    """``name(r, message)``: an event's head as one dict display, each value read as
+    ``value(key, attribute, loguru key, loguru attribute)`` writes it, made once from ``HEAD``
+    (as ``dataclasses`` makes an ``__init__``): a hot path then pays nothing for reading a
+    table, where a loop over it per record costs twice the display (measured)."""
+    items = ", ".join(f"{key!r}: " + ("message" if attr is None else value(key, attr, lk, la))
+                      for key, attr, lk, la in HEAD)
+    source = f"def {name}(r, message):\n    return {{{items}, RECORD: True}}\n"
+    namespace: dict[str, Any] = {"RECORD": RECORD}
+    exec(compile(source, f"<loghandler.events.{name}>", "exec"), namespace)
+    built: Callable[[Any, str], dict[Any, Any]] = namespace[name]
+    built.__doc__ = (f"The head of a fast-path event, from HEAD ({name}): ``_time`` and "
+                     "``level`` raw (RECORD: the flusher formats them).")
+    return built
 
 
-# The keys every event of the handler's fast path starts with, in this order (the handler and
-# _speedups.c build them so).
-FAST_HEAD = ("_time", "level", "message", "logger", "module", "function", "line", "file",
-             "process", "thread")
+# fast_head(record.__dict__, message): the handler's fast path (and _speedups.c's twin).
+fast_head = _head_builder("fast_head", lambda key, attr, lk, la: f"r[{attr!r}]")
+# loguru_head(loguru's record, message): the loguru sink's fast path.
+loguru_head = _head_builder(
+    "loguru_head",
+    lambda key, attr, lk, la: f"r[{lk!r}]" + (".timestamp()" if key == "_time" else
+                                             f".{la}" if la else ""))
 
-# _speedups.format_record and format_items, when the compiled path is in use (set by
-# loghandler/_compiled.py): item_events in C, for the fast path's events; every other item
-# goes the Python way (_item_events), which stays the reference.
-_compiled_format: Callable[[dict[Any, Any]], bool] | None = None
-_compiled_items: Callable[..., list[dict[str, Any]]] | None = None
 
+# ------------------------------------------------------------------ sizes
 
 def _items_size(items: list[Any]) -> int:
     try:
@@ -134,9 +134,10 @@ def _items_size(items: list[Any]) -> int:
         return sum(map(size_of, items))
 
 
-# The queue items' estimated sizes, summed (the ledger's byte bound); the compiled one reads
-# wire items too (the Python path makes none).
-items_size: Callable[[list[Any]], int] = _items_size
+# The queue items' estimated sizes, summed (the ledger's byte bound): the compiled twin when
+# _compiled chose it (it reads wire items too, which only that path makes).
+items_size: Callable[[list[Any]], int] = (
+    _compiled.items_size if _compiled.items_size is not None else _items_size)
 
 
 def size_of(item: Any) -> int:
@@ -146,35 +147,32 @@ def size_of(item: Any) -> int:
     return item[SIZE]  # type: ignore[no-any-return]
 
 
-def use_compiled(format_record: Callable[[dict[Any, Any]], bool] | None,
-                 format_items: Callable[..., list[dict[str, Any]]] | None = None,
-                 sizes: Callable[[list[Any]], int] | None = None) -> None:
-    global _compiled_format, _compiled_items, items_size
-    _compiled_format, _compiled_items = format_record, format_items
-    if sizes is not None:
-        items_size = sizes
-
+# ------------------------------------------------------------------ the flusher's side
 
 def item_events(items: Any, fields: Mapping[str, Any] | None = None,
-                finish: Callable[..., None] | None = None) -> list[Any]:
+                finish: Callable[..., None] | None = None, *,
+                compiled: Any = _compiled.speedups) -> list[Any]:
     """The events of queue items (see "Queue items"), on the flusher thread; a wire item is
     its event's JSON already, and stays as it is.
 
     ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
     item's context: the event's own fields win, then the context, then ``fields``. ``finish``
     (the shipper's exclusions and scrubbing, ``shaping.Finisher``) runs last on each event.
+    ``compiled``: the compiled twin (``_compiled.speedups``, what ``_compiled`` chose), or None
+    for the Python reference (the property tests run both).
     """
-    batch = _compiled_items
-    if batch is None:
-        return _item_events(items, fields, finish)
+    if compiled is None:
+        return _item_events(items, fields, finish, None)
     static = tuple(fields.items()) if fields else ()
     plain = all(type(v) in PLAIN for _, v in static)
     # Checked once a batch, not per event: the static fields' keys, and the fast path's fixed
     # head, which then need not be looked at.
     clean = known_clean(finish, static, plain)
     skip = len(FAST_HEAD) if clean is not None and clean.issuperset(FAST_HEAD) else 0
-    return batch(items, static, plain, finish, clean,
-                 lambda item: _item_events((item,), fields, finish)[0], skip)
+    fmt = compiled.format_record
+    return compiled.format_items(  # type: ignore[no-any-return]
+        items, static, plain, finish, clean,
+        lambda item: _item_events((item,), fields, finish, fmt)[0], skip)
 
 
 def known_clean(finish: Callable[..., None] | None, static: tuple[tuple[str, Any], ...],
@@ -195,17 +193,15 @@ def known_clean(finish: Callable[..., None] | None, static: tuple[tuple[str, Any
 
 
 def _item_events(items: Any, fields: Mapping[str, Any] | None,
-                 finish: Callable[..., None] | None) -> list[Any]:
+                 finish: Callable[..., None] | None,
+                 format_record: Callable[[dict[Any, Any]], bool] | None) -> list[Any]:
     out: list[Any] = []
     append = out.append
     levels = LEVELS
-    millis, micros_z, floor = _MILLIS, _MICROS_Z, _floor
-    seen: int | None = None
-    prefix = ""
     static = tuple(fields.items()) if fields else ()
     static_plain = all(type(v) in PLAIN for _, v in static)
     pop = dict.pop
-    compiled = _compiled_format
+    fmt = format_epoch
     for event in items:
         if type(event) is bytes:  # a wire item: final already
             append(event)
@@ -220,21 +216,16 @@ def _item_events(items: Any, fields: Mapping[str, Any] | None,
         record = pop(event, RECORD, None) is not None
         # Flat (for the scrubber): the fast path's plain values, and nothing nested added.
         plain = record and snap is None and static_plain
-        if record and (compiled is None or not compiled(event)):
+        if record and (format_record is None or not format_record(event)):
             try:
-                created = event["_time"]
-                sec = floor(created)
-                if sec != seen:
-                    prefix = _strftime("%Y-%m-%dT%H:%M:%S", _gmtime(sec))
-                    seen = sec
-                micros = floor((created - sec) * 1e6)
-                # 1,000,000 (a hair under a second, rounded up) fails the lookup: rfc3339 clamps
-                ts = prefix + millis[micros // 1000] + micros_z[micros % 1000]
                 level = event["level"]
                 event["level"] = levels.get(level) or str(level).lower()
-                event["_time"] = ts
             except Exception:
-                _fix_record_event(event)
+                event["level"] = to_jsonable(event.get("level"))
+            try:
+                event["_time"] = fmt(event["_time"])
+            except KeyError:  # (a filter took it away): now, as for a time that is no time
+                event["_time"] = fmt(time.time())
         if static:
             for key, value in static:
                 if key not in event:
@@ -252,19 +243,7 @@ def _item_events(items: Any, fields: Mapping[str, Any] | None,
     return out
 
 
-def _fix_record_event(event: dict[str, Any]) -> None:
-    # item_events' careful path (neither field converted yet): a record whose values a filter
-    # or a record factory made odd.
-    try:
-        event["_time"] = rfc3339(event["_time"])
-    except Exception:
-        event["_time"] = rfc3339(time.time())
-    level = event["level"]
-    try:
-        event["level"] = LEVELS.get(level) or str(level).lower()
-    except Exception:
-        event["level"] = to_jsonable(level)
-
+# ------------------------------------------------------------------ the caller's side
 
 def deep_size(value: Any) -> int:
     """Rough bytes a JSON-safe value holds, nested values included (for ``max_queue_bytes``).
@@ -300,13 +279,12 @@ def deep_size(value: Any) -> int:
     return total + len(stack) * DEEP_SIZE_REST
 
 
-def add_fields(event: dict[str, Any], items: Any, reserved: frozenset[str] = frozenset()) -> int:
+def add_fields(event: dict[str, Any], items: Any) -> int:
     """Copy (key, value) pairs into ``event``, JSON-safe. Returns a rough size of what was added.
 
     A key that is already in ``event`` is renamed ``extra_<key>``: a field is never silently
-    lost, whether it clashes with one of the event's own keys (``reserved``, kept for the
-    callers that name them) or with another key once converted to a string (``1`` and ``"1"``,
-    ``None`` and ``"null"``).
+    lost, whether it clashes with one of the event's own keys or with another key once
+    converted to a string (``1`` and ``"1"``, ``None`` and ``"null"``).
     """
     size = 0
     plain = PLAIN
@@ -428,7 +406,7 @@ def _add_extras(event: dict[str, Any], d: dict[str, Any], tail: dict[str, Any]) 
         # A custom record factory set attributes before LogRecord.__init__ did: extras may
         # sit anywhere. Rare; look at every key.
         size += add_fields(event, [(k, v) for k, v in d.items()
-                                   if k not in STANDARD and k not in event], RESERVED)
+                                   if k not in STANDARD and k not in event])
     return size
 
 
@@ -461,13 +439,9 @@ def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         level = LEVELS.get(levelname) or str(levelname).lower()
     except Exception:
         level = to_jsonable(levelname)
-    event: dict[str, Any] = {"_time": rfc3339(get("created")), "level": level,
+    event: dict[str, Any] = {"_time": format_epoch(get("created")), "level": level,
                              "message": message}
-    size = RECORD_EVENT_SIZE + add_fields(event, [
-        (key, get(attr)) for key, attr in (
-            ("logger", "name"), ("module", "module"), ("function", "funcName"),
-            ("line", "lineno"), ("file", "pathname"), ("process", "process"),
-            ("thread", "threadName"))])
+    size = RECORD_EVENT_SIZE + add_fields(event, [(key, get(attr)) for attr, key in COPIED_ATTRS])
     try:
         d = dict(record.__dict__)
     except Exception:
@@ -481,7 +455,7 @@ def _careful_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
     if stack:
         event["stack"] = to_jsonable(stack)
     # After the record's own exception and stack: an extra of either name is renamed.
-    size += add_fields(event, [(k, v) for k, v in d.items() if k not in STANDARD], RESERVED)
+    size += add_fields(event, [(k, v) for k, v in d.items() if k not in STANDARD])
     return event, size
 
 
@@ -500,24 +474,21 @@ def _record_to_event(record: logging.LogRecord) -> tuple[dict[str, Any], int]:
         for key in ("_record", "_from_structlog"):  # ProcessorFormatter's bookkeeping
             fields.pop(key, None)
         size = RECORD_EVENT_SIZE + add_fields(event, fields.items())
-        event.setdefault("_time", rfc3339(record.created))
+        # The head the dict lacks, from the record.
+        event.setdefault("_time", format_epoch(record.created))
         event.setdefault("level", level)
-        event.setdefault("logger", record.name)
-        for key, value in (("module", record.module), ("function", record.funcName),
-                           ("line", record.lineno), ("file", record.pathname),
-                           ("process", record.process), ("thread", record.threadName)):
-            event.setdefault(key, value)
+        for attr, key in COPIED_ATTRS:
+            if key not in event:
+                event[key] = getattr(record, attr)
         if exc:
             size += add_exception(event, exc)
     else:
         message = record_message(record)
-        # The slow path (the handler's fast path builds its events in emit()): attribute access,
-        # so that a record class keeping these in properties works too.
-        event = {"_time": rfc3339(record.created), "level": level, "message": message,
-                 "logger": record.name, "module": record.module,
-                 "function": record.funcName, "line": record.lineno,
-                 "file": record.pathname, "process": record.process,
-                 "thread": record.threadName}
+        # The careful path (the handler's fast path builds its events with fast_head):
+        # attribute access, so that a record class keeping these in properties works too.
+        event = {"_time": format_epoch(record.created), "level": level, "message": message}
+        for attr, key in COPIED_ATTRS:
+            event[key] = getattr(record, attr)
         size = RECORD_EVENT_SIZE + len(message)
     # The record's own exception and stack first: an extra of the same name is then renamed
     # extra_<name> below, and neither is lost.

@@ -14,15 +14,17 @@ import threading
 
 from .._wire.watchdog import block_sigterm_in_this_thread
 
-__all__ = ["after_fork_in_child", "block_sigterm_in_this_thread", "in_sender_thread",
+__all__ = ["SENDERS", "after_fork_in_child", "block_sigterm_in_this_thread", "in_sender_thread",
            "logging_lock_held", "own_record"]
 
 HTTP = 1  # inside loghandler's HTTP call: urllib3's records are ours
 CALLBACK = 2  # inside on_error: everything logged is ours
 
 # Threads doing loghandler's own sending right now: ident -> HTTP or CALLBACK. Set only around
-# the call itself, so the check on the hot path (`ident in _SENDERS`) is almost always False.
-_SENDERS: dict[int, int] = {}
+# the call itself, so the check on the hot path (`ident in SENDERS`, inlined by the front ends
+# and read by the compiled handle) is almost always False.
+SENDERS: dict[int, int] = {}
+_SENDERS = SENDERS  # the name the engine's own modules import
 # Threads running a shipper's sending loop (flusher threads, a closing thread that sends at
 # interpreter exit): they must never wait for a flusher, which would be waiting for themselves.
 _FLUSHERS: set[int] = set()

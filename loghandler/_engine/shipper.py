@@ -6,7 +6,7 @@ with backoff. Nothing here ever blocks an application thread on I/O or raises in
 
 The engine is split by who owns the data (``docs/architecture.md``):
 
-- ``ledger.py``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
+- ``ledger/``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
 - ``worker.py``: the flusher thread's loop (take a batch, post it, settle); ``posting.py`` one
   request's tries, ``spilling.py`` what cannot be delivered (the spool, replay); ``batches.py``
@@ -47,7 +47,7 @@ from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
 from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
-from .ledger import FAST_ITEM_BYTES, Count, Fate, Ledger
+from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
 from .spool import Spool
@@ -68,7 +68,7 @@ class Shipper:
     ``submit(event)`` is O(1) and never raises; one daemon thread batches, compresses and posts,
     retrying with backoff. ``flush(timeout)``, ``close(timeout)`` and ``stats()`` as on the
     handler; an exit hook delivers what is queued within ``shutdown_timeout``. (The front ends
-    append to its private ``_ledger``: ``_ledger.offer(item, size)``.)
+    queue through its faces for them: ``intake``, ``hold`` and ``wire()``.)
 
     Args:
         client (Client | None): the connection (token, address) to ship through; shared
@@ -135,6 +135,25 @@ class Shipper:
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
         return self._ledger.closed
+
+    # ------------------------------------------------------------------ front ends' faces
+
+    @property
+    def intake(self) -> Intake:
+        """The queue, as the front ends use it (``offer``, ``put``, ``drop``, ``suppress``, the
+        fast path's ``gate``): the same object for the shipper's life, also after fork."""
+        return self._ledger
+
+    @property
+    def hold(self) -> Hold | None:
+        """Hold-until-error (``hold_level``), which a front end asks inside a context; None
+        when not configured."""
+        return self._hold
+
+    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+        """What the compiled fast path needs to queue events as their final JSON (events.py
+        "Wire items"), or None when the flusher has work to do per event."""
+        return self._sender.wire()
 
     # ------------------------------------------------------------------ application side
 
@@ -400,7 +419,7 @@ class Flusher:
         ledger = self.ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         before = ledger.undelivered()
-        why = "within shutdown_timeout"
+        why = "shutdown_timeout ran out"
         try:
             with ImportsRestored():
                 self.worker.drain_on_this_thread(deadline)
@@ -408,15 +427,14 @@ class Flusher:
             # Late in interpreter shutdown (a __del__ of a module global), what sending needs
             # may be torn down already: the events in flight may or may not have reached the
             # service, and are counted lost, not delivered; that is told.
-            why = f"during interpreter shutdown ({type(exc).__name__}: {exc})"
+            why = f"interpreter shutdown: {type(exc).__name__}"
             ledger.settle_inflight(Fate.DROPPED_SHUTDOWN)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
         if ledger.undelivered() > before:
-            where = ("spooled" if ledger.snapshot().spooled
-                     else "counted in stats().dropped_shutdown")
+            where = "spooled" if ledger.snapshot().spooled else "dropped"
             self.reporter.report(
-                Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
-                        f"hook or a __del__) could not be delivered {why}; it was {where}")
+                Cause.LATE, f"an event logged after the exit hook (by a later atexit hook or a "
+                        f"__del__) was {where} ({why}): raise shutdown_timeout")
 
     def exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
@@ -475,8 +493,8 @@ def _warn_if_uwsgi_without_threads() -> None:
         opt = getattr(uwsgi, "opt", {}) or {}
         keys = ("enable-threads", b"enable-threads", "threads", b"threads")
         if not any(opt.get(k) for k in keys):
-            print_line("loghandler: uWSGI runs without --enable-threads: the flusher thread "
-                       "that ships events will not run. Start uWSGI with --enable-threads")
+            print_line("loghandler: uWSGI runs without --enable-threads, so no event is "
+                       "shipped: start uWSGI with --enable-threads")
     except Exception:
         pass
 

@@ -54,7 +54,7 @@ class Count(str, Enum):
     """The counters of ``Stats`` (but ``queued``, which is computed), one member each.
 
     A ``str`` enum: hashed and compared in C, so counting never runs Python code (a signal
-    handler's exception can then never land halfway through a count: ledger.py)."""
+    handler's exception can then never land halfway through a count: ledger/intake.py)."""
 
     SUBMITTED = "submitted"
     DELIVERED = "delivered"

@@ -9,34 +9,37 @@ worker thread, which is no different for the engine.
 
 from __future__ import annotations
 
+import threading
+import time
 import traceback
 from typing import Any
 
-from ._config import SHIPPING_OPTIONS_DOC, documented
-from ._encoding import free_name, using_default
-from ._engine.events import (
+from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._encoding import free_name, using_default
+from .._engine.events import add_fields, exception_fields, loguru_head
+from .._engine.guard import SENDERS, own_record
+from .._engine.model import (
     FAST_EVENT_SIZE,
     FAST_EXTRA_SIZE,
     FIELD_SIZE,
+    HEAD,
     PLAIN,
-    RECORD,
     RECORD_EVENT_SIZE,
-    add_fields,
-    exception_fields,
-    rfc3339,
 )
-from ._engine.guard import _SENDERS, _get_ident, own_record
-from ._engine.shipper import Shipper, make_shipper
-from ._front import FrontEnd
-from ._output import shown
-from ._wire.client import Client
-from ._wire.settings import CLIENT_ARGS_DOC
+from .._engine.shipper import Shipper
+from .._output import shown
+from .._time import format_epoch
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
+from .base import FrontEnd
 
 __all__ = ["IngestSink", "loguru_event"]
 
-# Keys of the event itself: an ``extra`` with one of these names is renamed ``extra_<name>``.
-_OWN = ("_time", "level", "message", "logger", "module", "function", "line", "file",
-        "process", "thread", "exception")
+_get_ident = threading.get_ident
+# The head's fields loguru_event copies as they are read (model.HEAD's loguru columns): all but
+# _time, level and message, which it makes.
+_SOURCE = tuple((key, lk, la) for key, _, lk, la in HEAD
+                if key not in ("_time", "level", "message"))
 
 
 def _get(record: Any, key: str, attr: str | None = None) -> Any:
@@ -75,21 +78,15 @@ def loguru_event(record: Any) -> tuple[dict[str, Any], int]:
     event: dict[str, Any] = {}
     when = _get(record, "time")
     try:
-        event["_time"] = rfc3339(when.timestamp())
+        event["_time"] = format_epoch(when.timestamp())
     except Exception:
-        import time
-
-        event["_time"] = rfc3339(time.time())
+        event["_time"] = format_epoch(time.time())
     level = _get(record, "level", "name")
     event["level"] = level.lower() if isinstance(level, str) else "info"
     message = _get(record, "message")
     event["message"] = message if isinstance(message, str) else str(message)
     size = RECORD_EVENT_SIZE + len(event["message"])
-    source = (("logger", _get(record, "name")), ("module", _get(record, "module")),
-              ("function", _get(record, "function")), ("line", _get(record, "line")),
-              ("file", _get(record, "file", "path")),
-              ("process", _get(record, "process", "id")),
-              ("thread", _get(record, "thread", "name")))
+    source = [(key, _get(record, lk, la)) for key, lk, la in _SOURCE]
     size += add_fields(event, [(k, v) for k, v in source if v is not None])
     extra = _get(record, "extra")
     if extra:
@@ -136,27 +133,21 @@ class IngestSink(FrontEnd):
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
-        self.shipper = make_shipper(dataset, client, shipper, options)
-        self._owns_shipper = shipper is None
+        self._attach(dataset, client, shipper, options)
 
     def __call__(self, message: Any) -> None:
         """loguru's call: queue the message's record. O(1), never blocks, never raises."""
         try:
             r = message.record
-            name = r["name"]
-            if _get_ident() in _SENDERS and own_record(name):
-                self.shipper._suppress()
+            if SENDERS and _get_ident() in SENDERS and own_record(r["name"]):
+                self._intake.suppress()
                 return
             level = r["level"]
             if r["exception"] is None and self.shipper.options.json_default is None:
                 # The fast path, as the handler's: a record with plain extras becomes its event
                 # here, but for _time and level, which the flusher formats (RECORD).
                 text = r["message"]
-                event = {"_time": r["time"].timestamp(), "level": level.name, "message": text,
-                         "logger": name, "module": r["module"], "function": r["function"],
-                         "line": r["line"], "file": r["file"].path,
-                         "process": r["process"].id, "thread": r["thread"].name,
-                         RECORD: True}
+                event = loguru_head(r, text)
                 size = FAST_EVENT_SIZE + len(text)
                 for key, value in r["extra"].items():
                     t = type(value)

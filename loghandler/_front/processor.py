@@ -6,43 +6,31 @@ whatever structlog version the application has, and ``import loghandler`` stays 
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import sys
+import threading
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from ._config import SHIPPING_OPTIONS_DOC, documented
-from ._encoding import using_default
-from ._engine.context import on_first_use as _on_first_use
-from ._engine.context import snapshot as _snapshot
-from ._engine.events import CONTEXT as _CONTEXT
-from ._engine.events import METHOD_LEVELS, STRUCTLOG_EVENT_SIZE, add_exception, add_fields, rfc3339
-from ._engine.events import SIZE as _SIZE
-from ._engine.guard import _SENDERS, _get_ident, own_record
-from ._engine.hold import level_number
-from ._engine.ledger import Fate
-from ._engine.shipper import Shipper, make_shipper
-from ._front import FrontEnd
-from ._output import shown
-from ._wire.client import Client
-from ._wire.settings import CLIENT_ARGS_DOC
+from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._encoding import using_default
+from .._engine.context import IN_USE, OTEL_TRACE
+from .._engine.events import add_exception, add_fields
+from .._engine.guard import SENDERS, own_record
+from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE
+from .._engine.shipper import Shipper
+from .._output import shown
+from .._time import format_datetime, format_epoch, format_micros, parse_micros
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
+from .base import FrontEnd
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
-_UTC = _dt.timezone.utc
 _modules = sys.modules
-# True once a loghandler.context was entered anywhere (see _handler.py's twin).
-_context_on = False
-
-
-def _context_used() -> None:
-    global _context_on
-    _context_on = True
-
-
-_on_first_use(_context_used)
+_get_ident = threading.get_ident
 # Keys that steer a processing step and carry no data of their own: ``exc_info`` becomes the
 # ``exception`` object; the other two are the bookkeeping ProcessorFormatter adds to its copy.
 _NOT_FIELDS = frozenset({"exc_info", "_record", "_from_structlog"})
@@ -88,50 +76,28 @@ def time_from(timestamp: Any) -> str:
       The ``timestamp`` field itself is always shipped unchanged.
     """
     t = type(timestamp)
-    if t is str:
-        if (len(timestamp) == 27 and timestamp[26] == "Z" and timestamp[10] == "T"
-                and timestamp[19] == "."):
-            return timestamp
-        parsed = _parse_iso(timestamp)
-        if parsed is not None:
-            return parsed
-    elif (t is float or t is int) and math.isfinite(timestamp):
-        seconds = float(timestamp)
-        if abs(seconds) > 1e11:
-            seconds /= 1000.0
-        try:
-            return _format(_dt.datetime.fromtimestamp(seconds, _UTC))
-        except (OverflowError, OSError, ValueError):
-            pass
-    elif isinstance(timestamp, _dt.datetime):
-        # A tzinfo of the application's may raise, or give an offset of a day or more (which
-        # datetime refuses): then now, and the timestamp field ships as its text.
-        try:
-            if timestamp.utcoffset() is not None:
-                return _format(timestamp)
-        except Exception:
-            pass
-    return rfc3339(time.time())
-
-
-def _parse_iso(text: str) -> str | None:
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"  # Python 3.10's fromisoformat does not read "Z"
     try:
-        parsed = _dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.utcoffset() is None:
-        return None
-    try:
-        return _format(parsed)
-    except (OverflowError, ValueError):
-        return None
-
-
-def _format(moment: _dt.datetime) -> str:
-    # isoformat is several times faster than strftime; "+00:00" becomes "Z".
-    return moment.astimezone(_UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+        if t is str:
+            text: str = timestamp
+            if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
+                return text  # the form already
+            us = parse_micros(timestamp, naive_utc=False)
+            if us is not None:
+                return format_micros(us)
+        elif (t is float or t is int) and math.isfinite(timestamp):
+            seconds = float(timestamp)
+            if abs(seconds) > 1e11:
+                seconds /= 1000.0
+            # Rounded to the microsecond, not truncated: a number the stamper wrote in
+            # milliseconds (1.123) is not a hair under them (1.12299999).
+            return format_micros(round(seconds * 1e6))
+        elif isinstance(timestamp, datetime) and timestamp.utcoffset() is not None:
+            # A tzinfo of the application's may raise, or give an offset of a day or more
+            # (which datetime refuses): then now, and the timestamp field ships as its text.
+            return format_datetime(timestamp)
+    except Exception:
+        pass
+    return format_epoch(time.time())
 
 
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
@@ -156,18 +122,16 @@ class IngestProcessor(FrontEnd):
             suggestion), an invalid value.
     """
 
-    __slots__ = ("_put",)  # flush, close, stats: FrontEnd's
+    __slots__ = ()  # flush, close, stats: FrontEnd's
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
-        self.shipper = make_shipper(dataset, client, shipper, options)
-        self._owns_shipper = shipper is None
-        self._put = self.shipper._ledger.offer
+        self._attach(dataset, client, shipper, options)
 
     def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
         try:
-            if _get_ident() in _SENDERS and own_record(None):  # logged by our on_error
-                self.shipper._suppress()
+            if SENDERS and _get_ident() in SENDERS and own_record(None):  # our on_error logged
+                self._intake.suppress()
             elif isinstance(event_dict, Mapping):
                 custom = self.shipper.options.json_default
                 if custom is None:
@@ -175,24 +139,15 @@ class IngestProcessor(FrontEnd):
                 else:
                     with using_default(custom):
                         event, size = event_dict_to_event(method_name, event_dict)
-                if _context_on or "opentelemetry.trace" in _modules:
-                    snap = _snapshot(self.shipper.options.trace_context)
-                    if snap:
-                        event[_CONTEXT] = snap
-                    hold = self.shipper._hold
-                    if hold is not None:
-                        event[_SIZE] = size
-                        if hold.take(event, size, level_number(event.get("level"))):
-                            return event_dict
-                event[_SIZE] = size
-                self._put(event, size)
+                if IN_USE[0] or OTEL_TRACE in _modules:
+                    self._queue(event, size, event.get("level"))
+                else:
+                    event[SIZE] = size
+                    self._intake.offer(event, size)
             else:
-                self.shipper._ledger.drop(Fate.DROPPED_INVALID)
+                self._invalid()
         except Exception:
-            try:
-                self.shipper._ledger.drop(Fate.DROPPED_INVALID)
-            except Exception:
-                pass  # never break the application's logging chain
+            self._invalid()  # never break the application's logging chain
         return event_dict
 
     def __repr__(self) -> str:

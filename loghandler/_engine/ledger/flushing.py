@@ -1,0 +1,255 @@
+"""The ledger's flusher face: what the sender (the flusher thread, or a closing thread sending
+in its place) does with it.
+
+- take a batch into flight (``take``, ``drain`` at the deadline), settle it (``settle``,
+  ``settle_inflight``), take over from a stuck flusher (``abandon``, ``settle_abandoned``);
+- wait for work (``wait_for_work``), sleep within the close deadline (``sleep_until``,
+  ``wait_pressed``, ``time_left``), pause all sending (``pause_until``);
+- ask how full the queue is (``pressed``, ``nearly_full``, ``idle``), spill with a spool
+  (``set_spilling``), queue a policy's own summary (``add_own``), record a request that was
+  answered (``record_sent``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import events as _events
+from ..events import size_of
+from ..stats import Count, Fate
+from .state import LedgerState
+
+__all__ = ["Flushing"]
+
+_monotonic = time.monotonic
+
+
+class Flushing(LedgerState):
+    """The flusher's face of the ledger (see the module docstring)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ batches
+
+    def take(self, limit: int, partial: bool, max_bytes: int | None = None) -> list[Any] | None:
+        """Take up to ``limit`` accounted events from the front into flight, and (when given)
+        up to ``max_bytes`` of their estimated sizes (at least one event).
+
+        None when there is nothing to take, or (unless ``partial``) less than a full batch.
+        """
+        with self._lock:
+            self._account_locked()
+            # Only accounted events are taken: the fast path may append more meanwhile.
+            n = self._accounted - self._taken
+            if n <= 0 or (not partial and n < self._wake_len
+                          and self._queue_bytes < self._wake_bytes):
+                return None
+            take = min(limit, n)
+            if take <= 0:
+                return []
+            if self._inflight == 0:
+                self._inflight_first = self._taken + 1
+            popleft = self._queue.popleft
+            if max_bytes is None:
+                items = [popleft() for _ in range(take)]
+                self._queue_bytes -= _events.items_size(items)  # all accounted
+            else:
+                q, items, nbytes = self._queue, [], 0
+                while len(items) < take:
+                    size = size_of(q[0])
+                    if items and nbytes + size > max_bytes:
+                        break
+                    items.append(popleft())
+                    nbytes += size
+                take = len(items)
+                self._queue_bytes -= nbytes
+            self._taken += take
+            if self._accounted == self._taken:
+                self._queue_bytes = 0
+            self._inflight += take
+            self._update_fast_path_locked()
+            if self._overflow == "block":
+                self._space.notify_all()
+            return items
+
+    def drain(self) -> list[Any]:
+        """Take everything queued into flight at once (the close deadline passed)."""
+        with self._lock:
+            self._account_locked()
+            first = self._taken + 1
+            pop = self._pop_oldest_locked
+            items = [pop() for _ in range(len(self._queue))]
+            if items:
+                if self._inflight == 0:
+                    self._inflight_first = first
+                self._inflight += len(items)
+            return items
+
+    def settle(self, n: int, fate: Fate) -> None:
+        """The oldest ``n`` events in flight have met their fate."""
+        with self._lock:
+            if self._abandoned:
+                return  # the closing thread has accounted for these already
+            self._record_locked(n, fate)
+            self._inflight -= n
+            self._inflight_first += n
+            self._progress.notify_all()
+
+    def settle_inflight(self, fate: Fate) -> int:
+        """Settle as ``fate`` every event in flight (a send that stopped on an error it could
+        not count, late in interpreter shutdown); returns how many."""
+        with self._lock:
+            n = self._inflight
+            if n and not self._abandoned:
+                self._record_locked(n, fate)
+                self._inflight = 0
+                self._inflight_first += n
+                self._progress.notify_all()
+            return n
+
+    def abandon(self) -> tuple[int, list[Any]] | None:
+        """Take over from a stuck flusher: everything in flight and queued ends with the caller,
+        who settles it with ``settle_abandoned``; the flusher's later ``settle`` calls count
+        nothing. Returns (how many events, the queued items), or None when already done."""
+        with self._lock:
+            if self._abandoned:
+                return None
+            self._abandoned = True
+            self._account_locked()
+            pop = self._pop_oldest_locked
+            queued = [pop() for _ in range(len(self._queue))]
+            n = self._inflight + len(queued)
+            self._inflight = 0
+            self._inflight_first = self._taken + 1
+            return n, queued
+
+    def settle_abandoned(self, n: int, fate: Fate) -> None:
+        """``n`` events the closing thread took over (``abandon``) have met their fate."""
+        with self._lock:
+            self._record_locked(n, fate)
+            self._progress.notify_all()
+
+    def add_own(self, item: Any, size: int) -> None:
+        """Queue an event the shipper itself made (a policy's summary), closed or not: few,
+        bounded by the policy, and accounted like any other."""
+        with self._lock:
+            self._queue.append(item)
+            self._account_locked()
+
+    def record_sent(self, nbytes: int) -> None:
+        """A request of ``nbytes`` was answered 2xx."""
+        with self._lock:
+            self._counts[Count.BYTES_SENT] += nbytes
+            self._counts[Count.BATCHES] += 1
+
+    def delivered(self) -> int:
+        """Events delivered so far."""
+        with self._lock:
+            return self._counts[Count.DELIVERED]
+
+    # ------------------------------------------------------------------ the queue's state
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        with self._lock:
+            return not self._queue and not self._inflight
+
+    def pressed(self) -> bool:
+        """The queue is half full (by count or by bytes): waiting longer would soon drop."""
+        return len(self._queue) >= self._half_len or self._queue_bytes >= self._half_bytes
+
+    def nearly_full(self) -> bool:
+        """Three quarters full (by count or by bytes): the next moments will drop."""
+        return (len(self._queue) * 4 >= 3 * self._max_size
+                or self._queue_bytes * 4 >= 3 * self._max_bytes)
+
+    def set_spilling(self, spilling: bool) -> None:
+        """The sender spills to the spool (an outage is known, or a burst filled the queue),
+        or no longer does. The raised bounds stay while the queue is nearly full (the caller
+        asks again), so that no event is dropped for the change."""
+        if spilling is self._spilling:
+            return
+        with self._lock:
+            if not spilling and self.nearly_full():
+                return
+            self._set_wake_marks_locked(spilling)
+            self._update_fast_path_locked()
+
+    # ------------------------------------------------------------------ waits
+
+    def wait_for_work(self, interval: float) -> tuple[bool, bool]:
+        """The flusher's wait: until a batch is full, flush() or close() call, or ``interval``
+        passes. Returns (force: send a partial batch too, closed)."""
+        timed_out = False
+        if not self._closed:
+            timed_out = not self._wake.wait(interval)
+        with self._lock:
+            self._wake.clear()
+            self._wake_pending = False
+            self._update_fast_path_locked()
+            force, self._force = self._force or timed_out, False
+            return force, self._closed
+
+    def flusher_gone(self) -> None:
+        """The flusher thread ends: whoever waits for progress re-checks."""
+        with self._lock:
+            self._progress.notify_all()
+
+    def set_close_deadline(self, deadline: float) -> None:
+        """Finish by ``deadline`` (monotonic), or by an earlier one already set."""
+        with self._lock:
+            self._set_close_deadline_locked(deadline)
+
+    def time_left(self) -> float | None:
+        """Seconds until the close deadline (None before close())."""
+        deadline = self._close_deadline
+        return None if deadline is None else deadline - _monotonic()
+
+    def pause_until(self, until: float) -> None:
+        """Pause sending until ``until`` (monotonic) or later; threads blocked for room
+        (overflow="block") re-check whether waiting can still help."""
+        with self._lock:
+            self._paused_until = max(self._paused_until, until)
+            self._space.notify_all()
+
+    def sleep_until(self, until: float) -> bool:
+        """Sleep until ``until`` (monotonic); False, at once, when the close deadline comes
+        first. close() interrupts the sleep, so a long backoff is re-measured against its
+        deadline."""
+        while True:
+            now = _monotonic()
+            if now >= until:
+                return True
+            deadline = self._close_deadline
+            if deadline is not None:
+                if until > deadline:
+                    return False
+                time.sleep(until - now)
+                return True
+            self._interrupt.wait(until - now)
+
+    def wait_pressed(self, until: float) -> bool | None:
+        """``sleep_until``, but None as soon as the queue is half full (``pressed``). At full
+        speed a queue fills in milliseconds: the application's slow path wakes this wait the
+        moment it crosses the mark, rather than a poll noticing it too late."""
+        with self._lock:
+            self._watching = True
+            self._pressure.clear()
+            self._update_fast_path_locked()
+        try:
+            while True:
+                if self.pressed():
+                    return None
+                now = _monotonic()
+                if now >= until:
+                    return True
+                deadline = self._close_deadline
+                if deadline is not None:
+                    return self.sleep_until(until)
+                self._pressure.wait(until - now)
+                self._pressure.clear()
+        finally:
+            with self._lock:
+                self._watching = False
+                self._update_fast_path_locked()

@@ -1,0 +1,287 @@
+"""The ledger's one state: its slots, its initialization (and reset after fork), the read-only
+views every face shares, and the locked steps the faces are built from (see the package's
+docstring for the scheme). The three faces (``intake``, ``flushing``, ``control``) are
+subclasses that add their caller's operations; ``Ledger`` is all three.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+from ..._config import ShipperOptions
+from .. import events as _events
+from ..events import size_of
+from ..model import FAST_ITEM_BYTES
+from ..stats import Count, Fate, Stats
+
+__all__ = ["SPILL_BATCHES", "LedgerState"]
+
+# Module globals: read without a call (an enum's class attribute may be one; see
+# Intake._pop_dropped_locked for why the locked steps call nothing).
+SUBMITTED, DROPPED, DROPPED_QUEUE_FULL = Count.SUBMITTED, Count.DROPPED, Count.DROPPED_QUEUE_FULL
+# While spilling to the spool: batches (batch_size events, max_batch_bytes of estimated sizes)
+# the queue may hold beyond its bounds, and the sender takes in one step.
+SPILL_BATCHES = 2
+
+
+class LedgerState:
+    """The state of one shipper's ledger (``Ledger(options, on_put, on_late=None)``).
+
+    ``options`` are the shipper's ``ShipperOptions`` (the bounds, the overflow policy);
+    ``on_put`` is called under the lock after each event the slow path queues, to start the
+    flusher when there is none; ``on_late`` outside the lock after an event queued late (closed
+    with ``late_ok``: the shipper sends it at once).
+    """
+
+    __slots__ = (
+        "_abandoned",
+        "_accounted",
+        "_block_timeout",
+        "_close_deadline",
+        "_closed",
+        "_counts",
+        "_flusher_started",
+        "_force",
+        "_half_bytes",
+        "_half_len",
+        "_inflight",
+        "_inflight_first",
+        "_interrupt",
+        "_late_ok",
+        "_late_pending",
+        "_limit_bytes",
+        "_limit_len",
+        "_lock",
+        "_max_batch",
+        "_max_batch_bytes",
+        "_max_bytes",
+        "_max_size",
+        "_on_late",
+        "_on_put",
+        "_overflow",
+        "_paused_until",
+        "_pressure",
+        "_progress",
+        "_queue",
+        "_queue_bytes",
+        "_refused_too_large",
+        "_space",
+        "_spill_ok",
+        "_spilling",
+        "_taken",
+        "_undelivered",
+        "_wake",
+        "_wake_bytes",
+        "_wake_len",
+        "_wake_pending",
+        "_watching",
+        "gate",
+    )
+
+    def __init__(self, options: ShipperOptions, on_put: Callable[[], None],
+                 on_late: Callable[[], None] | None = None) -> None:
+        self._on_put = on_put
+        self._on_late = on_late
+        self._max_batch = options.batch_size
+        self._max_batch_bytes = options.max_batch_bytes
+        self._max_size = options.max_queue_size
+        self._max_bytes = options.max_queue_bytes
+        self._spill_ok = options.spool_dir is not None
+        self._half_len = max(1, self._max_size // 2)  # "pressed": see Flushing.pressed
+        self._half_bytes = max(1, self._max_bytes // 2)
+        self._overflow = options.overflow
+        self._block_timeout = options.block_timeout
+        # The fast path's gate, [queue, fast_len] (Intake.offer; the compiled path's contract):
+        # one list for the ledger's life, which only the ledger writes, so that a front end
+        # may keep it and always sees the current queue and limit.
+        self.gate: list[Any] = [None, 0]
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty, with new locks: at construction, and in a forked child (Control.reset)."""
+        self._lock = threading.RLock()
+        self._progress = threading.Condition(self._lock)  # events settled
+        self._space = threading.Condition(self._lock)  # room in the queue (overflow="block")
+        self._wake = threading.Event()  # the flusher: a batch is full, or flush/close
+        self._interrupt = threading.Event()  # the flusher: close() came, re-measure waits
+        # The flusher waiting out a retry with a spool (wait_pressed): the queue is half full,
+        # spill now. Set by the slow path while _watching, and by close().
+        self._pressure = threading.Event()
+        self._watching = False
+        self._queue: deque[Any] = deque()
+        self.gate[0] = self._queue
+        self._queue_bytes = 0  # sizes of the accounted events still queued
+        self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
+        self._accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
+        self._inflight = 0
+        self._inflight_first = 1
+        self._wake_pending = False
+        self._force = False
+        self._closed = False
+        self._close_deadline: float | None = None
+        self._late_ok = False  # closed, but events are still taken (Control.begin_close)
+        self._late_pending = False
+        self._paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
+        self._abandoned = False
+        self._flusher_started = False
+        self._set_wake_marks_locked(False)
+        self._counts = dict.fromkeys(Count, 0)
+        self._undelivered = 0  # events settled other than delivered, ever: flush()'s answer
+        # Events refused at submit as too large since the last flush(), which answers False for
+        # them as it would had the flusher dropped them.
+        self._refused_too_large = 0
+        self.gate[1] = 0  # see _update_fast_path_locked
+
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def queue(self) -> deque[Any]:
+        """The queued items, oldest first (``gate[0]``): read it, never change it (but by the
+        gate's rule, ``Intake.offer``)."""
+        return self._queue
+
+    @property
+    def closed(self) -> bool:
+        """close() began: events are refused (but late ones, with ``late_ok``)."""
+        return self._closed
+
+    @property
+    def close_deadline(self) -> float | None:
+        """When close() must be done (monotonic), or None before close()."""
+        return self._close_deadline
+
+    @property
+    def paused_until(self) -> float:
+        """Sending is paused until then (monotonic): a limit, a bad token."""
+        return self._paused_until
+
+    @property
+    def abandoned(self) -> bool:
+        """A closing thread took over from a stuck flusher (``Flushing.abandon``)."""
+        return self._abandoned
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        """Add to a counter outside the invariant (retried, replayed, suppressed, ...)."""
+        with self._lock:
+            self._counts[counter] += n
+
+    def snapshot(self) -> Stats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            values = {c.value: n for c, n in self._counts.items()}
+            queued = len(self._queue)
+            values["submitted"] += self._taken + queued
+            values["queued"] = queued + self._inflight
+        return Stats(**values)
+
+    # ------------------------------------------------------------------ the locked steps
+
+    def _account_locked(self) -> None:
+        """Add the sizes of the events the fast path appended since the last call."""
+        q = self._queue
+        tail: list[Any] = []
+        new = 0
+        for _ in range(8):
+            new = self._taken + len(q) - self._accounted
+            if new <= 0:
+                return
+            try:
+                # C calls only: no other thread runs while the list is copied.
+                tail = list(islice(reversed(q), new))
+            except RuntimeError:  # appended to while being read (free-threaded builds)
+                tail = []
+                continue
+            if self._taken + len(q) - self._accounted == new:
+                break
+        if not tail:
+            return  # raced every time: the next locked step accounts for them
+        # (After eight races in a row, the sizes of the newest events stand in for the ones
+        # just before them: the count stays exact, the byte estimate is off by a few events.)
+        self._queue_bytes += _events.items_size(tail)
+        self._accounted += new
+
+    def _pop_oldest_locked(self) -> Any:
+        item = self._queue.popleft()
+        if self._accounted > self._taken:
+            self._queue_bytes -= size_of(item)
+        else:
+            self._accounted += 1
+        self._taken += 1
+        if self._accounted == self._taken:
+            self._queue_bytes = 0  # exact again whenever nothing accounted is left
+        return item
+
+    def _drop_locked(self, fate: Fate) -> bool:
+        """Refuse one event at the door. It is counted as submitted here, since it never gets a
+        sequence number. Returns False (the event was not queued). Calls nothing, for the
+        reason ``Intake._pop_dropped_locked`` gives."""
+        c = self._counts
+        c[SUBMITTED] += 1
+        c[fate.total] += 1
+        reason = fate.reason
+        if reason is not None:
+            c[reason] += 1
+        if not fate.chosen:
+            self._undelivered += 1
+        return False
+
+    def _record_locked(self, n: int, fate: Fate) -> None:
+        c = self._counts
+        c[fate.total] += n
+        if fate.reason is not None:
+            c[fate.reason] += n
+        if not fate.chosen:
+            self._undelivered += n
+
+    def _settled_through_locked(self) -> int:
+        """The sequence number up to which every event has met its fate."""
+        if self._inflight:
+            return self._inflight_first - 1
+        return self._taken
+
+    def _set_close_deadline_locked(self, deadline: float) -> None:
+        if self._close_deadline is None or deadline < self._close_deadline:
+            self._close_deadline = deadline
+
+    def _set_wake_marks_locked(self, spilling: bool) -> None:
+        """When the flusher is woken: a full batch. Queued sizes are memory estimates, about
+        three times the encoded JSON: a byte-full batch is twice max_batch_bytes of them (the
+        real cut is on encoded bytes). With a spool, at a quarter of the queue when that comes
+        first: a queue smaller than a batch would otherwise wait for the interval while it
+        overflows (at full speed a queue of 1,000 fills in 10 ms, and one request or spool
+        write of the flusher takes a few of those)."""
+        self._spilling = spilling
+        self._wake_len, self._wake_bytes = self._max_batch, 2 * self._max_batch_bytes
+        if self._spill_ok:
+            self._wake_len = max(1, min(self._wake_len, self._max_size // 4))
+            self._wake_bytes = max(1, min(self._wake_bytes, self._max_bytes // 4))
+        # The bounds at which the queue is full. While spilling, the events on their way to
+        # disk may wait in the queue too, up to SPILL_BATCHES batches more: every system call
+        # of a spool write hands the GIL to the application, and at full speed the flusher
+        # gets it back a switch interval (5 ms, some 500 events) later; a small queue would
+        # overflow in one write while the disk has room.
+        extra = SPILL_BATCHES if spilling else 0
+        self._limit_len = self._max_size + extra * self._max_batch
+        self._limit_bytes = self._max_bytes + extra * self._max_batch_bytes
+
+    def _update_fast_path_locked(self) -> None:
+        """Set the queue length under which ``Intake.offer`` may skip the lock (the gate's
+        ``fast_len``): room, by count and by bytes, for events of up to FAST_ITEM_BYTES each
+        beyond those accounted for."""
+        if self._closed or not self._flusher_started:
+            self.gate[1] = 0
+            return
+        if self._wake_pending:
+            max_n, max_b = self._limit_len, self._limit_bytes
+        else:  # up to the next wake-up of the flusher
+            max_n = min(self._limit_len, self._wake_len)
+            max_b = min(self._limit_bytes, self._wake_bytes)
+        if self._watching:  # the slow path tells the waiting flusher when the queue is half full
+            max_n, max_b = min(max_n, self._half_len), min(max_b, self._half_bytes)
+        held = self._accounted - self._taken
+        room = min(max_n - held, (max_b - self._queue_bytes) // FAST_ITEM_BYTES)
+        self.gate[1] = held + room if room > 0 else 0

@@ -1,0 +1,103 @@
+"""What every front end shares: the shipper it owns or shares, queueing a built event, and the
+``flush`` / ``close`` / ``stats`` trio that delegates to the shipper.
+
+A front end builds its event from its own record type, then hands it here (``_queue``) when a
+context is in use: the caller's context (``loghandler.context`` and the current span) is
+attached, hold-until-error may keep it back, and the shipper's intake takes it. Outside a
+context the front ends offer to the intake directly (the hot path).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from .._engine.context import IN_USE, OTEL_TRACE, snapshot
+from .._engine.guard import SENDERS, own_record
+from .._engine.hold import Hold, level_number
+from .._engine.ledger import Fate, Intake
+from .._engine.model import CONTEXT, SIZE
+from .._engine.shipper import Shipper, make_shipper
+from .._engine.stats import Stats
+from .._wire.client import Client
+
+__all__ = ["FrontEnd"]
+
+_modules = sys.modules
+_get_ident = threading.get_ident
+
+
+class FrontEnd:
+    """Base of a front end owning (or sharing) one ``Shipper``: ``shipper``, and its faces
+    ``_intake`` and ``_hold`` kept for the hot paths."""
+
+    __slots__ = ("_hold", "_intake", "_owns_shipper", "shipper")
+
+    shipper: Shipper
+    _intake: Intake
+    _hold: Hold | None
+    _owns_shipper: bool
+
+    def _attach(self, dataset: str | None, client: Client | None, shipper: Shipper | None,
+                options: dict[str, Any]) -> None:
+        """The shipper from the front end's arguments (``make_shipper``), and its faces."""
+        self.shipper = make_shipper(dataset, client, shipper, options)
+        self._owns_shipper = shipper is None
+        self._intake = self.shipper.intake
+        self._hold = self.shipper.hold
+
+    def _own_logging(self, logger_name: str | None) -> bool:
+        """True (and counted) when this record was caused by loghandler's own sending."""
+        if SENDERS and _get_ident() in SENDERS and own_record(logger_name):
+            self._intake.suppress()
+            return True
+        return False
+
+    def _queue(self, event: dict[Any, Any], size: int, level: Any, trace: bool = True) -> bool:
+        """Queue a built event: context, hold-until-error, then the intake. Never raises.
+
+        ``trace=False``: the event has its span ids already (OpenTelemetry's records)."""
+        try:
+            if IN_USE[0] or (trace and OTEL_TRACE in _modules):
+                snap = snapshot(trace and self.shipper.options.trace_context)
+                if snap:
+                    event[CONTEXT] = snap
+                hold = self._hold
+                if hold is not None:
+                    event[SIZE] = size
+                    if hold.take(event, size, level_number(level)):
+                        return True
+            event[SIZE] = size
+            return self._intake.offer(event, size)
+        except Exception:
+            return self._invalid()
+
+    def _invalid(self) -> bool:
+        """Count an event that could not be read (``dropped_invalid``); False."""
+        try:
+            self._intake.drop(Fate.DROPPED_INVALID)
+        except Exception:
+            pass  # never break the application's logging
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).
+
+        True when everything queued at the call was delivered.
+        """
+        return self.shipper.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and stop the shipper (bounded by ``timeout``); idempotent.
+
+        A shipper passed in with ``shipper=`` belongs to the caller: it is only flushed.
+        """
+        if self._owns_shipper:
+            self.shipper.close(timeout)
+        else:
+            self.shipper.flush(timeout)
+
+    def stats(self) -> Stats:
+        """The shipper's counters (see ``Shipper.stats``)."""
+        return self.shipper.stats()

@@ -1,0 +1,265 @@
+"""``IngestHandler``: a ``logging.Handler`` that ships records through a ``Shipper``.
+
+Its ``handle`` is what ``loghandler/_compiled.py`` decided: the compiled one (``_speedups.c``)
+or ``_handle_python``, the reference it stands in for, which it hands every record it does not
+take itself. The class reads that decision in its body; nothing patches it later.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import threading
+from typing import Any
+
+from .. import _compiled
+from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._encoding import using_default
+from .._engine.context import IN_USE, OTEL_TRACE
+from .._engine.events import fast_head, record_to_event
+from .._engine.guard import SENDERS, own_record
+from .._engine.model import (
+    FAST_EVENT_SIZE,
+    FAST_EXTRA_SIZE,
+    FORMATTER,
+    INIT_KEYS,
+    PLAIN,
+    SIZE,
+    SPECIAL,
+)
+from .._engine.shipper import Shipper
+from .._output import shown
+from .._wire.client import Client
+from .._wire.settings import CLIENT_ARGS_DOC
+from .base import FrontEnd
+
+__all__ = ["IngestHandler"]
+
+# Module globals for the hot path (one dict lookup each, where an attribute or a computed set
+# would cost more); the event model itself is _engine/model.py's and events.py's.
+_LogRecord = logging.LogRecord
+_get_ident = threading.get_ident
+_record_put: Any = _compiled.record_put
+_modules = sys.modules
+_N_INIT = len(INIT_KEYS)
+_islice = itertools.islice
+_HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
+
+
+@documented(("Client arguments (keyword; each falls back to its environment variable):",
+             CLIENT_ARGS_DOC),
+            ('Shipping options (keyword; docs/configuration.md: why each default):',
+             SHIPPING_OPTIONS_DOC))
+class IngestHandler(FrontEnd, logging.Handler):
+    """Ship log records to a dataset, in the background.
+
+    ``emit()`` takes what the event needs from the record on the caller's thread and queues it:
+    no I/O, no lock, never raises. A background thread batches and posts; at exit what is queued
+    is delivered within ``shutdown_timeout``. Every argument is a plain value, so
+    ``logging.config.dictConfig`` can build it.
+
+    Args:
+        dataset (str | None): the dataset to ship to. Default: ``LOGHANDLER_DATASET``.
+        level (int | str): the handler's level, as for any ``logging.Handler``. Default NOTSET.
+        client (Client | None): a ``Client`` to ship through, instead of the Client arguments.
+        shipper (Shipper | None): a ``Shipper`` to share with other front ends, instead of
+            ``dataset``, ``client`` and the options; it is flushed, not closed, by ``close()``.
+
+    Raises:
+        ConfigurationError: a missing token, address or dataset, an unknown option (with a
+            suggestion), an invalid value. Nothing is left behind (no half-built handler).
+    """
+
+    def __init__(
+        self,
+        dataset: str | None = None,
+        *,
+        level: int | str = logging.NOTSET,
+        client: Client | None = None,
+        shipper: Shipper | None = None,
+        **options: Any,
+    ) -> None:
+        # The shipper first: logging.Handler.__init__ registers the handler for
+        # logging.shutdown(), which would find a half-built one (a second, misleading traceback
+        # at exit) if a ConfigurationError came after it.
+        self._attach(dataset, client, shipper, options)
+        self._custom: bool | None = None
+        # The compiled fast path of this handler (_compiled.fast_path), or None: read by the
+        # compiled handle from this instance's __dict__.
+        self._fast_path: Any = None
+        try:
+            logging.Handler.__init__(self, level)
+            self._update_custom()
+        except BaseException:  # a bad level: leave nothing behind either
+            if self._owns_shipper:
+                self.shipper.close(0)
+            raise
+
+    def __repr__(self) -> str:
+        level = logging.getLevelName(self.level)
+        return f"<IngestHandler dataset={shown(self.shipper.dataset)} ({level})>"
+
+    def _handle_python(self, record: logging.LogRecord) -> Any:
+        """``handle()`` in Python: the reference the compiled one stands in for."""
+        # No handler lock: emit() is thread-safe by itself, and not taking the lock is what keeps
+        # logging.shutdown() (which holds it while calling flush) from deadlocking against a
+        # flusher thread that logs. Records our own sending causes are never shipped (SENDERS is
+        # empty but while such a call runs: one test, as the compiled handle makes it).
+        if SENDERS and _get_ident() in SENDERS and own_record(record.name):
+            return self._intake.suppress()
+        if self.filters:
+            rv = self.filter(record)
+            if isinstance(rv, logging.LogRecord):  # Python 3.12+: a filter may return a record
+                record = rv
+            if not rv:
+                return rv
+        fast = self._fast_path
+        if fast is not None and type(record) is _LogRecord:
+            self._put_compiled(record, fast)
+        else:
+            self.emit(record)
+        return record if _HANDLE_RETURNS_RECORD else True
+
+    # What _compiled decided (a plain read of its attribute, once, here).
+    handle = _compiled.handle if _compiled.handle is not None else _handle_python
+
+    def _put_compiled(self, record: logging.LogRecord, fast: tuple[Any, Any, Any]) -> None:
+        # The compiled record_put for the records the compiled handle leaves here (filters, a
+        # context): the same queue item, then the context's path or the gate.
+        gate, wire, put = fast
+        context = IN_USE[0] or OTEL_TRACE in _modules
+        try:
+            got = _record_put(record.__dict__, None if context else gate,
+                              None if context else wire)
+            if got is True:
+                return
+            if got is None:
+                self._put_event(record)
+            elif context:
+                self._queue(got[0], got[1], record.levelno)
+            else:
+                put(*got)
+        except Exception:
+            self._put_event(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Queue the record; O(1), never blocks, never raises."""
+        try:
+            # The fast path: this runs for every record on the caller's thread. A plain record
+            # (no exception, no stack, extras of plain JSON types) becomes its event here, but
+            # for _time and level, which the flusher formats (events.py "Queue items");
+            # anything else goes through record_to_event.
+            d = record.__dict__
+            msg = d["msg"]
+            if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
+                    and not d["stack_info"] and self._custom is None):
+                args = d["args"]
+                if args:
+                    try:
+                        message = msg % args
+                    except Exception:  # record_to_event writes the error into the message
+                        self._put_event(record)
+                        return
+                else:
+                    message = msg
+                size = FAST_EVENT_SIZE + len(message)
+                event = fast_head(d, message)
+                if len(d) > _N_INIT:
+                    # makeRecord() adds extras after __init__'s attributes: only the tail can
+                    # hold them. A non-plain value (to be copied now, JSON-safe), an event key
+                    # (to be renamed) or a record attribute out of place takes the slow path; a
+                    # formatter's attributes ("message", "asctime") are no extras.
+                    for key in _islice(d, _N_INIT, None):
+                        if key in SPECIAL:
+                            if key in FORMATTER:
+                                continue
+                            self._put_event(record)
+                            return
+                        value = d[key]
+                        t = type(value)
+                        if t is str:
+                            size += FAST_EXTRA_SIZE + len(value)
+                        elif t in PLAIN:
+                            size += FAST_EXTRA_SIZE
+                        else:
+                            self._put_event(record)
+                            return
+                        event[key] = value
+                if IN_USE[0] or OTEL_TRACE in _modules:
+                    # A context was entered once, or the application uses OpenTelemetry: the
+                    # caller's context and span go with the event (out of line: the plain path
+                    # pays these two checks only).
+                    self._queue(event, size, d["levelno"])
+                    return
+                event[SIZE] = size
+                self._intake.offer(event, size)
+            else:
+                self._put_event(record)
+        except Exception:
+            self._put_event(record)
+
+    def _put_event(self, record: logging.LogRecord) -> None:
+        try:
+            if self._custom is None:
+                event, size = record_to_event(record)
+            else:
+                event, size = self._custom_event(record)
+            if IN_USE[0] or OTEL_TRACE in _modules:
+                self._queue(event, size, getattr(record, "levelno", 20))
+                return
+            event[SIZE] = size
+            self._intake.offer(event, size)
+        except Exception:
+            # record_to_event does not raise; this is a bug of ours, and still an account.
+            self._invalid()
+            self.handleError(record)
+
+    def _custom_event(self, record: logging.LogRecord) -> tuple[dict[Any, Any], int]:
+        # A formatter set on the handler, or the shipper's json_default: the careful path,
+        # with the user's converter applied and the formatter's text as the message.
+        with using_default(self.shipper.options.json_default):
+            event, size = record_to_event(record)
+        formatter = self.formatter
+        if formatter is not None:
+            try:
+                text = formatter.format(record)
+            except Exception:
+                text = None  # the event keeps getMessage()'s text
+            if type(text) is str:
+                size += len(text)
+                if "message" in event:
+                    event["message"] = text
+                else:  # structlog's event dict routed through stdlib: beside its keys
+                    event.setdefault("formatted", text)
+        return event, size
+
+    def setFormatter(self, fmt: logging.Formatter | None) -> None:
+        """Use ``fmt``'s output as each event's ``message`` (fields stay structured)."""
+        super().setFormatter(fmt)
+        self._update_custom()
+
+    def _update_custom(self) -> None:
+        custom = self.formatter is not None or self.shipper.options.json_default is not None
+        self._custom = True if custom else None
+        # The compiled path stands in for emit(): not when a subclass has its own, nor with a
+        # formatter or a json_default (the careful path's). Its events are queued as their
+        # final JSON when the shipper has nothing to do per event (Shipper.wire).
+        if type(self).emit is IngestHandler.emit and not custom and _compiled.ACTIVE:
+            self._fast_path = _compiled.fast_path(self._intake, self.shipper.wire())
+        else:
+            self._fast_path = None
+
+    def flush(self, timeout: float | None = None) -> bool:  # type: ignore[override]
+        """Send what is queued and wait (at most ``timeout``, default ``shutdown_timeout``).
+
+        True when everything queued at the call was delivered.
+        """
+        return self.shipper.flush(timeout)
+
+    def close(self) -> None:  # type: ignore[override]
+        """Flush and stop the shipper (bounded by ``shutdown_timeout``); idempotent."""
+        try:
+            FrontEnd.close(self)
+        finally:
+            logging.Handler.close(self)
