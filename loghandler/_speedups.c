@@ -878,7 +878,7 @@ span_lookup(State *st, SpanEntry *out)
  *
  * A front end's policy (_compiled.py, fast_path's fourth item): (trace_context, sample, hold).
  * sample: sampling.Sampler's tables, (levels, loggers, rand, trace_key, static fraction, drop,
- * trace_fraction); hold: (hold.level, hold.take). Sampling is decided before the event is
+ * trace_fraction, keep_level, kept_levels, kept); hold: (hold.level, hold.take). Sampling is decided before the event is
  * built (sampling.py): the level and logger give the rate; below 1, the trace id the event
  * would ship with, else the random source. */
 
@@ -964,6 +964,26 @@ sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
         return -1;
     if (rate >= 1.0)
         return 1;
+    if (PyTuple_GET_ITEM(sample, 7) != Py_None) {
+        /* sample_keep_level: a level name's verdict, cached by Sampler.kept */
+        PyObject *kept = PyDict_GetItemWithError(PyTuple_GET_ITEM(sample, 8), level);
+        int keep;
+        if (kept != NULL)
+            keep = kept == Py_True;
+        else if (PyErr_Occurred())
+            return -1;
+        else {
+            PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 9), level);
+            if (r == NULL)
+                return -1;
+            keep = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (keep < 0)
+                return -1;
+        }
+        if (keep)
+            return 1;
+    }
     double u = 0;
     int have = 0;
     if (PyObject_IsTrue(PyTuple_GET_ITEM(sample, 3)) == 1) {
@@ -1002,9 +1022,10 @@ policy_ok(PyObject *policy)
         return 0;
     PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
     if (sample != Py_None &&
-        (!PyTuple_CheckExact(sample) || PyTuple_GET_SIZE(sample) != 7 ||
+        (!PyTuple_CheckExact(sample) || PyTuple_GET_SIZE(sample) != 10 ||
          !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 0)) ||
-         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, 1))))
+         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, 1)) ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 8))))
         return 0;
     if (sample != Py_None) {
         PyObject *loggers = PyTuple_GET_ITEM(sample, 1);
@@ -1033,11 +1054,18 @@ typedef struct Compose {
     PyObject *clean, *learn;       /* borrowed; NULL: no scrubber */
     PyObject *exclude;             /* borrowed; NULL: nothing excluded */
     unsigned long head_skip;
+    /* field_names: each new name's ,"name": in order (borrowed); the rename of each head
+     * field, by its place in the event, and of the span's two ids (-1: none); every name
+     * renamed or renamed to (NULL: no renames). */
+    PyObject *renames, *moved; /* moved: each rename of a fields= field, its member, or None */
+    Py_ssize_t n_renames;
+    signed char head_rename[17], span_rename[2];
+    PyObject *renamed;
     PyObject *fields;              /* borrowed: the context's merged dict, not empty; or NULL */
     SpanEntry span;                /* span.valid 0: none */
 } Compose;
 
-static int read_wire(PyObject *wire, Compose *c);
+static int read_wire(State *st, PyObject *wire, Compose *c);
 
 /* 1: wire is a wire tuple, read into c; 0: not one. The last one read is kept (a strong
  * reference: its items stay alive), as one shipper's events come one after another. */
@@ -1048,7 +1076,7 @@ compose_wire(State *st, PyObject *wire, Compose *c)
         *c = *st->last_compose;
         return 1;
     }
-    int ok = read_wire(wire, c);
+    int ok = read_wire(st, wire, c);
     if (ok && st->last_compose != NULL) {
         PyObject *old = st->last_wire;
         st->last_wire = Py_NewRef(wire);
@@ -1058,11 +1086,29 @@ compose_wire(State *st, PyObject *wire, Compose *c)
     return ok;
 }
 
+/* A tuple of ints in [-1, bound): into out (n of them). 1, or 0 when it is not one. */
 static int
-read_wire(PyObject *wire, Compose *c)
+read_indexes(PyObject *t, Py_ssize_t n, Py_ssize_t bound, signed char *out)
+{
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(t, i);
+        long x = PyLong_CheckExact(v) ? PyLong_AsLong(v) : -2;
+        if (x < -1 || x >= bound) {
+            PyErr_Clear(); /* (an int too large: no index of ours) */
+            return 0;
+        }
+        out[i] = (signed char)x;
+    }
+    return 1;
+}
+
+static int
+read_wire(State *st, PyObject *wire, Compose *c)
 {
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 6)
+    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 11 || st->n_fields + 1 > 17)
         return 0;
     c->wire = wire;
     c->fragment = PyTuple_GET_ITEM(wire, 0);
@@ -1086,7 +1132,33 @@ read_wire(PyObject *wire, Compose *c)
         c->learn = NULL;
     if (PySet_GET_SIZE(c->exclude) == 0)
         c->exclude = NULL;
+    c->renames = PyTuple_GET_ITEM(wire, 6);
+    c->renamed = PyTuple_GET_ITEM(wire, 9);
+    if (!PyTuple_CheckExact(c->renames) || PyTuple_GET_SIZE(c->renames) > 16 ||
+        !PyAnySet_CheckExact(c->renamed))
+        return 0;
+    c->n_renames = PyTuple_GET_SIZE(c->renames);
+    c->moved = PyTuple_GET_ITEM(wire, 10);
+    if (!PyTuple_CheckExact(c->moved) || PyTuple_GET_SIZE(c->moved) != c->n_renames)
+        return 0;
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(c->renames, r)) ||
+            (m != Py_None && !PyBytes_CheckExact(m)))
+            return 0;
+    }
+    if (!read_indexes(PyTuple_GET_ITEM(wire, 7), st->n_fields + 1, c->n_renames, c->head_rename) ||
+        !read_indexes(PyTuple_GET_ITEM(wire, 8), 2, c->n_renames, c->span_rename))
+        return 0;
+    if (PySet_GET_SIZE(c->renamed) == 0)
+        c->renamed = NULL;
     return 1;
+}
+
+static inline int
+renamed(const Compose *c, PyObject *key)
+{
+    return c->renamed == NULL ? 0 : PySet_Contains(c->renamed, key);
 }
 
 static inline int
@@ -1141,6 +1213,11 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
         for (int k = 0; k < 2; k++) {
             if (in[k])
                 continue;
+            if (c->span_rename[k] < 0) {
+                int rn = renamed(c, ids[k]); /* another field renamed to it */
+                if (rn != 0)
+                    return rn < 0 ? -1 : 0;
+            }
             int ex = excluded(c, ids[k]);
             if (ex != 0) {
                 if (ex < 0)
@@ -1166,8 +1243,10 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
                 continue; /* the head's field wins: never written */
             PyObject *key = e->keys[k];
             int in = PySet_Contains(c->statics, key);
+            if (in == 0)
+                in = renamed(c, key);
             if (in != 0)
-                return in < 0 ? -1 : 0; /* fields= names it too: merged on the flusher */
+                return in < 0 ? -1 : 0; /* fields= names it too, or field_names: the flusher's */
             int ex = excluded(c, key);
             if (ex != 0) {
                 if (ex < 0)
@@ -1194,23 +1273,59 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
 }
 
 /* The span's and the context's members into the item (no code of the application's runs). */
+/* The renamed fields (field_names), written aside (tail) and appended in the renames' order
+ * at the end, as the Finisher's rename moves them there. */
+typedef struct {
+    Out tail;
+    Py_ssize_t at[16][2];
+} Renamed;
+
+/* The start of a member: its ,"key": (or the new name's, written aside); *dst where its value
+ * goes. -1 on failure. */
 static int
-put_context(State *st, Out *o, const Compose *c, const CtxEntry *ctx, PyObject *d,
+member(Out *o, Renamed *rn, const Compose *c, int r, const char *frag, Py_ssize_t len,
+       Out **dst)
+{
+    if (r < 0) {
+        *dst = o;
+        return out_put(o, frag, len);
+    }
+    PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+    rn->at[r][0] = rn->tail.len;
+    *dst = &rn->tail;
+    return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+}
+
+static void
+member_end(Renamed *rn, int r)
+{
+    if (r >= 0)
+        rn->at[r][1] = rn->tail.len;
+}
+
+static int
+put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, PyObject *d,
             int trace_in, int span_in)
 {
     if (c->span.valid) {
-        int ex;
-        if (!trace_in) {
-            if ((ex = excluded(c, st->s_trace_id)) < 0)
+        /* ,"trace_id":"<hex>": the member's key is its first 12 bytes (11 for the span's) */
+        const char *json[2] = {c->span.trace_json, c->span.span_json};
+        Py_ssize_t len[2] = {c->span.trace_len, c->span.span_len}, head[2] = {12, 11};
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id};
+        int in[2] = {trace_in, span_in};
+        for (int k = 0; k < 2; k++) {
+            if (in[k])
+                continue;
+            int ex = excluded(c, ids[k]);
+            if (ex < 0)
                 return -1;
-            if (!ex && out_put(o, c->span.trace_json, c->span.trace_len) < 0)
+            if (ex)
+                continue;
+            Out *dst;
+            if (member(o, rn, c, c->span_rename[k], json[k], head[k], &dst) < 0 ||
+                out_put(dst, json[k] + head[k], len[k] - head[k]) < 0)
                 return -1;
-        }
-        if (!span_in) {
-            if ((ex = excluded(c, st->s_span_id)) < 0)
-                return -1;
-            if (!ex && out_put(o, c->span.span_json, c->span.span_len) < 0)
-                return -1;
+            member_end(rn, c->span_rename[k]);
         }
     }
     if (ctx == NULL)
@@ -1286,7 +1401,7 @@ restart:
                 }
                 return NULL;
             }
-            if (!is_plain(value) || PySet_Contains(c->statics, key) != 0)
+            if (!is_plain(value) || PySet_Contains(c->statics, key) != 0 || renamed(c, key) != 0)
                 return NULL;
             int ex = excluded(c, key);
             if (ex < 0)
@@ -1345,36 +1460,52 @@ restart:
         format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
+    Renamed rn;
     out_init(&o, st->fast_item);
+    out_init(&rn.tail, st->fast_item);
+    for (int r = 0; r < 16; r++)
+        rn.at[r][0] = -1;
     PyObject *result = NULL;
-    if (!(c->head_skip & 1UL) && (out_put(&o, ",\"_time\":\"", 10) < 0 ||
-                                  out_put(&o, ts, 27) < 0 || out_put(&o, "\"", 1) < 0))
-        goto done;
-    if (!(c->head_skip & 2UL) && (out_put(&o, ",\"level\":", 9) < 0 || put_str(&o, level) < 0))
-        goto done;
+    Out *dst;
+    /* The head, in the event's order: _time, level, then the record attributes with the
+     * message at its place; event position p of a field, its bit in head_skip, its rename. */
+    if (!(c->head_skip & 1UL)) {
+        if (member(&o, &rn, c, c->head_rename[0], ",\"_time\":", 9, &dst) < 0 ||
+            out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 || out_put(dst, "\"", 1) < 0)
+            goto done;
+        member_end(&rn, c->head_rename[0]);
+    }
+    if (!(c->head_skip & 2UL)) {
+        if (member(&o, &rn, c, c->head_rename[1], ",\"level\":", 9, &dst) < 0 ||
+            put_str(dst, level) < 0)
+            goto done;
+        member_end(&rn, c->head_rename[1]);
+    }
     for (Py_ssize_t i = 2; i <= st->n_fields; i++) {
         if (i == st->message_at && !(c->head_skip & (1UL << i))) {
-            if (out_put(&o, ",\"message\":", 11) < 0)
+            if (member(&o, &rn, c, c->head_rename[i], ",\"message\":", 11, &dst) < 0)
                 goto done;
-            if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
+            if (message != NULL ? put_str(dst, message) < 0 : put_message(dst, msg, fargs) != 0) {
                 /* not put_message's case: with the message made */
                 *want_message = message == NULL;
                 goto done;
             }
+            member_end(&rn, c->head_rename[i]);
         }
         if (i == st->n_fields)
             break;
         /* The head's fields after the message: key_frags[i] is the i-th record attribute's
-         * event key; its bit in head_skip is that of its place in the event (after the
-         * message's when i >= message_at). */
-        unsigned long bit = 1UL << (i < st->message_at ? i : i + 1);
-        if (c->head_skip & bit)
+         * event key; its place in the event is i, or i + 1 after the message's. */
+        Py_ssize_t p = i < st->message_at ? i : i + 1;
+        if (c->head_skip & (1UL << p))
             continue;
         PyObject *frag = PyTuple_GET_ITEM(st->key_frags, i);
-        if (out_put(&o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag)) < 0 ||
-            (PyUnicode_CheckExact(vals[i]) ? put_head(st, &o, i, vals[i])
-                                           : put_value(&o, vals[i])) < 0)
+        if (member(&o, &rn, c, c->head_rename[p], PyBytes_AS_STRING(frag),
+                   PyBytes_GET_SIZE(frag), &dst) < 0 ||
+            (PyUnicode_CheckExact(vals[i]) ? put_head(st, dst, i, vals[i])
+                                           : put_value(dst, vals[i])) < 0)
             goto done;
+        member_end(&rn, c->head_rename[p]);
     }
     if (extras) {
         Py_ssize_t pos = st->n_init;
@@ -1393,9 +1524,17 @@ restart:
                 goto done;
         }
     }
-    if (put_context(st, &o, c, ctx, d, trace_in, span_in) < 0 ||
-        out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0 ||
-        out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+    if (put_context(st, &o, &rn, c, ctx, d, trace_in, span_in) < 0 ||
+        out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
+        goto done;
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (rn.at[r][0] >= 0 ? out_put(&o, rn.tail.data + rn.at[r][0],
+                                       rn.at[r][1] - rn.at[r][0]) < 0
+            : m != Py_None && out_put(&o, PyBytes_AS_STRING(m), PyBytes_GET_SIZE(m)) < 0)
+            goto done;
+    }
+    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
     if (o.len == 1)
         result = PyBytes_FromStringAndSize("{}", 2);
@@ -1406,6 +1545,7 @@ restart:
     *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
 done:
     out_free(&o);
+    out_free(&rn.tail);
     return result;
 }
 

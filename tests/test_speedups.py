@@ -460,6 +460,11 @@ WIRE_SHIPPERS = {
     # Exclusions: the writer leaves the fields out (the head's, extras, the context's).
     "exclusions": {"exclude_fields": ["module", "file", "request_id", "tenant", "_time"],
                    "scrub_keys": ["patient_id"]},
+    # field_names: the head's fields and the span's ids renamed (last, in the mapping's
+    # order), one chained, one renamed to a name an extra or a context field may hold.
+    "names": {"field_names": {"message": "msg", "level": "severity", "logger": "level",
+                              "trace_id": "trace.id", "host": "host.name", "region": "zone"},
+              "exclude_fields": ["function"]},
 }
 
 
@@ -497,7 +502,8 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
     twin = pair[1]
     item = last_item(twin, record, via_emit=True)
     o = twin.shipper.options
-    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns)
+    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns,
+                           o.field_names)
     fast = encode(formatted(item, False, o.fields, finish))
     with without_orjson():
         std = encode(formatted(item, False, o.fields, finish))
@@ -574,7 +580,8 @@ def shipped(item: Any, handler: IngestHandler) -> bytes:
     if type(item) is bytes:
         return item
     o = handler.shipper.options
-    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns)
+    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns,
+                           o.field_names)
     return encode(formatted(item, False, o.fields, finish))
 
 

@@ -20,6 +20,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .hold import level_number
+
 __all__ = ["Sampler", "span_fraction", "trace_fraction"]
 
 _MASK = (1 << 64) - 1
@@ -48,16 +50,18 @@ class Sampler:
 
     ``rate(level, logger)``: the fraction kept of events of that level (the event's level
     name, as shipped) and logger (the longest matching prefix among ``sample_loggers``, a
-    logger or any of its children); the smaller of the two applies. ``keep(rate, fraction)``:
+    logger or any of its children); the smaller of the two applies, and 1 at
+    ``sample_keep_level`` and above. ``keep(rate, fraction)``:
     the decision for one event whose rate is below 1.
     """
 
-    __slots__ = ("levels", "loggers", "rand", "static", "trace_key")
+    __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "static", "trace_key")
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None,
                  rand: Callable[[], float] = random.random, *, trace_key: bool = True,
-                 fields: Mapping[str, Any] | None = None) -> None:
+                 fields: Mapping[str, Any] | None = None,
+                 keep_level: int | None = None) -> None:
         self.levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
         # Longest prefix first: "app.db" wins over "app".
         self.loggers = tuple(sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
@@ -67,6 +71,10 @@ class Sampler:
         self.trace_key = trace_key
         # The fraction of fields='s trace_id (the last the event can take it from), or None.
         self.static = trace_fraction((fields or {}).get("trace_id"))
+        # Events at keep_level (sample_keep_level) and above are never sampled away: a level
+        # name's verdict, cached (level names are few; the cache is bounded all the same).
+        self.keep_level = keep_level
+        self.kept_levels: dict[str, bool] = {}
 
     def rate(self, level: Any, logger: Any) -> float:
         rate = 1.0
@@ -80,7 +88,20 @@ class Sampler:
                     if r < rate:
                         rate = r
                     break
+        if rate < 1.0 and self.keep_level is not None and self.kept(level):
+            return 1.0
         return rate
+
+    def kept(self, level: Any) -> bool:
+        """Is ``level`` (a level name, as shipped) at or above ``keep_level``?"""
+        if type(level) is not str:
+            return False
+        verdict = self.kept_levels.get(level)
+        if verdict is None:
+            verdict = level_number(level) >= (self.keep_level or 0)
+            if len(self.kept_levels) < 256:
+                self.kept_levels[level] = verdict
+        return verdict
 
     def keep(self, rate: float, fraction: float | None) -> bool:
         """Keep an event of ``rate`` (below 1)? ``fraction``: its shipped trace id's

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .._encoding import free_name
 from .events import admit_repeats, wire_view
 from .sampling import Sampler, trace_fraction
 
@@ -268,27 +269,34 @@ class Scrubber:
 
 
 class Finisher:
-    """The last step per event on the flusher thread: exclusions, then scrubbing."""
+    """The last step per event on the flusher thread: exclusions, scrubbing, then the field
+    names the user ships under (``field_names``; the steps before and the selector read the
+    event's usual names)."""
 
-    __slots__ = ("_exclude", "_scrubber")
+    __slots__ = ("_exclude", "_rename", "_renames", "_scrubber")
 
-    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None) -> None:
+    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None,
+                 renames: Mapping[str, str] | None = None) -> None:
         self._exclude = tuple(exclude)
         self._scrubber = scrubber
+        self._renames = tuple((renames or {}).items())
+        chained = {new for _, new in self._renames} & {old for old, _ in self._renames}
+        self._rename = rename_chained if chained else rename
 
     def clean_keys(self) -> set[Any] | None:
         """The keys a flat event may hold with nothing to do (the scrubber's plain path, which
         grows the set), for the compiled item_events to skip the call; None when every event
-        needs the call (exclusions, text scanning)."""
+        needs the call (exclusions, renames, text scanning)."""
         scrubber = self._scrubber
-        if self._exclude or scrubber is None or scrubber._scan:
+        if self._exclude or self._renames or scrubber is None or scrubber._scan:
             return None
         return scrubber._clean
 
     def wire_scrubber(self) -> tuple[set[Any] | None, Callable[[str], bool] | None] | None:
-        """For a writer that leaves the excluded fields out itself (the compiled path's wire
-        items, events.py): the scrubber's clean keys and its ``learn`` ((None, None): nothing
-        to scrub); None when the scrubber must see every value (scanning text)."""
+        """For a writer that leaves the excluded fields out and renames the fields itself (the
+        compiled path's wire items, events.py): the scrubber's clean keys and its ``learn``
+        ((None, None): nothing to scrub); None when the scrubber must see every value
+        (scanning text)."""
         scrubber = self._scrubber
         if scrubber is None:
             return None, None
@@ -296,33 +304,60 @@ class Finisher:
             return None
         return scrubber._clean, scrubber.learn
 
+    @property
+    def renames(self) -> tuple[tuple[str, str], ...]:
+        """``field_names`` as (old, new) pairs, in their order."""
+        return self._renames
+
     def learn(self, key: str) -> bool:
         """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
         scrubber = self._scrubber
-        return not self._exclude and scrubber is not None and scrubber.learn(key)
+        return (not self._exclude and not self._renames and scrubber is not None
+                and scrubber.learn(key))
 
     def __call__(self, event: dict[str, Any], plain: bool = False) -> None:
         for key in self._exclude:
             event.pop(key, None)
         if self._scrubber is not None:
             self._scrubber.event(event, plain)
+        if self._renames:
+            self._rename(event, self._renames)
+
+
+def rename(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``field_names`` on one event, in place. A field the event already has under a new name
+    is kept, renamed as a clash with a reserved key is (``extra_<name>``): never lost."""
+    pop = event.pop
+    for old, new in renames:
+        if old in event:
+            value = pop(old)
+            if new in event:
+                event[free_name(new, event)] = pop(new)
+            event[new] = value
+
+
+def rename_chained(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``rename`` when a new name is also an old one (``{"message": "level", "level":
+    "severity"}``): every field taken out first, then put back under its new name."""
+    moved = [(new, event.pop(old)) for old, new in renames if old in event]
+    for new, value in moved:
+        if new in event:
+            event[free_name(new, event)] = event.pop(new)
+        event[new] = value
 
 
 def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
-                  scrub_patterns: Iterable[str]) -> Finisher | None:
+                  scrub_patterns: Iterable[str],
+                  field_names: Mapping[str, str] | None = None) -> Finisher | None:
     exclude = tuple(exclude)
     scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
                 else None)
-    if not exclude and scrubber is None:
+    if not exclude and scrubber is None and not field_names:
         return None
-    return Finisher(exclude, scrubber)
+    return Finisher(exclude, scrubber, field_names)
 
 
 # ------------------------------------------------------------------ selecting
-
-# The fields of an event a repeat's key is made of: the message, else structlog's event; the
-# logger; the level.
-_KEY = ("message", "event", "logger", "level")
 
 
 class Selector:
@@ -333,15 +368,23 @@ class Selector:
     flusher gives it repeats only: sampling is decided on the callers' threads
     (``sampling.Sampler``, which this uses for the rates it is given)."""
 
-    __slots__ = ("_limit", "_max_keys", "_sampler", "_seen", "_window")
+    __slots__ = ("_key", "_limit", "_max_keys", "_sampler", "_seen", "_trace", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random, *,
+                 repeat_window: float, rand: Callable[[], float] = random.random,
+                 keep_level: int | None = None,
+                 field_names: Mapping[str, str] | None = None, *,
                  max_keys: int = MAX_KEYS) -> None:
-        self._sampler = (Sampler(sample_levels, sample_loggers, rand)
+        # The events reach the selector with their shipped names (Finisher ran first): a
+        # repeat's key is its message (else structlog's event), its logger and its level.
+        names = field_names or {}
+        self._key = (names.get("message", "message"), "event", names.get("logger", "logger"),
+                     names.get("level", "level"))
+        self._trace = names.get("trace_id", "trace_id")
+        self._sampler = (Sampler(sample_levels, sample_loggers, rand, keep_level=keep_level)
                          if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
@@ -362,13 +405,14 @@ class Selector:
         if sampler is None and self._limit is not None and admit is not None:
             # The compiled twin of the loop below (_admit), over the batch at once.
             kept, repeats, ended = admit(events, self._seen, float(now), float(self._window),
-                                         self._limit, self._max_keys, _KEY)
+                                         self._limit, self._max_keys, self._key)
             summaries += [self._summary(key, entry) for key, entry in ended]
             return kept, 0, repeats, summaries
+        _, _, logger, level = self._key
         for event in events:
             if sampler is not None and type(event) is dict:
-                rate = sampler.rate(event.get("level"), event.get("logger"))
-                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get("trace_id"))):
+                rate = sampler.rate(event.get(level), event.get(logger))
+                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get(self._trace))):
                     sampled += 1
                     continue
             if self._limit is not None and not self._admit(event, now, summaries):
@@ -382,11 +426,12 @@ class Selector:
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
         item = event
         if type(event) is bytes:  # a wire item: the fields read here, from its JSON
-            event = wire_view(event, _KEY)
-        message = event.get("message", event.get("event"))
+            event = wire_view(event, self._key)
+        message_key, _, logger_key, level_key = self._key
+        message = event.get(message_key, event.get("event"))
         if type(message) is not str:
             return True
-        key = (event.get("logger"), event.get("level"), message)
+        key = (event.get(logger_key), event.get(level_key), message)
         seen = self._seen
         entry = seen.get(key)
         if entry is not None and now - entry[0] < self._window:
@@ -462,28 +507,34 @@ _OTEL_ATTRS = {"service.name": "service", "deployment.environment": "environment
 
 
 def _otel_resource(text: str) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES (``key=value,...``, values percent-encoded) as a dict."""
     out: dict[str, str] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
-        if sep and key in _OTEL_ATTRS and value.strip():
+        if sep and key and value.strip():
             from urllib.parse import unquote
 
-            out.setdefault(_OTEL_ATTRS[key], unquote(value.strip()))
+            out.setdefault(key, unquote(value.strip()))
     return out
 
 
 def identity_fields(identity: bool | Mapping[str, Any],
                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``service``, ``environment``, ``version`` and ``host`` for every event.
+    """``service``, ``environment``, ``version`` and ``host`` for every event, and where the
+    process runs (``_engine/platforms.py``: Kubernetes, AWS Lambda and ECS, Google Cloud Run,
+    Azure, Heroku, Fly.io, Render), under OpenTelemetry's names.
 
     ``identity=True``: from ``LOGHANDLER_SERVICE`` / ``OTEL_SERVICE_NAME``,
     ``LOGHANDLER_ENVIRONMENT``, ``LOGHANDLER_VERSION`` and ``OTEL_RESOURCE_ATTRIBUTES``
-    (``service.name``, ``deployment.environment``, ``service.version``), plus the host name.
+    (``service.name``, ``deployment.environment``, ``service.version``, and the platform names
+    such as ``k8s.pod.name``, which win over what is detected), plus the host name.
     A mapping sets fields explicitly (the environment fills the rest); False: none.
     """
     if identity is False:
         return {}
+    from .platforms import OTEL_NAMES, detect
+
     env = os.environ if environ is None else environ
     out: dict[str, Any] = {}
     if isinstance(identity, Mapping):
@@ -496,8 +547,18 @@ def identity_fields(identity: bool | Mapping[str, Any],
             if value:
                 out[field] = value
                 break
-    for field, value in _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", "")).items():
-        out.setdefault(field, value)
+    resource = _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
+    for key, value in resource.items():
+        if key in _OTEL_ATTRS:
+            out.setdefault(_OTEL_ATTRS[key], value)
+    platform = detect(env)
+    # The application's own name for itself wins over the platform's name for it.
+    service = platform.pop("service", None)
+    if service and "service" not in out:
+        out["service"] = service
+    platform.update({k: v for k, v in resource.items() if k in OTEL_NAMES})
+    for key, value in platform.items():
+        out.setdefault(key, value)
     if "host" not in out:
         try:
             out["host"] = socket.gethostname()

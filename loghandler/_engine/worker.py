@@ -15,6 +15,7 @@ from typing import Any, cast
 from .. import _encoding as encoding
 from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
+from .._output import clip, printable
 from .batches import Chunk, Cutter, Item
 from .bisector import bisect, conclude
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
@@ -22,7 +23,7 @@ from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
 from .posting import Poster
-from .reporter import Reporter
+from .reporter import Reporter, counted, plural
 from .shaping import Selector, make_finisher
 from .spilling import Spiller
 from .spool import Spool
@@ -59,10 +60,11 @@ class Worker:
         opts = self.options
         # What ships (shaping.py): None when not configured, so the flusher pays one test.
         self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
-                                    opts.scrub_patterns)
+                                    opts.scrub_patterns, opts.field_names)
         # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
         # threads (sampling.py), before an event is queued.
-        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window)
+        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window,
+                                  field_names=opts.field_names)
                          if opts.repeat_limit else None)
         self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
                              self.finish, self._select if self.selector is not None else None)
@@ -79,12 +81,19 @@ class Worker:
 
     def wire(self) -> tuple[Any, ...] | None:
         """What the compiled fast paths need to queue their events as their final JSON
-        (events.py "Wire items"): ``(fragment, statics, clean, learn, exclude, head_skip)``:
-        ``fields=`` as JSON text to append, their names, the scrubber's set of keys it has
-        nothing to do for and its ``learn`` (None, None: no scrubber), the excluded fields and
-        a bit per head field excluded. None when the flusher must see each event: a
-        ``json_default``, scanning text for secrets, a ``fields=`` value that is not plain or
-        whose name is a secret's. (Repeats read wire items too: ``events.wire_view``.)"""
+        (events.py "Wire items"): ``(fragment, statics, clean, learn, exclude, head_skip,
+        renames, head_renames, span_renames, renamed, moved)``: ``fields=`` as JSON text to
+        append,
+        their names, the scrubber's set of keys it has nothing to do for and its ``learn``
+        (None, None: no scrubber), the excluded fields and a bit per head field excluded;
+        ``field_names`` as each new name's ``,"name":`` in order, the index of the rename of
+        each head field and of the span's two ids (-1: none), and every name renamed or
+        renamed to (an event holding one elsewhere is the flusher's to rename), and each rename
+        of a ``fields=`` field as its whole member. None when the flusher must see each event:
+        a ``json_default``, scanning text for secrets, a ``fields=`` value that is not plain or
+        whose name is a secret's or a new name, a field renamed to the name of a head field
+        that stays. (Repeats read wire items too:
+        ``events.wire_view``.)"""
         opts = self.options
         if opts.json_default is not None:
             return None
@@ -92,6 +101,12 @@ class Worker:
         if any(type(v) not in PLAIN for v in static.values()):
             return None
         exclude = frozenset(opts.exclude_fields)
+        renames = tuple((opts.field_names or {}).items())
+        olds = {old for old, _ in renames}
+        news = {new for _, new in renames}
+        if news & static.keys() or any(new in FAST_HEAD and new not in olds
+                                       and new not in exclude for _, new in renames):
+            return None
         clean: set[Any] | None = None
         learn = None
         if self.finish is not None:
@@ -99,17 +114,28 @@ class Worker:
             if scrub is None:
                 return None
             clean, learn = scrub
-            # The head's and fields='s keys taught now (a secret's name among fields= keeps
-            # every event a dict, scrubbed on the flusher).
-            if learn is not None and not all(learn(key) for key in (*FAST_HEAD, *static)
-                                             if key not in exclude):
+            # The head's, the span's and fields='s keys taught now (a secret's name among
+            # fields= keeps every event a dict, scrubbed on the flusher).
+            if learn is not None and not all(
+                    learn(key) for key in (*FAST_HEAD, "trace_id", "span_id", *static)
+                    if key not in exclude):
                 return None
         head_skip = sum(1 << i for i, key in enumerate(FAST_HEAD) if key in exclude)
-        # The event's own fields win over fields= (item_events): the head's always do.
+        index = {old: i for i, (old, _) in enumerate(renames)}
+        # The event's own fields win over fields= (item_events): the head's always do. A
+        # field of fields= renamed goes last, at its rename's place.
         fragment = b"".join(b"," + encoding.encode(key) + b":" + encoding.encode(value)
                             for key, value in static.items()
-                            if key not in FAST_HEAD and key not in exclude)
-        return fragment, frozenset(static), clean, learn, exclude, head_skip
+                            if key not in FAST_HEAD and key not in exclude and key not in olds)
+        moved = tuple(b"," + encoding.encode(new) + b":" + encoding.encode(static[old])
+                      if old in static and old not in FAST_HEAD and old not in exclude else None
+                      for old, new in renames)
+        # (a field of fields= renamed is the writer's; its old name elsewhere, the flusher's)
+        renamed = frozenset((olds | news) - {old for old in olds if old in static})
+        return (fragment, frozenset(static), clean, learn, exclude, head_skip,
+                tuple(b"," + encoding.encode(new) + b":" for _, new in renames),
+                tuple(index.get(key, -1) for key in FAST_HEAD),
+                (index.get("trace_id", -1), index.get("span_id", -1)), renamed, moved)
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -127,9 +153,14 @@ class Worker:
             while True:
                 force, closed = ledger.wait_for_work(interval)
                 if self.selector is not None:
-                    self._summarize(closed)
+                    self._summarize(False)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
+                    if closed and self.selector is not None:
+                        # The open repeat windows end after the last queued events were
+                        # selected (before, a window closed early and a new one let N more in).
+                        self._summarize(True)
+                        self._send_available(partial=True)
                     self._tell_drops()
                     if closed:
                         if self._deadline_passed():
@@ -142,10 +173,15 @@ class Worker:
             # What it held in flight would otherwise stay unaccounted (and flush() waiting for
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
-            self.reporter.report(Cause.INTERNAL, f"the flusher thread stopped on an internal "
-                                                 f"error: {type(exc).__name__}: {exc}"
-                                 + (f"; {lost} events in flight were counted in "
-                                    f"stats().dropped_invalid" if lost else ""))
+            # Told here, with the cause: not again as drops at the door (_tell_drops).
+            full, invalid = self.told_drops
+            self.told_drops = (full, invalid + lost)
+            self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
+                                                 f"error ({type(exc).__name__}: "
+                                                 f"{clip(printable(str(exc)), 60)})"
+                                 + (f", losing {plural(lost, 'event')}"
+                                    f"{counted('dropped_invalid')}" if lost else "")
+                                 + ": please report it")
             self.reporter.error(exc)
         finally:
             _FLUSHERS.discard(_get_ident())
@@ -184,22 +220,19 @@ class Worker:
         st = self.ledger.snapshot()
         full, invalid = st.dropped_queue_full, st.dropped_invalid
         told_full, told_invalid = self.told_drops
-        opts = self.options
         if full > told_full:
-            where = ("with spool_dir, the spool could not take them fast enough"
-                     if opts.spool_dir is not None else
-                     "set spool_dir to keep them on disk while the service cannot take them")
+            what = ("raise max_queue_size / max_queue_bytes"
+                    if self.options.spool_dir is not None
+                    else "raise max_queue_size or set spool_dir")
             self.reporter.report(
                 Cause.QUEUE_FULL,
-                f"the queue is full (max_queue_size={opts.max_queue_size:,}, max_queue_bytes="
-                f"{opts.max_queue_bytes:,}): {full:,} events dropped so far, counted in "
-                f"stats().dropped_queue_full; {where}, or raise max_queue_size / "
-                "max_queue_bytes")
+                f"the queue is full (max_queue_size={self.options.max_queue_size:,}): "
+                f"{plural(full, 'event')} dropped{counted('dropped_queue_full')}: {what}")
         if invalid > told_invalid:
             self.reporter.report(
                 Cause.DROPPED_INVALID,
-                f"{invalid:,} events could not be queued or sent because of an internal error "
-                "of loghandler (please report it), counted in stats().dropped_invalid")
+                f"an internal error of loghandler lost {plural(invalid, 'event')}"
+                f"{counted('dropped_invalid')}: please report it")
         self.told_drops = (full, invalid)
 
     def _send_available(self, partial: bool) -> None:

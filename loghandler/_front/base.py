@@ -54,12 +54,14 @@ class FrontEnd:
         """What the compiled path decides on the caller's thread, as it reads it
         (``_compiled.fast_path``): ``(trace_context, sample, hold)``; ``sample``: the
         sampler's tables ``(levels, loggers, rand, trace_key, fields=' fraction, drop,
-        trace_fraction)``, ``hold``: ``(level, take)``; None when not configured."""
+        trace_fraction, keep_level, kept_levels, kept)``, ``hold``: ``(level, take)``; None
+        when not configured."""
         sampler, hold = self._sampler, self._hold
         intake = self._intake
         sample = None if sampler is None else (
             sampler.levels, sampler.loggers, sampler.rand, sampler.trace_key, sampler.static,
-            lambda: intake.drop(Fate.DROPPED_SAMPLED), trace_fraction)
+            lambda: intake.drop(Fate.DROPPED_SAMPLED), trace_fraction, sampler.keep_level,
+            sampler.kept_levels, sampler.kept)
         return (self.shipper.options.trace_context is True, sample,
                 None if hold is None else (hold.level, hold.take))
 
