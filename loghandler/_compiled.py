@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -44,14 +45,18 @@ from ._build import why_pure
 from ._engine import model
 from ._engine.context import IN_USE, OTEL_TRACE, VAR, span_source
 from ._engine.guard import SENDERS
+from ._engine.hold import level_number
 
-__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
-           "gzip_compress", "gzip_extension", "handle", "items_size", "record_put", "speedups",
-           "table"]
+__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "event_put", "extension", "fast_path",
+           "format_record", "gzip_compress", "gzip_extension", "handle", "items_size",
+           "processor_call", "record_put", "sink_call", "speedups", "table", "wire_view"]
 
 # The decision, read by the modules named in the docstring (None: the Python twin runs).
 speedups: Any = None  # the configured _speedups module, when in use
 handle: Any = None  # IngestHandler.handle in C, a method (binds to the handler it is read on)
+processor_call: Any = None  # IngestProcessor.__call__ in C, a method
+sink_call: Any = None  # IngestSink.__call__ in C, a method
+event_put: Callable[..., bool] | None = None  # an OpenTelemetry record's event on its way
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[dict[Any, Any]], bool] | None = None
 items_size: Callable[[list[Any]], int] | None = None
@@ -100,6 +105,11 @@ def table() -> dict[str, Any]:
         "context_var": VAR,
         "span_source": span_source,
         "loads": json.loads,
+        "method_levels": dict(model.METHOD_LEVELS),
+        "structlog_skip": model.STRUCTLOG_SKIP,
+        "now": time.time,
+        "loguru_head": tuple((lk, la) for _, attr, lk, la in model.HEAD if attr is not None),
+        "level_number": level_number,
     }
 
 
@@ -139,7 +149,7 @@ def fast_path(intake: LedgerContract, wire: Any, policy: tuple[Any, Any, Any]
 
 def _load() -> bool:
     global speedups, handle, record_put, format_record, items_size, wire_view, gzip_compress
-    global WHY_PYTHON
+    global WHY_PYTHON, processor_call, sink_call, event_put
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
@@ -161,6 +171,9 @@ def _load() -> bool:
     format_record = module.format_record
     items_size = module.items_size
     wire_view = module.wire_view
+    processor_call = module.processor_call
+    sink_call = module.sink_call
+    event_put = module.event_put
     return True
 
 

@@ -34,6 +34,14 @@
 #define new_dict(n) PyDict_New()
 #endif
 
+/* Small steps of the writer, inlined where the compiler allows it (measured: a call each
+ * cost the plain record's wire item some 400 instructions). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #if PY_VERSION_HEX < 0x030C0000
 #define unicode_ready(s) PyUnicode_READY(s)
 #else
@@ -57,10 +65,11 @@ typedef struct {
  * every event logged inside it. */
 #define CTX_MEMBERS 32
 #define CTX_CACHE 4
-enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4 };
+enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4, CTX_TIME_LEVEL = 8 };
 typedef struct CtxEntry {
     PyObject *fields;            /* the merged dict (a strong reference: the cache's key) */
     PyObject *checked;           /* the wire tuple every member passed (strong), or NULL */
+    PyObject *checked_flat;      /* the same, for a flat event (no head of its own) */
     PyObject *keys[CTX_MEMBERS]; /* strong */
     PyObject *trace;             /* strong: its "trace_id" value, or NULL */
     Py_ssize_t n, at[CTX_MEMBERS + 1];
@@ -104,6 +113,10 @@ typedef struct {
     PyObject *span_source;         /* context.span_source */
     PyObject *head_set;            /* frozenset of the event keys of the head */
     PyObject *loads;               /* json.loads, for wire_view's values other than str */
+    /* The other front ends (section 12): structlog's method names' levels and the keys its
+     * careful path must see; time.time; loguru's record read for the head (model.HEAD's
+     * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
+    PyObject *method_levels, *structlog_skip, *now, *loguru_head, *level_number;
     /* OpenTelemetry's current context, once span_source found it: its ContextVar and
      * context.span_ids (NULL: not yet asked, or not found: asked again); span_source_off: the
      * application runs another runtime context (snapshot in Python each time). */
@@ -113,7 +126,7 @@ typedef struct {
     PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
         *s_put_event, *s_trace_id, *s_span_id, *s_levelno, *s_levelname, *s_name, *s_queue,
-        *s_invalid;
+        *s_invalid, *s_put, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower;
     /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
@@ -139,7 +152,9 @@ get_state(PyObject *module)
     X(span_source) X(head_set) X(loads) X(otel_var) X(span_ids) X(s_msg) X(s_args)           \
     X(s_exc_info) X(s_stack_info) X(s_message) X(s_time) X(s_level) X(s_logger) X(s_blank)   \
     X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event) X(s_trace_id)  \
-    X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)
+    X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)   \
+    X(method_levels) X(structlog_skip) X(now) X(loguru_head) X(level_number) X(s_put)        \
+    X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -156,6 +171,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
         CtxEntry *e = &st->ctx_cache[i];
         Py_VISIT(e->fields);
         Py_VISIT(e->checked);
+        Py_VISIT(e->checked_flat);
         Py_VISIT(e->trace);
         for (Py_ssize_t k = 0; k < e->n; k++)
             Py_VISIT(e->keys[k]);
@@ -170,6 +186,7 @@ ctx_entry_clear(CtxEntry *e)
 {
     Py_CLEAR(e->fields);
     Py_CLEAR(e->checked);
+    Py_CLEAR(e->checked_flat);
     Py_CLEAR(e->trace);
     for (Py_ssize_t k = 0; k < e->n; k++)
         Py_CLEAR(e->keys[k]);
@@ -437,7 +454,7 @@ out_reserve(Out *o, Py_ssize_t more)
     return 0;
 }
 
-static inline int
+static ALWAYS_INLINE int
 out_put(Out *o, const char *s, Py_ssize_t n)
 {
     if (n > o->cap - o->len && out_reserve(o, n) < 0)
@@ -745,12 +762,15 @@ ctx_entry(State *st, PyObject *fields)
             int special = PySet_Contains(st->special, key);
             int trace = PyUnicode_Compare(key, st->s_trace_id) == 0;
             int span = PyUnicode_Compare(key, st->s_span_id) == 0;
+            int time_level = PyUnicode_Compare(key, st->s_time) == 0 ||
+                             PyUnicode_Compare(key, st->s_level) == 0;
             if (head < 0 || special < 0 || PyErr_Occurred()) {
                 ok = 0;
                 break;
             }
             e->flags[i] = (unsigned char)((head ? CTX_HEAD : 0) | (special ? CTX_SPECIAL : 0) |
-                                          (trace || span ? CTX_TRACE : 0));
+                                          (trace || span ? CTX_TRACE : 0) |
+                                          (time_level ? CTX_TIME_LEVEL : 0));
             if (trace)
                 Py_XSETREF(e->trace, Py_NewRef(value));
             e->at[i] = o.len;
@@ -1057,12 +1077,14 @@ typedef struct Compose {
     /* field_names: each new name's ,"name": in order (borrowed); the rename of each head
      * field, by its place in the event, and of the span's two ids (-1: none); every name
      * renamed or renamed to (NULL: no renames). */
-    PyObject *renames, *moved; /* moved: each rename of a fields= field, its member, or None */
+    PyObject *renames, *moved; /* moved: each rename of a fields= field, (old, member), or None */
+    PyObject *rename_index;    /* old name -> its rename's index */
+    PyObject *members;         /* fields= as ((key, member), ...): a flat event's, key by key */
     Py_ssize_t n_renames;
     signed char head_rename[17], span_rename[2];
     PyObject *renamed;
     PyObject *fields;              /* borrowed: the context's merged dict, not empty; or NULL */
-    SpanEntry span;                /* span.valid 0: none */
+    const SpanEntry *span;         /* the current span, or NULL: none */
 } Compose;
 
 static int read_wire(State *st, PyObject *wire, Compose *c);
@@ -1108,7 +1130,7 @@ static int
 read_wire(State *st, PyObject *wire, Compose *c)
 {
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 11 || st->n_fields + 1 > 17)
+    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 13 || st->n_fields + 1 > 17)
         return 0;
     c->wire = wire;
     c->fragment = PyTuple_GET_ITEM(wire, 0);
@@ -1144,7 +1166,19 @@ read_wire(State *st, PyObject *wire, Compose *c)
     for (Py_ssize_t r = 0; r < c->n_renames; r++) {
         PyObject *m = PyTuple_GET_ITEM(c->moved, r);
         if (!PyBytes_CheckExact(PyTuple_GET_ITEM(c->renames, r)) ||
-            (m != Py_None && !PyBytes_CheckExact(m)))
+            (m != Py_None && !(PyTuple_CheckExact(m) && PyTuple_GET_SIZE(m) == 2 &&
+                               PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))))
+            return 0;
+    }
+    c->rename_index = PyTuple_GET_ITEM(wire, 11);
+    c->members = PyTuple_GET_ITEM(wire, 12);
+    if (!PyDict_CheckExact(c->rename_index) || !PyTuple_CheckExact(c->members))
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
+        PyObject *m = PyTuple_GET_ITEM(c->members, k);
+        if (!PyTuple_CheckExact(m) || PyTuple_GET_SIZE(m) != 2 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(m, 0)) ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))
             return 0;
     }
     if (!read_indexes(PyTuple_GET_ITEM(wire, 7), st->n_fields + 1, c->n_renames, c->head_rename) ||
@@ -1155,13 +1189,13 @@ read_wire(State *st, PyObject *wire, Compose *c)
     return 1;
 }
 
-static inline int
+static ALWAYS_INLINE int
 renamed(const Compose *c, PyObject *key)
 {
     return c->renamed == NULL ? 0 : PySet_Contains(c->renamed, key);
 }
 
-static inline int
+static ALWAYS_INLINE int
 excluded(const Compose *c, PyObject *key)
 {
     return c->exclude == NULL ? 0 : PySet_Contains(c->exclude, key);
@@ -1200,10 +1234,11 @@ key_clean(const Compose *c, PyObject *key, int *learned)
  * this path's case; LEARNED: start over; -1 failed. (trace_in, span_in: the event has its own
  * trace_id, span_id.) */
 static int
-check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, int *learned)
+check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, int *learned,
+              int flat)
 {
     *ctx = NULL;
-    if (c->span.valid) {
+    if (c->span != NULL) {
         int a = PySet_Contains(c->statics, st->s_trace_id);
         int b = a != 0 ? a : PySet_Contains(c->statics, st->s_span_id);
         if (b != 0)
@@ -1236,11 +1271,13 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
         return -1;
     if (!e->writable)
         return 0;
-    if (e->checked != c->wire) {
+    if ((flat ? e->checked_flat : e->checked) != c->wire) {
         int all = 1;
         for (Py_ssize_t k = 0; k < e->n; k++) {
-            if (e->flags[k] & CTX_HEAD)
-                continue; /* the head's field wins: never written */
+            /* The head's field wins: never written (a flat event has its own _time and level
+             * only). */
+            if (e->flags[k] & (flat ? CTX_TIME_LEVEL : CTX_HEAD))
+                continue;
             PyObject *key = e->keys[k];
             int in = PySet_Contains(c->statics, key);
             if (in == 0)
@@ -1259,8 +1296,9 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
                 return r;
         }
         if (all) {
-            PyObject *old = e->checked;
-            e->checked = Py_NewRef(c->wire);
+            PyObject **slot = flat ? &e->checked_flat : &e->checked;
+            PyObject *old = *slot;
+            *slot = Py_NewRef(c->wire);
             Py_XDECREF(old);
             /* (a wire tuple's last reference holds no code to run) */
             e = ctx_entry(st, c->fields);
@@ -1282,7 +1320,7 @@ typedef struct {
 
 /* The start of a member: its ,"key": (or the new name's, written aside); *dst where its value
  * goes. -1 on failure. */
-static int
+static ALWAYS_INLINE int
 member(Out *o, Renamed *rn, const Compose *c, int r, const char *frag, Py_ssize_t len,
        Out **dst)
 {
@@ -1296,21 +1334,53 @@ member(Out *o, Renamed *rn, const Compose *c, int r, const char *frag, Py_ssize_
     return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
 }
 
-static void
+static ALWAYS_INLINE void
 member_end(Renamed *rn, int r)
 {
     if (r >= 0)
         rn->at[r][1] = rn->tail.len;
 }
 
+/* (d: where the event's own fields are looked up: a record's dict, whose record attributes
+ * (special keys) are no fields; loguru's extra; a flat event dict, head: 0, which has no head
+ * of its own.) */
+/* The renamed fields, in the renames' order: the event's own (written aside), else a field of
+ * fields= renamed (unless the flat event holds its old name: then its own was renamed). */
+static int
+put_renamed(Out *o, Renamed *rn, const Compose *c, PyObject *flat)
+{
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        if (rn->at[r][0] >= 0) {
+            if (out_put(o, rn->tail.data + rn->at[r][0], rn->at[r][1] - rn->at[r][0]) < 0)
+                return -1;
+            continue;
+        }
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (m == Py_None)
+            continue;
+        if (flat != NULL) {
+            int in = PyDict_Contains(flat, PyTuple_GET_ITEM(m, 0));
+            if (in != 0) {
+                if (in < 0)
+                    return -1;
+                continue;
+            }
+        }
+        PyObject *member = PyTuple_GET_ITEM(m, 1);
+        if (out_put(o, PyBytes_AS_STRING(member), PyBytes_GET_SIZE(member)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int
 put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, PyObject *d,
-            int trace_in, int span_in)
+            int record, int flat, int trace_in, int span_in)
 {
-    if (c->span.valid) {
+    if (c->span != NULL) {
         /* ,"trace_id":"<hex>": the member's key is its first 12 bytes (11 for the span's) */
-        const char *json[2] = {c->span.trace_json, c->span.span_json};
-        Py_ssize_t len[2] = {c->span.trace_len, c->span.span_len}, head[2] = {12, 11};
+        const char *json[2] = {c->span->trace_json, c->span->span_json};
+        Py_ssize_t len[2] = {c->span->trace_len, c->span->span_len}, head[2] = {12, 11};
         PyObject *ids[2] = {st->s_trace_id, st->s_span_id};
         int in[2] = {trace_in, span_in};
         for (int k = 0; k < 2; k++) {
@@ -1330,17 +1400,17 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
     }
     if (ctx == NULL)
         return 0;
-    int checked = ctx->checked == c->wire;
+    int checked = (flat ? ctx->checked_flat : ctx->checked) == c->wire;
     for (Py_ssize_t k = 0; k < ctx->n; k++) {
         unsigned char f = ctx->flags[k];
-        if (f & CTX_HEAD)
+        if (f & (flat ? CTX_TIME_LEVEL : CTX_HEAD))
             continue; /* the head's field wins */
-        if ((f & CTX_TRACE) && c->span.valid)
+        if ((f & CTX_TRACE) && c->span != NULL)
             continue; /* the span's ids win */
         PyObject *key = ctx->keys[k];
-        if (!(f & CTX_SPECIAL)) {
+        if (!record || !(f & CTX_SPECIAL)) {
             /* A key no record attribute has: in the record's dict, it is an extra, which
-             * wins. */
+             * wins (in loguru's extra, or a flat event, any key is the event's). */
             int in = PyDict_Contains(d, key);
             if (in != 0) {
                 if (in < 0)
@@ -1362,16 +1432,29 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
     return 0;
 }
 
-/* The wire item of a plain record, its message given or not (NULL: written from msg and args
- * when that runs no application code; *want_message set when the message must be made
- * first): a new bytes object, or NULL (not this path's case; the dict path decides; an error
- * may be set). The event's members, as item_events and the encoder would order them: the head
- * (less the excluded fields), the extras, the span's ids, the context's fields, fields=; the
- * first comma becomes the opening brace. */
+/* Where a head event's fields come from: a LogRecord's dict (its extras after its first n_init
+ * items: a special key is the careful path's, a formatter's attribute no extra), or a loguru
+ * record's (the head's values read by the caller, its extras loguru's extra dict: a head key
+ * among them is the careful path's). */
+typedef struct {
+    PyObject *d;           /* the record's dict, or loguru's extra dict */
+    Py_ssize_t start;      /* where the extras begin among its items */
+    int record;            /* 1: a LogRecord's dict; 0: loguru's */
+    PyObject *vals[16];    /* loguru: the head's values by record attribute, the level mapped */
+} Head;
+
+/* The wire item of a plain record (h: its dict, or loguru's record read), its message given or
+ * not (NULL: written from msg and args when that runs no application code; *want_message set
+ * when the message must be made first): a new bytes object, or NULL (not this path's case;
+ * the dict path decides; an error may be set). The event's members, as item_events and the
+ * encoder would order them: the head (less the excluded fields), the extras, the span's ids,
+ * the context's fields, fields=, then the renamed fields; the first comma becomes the opening
+ * brace. */
 static PyObject *
-build_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *out_size,
+build_wire(State *st, Head *h, PyObject *message, Compose *c, Py_ssize_t *out_size,
            int *want_message)
 {
+    PyObject *d = h->d;
     if (!PyDict_CheckExact(d) || st->n_fields > 16 || st->message_at > st->n_fields)
         return NULL;
     /* First what may run Python (the scrubber learning a key): the extras (only keys, and
@@ -1386,16 +1469,16 @@ restart:
     n = PyDict_GET_SIZE(d);
     extras = 0;
     formatted = 0;
-    if (n > st->n_init) {
-        Py_ssize_t pos = st->n_init, seen = 0;
+    if (n > h->start) {
+        Py_ssize_t pos = h->start, seen = 0;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             seen++;
             if (!PyUnicode_CheckExact(key))
                 return NULL;
-            int special = PySet_Contains(st->special, key);
+            int special = PySet_Contains(h->record ? st->special : st->head_set, key);
             if (special != 0) {
-                if (special > 0 && PySet_Contains(st->formatter, key) == 1) {
+                if (h->record && special > 0 && PySet_Contains(st->formatter, key) == 1) {
                     formatted = 1;
                     continue;
                 }
@@ -1415,17 +1498,17 @@ restart:
             }
             extras++;
         }
-        if (seen != n - st->n_init)
+        if (seen != n - h->start)
             return NULL;
     }
-    if (c->span.valid) {
+    if (c->span != NULL) {
         trace_in = PyDict_Contains(d, st->s_trace_id);
         span_in = PyDict_Contains(d, st->s_span_id);
         if (trace_in < 0 || span_in < 0)
             return NULL;
     }
-    if (c->span.valid || c->fields != NULL) {
-        int r = check_context(st, c, &ctx, trace_in, span_in, &learned);
+    if (c->span != NULL || c->fields != NULL) {
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 0);
         if (r == LEARNED)
             goto restart;
         if (r != 1)
@@ -1433,37 +1516,43 @@ restart:
     }
     /* From here on no Python runs. */
     PyObject *vals[16];
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
-            return NULL;
-    PyObject *msg = NULL, *fargs = NULL;
-    if (message == NULL) {
-        /* The message written straight from msg and args (put_message) when nothing about
-         * them can run the application's code: no exception, no stack, an exact str. */
-        msg = PyDict_GetItemWithError(d, st->s_msg);
-        fargs = PyDict_GetItemWithError(d, st->s_args);
-        PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
-        PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
-        if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
-            (exc != Py_None && exc != Py_False) || stack != Py_None) {
-            *want_message = 1;
-            return NULL;
+    PyObject *msg = NULL, *fargs = NULL, *level;
+    if (h->record) {
+        for (Py_ssize_t i = 0; i < st->n_fields; i++)
+            if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) ==
+                NULL)
+                return NULL;
+        if (message == NULL) {
+            /* The message written straight from msg and args (put_message) when nothing about
+             * them can run the application's code: no exception, no stack, an exact str. */
+            msg = PyDict_GetItemWithError(d, st->s_msg);
+            fargs = PyDict_GetItemWithError(d, st->s_args);
+            PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
+            PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
+            if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
+                (exc != Py_None && exc != Py_False) || stack != Py_None) {
+                *want_message = 1;
+                return NULL;
+            }
         }
+        level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
+                                              : NULL;
     }
-    /* The head's _time (a float) and level (a name of the level table) come first, in that
+    else {
+        memcpy(vals, h->vals, sizeof(vals));
+        level = vals[1];
+    }
+    /* The head's _time (a float) and level (the event's level name) come first, in that
      * order, as model.HEAD has them. */
-    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || !PyUnicode_CheckExact(vals[1]))
-        return NULL;
-    PyObject *level = PyDict_GetItemWithError(st->levels, vals[1]);
     char ts[28];
-    if (level == NULL || !PyUnicode_CheckExact(level) ||
-        format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || level == NULL ||
+        !PyUnicode_CheckExact(level) || format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
     Renamed rn;
     out_init(&o, st->fast_item);
     out_init(&rn.tail, st->fast_item);
-    for (int r = 0; r < 16; r++)
+    for (Py_ssize_t r = 0; r < c->n_renames; r++)
         rn.at[r][0] = -1;
     PyObject *result = NULL;
     Out *dst;
@@ -1508,7 +1597,7 @@ restart:
         member_end(&rn, c->head_rename[p]);
     }
     if (extras) {
-        Py_ssize_t pos = st->n_init;
+        Py_ssize_t pos = h->start;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             if (formatted && PySet_Contains(st->formatter, key) == 1)
@@ -1524,17 +1613,193 @@ restart:
                 goto done;
         }
     }
-    if (put_context(st, &o, &rn, c, ctx, d, trace_in, span_in) < 0 ||
+    if (put_context(st, &o, &rn, c, ctx, d, h->record, 0, trace_in, span_in) < 0 ||
         out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
         goto done;
-    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
-        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
-        if (rn.at[r][0] >= 0 ? out_put(&o, rn.tail.data + rn.at[r][0],
-                                       rn.at[r][1] - rn.at[r][0]) < 0
-            : m != Py_None && out_put(&o, PyBytes_AS_STRING(m), PyBytes_GET_SIZE(m)) < 0)
+    if (c->n_renames > 0 && put_renamed(&o, &rn, c, NULL) < 0)
+        goto done;
+    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+        goto done;
+    if (o.len == 1)
+        result = PyBytes_FromStringAndSize("{}", 2);
+    else {
+        o.data[0] = '{';
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    }
+    *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
+done:
+    out_free(&o);
+    out_free(&rn.tail);
+    return result;
+}
+
+/* A flat event (structlog's event dict; the event an OpenTelemetry record became) as its wire
+ * item: its members in order (the queue items' markers left out), then add_time and add_level
+ * (structlog's _time and level, where it lacks them), the span's ids and the context's fields
+ * it lacks, fields= where it lacks them, the renamed fields. record: its _time is epoch seconds
+ * and its level a level name to map (an OpenTelemetry event's RECORD: item_events' rule). skip:
+ * keys the careful path must see (structlog's exc_info and bookkeeping), or NULL. A new bytes
+ * object, or NULL (the dict path's; an error may be set). */
+static PyObject *
+build_flat_wire(State *st, PyObject *event, Compose *c, PyObject *skip, PyObject *add_time,
+                PyObject *add_level, int record, Py_ssize_t *out_size)
+{
+    if (!PyDict_CheckExact(event))
+        return NULL;
+    int learned = 0, trace_in = 0, span_in = 0;
+    CtxEntry *ctx = NULL;
+    Py_ssize_t pos;
+    PyObject *key, *value;
+restart:
+    pos = 0;
+    while (PyDict_Next(event, &pos, &key, &value)) {
+        if (key == st->record || key == st->size || key == st->context)
+            continue; /* the queue item's markers */
+        if (!PyUnicode_CheckExact(key))
+            return NULL;
+        if (skip != NULL && PySet_Contains(skip, key) != 0)
+            return NULL;
+        int timed = record && PyUnicode_Compare(key, st->s_time) == 0;
+        if (timed ? !PyFloat_CheckExact(value) : !is_plain(value))
+            return NULL;
+        if (PySet_Contains(c->statics, key) < 0)
+            return NULL;
+        if (c->renamed != NULL) {
+            PyObject *r = PyDict_GetItemWithError(c->rename_index, key);
+            if (r == NULL && (PyErr_Occurred() || renamed(c, key) != 0))
+                return NULL; /* (renamed to: another field's new name) */
+        }
+        int ex = excluded(c, key);
+        if (ex < 0)
+            return NULL;
+        if (!ex) {
+            int r = key_clean(c, key, &learned);
+            if (r == LEARNED)
+                goto restart;
+            if (r != 1)
+                return NULL;
+        }
+    }
+    if (c->span != NULL) {
+        trace_in = PyDict_Contains(event, st->s_trace_id);
+        span_in = PyDict_Contains(event, st->s_span_id);
+        if (trace_in < 0 || span_in < 0)
+            return NULL;
+    }
+    if (c->span != NULL || c->fields != NULL) {
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 1);
+        if (r == LEARNED)
+            goto restart;
+        if (r != 1)
+            return NULL;
+    }
+    /* From here on no Python runs. */
+    Out o;
+    Renamed rn;
+    out_init(&o, st->fast_item);
+    out_init(&rn.tail, st->fast_item);
+    for (Py_ssize_t r = 0; r < c->n_renames; r++)
+        rn.at[r][0] = -1;
+    PyObject *result = NULL;
+    Out *dst;
+    pos = 0;
+    while (PyDict_Next(event, &pos, &key, &value)) {
+        if (key == st->record || key == st->size || key == st->context)
+            continue;
+        int ex = excluded(c, key);
+        if (ex != 0) {
+            if (ex < 0)
+                goto done;
+            continue;
+        }
+        long r = -1;
+        if (c->renamed != NULL) {
+            PyObject *index = PyDict_GetItemWithError(c->rename_index, key);
+            r = index == NULL ? -1 : PyLong_AsLong(index);
+            if (r >= 16 || PyErr_Occurred())
+                goto done;
+        }
+        if (r >= 0) {
+            dst = &rn.tail;
+            rn.at[r][0] = rn.tail.len;
+        }
+        else
+            dst = &o;
+        if (out_put(dst, ",", 1) < 0 || put_str(dst, key) < 0 || out_put(dst, ":", 1) < 0)
+            goto done;
+        if (record && PyUnicode_Compare(key, st->s_time) == 0) {
+            char ts[28];
+            if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
+                out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
+                out_put(dst, "\"", 1) < 0)
+                goto done;
+        }
+        else if (record && PyUnicode_Compare(key, st->s_level) == 0) {
+            /* item_events' rule for a level name: the table's, else lowercased (an event of
+             * ours holds the lowercase name already, which the table lacks) */
+            PyObject *mapped = PyUnicode_CheckExact(value)
+                               ? PyDict_GetItemWithError(st->levels, value) : NULL;
+            if (mapped == NULL && (PyErr_Occurred() || !PyUnicode_CheckExact(value) ||
+                                   !PyUnicode_IS_ASCII(value)))
+                goto done;
+            if (mapped == NULL) {
+                /* lowercase already? (else the Python path lowercases it) */
+                const char *s = (const char *)PyUnicode_DATA(value);
+                for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(value); i++)
+                    if (s[i] >= 'A' && s[i] <= 'Z')
+                        goto done;
+                mapped = value;
+            }
+            if (put_str(dst, mapped) < 0)
+                goto done;
+        }
+        else if (put_value(dst, value) < 0)
+            goto done;
+        if (r >= 0)
+            rn.at[r][1] = rn.tail.len;
+    }
+    PyObject *adds[2][2] = {{st->s_time, add_time}, {st->s_level, add_level}};
+    for (int k = 0; k < 2; k++) {
+        if (adds[k][1] == NULL)
+            continue;
+        int ex = excluded(c, adds[k][0]);
+        if (ex != 0) {
+            if (ex < 0)
+                goto done;
+            continue;
+        }
+        PyObject *index = c->renamed == NULL ? NULL
+                          : PyDict_GetItemWithError(c->rename_index, adds[k][0]);
+        long r = index == NULL ? -1 : PyLong_AsLong(index);
+        if (r >= 16 || PyErr_Occurred())
+            goto done;
+        const char *frag = k == 0 ? ",\"_time\":" : ",\"level\":";
+        if (member(&o, &rn, c, (int)r, frag, (Py_ssize_t)strlen(frag), &dst) < 0 ||
+            put_str(dst, adds[k][1]) < 0)
+            goto done;
+        member_end(&rn, (int)r);
+    }
+    if (put_context(st, &o, &rn, c, ctx, event, 0, 1, trace_in, span_in) < 0)
+        goto done;
+    /* fields= where the event lacks them (it holds _time and level always) */
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
+        PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
+        if (PyUnicode_Compare(name, st->s_time) == 0 || PyUnicode_Compare(name, st->s_level) == 0)
+            continue;
+        int in = PyDict_Contains(event, name);
+        if (in == 0 && c->span != NULL)
+            in = (!trace_in && PyUnicode_Compare(name, st->s_trace_id) == 0) ||
+                 (!span_in && PyUnicode_Compare(name, st->s_span_id) == 0);
+        if (in != 0) {
+            if (in < 0)
+                goto done;
+            continue;
+        }
+        PyObject *bytes = PyTuple_GET_ITEM(m, 1);
+        if (out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
             goto done;
     }
-    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+    if (put_renamed(&o, &rn, c, event) < 0 || out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
     if (o.len == 1)
         result = PyBytes_FromStringAndSize("{}", 2);
@@ -1577,11 +1842,15 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     PyObject *message = NULL;
     int want_message = 0;
     *item = NULL;
+    Head h;
+    h.d = d;
+    h.start = st->n_init;
+    h.record = 1;
     if (c != NULL) {
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        *item = build_wire(st, d, NULL, c, size, &want_message);
+        *item = build_wire(st, &h, NULL, c, size, &want_message);
         if (*item != NULL)
             return 1;
         if (!clear_if_exception())
@@ -1592,7 +1861,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
         return got;
     if (want_message) {
         want_message = 0;
-        *item = build_wire(st, d, message, c, size, &want_message);
+        *item = build_wire(st, &h, message, c, size, &want_message);
         if (*item == NULL && !clear_if_exception()) {
             Py_DECREF(message);
             return -1;
@@ -1684,195 +1953,248 @@ step_failed(State *st, PyObject *self)
     return 0;
 }
 
-/* The record's whole way on the compiled path (the Python path's emit, then FrontEnd._queue
- * when a context or a policy is in play): sampling, the item (a wire item with the span's and
- * the context's members, or the event dict), hold-until-error, the queue. fast: the handler's
- * (gate, wire, put, policy). 1: done (queued, held, or dropped and counted; the careful path
- * called when it is its record); 0: nothing done, not this path's (the caller hands the record
- * to the careful path); -1: an error to propagate. */
+/* ------------------------------------------------------------------ the way of an event
+ *
+ * What every front end's compiled call does after reading its event, as its Python path does
+ * (FrontEnd._queue): the caller's context, sampling, the item, hold-until-error, the queue.
+ * fast: the front end's (gate, wire, put, policy). */
+typedef struct {
+    PyObject *self, *gate, *put, *sample, *hold;  /* borrowed (the caller holds fast) */
+    Compose c;
+    int wired;       /* c is a wire: items may be wire items */
+    int contextual;  /* a context was ever entered, or OpenTelemetry is imported */
+    int native;      /* the context and sampling are this path's to read */
+    int sampled;     /* sampling kept it (so the Python path must not decide again) */
+    PyObject *fields;  /* strong: the context's merged dict, not empty; or NULL */
+    SpanEntry span;    /* the current span's (c.span points here when there is one) */
+} Way;
+
+/* 1: started; 0: fast is no fast path of ours (nothing done); -1: an error to propagate.
+ * trace: the front end looks up the current span (OpenTelemetry's records carry their own). */
 static int
-record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *fast)
+way_begin(State *st, Way *w, PyObject *self, PyObject *fast, int trace)
 {
-    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 4 || !PyDict_CheckExact(d))
+    w->fields = NULL;
+    w->sampled = 0;
+    w->span.valid = 0;
+    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 4)
         return 0;
-    PyObject *gate = PyTuple_GET_ITEM(fast, 0), *wire = PyTuple_GET_ITEM(fast, 1);
-    PyObject *put = PyTuple_GET_ITEM(fast, 2), *policy = PyTuple_GET_ITEM(fast, 3);
+    PyObject *wire = PyTuple_GET_ITEM(fast, 1), *policy = PyTuple_GET_ITEM(fast, 3);
     if (!policy_ok(policy))
         return 0;
-    PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
-    Compose c;
-    int wired = wire != Py_None && compose_wire(st, wire, &c);
-    if (!wired)
-        memset(&c, 0, sizeof(c));
+    w->self = self;
+    w->gate = PyTuple_GET_ITEM(fast, 0);
+    w->put = PyTuple_GET_ITEM(fast, 2);
+    w->sample = PyTuple_GET_ITEM(policy, 1);
+    w->hold = PyTuple_GET_ITEM(policy, 2);
+    w->wired = wire != Py_None && compose_wire(st, wire, &w->c);
+    if (!w->wired)
+        memset(&w->c, 0, sizeof(w->c));
+    w->native = 1;
     /* The caller's context, as FrontEnd._queue reads it: a context was ever entered, or
      * OpenTelemetry is imported. */
     int in_use = PyList_GET_ITEM(st->in_use, 0) == Py_True;
-    int otel = PyDict_Contains(st->modules, st->otel);
+    int otel = trace ? PyDict_Contains(st->modules, st->otel) : 0;
     if (otel < 0)
         return clear_if_exception() ? 0 : -1;
-    int contextual = in_use || otel;
-    int native = 1; /* the context and sampling are this path's to read */
-    int sampled = 0, result = -1, failed;
-    PyObject *fields = NULL, *item = NULL, *own = NULL, *ctx_trace = NULL, *levelno = NULL;
-    Py_ssize_t size = 0;
+    w->contextual = in_use || otel;
     if (in_use) {
-        if (PyContextVar_Get(st->context_var, NULL, &fields) < 0) {
+        if (PyContextVar_Get(st->context_var, NULL, &w->fields) < 0) {
             if (!clear_if_exception())
-                goto out;
-            native = 0;
+                return -1;
+            w->native = 0;
         }
-        if (fields != NULL && (!PyDict_CheckExact(fields) || PyDict_GET_SIZE(fields) == 0))
-            Py_CLEAR(fields);
+        if (w->fields != NULL &&
+            (!PyDict_CheckExact(w->fields) || PyDict_GET_SIZE(w->fields) == 0))
+            Py_CLEAR(w->fields);
     }
-    c.fields = fields;
+    w->c.fields = w->fields;
     if (otel && PyTuple_GET_ITEM(policy, 0) == Py_True) {
-        int r = span_lookup(st, &c.span);
-        if (r < 0)
-            goto out;
-        native = native && r;
+        int r = span_lookup(st, &w->span);
+        if (r < 0) {
+            Py_CLEAR(w->fields);
+            return -1;
+        }
+        w->native = w->native && r;
+        if (r && w->span.valid)
+            w->c.span = &w->span;
     }
-    if (sample != Py_None && native) {
-        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
-        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
-                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
-        PyObject *logger = PyDict_GetItemWithError(d, st->s_name);
-        if (level == NULL || logger == NULL) {
-            if (!clear_if_exception())
-                goto out;
-            native = 0; /* (a level name the table lacks: the Python path lowercases it) */
-        }
-        else {
-            Py_INCREF(level);
-            Py_INCREF(logger);
-            own = PyDict_GetItemWithError(d, st->s_trace_id);
-            Py_XINCREF(own);
-            if (own == NULL && fields != NULL) {
-                CtxEntry *e = ctx_entry(st, fields);
-                ctx_trace = e == NULL ? NULL : Py_XNewRef(e->trace);
-            }
-            int keep = PyErr_Occurred() ? -1
-                       : sample_keep(sample, level, logger, own, &c.span, ctx_trace);
-            Py_DECREF(level);
-            Py_DECREF(logger);
-            if (keep < 0) {
-                if (!clear_if_exception())
-                    goto out;
-                native = 0; /* the Python path decides */
-            }
-            else if (keep == 0) {
-                PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, 5)); /* drop() */
-                if (r == NULL) {
-                    if (step_failed(st, self) < 0)
-                        goto out;
-                }
-                else
-                    Py_DECREF(r);
-                result = 1;
-                goto out;
-            }
-            else
-                sampled = 1;
-        }
+    return 1;
+}
+
+static void
+way_end(Way *w)
+{
+    Py_CLEAR(w->fields);
+}
+
+/* Sampling (sampling.py), before the item is made: level, the event's level name (NULL: not
+ * this path's to read: the Python path decides); logger; own, its own trace id (NULL: none).
+ * 1: go on; 0: sampled out (dropped and counted: done); -1: an error to propagate. */
+static int
+way_sample(State *st, Way *w, PyObject *level, PyObject *logger, PyObject *own)
+{
+    if (w->sample == Py_None || !w->native)
+        return 1;
+    if (level == NULL || logger == NULL) {
+        w->native = 0;
+        return 1;
     }
-    if (contextual && (hold != Py_None || sample != Py_None || !wired || !native)) {
-        /* The level number, for hold's test or FrontEnd._queue (a strong reference: Python
-         * may run before it is used, and change the record). */
-        levelno = PyDict_GetItemWithError(d, st->s_levelno);
-        if (levelno == NULL || !PyLong_CheckExact(levelno)) {
-            result = clear_if_exception() ? 0 : -1;
-            goto out;
-        }
-        Py_INCREF(levelno);
+    /* Strong references across the calls into Python (rand, the keep level's verdict). */
+    PyObject *ctx_trace = NULL;
+    Py_INCREF(level);
+    Py_INCREF(logger);
+    Py_XINCREF(own);
+    if (own == NULL && w->fields != NULL) {
+        CtxEntry *e = ctx_entry(st, w->fields);
+        ctx_trace = e == NULL ? NULL : Py_XNewRef(e->trace);
     }
-    int got = record_item(st, d, wired && native ? &c : NULL, &item, &size);
-    if (got < 0)
-        goto out;
-    if (got == 0) {
-        /* The careful path's record, told whether it was sampled already. */
-        PyObject *args[2] = {record, sampled ? Py_True : Py_False};
-        if (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception())
-            goto out;
-        result = 1;
-        goto out;
+    int keep = PyErr_Occurred() ? -1 : sample_keep(w->sample, level, logger, own, w->c.span,
+                                                   ctx_trace);
+    Py_DECREF(level);
+    Py_DECREF(logger);
+    Py_XDECREF(own);
+    Py_XDECREF(ctx_trace);
+    if (keep < 0) {
+        if (!clear_if_exception())
+            return -1;
+        w->native = 0; /* the Python path decides */
+        return 1;
     }
-    if (!PyBytes_CheckExact(item) && (contextual || sample != Py_None)) {
-        if (levelno == NULL) {
-            levelno = PyDict_GetItemWithError(d, st->s_levelno);
-            if (levelno == NULL || !PyLong_CheckExact(levelno)) {
-                /* (no int level: the careful path's, which reads it its way) */
-                PyObject *args[2] = {record, sampled ? Py_True : Py_False};
-                if (!clear_if_exception() ||
-                    (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception()))
-                    goto out;
-                result = 1;
-                goto out;
-            }
-            Py_INCREF(levelno);
-        }
-        /* An event dict with a context or a policy in play: FrontEnd._queue attaches the
-         * caller's context (snapshot) and decides the rest, as on the Python path. */
-        PyObject *size_obj = PyLong_FromSsize_t(size);
-        if (size_obj == NULL) {
-            if (step_failed(st, self) < 0)
-                goto out;
-        }
-        else {
-            PyObject *args[5] = {item, size_obj, levelno, Py_True, sampled ? Py_True : Py_False};
-            int r = call_front(self, st->s_queue, args, 5);
-            Py_DECREF(size_obj);
-            if (r < 0 && step_failed(st, self) < 0)
-                goto out;
-        }
-        result = 1;
-        goto out;
+    if (keep) {
+        w->sampled = 1;
+        return 1;
     }
-    if (hold != Py_None && contextual) {
+    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(w->sample, 5)); /* drop() */
+    if (r == NULL)
+        return step_failed(st, w->self) < 0 ? -1 : 0;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A wire item's last steps: hold-until-error's level test, then take; else the queue.
+ * levelno: the event's level number (NULL: none needed, no hold). 0 or -1. */
+static int
+way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno,
+           PyObject *careful, PyObject *const *careful_args, Py_ssize_t careful_nargs)
+{
+    if (w->hold != Py_None && w->contextual && levelno != NULL) {
         /* Hold-until-error's level test first (Hold.take): an event above the held level and
          * below an error's is never held, and releases nothing. */
-        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(hold, 0));
+        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(w->hold, 0));
         long level_number = PyLong_AsLong(levelno);
         if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
-            goto out;
+            return -1;
         if (!(held_level < level_number && level_number < 40)) {
             PyObject *size_obj = PyLong_FromSsize_t(size);
             PyObject *r = NULL;
             if (size_obj != NULL) {
                 PyObject *args[3] = {item, size_obj, levelno};
-                r = PyObject_Vectorcall(PyTuple_GET_ITEM(hold, 1), args, 3, NULL);
+                r = PyObject_Vectorcall(PyTuple_GET_ITEM(w->hold, 1), args, 3, NULL);
                 Py_DECREF(size_obj);
             }
-            if (r == NULL) {
-                if (step_failed(st, self) < 0)
-                    goto out;
-                result = 1;
-                goto out;
-            }
+            if (r == NULL)
+                return step_failed(st, w->self);
             int taken = PyObject_IsTrue(r);
             Py_DECREF(r);
-            if (taken != 0) {
-                if (taken < 0 && step_failed(st, self) < 0)
-                    goto out;
-                result = 1;
-                goto out;
-            }
+            if (taken != 0)
+                return taken < 0 ? step_failed(st, w->self) : 0;
         }
     }
-    if (offer(st, gate, put, item, size, &failed) < 0)
-        goto out;
+    int failed;
+    if (offer(st, w->gate, w->put, item, size, &failed) < 0)
+        return -1;
     if (failed) {
         /* put raised (it does not: it counts what it drops): the careful path, as the Python
          * path's `except Exception` does. */
-        PyObject *args[2] = {record, sampled ? Py_True : Py_False};
-        if (call_front(self, st->s_put_event, args, 2) < 0 && !clear_if_exception())
-            goto out;
+        if (call_front(w->self, careful, (PyObject **)careful_args, careful_nargs) < 0 &&
+            !clear_if_exception())
+            return -1;
     }
-    result = 1;
+    return 0;
+}
+
+/* An event dict to queue with a context or a policy in play: FrontEnd._queue attaches the
+ * caller's context (snapshot) and decides the rest, as on the Python path (told whether
+ * sampling kept it already). 0 or -1. */
+static int
+way_queue(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *level, int trace)
+{
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    if (size_obj == NULL)
+        return step_failed(st, w->self);
+    PyObject *args[5] = {item, size_obj, level, trace ? Py_True : Py_False,
+                         w->sampled ? Py_True : Py_False};
+    int r = call_front(w->self, st->s_queue, args, 5);
+    Py_DECREF(size_obj);
+    return r < 0 ? step_failed(st, w->self) : 0;
+}
+
+/* The record's whole way on the compiled path (IngestHandler's emit, then FrontEnd._queue when
+ * a context or a policy is in play): sampling, the item (a wire item with the span's and the
+ * context's members, or the event dict), hold-until-error, the queue. 1: done (queued, held,
+ * or dropped and counted; the careful path called when it is its record); 0: nothing done,
+ * not this path's (the caller hands the record to the careful path); -1: an error to
+ * propagate. */
+static int
+record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *fast)
+{
+    if (!PyDict_CheckExact(d))
+        return 0;
+    Way w;
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r <= 0)
+        return r;
+    PyObject *item = NULL, *levelno = NULL;
+    Py_ssize_t size = 0;
+    int result = -1;
+    if (w.sample != Py_None && w.native) {
+        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
+        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
+                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
+        PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
+        PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
+        if (PyErr_Occurred() && !clear_if_exception())
+            goto out;
+        r = way_sample(st, &w, level, logger, own); /* (no level: the Python path's) */
+        if (r <= 0) {
+            result = r < 0 ? -1 : 1;
+            goto out;
+        }
+    }
+    int got = record_item(st, d, w.wired && w.native ? &w.c : NULL, &item, &size);
+    if (got < 0)
+        goto out;
+    /* An event dict with a context or a policy in play is FrontEnd._queue's. */
+    int queue_dict = got == 1 && !PyBytes_CheckExact(item) &&
+                     (w.contextual || w.sample != Py_None);
+    if (queue_dict || (got == 1 && w.hold != Py_None && w.contextual)) {
+        /* The level number, for FrontEnd._queue or hold's test (a strong reference). */
+        levelno = PyDict_GetItemWithError(d, st->s_levelno);
+        if (levelno == NULL || !PyLong_CheckExact(levelno)) {
+            if (!clear_if_exception())
+                goto out;
+            levelno = NULL;
+        }
+        Py_XINCREF(levelno);
+    }
+    PyObject *careful[2] = {record, w.sampled ? Py_True : Py_False};
+    if (got == 0 || (queue_dict && levelno == NULL)) {
+        /* The careful path's record (told whether sampling kept it already). */
+        if (call_front(self, st->s_put_event, careful, 2) < 0 && !clear_if_exception())
+            goto out;
+        result = 1;
+        goto out;
+    }
+    if (queue_dict) {
+        result = way_queue(st, &w, item, size, levelno, 1) < 0 ? -1 : 1;
+        goto out;
+    }
+    result = way_finish(st, &w, item, size, levelno, st->s_put_event, careful, 2) < 0 ? -1 : 1;
 out:
     Py_XDECREF(item);
-    Py_XDECREF(fields);
-    Py_XDECREF(own);
-    Py_XDECREF(ctx_trace);
     Py_XDECREF(levelno);
+    way_end(&w);
     return result;
 }
 
@@ -2752,6 +3074,389 @@ python:;
     return PyObject_VectorcallMethod(st->s_handle_python, call_args, 2, NULL);
 }
 
+/* ------------------------------------------------------------------ 12. the other front ends
+ *
+ * IngestProcessor.__call__ (structlog), IngestSink.__call__ (loguru) and the queueing of an
+ * OpenTelemetry record's event (IngestLogRecordProcessor), compiled: each reads its event the
+ * way its Python path does, then takes the way of an event above (sampling, a wire item,
+ * hold, the queue). What they do not take is their Python path's, called as it is: ``_put``
+ * (told whether sampling kept the event already). Their fast path is the front end's
+ * ``_fast_path`` attribute (a slot), as the handler's. */
+
+/* self._fast_path: a new reference, or NULL (none, or not readable: the Python path). */
+static PyObject *
+front_fast(State *st, PyObject *self)
+{
+    PyObject *fast = PyObject_GetAttr(self, st->s_fast_path);
+    if (fast == NULL) {
+        PyErr_Clear(); /* (an AttributeError: no fast path) */
+        return NULL;
+    }
+    if (fast == Py_None) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    return fast;
+}
+
+/* self._put(*args, sampled): the Python path. A new reference, or NULL. */
+static PyObject *
+python_put(State *st, PyObject *self, PyObject *const *args, Py_ssize_t nargs, int sampled)
+{
+    PyObject *all[5] = {self, NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
+        all[i + 1] = args[i];
+    all[nargs + 1] = sampled ? Py_True : Py_False;
+    return PyObject_VectorcallMethod(st->s_put, all, (size_t)(nargs + 2), NULL);
+}
+
+/* The end of a front end's compiled call: the item queued (or the Python path's when there is
+ * none), its way's state released. 0 or -1. */
+static int
+front_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno,
+             PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *all[4] = {NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
+        all[i] = args[i];
+    all[nargs] = w->sampled ? Py_True : Py_False;
+    if (item == NULL) {
+        if (!clear_if_exception())
+            return -1;
+        if (call_front(w->self, st->s_put, all, nargs + 1) < 0)
+            return clear_if_exception() ? 0 : -1;
+        return 0;
+    }
+    return way_finish(st, w, item, size, levelno, st->s_put, all, nargs + 1);
+}
+
+/* The level number of a level name, for hold's test (hold.level_number). New reference. */
+static PyObject *
+level_number(State *st, Way *w, PyObject *level)
+{
+    if (w->hold == Py_None || !w->contextual)
+        return NULL;
+    return PyObject_CallOneArg(st->level_number, level);
+}
+
+/* IngestProcessor.__call__(self, logger, method_name, event_dict) -> event_dict */
+static PyObject *
+processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "IngestProcessor(logger, method_name, event_dict)");
+        return NULL;
+    }
+    PyObject *self = args[0], *method = args[2], *event = args[3];
+    PyObject *fast = NULL, *add_time = NULL, *levelno = NULL, *item = NULL;
+    Way w;
+    int begun = 0, failed = 1;
+    if (PyDict_GET_SIZE(st->senders) != 0 || !PyDict_CheckExact(event) ||
+        (fast = front_fast(st, self)) == NULL)
+        goto python;
+    Py_INCREF(self);
+    Py_INCREF(event);
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r < 0)
+        goto out;
+    if (r == 0)
+        goto python_out;
+    begun = 1;
+    /* The event's level and _time, as event_dict_to_event makes them where it lacks them. */
+    PyObject *level = PyDict_GetItemWithError(event, st->s_level), *add_level = NULL;
+    if (level == NULL) {
+        if (PyErr_Occurred() || !PyUnicode_CheckExact(method))
+            goto python_out;
+        add_level = PyDict_GetItemWithError(st->method_levels, method);
+        if (add_level == NULL && PyErr_Occurred())
+            goto python_out;
+        level = add_level = add_level == NULL ? method : add_level;
+    }
+    Py_INCREF(level);
+    int has_time = PyDict_Contains(event, st->s_time);
+    if (has_time < 0)
+        goto level_out;
+    if (!has_time) {
+        PyObject *stamp = PyDict_GetItemWithError(event, st->s_timestamp);
+        if (stamp != NULL && PyUnicode_CheckExact(stamp) && PyUnicode_IS_ASCII(stamp) &&
+            PyUnicode_GET_LENGTH(stamp) == 27) {
+            const char *s = (const char *)PyUnicode_DATA(stamp);
+            if (s[26] == 'Z' && s[10] == 'T' && s[19] == '.')
+                add_time = Py_NewRef(stamp); /* the form already (time_from) */
+        }
+        else if (stamp == NULL && !PyErr_Occurred()) {
+            /* no timestamp: now */
+            PyObject *now = PyObject_CallNoArgs(st->now);
+            char ts[28];
+            if (now != NULL && PyFloat_CheckExact(now) &&
+                format_time(st, PyFloat_AS_DOUBLE(now), ts) == 0)
+                add_time = PyUnicode_FromStringAndSize(ts, 27);
+            Py_XDECREF(now);
+        }
+        if (add_time == NULL)
+            goto level_out; /* another form of time: time_from's */
+    }
+    PyObject *logger = PyDict_GetItemWithError(event, st->s_logger);
+    PyObject *own = logger == NULL && PyErr_Occurred() ? NULL
+                    : PyDict_GetItemWithError(event, st->s_trace_id);
+    if (PyErr_Occurred())
+        goto level_out;
+    r = way_sample(st, &w, level, logger == NULL ? Py_None : logger, own);
+    if (r <= 0) {
+        Py_DECREF(level);
+        failed = r < 0;
+        goto out;
+    }
+    Py_ssize_t size = 0;
+    if (w.wired && w.native)
+        item = build_flat_wire(st, event, &w.c, st->structlog_skip, add_time,
+                               add_level, 0, &size);
+    if (item != NULL && w.hold != Py_None && w.contextual &&
+        (levelno = level_number(st, &w, level)) == NULL && !clear_if_exception()) {
+        Py_DECREF(level);
+        goto out;
+    }
+    Py_DECREF(level);
+    failed = front_finish(st, &w, item, size, levelno, args + 1, 3) < 0;
+    goto out;
+level_out:
+    Py_DECREF(level);
+python_out:
+    if (!clear_if_exception())
+        goto out;
+    {
+        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+out:
+    if (begun)
+        way_end(&w);
+    Py_XDECREF(item);
+    Py_XDECREF(levelno);
+    Py_XDECREF(add_time);
+    Py_DECREF(fast);
+    Py_DECREF(self);
+    if (failed) {
+        Py_DECREF(event);
+        return NULL;
+    }
+    return event; /* the processor returns the event dict unchanged */
+python:
+    if (PyErr_Occurred() && !clear_if_exception())
+        return NULL;
+    Py_XDECREF(fast);
+    {
+        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        if (got == NULL)
+            return NULL;
+        Py_DECREF(got);
+    }
+    return Py_NewRef(event);
+}
+
+/* IngestSink.__call__(self, message): loguru's record (message.record), read as loguru_head
+ * reads it (model.HEAD's loguru columns). */
+static PyObject *
+sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "IngestSink(message)");
+        return NULL;
+    }
+    PyObject *self = args[0], *message = args[1];
+    PyObject *fast = NULL, *record = NULL, *levelno = NULL, *item = NULL;
+    Head h = {NULL, 0, 0, {NULL}};
+    Way w;
+    int begun = 0, failed = 1;
+    if (PyDict_GET_SIZE(st->senders) != 0 || (fast = front_fast(st, self)) == NULL)
+        goto python;
+    Py_INCREF(self);
+    Py_INCREF(message);
+    record = PyObject_GetAttr(message, st->s_record);
+    if (record == NULL || !PyDict_CheckExact(record))
+        goto python_out;
+    PyObject *exc = PyDict_GetItemWithError(record, st->s_exception);
+    PyObject *text = PyDict_GetItemWithError(record, st->s_message);
+    h.d = PyDict_GetItemWithError(record, st->s_extra);
+    if (exc != Py_None || text == NULL || !PyUnicode_CheckExact(text) || h.d == NULL ||
+        !PyDict_CheckExact(h.d))
+        goto python_out;
+    Py_INCREF(text);
+    Py_INCREF(h.d);
+    /* The head's values (strong references): _time is the record's time's timestamp(); the
+     * level its name, mapped as item_events maps it. */
+    for (Py_ssize_t i = 0; i < st->n_fields; i++) {
+        PyObject *kv = PyTuple_GET_ITEM(st->loguru_head, i);
+        PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(kv, 0));
+        PyObject *attr = PyTuple_GET_ITEM(kv, 1);
+        if (v == NULL)
+            goto values_out;
+        if (i == 0)
+            v = PyObject_CallMethodNoArgs(v, st->s_timestamp);
+        else if (attr != Py_None)
+            v = PyObject_GetAttr(v, attr);
+        else
+            Py_INCREF(v);
+        h.vals[i] = v;
+        if (v == NULL || (i == 0 && !PyFloat_CheckExact(v)))
+            goto values_out;
+    }
+    if (!PyUnicode_CheckExact(h.vals[1]))
+        goto values_out;
+    PyObject *mapped = PyDict_GetItemWithError(st->levels, h.vals[1]);
+    if (mapped != NULL)
+        Py_INCREF(mapped);
+    else if (!PyErr_Occurred())
+        mapped = PyObject_CallMethodNoArgs(h.vals[1], st->s_lower);
+    if (mapped == NULL)
+        goto values_out;
+    Py_SETREF(h.vals[1], mapped);
+    PyObject *level_obj = PyDict_GetItemWithError(record, st->s_level);
+    levelno = level_obj == NULL ? NULL : PyObject_GetAttr(level_obj, st->s_no);
+    if (levelno == NULL || !PyLong_CheckExact(levelno))
+        goto values_out;
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r <= 0) {
+        if (r < 0)
+            goto values_failed;
+        goto values_out;
+    }
+    begun = 1;
+    PyObject *own = PyDict_GetItemWithError(h.d, st->s_trace_id);
+    if (own == NULL && PyErr_Occurred())
+        goto values_out;
+    r = way_sample(st, &w, h.vals[1], h.vals[2], own);
+    if (r <= 0) {
+        failed = r < 0;
+        goto values_done;
+    }
+    Py_ssize_t size = 0;
+    int want_message = 0;
+    if (w.wired && w.native)
+        item = build_wire(st, &h, text, &w.c, &size, &want_message);
+    failed = front_finish(st, &w, item, size, levelno, args + 1, 1) < 0;
+    goto values_done;
+values_out:
+    if (!clear_if_exception())
+        goto values_failed;
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, begun && w.sampled);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+    goto values_done;
+values_failed:
+    failed = 1;
+values_done:
+    Py_XDECREF(text);
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_XDECREF(h.vals[i]);
+    Py_XDECREF(h.d);
+    goto out;
+python_out:
+    if (!clear_if_exception())
+        goto out;
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+out:
+    if (begun)
+        way_end(&w);
+    Py_XDECREF(item);
+    Py_XDECREF(levelno);
+    Py_XDECREF(record);
+    Py_DECREF(fast);
+    Py_DECREF(self);
+    Py_DECREF(message);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+python:
+    if (PyErr_Occurred() && !clear_if_exception())
+        return NULL;
+    Py_XDECREF(fast);
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        if (got == NULL)
+            return NULL;
+        Py_DECREF(got);
+    }
+    Py_RETURN_NONE;
+}
+
+/* event_put(front, event, size, levelno, fast) -> bool: an OpenTelemetry record's event
+ * (_time as epoch seconds: RECORD) on its way, its own span ids in it already: True when done
+ * (queued, held, dropped and counted, or handed to FrontEnd._queue); False: nothing done, the
+ * caller's _queue. */
+static PyObject *
+event_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "event_put(front, event, size, levelno, fast)");
+        return NULL;
+    }
+    PyObject *self = args[0], *event = args[1], *levelno = args[3];
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    if ((size == -1 && PyErr_Occurred()) || !PyDict_CheckExact(event))
+        return clear_if_exception() ? Py_NewRef(Py_False) : NULL;
+    Way w;
+    int r = way_begin(st, &w, self, args[4], 0);
+    if (r <= 0)
+        return r < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *item = NULL, *result = NULL;
+    /* The level as shipped (item_events' rule for a RECORD event's level name). */
+    PyObject *level = PyDict_GetItemWithError(event, st->s_level), *mapped = NULL;
+    if (level != NULL && PyUnicode_CheckExact(level)) {
+        mapped = PyDict_GetItemWithError(st->levels, level);
+        if (mapped != NULL)
+            Py_INCREF(mapped);
+        else if (!PyErr_Occurred())
+            mapped = PyObject_CallMethodNoArgs(level, st->s_lower);
+    }
+    PyObject *logger = PyDict_GetItemWithError(event, st->s_logger);
+    PyObject *own = PyDict_GetItemWithError(event, st->s_trace_id);
+    if (PyErr_Occurred() && !clear_if_exception()) {
+        Py_XDECREF(mapped);
+        goto out;
+    }
+    r = way_sample(st, &w, mapped, logger == NULL ? Py_None : logger, own);
+    Py_XDECREF(mapped);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_True);
+        goto out;
+    }
+    if (w.wired && w.native)
+        item = build_flat_wire(st, event, &w.c, NULL, NULL, NULL, 1, &size);
+    if (item == NULL) {
+        if (!clear_if_exception())
+            goto out;
+        /* the dict's way: FrontEnd._queue (trace=False: the record's ids are in it) */
+        r = way_queue(st, &w, event, PyLong_AsSsize_t(args[2]), levelno, 0);
+        result = r < 0 ? NULL : Py_NewRef(Py_True);
+        goto out;
+    }
+    PyObject *careful[5] = {event, args[2], levelno, Py_False, w.sampled ? Py_True : Py_False};
+    r = way_finish(st, &w, item, size, PyLong_CheckExact(levelno) ? levelno : NULL, st->s_queue,
+                   careful, 5);
+    result = r < 0 ? NULL : Py_NewRef(Py_True);
+out:
+    Py_XDECREF(item);
+    way_end(&w);
+    return result;
+}
+
 /* ------------------------------------------------------------------ 11. the module */
 
 static int
@@ -2821,6 +3526,11 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         {&st->context_var, "context_var", &PyContextVar_Type},
         {&st->span_source, "span_source", NULL},
         {&st->loads, "loads", NULL},
+        {&st->method_levels, "method_levels", &PyDict_Type},
+        {&st->structlog_skip, "structlog_skip", &PyFrozenSet_Type},
+        {&st->now, "now", NULL},
+        {&st->loguru_head, "loguru_head", &PyTuple_Type},
+        {&st->level_number, "level_number", NULL},
     };
     for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++) {
         PyObject *value = table_item(table, objects[i].name, objects[i].type);
@@ -2841,8 +3551,16 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         table_size(table, "wire_item", &st->wire_item) < 0)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(st->src_keys);
+    int loguru_ok = PyTuple_GET_SIZE(st->loguru_head) == n;
+    for (Py_ssize_t i = 0; loguru_ok && i < n; i++) {
+        PyObject *kv = PyTuple_GET_ITEM(st->loguru_head, i);
+        loguru_ok = PyTuple_CheckExact(kv) && PyTuple_GET_SIZE(kv) == 2 &&
+                    PyUnicode_CheckExact(PyTuple_GET_ITEM(kv, 0)) &&
+                    (PyTuple_GET_ITEM(kv, 1) == Py_None ||
+                     PyUnicode_CheckExact(PyTuple_GET_ITEM(kv, 1)));
+    }
     if (n != PyTuple_GET_SIZE(st->dst_keys) || n < 2 || n > 16 || st->message_at < 0 ||
-        st->message_at > n || PyList_GET_SIZE(st->in_use) < 1) {
+        st->message_at > n || PyList_GET_SIZE(st->in_use) < 1 || !loguru_ok) {
         PyErr_SetString(PyExc_ValueError, "configure(): the head's tables do not match");
         return NULL;
     }
@@ -2918,6 +3636,9 @@ static PyMethodDef methods[] = {
     {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
      "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
      "item or the fast path's event), no context, no policy."},
+    {"event_put", (PyCFunction)(void (*)(void))event_put, METH_FASTCALL,
+     "event_put(front, event, size, levelno, fast) -> bool: an OpenTelemetry record's event "
+     "on its way (sampling, a wire item, hold, the queue); False: nothing done."},
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
      "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
      "ended): Selector._admit over a batch (shaping.py)."},
@@ -2931,6 +3652,15 @@ static PyMethodDef methods[] = {
      "format_record(event) -> bool: _time and level of a fast-path event formatted."},
     {NULL, NULL, 0, NULL},
 };
+
+static PyMethodDef processor_def = {
+    "processor_call", (PyCFunction)(void (*)(void))processor_call, METH_FASTCALL,
+    "IngestProcessor.__call__(self, logger, method_name, event_dict), compiled: its Python "
+    "path is _put."};
+
+static PyMethodDef sink_def = {
+    "sink_call", (PyCFunction)(void (*)(void))sink_call, METH_FASTCALL,
+    "IngestSink.__call__(self, message), compiled: its Python path is _put."};
 
 static PyMethodDef handle_def = {
     "handle", (PyCFunction)(void (*)(void))handle, METH_FASTCALL,
@@ -2955,7 +3685,12 @@ module_exec(PyObject *module)
         intern_into(&st->s_trace_id, "trace_id") < 0 || intern_into(&st->s_span_id, "span_id") < 0 ||
         intern_into(&st->s_levelno, "levelno") < 0 ||
         intern_into(&st->s_levelname, "levelname") < 0 || intern_into(&st->s_name, "name") < 0 ||
-        intern_into(&st->s_queue, "_queue") < 0 || intern_into(&st->s_invalid, "_invalid") < 0)
+        intern_into(&st->s_queue, "_queue") < 0 || intern_into(&st->s_invalid, "_invalid") < 0 ||
+        intern_into(&st->s_put, "_put") < 0 || intern_into(&st->s_record, "record") < 0 ||
+        intern_into(&st->s_timestamp, "timestamp") < 0 ||
+        intern_into(&st->s_exception, "exception") < 0 ||
+        intern_into(&st->s_extra, "extra") < 0 || intern_into(&st->s_no, "no") < 0 ||
+        intern_into(&st->s_lower, "lower") < 0)
         return -1;
     st->ctx_cache = PyMem_Calloc(CTX_CACHE, sizeof(CtxEntry));
     st->span_cache = PyMem_Calloc(SPAN_CACHE, sizeof(SpanEntry));
@@ -2972,6 +3707,17 @@ module_exec(PyObject *module)
         return -1;
     int r = PyModule_AddObjectRef(module, "handle", method);
     Py_DECREF(method);
+    /* The other front ends' calls, as methods too. */
+    PyMethodDef *defs[2] = {&processor_def, &sink_def};
+    for (int k = 0; r == 0 && k < 2; k++) {
+        func = PyCFunction_NewEx(defs[k], module, NULL);
+        method = func == NULL ? NULL : PyInstanceMethod_New(func);
+        Py_XDECREF(func);
+        if (method == NULL)
+            return -1;
+        r = PyModule_AddObjectRef(module, defs[k]->ml_name, method);
+        Py_DECREF(method);
+    }
     return r;
 }
 

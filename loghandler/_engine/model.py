@@ -24,7 +24,7 @@ from typing import Any
 __all__ = [
     "CONTEXT", "COPIED_ATTRS", "FAST_HEAD", "FAST_ITEM_BYTES", "FORMATTER", "HEAD", "INIT_KEYS",
     "LEVELS", "METHOD_LEVELS", "PLAIN", "RECORD", "RECORD_ATTRS", "RESERVED", "SIZE",
-    "SPECIAL", "STANDARD",
+    "SPECIAL", "STANDARD", "STRUCTLOG_SKIP",
 ]
 
 # Plain object() instances: equal only to themselves, so no field name can be them, and not a GC
@@ -82,6 +82,10 @@ FORMATTER = STANDARD - frozenset(INIT_KEYS)
 # is the info-level method of PrintLogger and friends; "fatal" logs at critical).
 LEVELS = {name: name.lower() for name in logging._nameToLevel}
 METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
+# Keys of a structlog event dict that steer a processing step and carry no data of their own:
+# ``exc_info`` becomes the ``exception`` object; the other two are the bookkeeping
+# ProcessorFormatter adds to its copy (the processor's careful path reads them).
+STRUCTLOG_SKIP = frozenset({"exc_info", "_record", "_from_structlog"})
 
 # The memory model: rough bytes a queued event holds, for max_queue_bytes (about three times its
 # encoded JSON; measured with tracemalloc and RSS). The encoded size itself is measured on the

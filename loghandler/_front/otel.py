@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import _compiled
 from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import free_name, using_default
 from .._engine.events import add_fields
@@ -23,6 +24,9 @@ from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
 
 __all__ = ["IngestLogRecordProcessor", "otel_event"]
+
+# What _compiled decided: the compiled way of an event (a wire item), or None.
+_event_put = _compiled.event_put
 
 # severity_number ranges (the OpenTelemetry log data model): 1-4 trace ... 21-24 fatal.
 _SEVERITY = ((4, "trace"), (8, "debug"), (12, "info"), (16, "warning"), (20, "error"),
@@ -201,12 +205,14 @@ class IngestLogRecordProcessor(FrontEnd):
             suggestion), an invalid value.
     """
 
-    __slots__ = ("_resources",)
+    __slots__ = ("_fast_path", "_resources")
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)
         self._resources: dict[int, tuple[Any, dict[str, Any]]] = {}
+        # The compiled fast path (its events queued as their final JSON), or None.
+        self._fast_path = self._wire_path()
 
     def on_emit(self, log_record: Any) -> None:
         """The SDK's call (1.35 and later): ``log_record`` is a ``ReadWriteLogRecord``."""
@@ -226,7 +232,12 @@ class IngestLogRecordProcessor(FrontEnd):
             except Exception:
                 event, size = _careful_event(record, resource, scope, self._resources)
             # The record carries its own span: only a loghandler.context is looked up.
-            self._queue(event, size, _NUMBER.get(event["level"], 20), trace=False)
+            levelno = _NUMBER.get(event["level"], 20)
+            fast = self._fast_path
+            if fast is not None and _event_put is not None and _event_put(
+                    self, event, size, levelno, fast):
+                return
+            self._queue(event, size, levelno, trace=False)
         except Exception:
             self._invalid()
 
