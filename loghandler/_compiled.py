@@ -47,8 +47,8 @@ from ._engine.context import IN_USE, OTEL_TRACE, VAR, span_source
 from ._engine.guard import SENDERS
 from ._engine.hold import level_number
 
-__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "event_put", "extension", "fast_path",
-           "format_record", "gzip_compress", "gzip_extension", "handle", "items_size",
+__all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
+           "gzip_compress", "gzip_extension", "handle", "items_size", "otel_put",
            "processor_call", "record_put", "sink_call", "speedups", "table", "wire_view"]
 
 # The decision, read by the modules named in the docstring (None: the Python twin runs).
@@ -56,7 +56,7 @@ speedups: Any = None  # the configured _speedups module, when in use
 handle: Any = None  # IngestHandler.handle in C, a method (binds to the handler it is read on)
 processor_call: Any = None  # IngestProcessor.__call__ in C, a method
 sink_call: Any = None  # IngestSink.__call__ in C, a method
-event_put: Callable[..., bool] | None = None  # an OpenTelemetry record's event on its way
+otel_put: Callable[..., bool] | None = None  # an OpenTelemetry record read and on its way
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[dict[Any, Any]], bool] | None = None
 items_size: Callable[[list[Any]], int] | None = None
@@ -110,6 +110,10 @@ def table() -> dict[str, Any]:
         "now": time.time,
         "loguru_head": tuple((lk, la) for _, attr, lk, la in model.HEAD if attr is not None),
         "level_number": level_number,
+        "otel_texts": dict(model.OTEL_TEXTS),
+        "otel_numbers": dict(model.OTEL_NUMBERS),
+        "otel_exception": model.OTEL_EXCEPTION,
+        "otel_code": dict(model.OTEL_CODE),
     }
 
 
@@ -149,7 +153,7 @@ def fast_path(intake: LedgerContract, wire: Any, policy: tuple[Any, Any, Any]
 
 def _load() -> bool:
     global speedups, handle, record_put, format_record, items_size, wire_view, gzip_compress
-    global WHY_PYTHON, processor_call, sink_call, event_put
+    global WHY_PYTHON, processor_call, sink_call, otel_put
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
@@ -173,7 +177,7 @@ def _load() -> bool:
     wire_view = module.wire_view
     processor_call = module.processor_call
     sink_call = module.sink_call
-    event_put = module.event_put
+    otel_put = module.otel_put
     return True
 
 

@@ -117,6 +117,10 @@ typedef struct {
      * careful path must see; time.time; loguru's record read for the head (model.HEAD's
      * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
     PyObject *method_levels, *structlog_skip, *now, *loguru_head, *level_number;
+    PyObject *key_json;            /* dict: an extra's key -> its ,"key": (put_key) */
+    /* OpenTelemetry's records (otel_members): severity texts renamed, level numbers, the
+     * exception attributes, the code attributes renamed. */
+    PyObject *otel_texts, *otel_numbers, *otel_exception, *otel_code;
     /* OpenTelemetry's current context, once span_source found it: its ContextVar and
      * context.span_ids (NULL: not yet asked, or not found: asked again); span_source_off: the
      * application runs another runtime context (snapshot in Python each time). */
@@ -126,7 +130,9 @@ typedef struct {
     PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
         *s_put_event, *s_trace_id, *s_span_id, *s_levelno, *s_levelname, *s_name, *s_queue,
-        *s_invalid, *s_put, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower;
+        *s_invalid, *s_put, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
+        *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
+        *s_attributes, *s_dict, *s_032x, *s_016x;
     /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
@@ -154,7 +160,10 @@ get_state(PyObject *module)
     X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event) X(s_trace_id)  \
     X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)   \
     X(method_levels) X(structlog_skip) X(now) X(loguru_head) X(level_number) X(s_put)        \
-    X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower)
+    X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower) X(key_json)      \
+    X(otel_texts) X(otel_numbers) X(otel_exception) X(otel_code) X(s_observed)               \
+    X(s_severity_text) X(s_severity_number) X(s_value) X(s_body) X(s_event_name)             \
+    X(s_attributes) X(s_dict) X(s_032x) X(s_016x)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -717,6 +726,39 @@ put_head(State *st, Out *o, Py_ssize_t field, PyObject *v)
     return 0;
 }
 
+/* Two exact str equal? (Keys of ours are interned: most compare by identity; others by length
+ * first.) */
+static ALWAYS_INLINE int
+same_str(PyObject *a, PyObject *b)
+{
+    return a == b || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+                      PyUnicode_Compare(a, b) == 0);
+}
+
+/* A member's start, ,"key": for an exact str key, as written once (the same keys come event
+ * after event: their JSON is kept, for up to 4,096 keys of at most 64 characters). */
+static int
+put_key(State *st, Out *o, PyObject *key)
+{
+    PyObject *json = PyDict_GetItemWithError(st->key_json, key);
+    if (json != NULL)
+        return out_put(o, PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json));
+    if (PyErr_Occurred())
+        return -1;
+    Py_ssize_t start = o->len;
+    if (out_put(o, ",", 1) < 0 || put_str(o, key) < 0 || out_put(o, ":", 1) < 0)
+        return -1;
+    if (PyDict_GET_SIZE(st->key_json) < 4096 && PyUnicode_GET_LENGTH(key) <= 64) {
+        json = PyBytes_FromStringAndSize(o->data + start, o->len - start);
+        if (json == NULL || PyDict_SetItem(st->key_json, key, json) < 0) {
+            Py_XDECREF(json);
+            return -1;
+        }
+        Py_DECREF(json);
+    }
+    return 0;
+}
+
 static int format_time(State *st, double created, char out[28]);
 
 /* ------------------------------------------------------------------ 5. the caller's context
@@ -760,10 +802,9 @@ ctx_entry(State *st, PyObject *fields)
             e->n = i + 1;
             int head = PySet_Contains(st->head_set, key);
             int special = PySet_Contains(st->special, key);
-            int trace = PyUnicode_Compare(key, st->s_trace_id) == 0;
-            int span = PyUnicode_Compare(key, st->s_span_id) == 0;
-            int time_level = PyUnicode_Compare(key, st->s_time) == 0 ||
-                             PyUnicode_Compare(key, st->s_level) == 0;
+            int trace = same_str(key, st->s_trace_id);
+            int span = same_str(key, st->s_span_id);
+            int time_level = same_str(key, st->s_time) || same_str(key, st->s_level);
             if (head < 0 || special < 0 || PyErr_Occurred()) {
                 ok = 0;
                 break;
@@ -1373,9 +1414,18 @@ put_renamed(Out *o, Renamed *rn, const Compose *c, PyObject *flat)
     return 0;
 }
 
+/* Is key among the event's own fields? (has(src, key): 1, 0, or -1 on failure) */
+typedef int (*HasKey)(const void *src, PyObject *key);
+
 static int
-put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, PyObject *d,
-            int record, int flat, int trace_in, int span_in)
+dict_has(const void *d, PyObject *key)
+{
+    return PyDict_Contains((PyObject *)d, key);
+}
+
+static int
+put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, HasKey has,
+            const void *src, int record, int flat, int trace_in, int span_in)
 {
     if (c->span != NULL) {
         /* ,"trace_id":"<hex>": the member's key is its first 12 bytes (11 for the span's) */
@@ -1411,7 +1461,7 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
         if (!record || !(f & CTX_SPECIAL)) {
             /* A key no record attribute has: in the record's dict, it is an extra, which
              * wins (in loguru's extra, or a flat event, any key is the event's). */
-            int in = PyDict_Contains(d, key);
+            int in = has(src, key);
             if (in != 0) {
                 if (in < 0)
                     return -1;
@@ -1608,12 +1658,11 @@ restart:
                     goto done;
                 continue;
             }
-            if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
-                put_value(&o, value) < 0)
+            if (put_key(st, &o, key) < 0 || put_value(&o, value) < 0)
                 goto done;
         }
     }
-    if (put_context(st, &o, &rn, c, ctx, d, h->record, 0, trace_in, span_in) < 0 ||
+    if (put_context(st, &o, &rn, c, ctx, dict_has, d, h->record, 0, trace_in, span_in) < 0 ||
         out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
         goto done;
     if (c->n_renames > 0 && put_renamed(&o, &rn, c, NULL) < 0)
@@ -1633,36 +1682,79 @@ done:
     return result;
 }
 
-/* A flat event (structlog's event dict; the event an OpenTelemetry record became) as its wire
- * item: its members in order (the queue items' markers left out), then add_time and add_level
- * (structlog's _time and level, where it lacks them), the span's ids and the context's fields
- * it lacks, fields= where it lacks them, the renamed fields. record: its _time is epoch seconds
- * and its level a level name to map (an OpenTelemetry event's RECORD: item_events' rule). skip:
- * keys the careful path must see (structlog's exc_info and bookkeeping), or NULL. A new bytes
- * object, or NULL (the dict path's; an error may be set). */
-static PyObject *
-build_flat_wire(State *st, PyObject *event, Compose *c, PyObject *skip, PyObject *add_time,
-                PyObject *add_level, int record, Py_ssize_t *out_size)
+/* A flat event (structlog's event dict; an OpenTelemetry record's event) as its members, in
+ * order: a key (exact str) and its value, written as the encoders write it (M_VALUE: a plain
+ * value; M_JSON: bytes, the JSON already; M_TIME: a float of epoch seconds, written in RFC
+ * 3339). Both hold strong references (what the members were read from may change while
+ * Python runs). */
+enum { M_VALUE, M_JSON, M_TIME };
+#define FLAT_MEMBERS 64
+typedef struct {
+    PyObject *key, *value;
+    int kind;
+} Member;
+
+typedef struct {
+    Member m[FLAT_MEMBERS];
+    Py_ssize_t n;
+} Members;
+
+static void
+members_clear(Members *ms)
 {
-    if (!PyDict_CheckExact(event))
-        return NULL;
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        Py_DECREF(ms->m[i].key);
+        Py_DECREF(ms->m[i].value);
+    }
+    ms->n = 0;
+}
+
+/* Appends a member (new references taken). 0, or -1 when there are too many (not this path's
+ * case). */
+static int
+members_add(Members *ms, PyObject *key, PyObject *value, int kind)
+{
+    if (ms->n >= FLAT_MEMBERS)
+        return -1;
+    ms->m[ms->n].key = Py_NewRef(key);
+    ms->m[ms->n].value = Py_NewRef(value);
+    ms->m[ms->n].kind = kind;
+    ms->n++;
+    return 0;
+}
+
+/* Is key among the members? */
+static int
+members_have(const Members *ms, PyObject *key)
+{
+    for (Py_ssize_t i = 0; i < ms->n; i++)
+        if (same_str(ms->m[i].key, key))
+            return 1;
+    return 0;
+}
+
+static int
+members_has(const void *ms, PyObject *key)
+{
+    return members_have((const Members *)ms, key);
+}
+
+/* The flat event's wire item: its members, the span's ids and the context's fields it lacks,
+ * fields= where it lacks them, then the renamed fields (field_names), as item_events, the
+ * Finisher and the encoder make of its dict. A new bytes object, or NULL (the dict path's; an
+ * error may be set). */
+static PyObject *
+build_flat_wire(State *st, Members *ms, Compose *c, Py_ssize_t *out_size)
+{
     int learned = 0, trace_in = 0, span_in = 0;
     CtxEntry *ctx = NULL;
-    Py_ssize_t pos;
-    PyObject *key, *value;
 restart:
-    pos = 0;
-    while (PyDict_Next(event, &pos, &key, &value)) {
-        if (key == st->record || key == st->size || key == st->context)
-            continue; /* the queue item's markers */
-        if (!PyUnicode_CheckExact(key))
-            return NULL;
-        if (skip != NULL && PySet_Contains(skip, key) != 0)
-            return NULL;
-        int timed = record && PyUnicode_Compare(key, st->s_time) == 0;
-        if (timed ? !PyFloat_CheckExact(value) : !is_plain(value))
-            return NULL;
-        if (PySet_Contains(c->statics, key) < 0)
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
+        if (!PyUnicode_CheckExact(key) ||
+            (ms->m[i].kind == M_VALUE && !is_plain(value)) ||
+            (ms->m[i].kind == M_JSON && !PyBytes_CheckExact(value)) ||
+            (ms->m[i].kind == M_TIME && !PyFloat_CheckExact(value)))
             return NULL;
         if (c->renamed != NULL) {
             PyObject *r = PyDict_GetItemWithError(c->rename_index, key);
@@ -1681,10 +1773,8 @@ restart:
         }
     }
     if (c->span != NULL) {
-        trace_in = PyDict_Contains(event, st->s_trace_id);
-        span_in = PyDict_Contains(event, st->s_span_id);
-        if (trace_in < 0 || span_in < 0)
-            return NULL;
+        trace_in = members_have(ms, st->s_trace_id);
+        span_in = members_have(ms, st->s_span_id);
     }
     if (c->span != NULL || c->fields != NULL) {
         int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 1);
@@ -1702,10 +1792,8 @@ restart:
         rn.at[r][0] = -1;
     PyObject *result = NULL;
     Out *dst;
-    pos = 0;
-    while (PyDict_Next(event, &pos, &key, &value)) {
-        if (key == st->record || key == st->size || key == st->context)
-            continue;
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
         int ex = excluded(c, key);
         if (ex != 0) {
             if (ex < 0)
@@ -1725,32 +1813,17 @@ restart:
         }
         else
             dst = &o;
-        if (out_put(dst, ",", 1) < 0 || put_str(dst, key) < 0 || out_put(dst, ":", 1) < 0)
+        if (put_key(st, dst, key) < 0)
             goto done;
-        if (record && PyUnicode_Compare(key, st->s_time) == 0) {
+        if (ms->m[i].kind == M_TIME) {
             char ts[28];
             if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
                 out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
                 out_put(dst, "\"", 1) < 0)
                 goto done;
         }
-        else if (record && PyUnicode_Compare(key, st->s_level) == 0) {
-            /* item_events' rule for a level name: the table's, else lowercased (an event of
-             * ours holds the lowercase name already, which the table lacks) */
-            PyObject *mapped = PyUnicode_CheckExact(value)
-                               ? PyDict_GetItemWithError(st->levels, value) : NULL;
-            if (mapped == NULL && (PyErr_Occurred() || !PyUnicode_CheckExact(value) ||
-                                   !PyUnicode_IS_ASCII(value)))
-                goto done;
-            if (mapped == NULL) {
-                /* lowercase already? (else the Python path lowercases it) */
-                const char *s = (const char *)PyUnicode_DATA(value);
-                for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(value); i++)
-                    if (s[i] >= 'A' && s[i] <= 'Z')
-                        goto done;
-                mapped = value;
-            }
-            if (put_str(dst, mapped) < 0)
+        else if (ms->m[i].kind == M_JSON) {
+            if (out_put(dst, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0)
                 goto done;
         }
         else if (put_value(dst, value) < 0)
@@ -1758,48 +1831,37 @@ restart:
         if (r >= 0)
             rn.at[r][1] = rn.tail.len;
     }
-    PyObject *adds[2][2] = {{st->s_time, add_time}, {st->s_level, add_level}};
-    for (int k = 0; k < 2; k++) {
-        if (adds[k][1] == NULL)
-            continue;
-        int ex = excluded(c, adds[k][0]);
-        if (ex != 0) {
-            if (ex < 0)
-                goto done;
-            continue;
-        }
-        PyObject *index = c->renamed == NULL ? NULL
-                          : PyDict_GetItemWithError(c->rename_index, adds[k][0]);
-        long r = index == NULL ? -1 : PyLong_AsLong(index);
-        if (r >= 16 || PyErr_Occurred())
-            goto done;
-        const char *frag = k == 0 ? ",\"_time\":" : ",\"level\":";
-        if (member(&o, &rn, c, (int)r, frag, (Py_ssize_t)strlen(frag), &dst) < 0 ||
-            put_str(dst, adds[k][1]) < 0)
-            goto done;
-        member_end(&rn, (int)r);
-    }
-    if (put_context(st, &o, &rn, c, ctx, event, 0, 1, trace_in, span_in) < 0)
+    if (put_context(st, &o, &rn, c, ctx, members_has, ms, 0, 1, trace_in, span_in) < 0)
         goto done;
-    /* fields= where the event lacks them (it holds _time and level always) */
+    /* fields= where the event lacks them */
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
         PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
-        if (PyUnicode_Compare(name, st->s_time) == 0 || PyUnicode_Compare(name, st->s_level) == 0)
+        int in = members_have(ms, name);
+        if (!in && c->span != NULL)
+            in = (!trace_in && same_str(name, st->s_trace_id)) ||
+                 (!span_in && same_str(name, st->s_span_id));
+        if (in)
             continue;
-        int in = PyDict_Contains(event, name);
-        if (in == 0 && c->span != NULL)
-            in = (!trace_in && PyUnicode_Compare(name, st->s_trace_id) == 0) ||
-                 (!span_in && PyUnicode_Compare(name, st->s_span_id) == 0);
-        if (in != 0) {
-            if (in < 0)
-                goto done;
-            continue;
-        }
         PyObject *bytes = PyTuple_GET_ITEM(m, 1);
         if (out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
             goto done;
     }
-    if (put_renamed(&o, &rn, c, event) < 0 || out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+    /* The renamed fields: the event's own, else a field of fields= renamed (unless the event
+     * holds its old name: then its own was renamed). */
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        if (rn.at[r][0] >= 0) {
+            if (out_put(&o, rn.tail.data + rn.at[r][0], rn.at[r][1] - rn.at[r][0]) < 0)
+                goto done;
+            continue;
+        }
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (m == Py_None || members_have(ms, PyTuple_GET_ITEM(m, 0)))
+            continue;
+        PyObject *member_json = PyTuple_GET_ITEM(m, 1);
+        if (out_put(&o, PyBytes_AS_STRING(member_json), PyBytes_GET_SIZE(member_json)) < 0)
+            goto done;
+    }
+    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
     if (o.len == 1)
         result = PyBytes_FromStringAndSize("{}", 2);
@@ -3211,9 +3273,25 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto out;
     }
     Py_ssize_t size = 0;
-    if (w.wired && w.native)
-        item = build_flat_wire(st, event, &w.c, st->structlog_skip, add_time,
-                               add_level, 0, &size);
+    if (w.wired && w.native) {
+        /* event_dict_to_event's event: the dict's items, then _time and level where absent
+         * (exc_info and ProcessorFormatter's bookkeeping: the careful path's) */
+        Members ms;
+        ms.n = 0;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        int ok = 1;
+        while (ok && PyDict_Next(event, &pos, &key, &value))
+            ok = PyUnicode_CheckExact(key) && PySet_Contains(st->structlog_skip, key) == 0 &&
+                 members_add(&ms, key, value, M_VALUE) == 0;
+        if (ok && add_time != NULL)
+            ok = members_add(&ms, st->s_time, add_time, M_VALUE) == 0;
+        if (ok && add_level != NULL)
+            ok = members_add(&ms, st->s_level, add_level, M_VALUE) == 0;
+        if (ok)
+            item = build_flat_wire(st, &ms, &w.c, &size);
+        members_clear(&ms);
+    }
     if (item != NULL && w.hold != Py_None && w.contextual &&
         (levelno = level_number(st, &w, level)) == NULL && !clear_if_exception()) {
         Py_DECREF(level);
@@ -3393,67 +3471,297 @@ python:
     Py_RETURN_NONE;
 }
 
-/* event_put(front, event, size, levelno, fast) -> bool: an OpenTelemetry record's event
- * (_time as epoch seconds: RECORD) on its way, its own span ids in it already: True when done
- * (queued, held, dropped and counted, or handed to FrontEnd._queue); False: nothing done, the
- * caller's _queue. */
+/* getattr(obj, name, None) as a new reference (an AttributeError is None; another error is
+ * NULL, set). */
 static PyObject *
-event_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+attr_or_none(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        v = Py_NewRef(Py_None);
+    }
+    return v;
+}
+
+/* Is an exact int zero? */
+static int
+int_is_zero(PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && x == 0;
+}
+
+/* An OpenTelemetry record's event as otel_event makes it (loghandler/_front/otel.py: the
+ * reference), read into members: 1 done; 0: not this path's (a body or an attribute that is
+ * no plain value, an exception, a clash: otel_event's careful steps); -1: failed. *level and
+ * *levelno set (new references). */
+static int
+otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyObject *known,
+             Members *ms, PyObject **level, PyObject **levelno)
+{
+    PyObject *v = NULL, *w = NULL;
+    int result = -1;
+    *level = *levelno = NULL;
+    /* _time: the record's timestamp, else its observed one, in ns; else now */
+    v = PyObject_GetAttr(record, st->s_timestamp);
+    if (v == NULL)
+        goto no_or_error; /* (what otel_event reads directly, missing: its careful path's) */
+    if (v != Py_None && !PyLong_CheckExact(v))
+        goto no; /* (its truth is otel_event's to ask) */
+    if (v == Py_None || int_is_zero(v)) {
+        Py_SETREF(v, PyObject_GetAttr(record, st->s_observed));
+        if (v == NULL)
+            goto out;
+    }
+    double when;
+    if (PyLong_CheckExact(v)) {
+        when = PyLong_AsDouble(v);
+        if (when == -1.0 && PyErr_Occurred())
+            goto out;
+        when /= 1e9;
+    }
+    else {
+        Py_SETREF(v, PyObject_CallNoArgs(st->now));
+        if (v == NULL || !PyFloat_CheckExact(v))
+            goto no;
+        when = PyFloat_AS_DOUBLE(v);
+    }
+    Py_SETREF(v, PyFloat_FromDouble(when));
+    if (v == NULL || members_add(ms, st->s_time, v, M_TIME) < 0)
+        goto out;
+    /* level: _level() (the severity text lowercased, as IngestHandler names it; else the
+     * severity number's range; else info) */
+    Py_SETREF(v, attr_or_none(record, st->s_severity_text));
+    if (v == NULL)
+        goto out;
+    if (PyUnicode_Check(v) && !PyUnicode_CheckExact(v))
+        goto no;
+    if (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0) {
+        w = PyObject_CallMethodNoArgs(v, st->s_lower);
+        if (w == NULL)
+            goto out;
+        PyObject *mapped = PyDict_GetItemWithError(st->otel_texts, w);
+        *level = Py_NewRef(mapped != NULL ? mapped : w);
+        Py_CLEAR(w);
+    }
+    else {
+        Py_SETREF(v, attr_or_none(record, st->s_severity_number));
+        w = v == NULL ? NULL : attr_or_none(v, st->s_value);
+        if (w == NULL)
+            goto out;
+        long number = 0;
+        if (PyLong_CheckExact(w)) {
+            int overflow;
+            number = PyLong_AsLongAndOverflow(w, &overflow);
+            if (overflow > 0)
+                number = 25; /* past every range: info */
+        }
+        static const char *names[6] = {"trace", "debug", "info", "warning", "error", "critical"};
+        const char *name = "info";
+        for (int k = 0; number > 0 && k < 6; k++)
+            if (number <= 4 * (k + 1)) {
+                name = names[k];
+                break;
+            }
+        Py_CLEAR(w);
+        *level = PyUnicode_InternFromString(name);
+    }
+    if (*level == NULL || members_add(ms, st->s_level, *level, M_VALUE) < 0)
+        goto out;
+    PyObject *number = PyDict_GetItemWithError(st->otel_numbers, *level);
+    *levelno = number != NULL ? Py_NewRef(number) : PyLong_FromLong(20);
+    if (*levelno == NULL)
+        goto out;
+    /* body: a str is the message (anything else is otel_event's) */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_body));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        if (!PyUnicode_CheckExact(v))
+            goto no;
+        if (members_add(ms, st->s_message, v, M_VALUE) < 0)
+            goto no;
+    }
+    /* the scope's name is the logger */
+    if (scope != Py_None) {
+        Py_SETREF(v, PyObject_GetAttr(scope, st->s_name));
+        if (v == NULL)
+            goto out;
+        if (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0 &&
+            members_add(ms, st->s_logger, v, M_VALUE) < 0)
+            goto no;
+    }
+    Py_SETREF(v, attr_or_none(record, st->s_event_name));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        if (!PyUnicode_CheckExact(v))
+            goto no;
+        if (PyUnicode_GET_LENGTH(v) > 0 && members_add(ms, st->s_event_name, v, M_VALUE) < 0)
+            goto no;
+    }
+    /* attributes (BoundedAttributes keeps a plain dict): as they are, code.* renamed */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_attributes));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        w = attr_or_none(v, st->s_dict);
+        if (w == NULL)
+            goto out;
+        if (!PyDict_CheckExact(w))
+            goto no;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(w, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key) || !is_plain(value))
+                goto no;
+            int exc = PySet_Contains(st->otel_exception, key);
+            if (exc != 0)
+                goto no_or_error;
+            PyObject *renamed_key = PyDict_GetItemWithError(st->otel_code, key);
+            if (renamed_key == NULL && PyErr_Occurred())
+                goto out;
+            if (renamed_key != NULL)
+                key = renamed_key;
+            if (members_have(ms, key) || members_add(ms, key, value, M_VALUE) < 0)
+                goto no;
+        }
+        Py_CLEAR(w);
+    }
+    Py_SETREF(v, attr_or_none(record, st->s_exception));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None)
+        goto no;
+    /* the record's own span */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_trace_id));
+    if (v == NULL)
+        goto out;
+    if (PyLong_CheckExact(v) && !int_is_zero(v) && !members_have(ms, st->s_trace_id)) {
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id}, *forms[2] = {st->s_032x, st->s_016x};
+        for (int k = 0; k < 2; k++) {
+            if (k == 1) {
+                Py_SETREF(v, PyObject_GetAttr(record, st->s_span_id));
+                if (v == NULL)
+                    goto out;
+                if (!PyLong_CheckExact(v) || int_is_zero(v) || members_have(ms, st->s_span_id))
+                    break;
+            }
+            w = PyObject_Format(v, forms[k]);
+            if (w == NULL || members_add(ms, ids[k], w, M_VALUE) < 0)
+                goto out;
+            Py_CLEAR(w);
+        }
+    }
+    /* the resource's fields, where the event lacks them (known: the JSON of those that are no
+     * plain values) */
+    if (fields != Py_None) {
+        if (!PyDict_CheckExact(fields) || !PyTuple_CheckExact(known))
+            goto no;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(fields, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key))
+                goto no;
+            if (members_have(ms, key))
+                continue;
+            int kind = M_VALUE;
+            if (!is_plain(value)) {
+                PyObject *json = NULL;
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(known); i++) {
+                    PyObject *pair = PyTuple_GET_ITEM(known, i);
+                    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+                        PyTuple_GET_ITEM(pair, 0) == value)
+                        json = PyTuple_GET_ITEM(pair, 1);
+                }
+                if (json == NULL || !PyBytes_CheckExact(json))
+                    goto no;
+                value = json;
+                kind = M_JSON;
+            }
+            if (members_add(ms, key, value, kind) < 0)
+                goto no;
+        }
+    }
+    result = 1;
+    goto out;
+no_or_error:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+        goto out;
+    PyErr_Clear();
+no:
+    result = 0;
+out:
+    Py_XDECREF(v);
+    Py_XDECREF(w);
+    if (result != 1) {
+        Py_CLEAR(*level);
+        Py_CLEAR(*levelno);
+        if (result == 0 || clear_if_exception())
+            result = 0;
+    }
+    return result;
+}
+
+/* otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an OpenTelemetry
+ * record on its way (its own span ids in it: no span is looked up), read as otel_event reads
+ * it (fields, known: its resource's fields and the JSON of those that are no plain values):
+ * True when done (queued, held, dropped and counted, or handed to the front end's _put);
+ * False: nothing done, the Python path's. */
+static PyObject *
+otel_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "event_put(front, event, size, levelno, fast)");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "otel_put(front, log_record, record, scope, fields, known, fast)");
         return NULL;
     }
-    PyObject *self = args[0], *event = args[1], *levelno = args[3];
-    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
-    if ((size == -1 && PyErr_Occurred()) || !PyDict_CheckExact(event))
-        return clear_if_exception() ? Py_NewRef(Py_False) : NULL;
+    PyObject *self = args[0], *level = NULL, *levelno = NULL, *item = NULL, *result = NULL;
+    Members ms;
+    ms.n = 0;
     Way w;
-    int r = way_begin(st, &w, self, args[4], 0);
-    if (r <= 0)
-        return r < 0 ? NULL : Py_NewRef(Py_False);
-    PyObject *item = NULL, *result = NULL;
-    /* The level as shipped (item_events' rule for a RECORD event's level name). */
-    PyObject *level = PyDict_GetItemWithError(event, st->s_level), *mapped = NULL;
-    if (level != NULL && PyUnicode_CheckExact(level)) {
-        mapped = PyDict_GetItemWithError(st->levels, level);
-        if (mapped != NULL)
-            Py_INCREF(mapped);
-        else if (!PyErr_Occurred())
-            mapped = PyObject_CallMethodNoArgs(level, st->s_lower);
-    }
-    PyObject *logger = PyDict_GetItemWithError(event, st->s_logger);
-    PyObject *own = PyDict_GetItemWithError(event, st->s_trace_id);
-    if (PyErr_Occurred() && !clear_if_exception()) {
-        Py_XDECREF(mapped);
+    int begun = 0;
+    int r = otel_members(st, args[2], args[3], args[4], args[5], &ms, &level, &levelno);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_False);
         goto out;
     }
-    r = way_sample(st, &w, mapped, logger == NULL ? Py_None : logger, own);
-    Py_XDECREF(mapped);
+    r = way_begin(st, &w, self, args[6], 0);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_False);
+        goto out;
+    }
+    begun = 1;
+    PyObject *logger = Py_None, *own = NULL;
+    for (Py_ssize_t i = 0; i < ms.n; i++) {
+        if (same_str(ms.m[i].key, st->s_logger))
+            logger = ms.m[i].value;
+        else if (same_str(ms.m[i].key, st->s_trace_id))
+            own = ms.m[i].value;
+    }
+    r = way_sample(st, &w, level, logger, own);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_NewRef(Py_True);
         goto out;
     }
+    Py_ssize_t size = 0;
     if (w.wired && w.native)
-        item = build_flat_wire(st, event, &w.c, NULL, NULL, NULL, 1, &size);
-    if (item == NULL) {
-        if (!clear_if_exception())
-            goto out;
-        /* the dict's way: FrontEnd._queue (trace=False: the record's ids are in it) */
-        r = way_queue(st, &w, event, PyLong_AsSsize_t(args[2]), levelno, 0);
-        result = r < 0 ? NULL : Py_NewRef(Py_True);
-        goto out;
-    }
-    PyObject *careful[5] = {event, args[2], levelno, Py_False, w.sampled ? Py_True : Py_False};
-    r = way_finish(st, &w, item, size, PyLong_CheckExact(levelno) ? levelno : NULL, st->s_queue,
-                   careful, 5);
+        item = build_flat_wire(st, &ms, &w.c, &size);
+    PyObject *careful[1] = {args[1]};
+    r = front_finish(st, &w, item, size, levelno, careful, 1);
     result = r < 0 ? NULL : Py_NewRef(Py_True);
 out:
+    members_clear(&ms);
+    if (begun)
+        way_end(&w);
     Py_XDECREF(item);
-    way_end(&w);
+    Py_XDECREF(level);
+    Py_XDECREF(levelno);
     return result;
 }
 
@@ -3531,6 +3839,10 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         {&st->now, "now", NULL},
         {&st->loguru_head, "loguru_head", &PyTuple_Type},
         {&st->level_number, "level_number", NULL},
+        {&st->otel_texts, "otel_texts", &PyDict_Type},
+        {&st->otel_numbers, "otel_numbers", &PyDict_Type},
+        {&st->otel_exception, "otel_exception", &PyFrozenSet_Type},
+        {&st->otel_code, "otel_code", &PyDict_Type},
     };
     for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++) {
         PyObject *value = table_item(table, objects[i].name, objects[i].type);
@@ -3636,9 +3948,9 @@ static PyMethodDef methods[] = {
     {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
      "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
      "item or the fast path's event), no context, no policy."},
-    {"event_put", (PyCFunction)(void (*)(void))event_put, METH_FASTCALL,
-     "event_put(front, event, size, levelno, fast) -> bool: an OpenTelemetry record's event "
-     "on its way (sampling, a wire item, hold, the queue); False: nothing done."},
+    {"otel_put", (PyCFunction)(void (*)(void))otel_put, METH_FASTCALL,
+     "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
+     "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
      "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
      "ended): Selector._admit over a batch (shaping.py)."},
@@ -3690,7 +4002,18 @@ module_exec(PyObject *module)
         intern_into(&st->s_timestamp, "timestamp") < 0 ||
         intern_into(&st->s_exception, "exception") < 0 ||
         intern_into(&st->s_extra, "extra") < 0 || intern_into(&st->s_no, "no") < 0 ||
-        intern_into(&st->s_lower, "lower") < 0)
+        intern_into(&st->s_lower, "lower") < 0 ||
+        intern_into(&st->s_observed, "observed_timestamp") < 0 ||
+        intern_into(&st->s_severity_text, "severity_text") < 0 ||
+        intern_into(&st->s_severity_number, "severity_number") < 0 ||
+        intern_into(&st->s_value, "value") < 0 || intern_into(&st->s_body, "body") < 0 ||
+        intern_into(&st->s_event_name, "event_name") < 0 ||
+        intern_into(&st->s_attributes, "attributes") < 0 ||
+        intern_into(&st->s_dict, "_dict") < 0 || intern_into(&st->s_032x, "032x") < 0 ||
+        intern_into(&st->s_016x, "016x") < 0)
+        return -1;
+    st->key_json = PyDict_New();
+    if (st->key_json == NULL)
         return -1;
     st->ctx_cache = PyMem_Calloc(CTX_CACHE, sizeof(CtxEntry));
     st->span_cache = PyMem_Calloc(SPAN_CACHE, sizeof(SpanEntry));
