@@ -1808,13 +1808,18 @@ restart:
                 goto done;
         }
         if (r >= 0) {
+            /* renamed: aside, under its new name */
+            PyObject *name = PyTuple_GET_ITEM(c->renames, r);
             dst = &rn.tail;
             rn.at[r][0] = rn.tail.len;
+            if (out_put(dst, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) < 0)
+                goto done;
         }
-        else
+        else {
             dst = &o;
-        if (put_key(st, dst, key) < 0)
-            goto done;
+            if (put_key(st, dst, key) < 0)
+                goto done;
+        }
         if (ms->m[i].kind == M_TIME) {
             char ts[28];
             if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||

@@ -248,8 +248,10 @@ class IngestLogRecordProcessor(FrontEnd):
         """The SDK's call (1.35 and later): ``log_record`` is a ``ReadWriteLogRecord``."""
         self._put(log_record)
 
-    def _put(self, log_record: Any, sampled: bool = False) -> None:
-        """``on_emit``'s work (``sampled``: the compiled path's sampling kept it already)."""
+    def _put(self, log_record: Any, sampled: bool | None = None) -> None:
+        """``on_emit``'s work. ``sampled``: None from ``on_emit`` (the compiled reading is
+        tried first); else the compiled path hands the record here (True: its sampling kept
+        it already)."""
         try:
             record = getattr(log_record, "log_record", log_record)
             resource = getattr(log_record, "resource", None) or getattr(record, "resource", None)
@@ -257,7 +259,7 @@ class IngestLogRecordProcessor(FrontEnd):
             if self._own_logging(getattr(scope, "name", None)):
                 return
             fast = self._fast_path
-            if fast is not None and not sampled and _otel_put is not None:
+            if fast is not None and sampled is None and _otel_put is not None:
                 # The compiled reading of the record (otel_event's twin), queued as its final
                 # JSON; False: a record of its careful steps, read below.
                 fields = _resource_fields(resource, self._resources) if resource is not None \
@@ -275,7 +277,7 @@ class IngestLogRecordProcessor(FrontEnd):
             except Exception:
                 event, size = _careful_event(record, resource, scope, self._resources)
             # The record carries its own span: only a loghandler.context is looked up.
-            self._queue(event, size, _NUMBER.get(event["level"], 20), False, sampled)
+            self._queue(event, size, _NUMBER.get(event["level"], 20), False, bool(sampled))
         except Exception:
             self._invalid()
 
