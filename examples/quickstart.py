@@ -158,8 +158,9 @@ def main() -> None:
 What next:
   - point the handler at the real service: set LOGHANDLER_URL and LOGHANDLER_TOKEN
     (and LOGHANDLER_ORG_ID with a personal access token), then drop url=/token= above;
-  - run the local service yourself: `loghandler serve`, then `loghandler ingest DATASET FILE`,
-    `loghandler query "['DATASET'] | take 10"` and `loghandler views list`;
+  - run the local service yourself: `loghandler serve --dataset DATASET` (it creates DATASET),
+    then `loghandler ingest DATASET FILE`, `loghandler query "['DATASET'] | take 10"` and
+    `loghandler views list`;
   - in your tests, use loghandler.testing.LocalService or the `loghandler_service` fixture.""")
 
 
