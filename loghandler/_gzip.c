@@ -16,7 +16,7 @@
 #include <zlib.h>
 
 static PyObject *
-gzip_compress(PyObject *self, PyObject *args)
+gzip_compress(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer in;
     int level;
@@ -69,8 +69,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loghandler._gzip",
-    "gzip in one step without the GIL (see loghandler/_gzip.c).", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loghandler._gzip",
+    .m_doc = "gzip in one step without the GIL (see loghandler/_gzip.c).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC

@@ -59,3 +59,15 @@ def make_logger(receiver: Receiver, logger_options: dict[str, Any]) -> Iterator[
     factory = LoggerFactory(receiver.url, logger_options)
     yield factory
     factory.close()
+
+
+# The load harness (--load, LOGHANDLER_TEST_LOAD) and the `delivery` marker: tests/cpuload.py.
+from cpuload import (  # noqa: E402, F401
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_report_header,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+)

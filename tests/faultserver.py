@@ -140,7 +140,7 @@ class Request:
     events: int = 0
     outcome: str = ""  # behaviour label, "413", "400-poison", or "broken" (client went away)
     stored: int = 0
-    answered: float | None = None  # time.monotonic() when the answer was sent
+    answered: float | None = None  # time.monotonic() just before the answer was sent
     retry_at_wall: float | None = None  # the instant an HTTP-date Retry-After named
 
 
@@ -436,15 +436,18 @@ class FaultServer:
                 req.retry_at_wall = when
                 headers.append(("Retry-After", email.utils.formatdate(when, usegmt=True)))
             body_obj = b.body if b.body is not None else {"ingested": req.stored}
-            self._send(conn, b.code, body_obj, headers)
+            # Taken before sending: the client cannot have the answer earlier, so a wait it
+            # starts on receipt ends after answered + its length (taken after, a busy host could
+            # delay the stamp past the client's receipt, and the wait look short).
             req.answered = time.monotonic()
+            self._send(conn, b.code, body_obj, headers)
             return True
         if b.kind == "sleep":
             if stopping.wait(b.seconds):
                 return False
             if b.code:
+                req.answered = time.monotonic()  # before sending, as above
                 self._send(conn, b.code, {"ingested": req.stored})
-                req.answered = time.monotonic()
                 return True
             return False
         if b.kind == "hang_up":

@@ -74,7 +74,10 @@ class TestBigIngestStatus:
         """10,000 events with a bad _time in one request of 10,000: the service's status (a
         failure per event, megabytes) is read whole: 0 delivered, 10,000 failed_by_service,
         flush False, one line; the service stored none."""
-        s = Shipper(Client(TOKEN, url=service.url), "app", batch_size=10_000, **FAST)
+        # One request of 10,000: the flusher takes the batch when it is full, not at an
+        # interval that a slow loop (a busy host) would let pass before it is.
+        s = Shipper(Client(TOKEN, url=service.url), "app", batch_size=10_000,
+                    **{**FAST, "flush_interval": 3600})
         for i in range(10_000):
             s.submit({"_time": BAD_TIME + str(i), "i": i})
         assert s.flush(30) is False
@@ -90,7 +93,8 @@ class TestBigIngestStatus:
         """The same events spooled first (the service down), then replayed: 10,000
         replay_rejected, none counted replayed."""
         down = Shipper(Client(TOKEN, url=closed_port_url()), "app", batch_size=10_000,
-                       max_retries=0, spool_dir=str(tmp_path), **FAST)
+                       max_retries=0, spool_dir=str(tmp_path),
+                       **{**FAST, "flush_interval": 3600})  # one batch, one file (as above)
         for i in range(10_000):
             down.submit({"_time": BAD_TIME + str(i), "i": i})
         down.close(10)
