@@ -66,7 +66,8 @@ class TestFaces:
             "take", "drain", "settle", "settle_inflight", "abandon", "settle_abandoned",
             "add_own", "record_sent", "delivered", "idle", "pressed", "nearly_full",
             "set_spilling", "wait_for_work", "flusher_gone", "set_close_deadline", "time_left",
-            "pause_until", "sleep_until", "wait_pressed"}
+            "pause_until", "sleep_until", "wait_pressed", "settle_side", "pause_side",
+            "side_pending"}
         assert own(Control) == {
             "reset", "start_flusher", "begin_flush", "wait_flushed", "begin_close",
             "count_leftovers", "undelivered", "queued_bytes", "settled_through"}

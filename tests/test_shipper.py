@@ -498,7 +498,8 @@ class TestLedger:
     def test_counters_are_the_stats_fields(self):
         """One Count member per Stats counter (queued is computed): no name built from parts."""
         assert {c.value for c in Count} == {f.name for f in fields(Stats)} - {"queued"}
-        assert all(f.total.value in ("delivered", "spooled", "dropped", "failed") for f in Fate)
+        assert all(f.total.value in ("delivered", "spooled", "dropped", "failed", "unconfirmed")
+                   for f in Fate)
 
     def test_take_and_settle_keep_the_invariant(self):
         """Events taken are queued (in flight) until settled; settled_through follows."""

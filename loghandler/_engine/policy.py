@@ -129,6 +129,8 @@ class Outcome(Enum):
     RETRIES_EXHAUSTED = (Fate.FAILED_RETRIES_EXHAUSTED, Cause.RETRIES_EXHAUSTED, Pause.NONE,
                          True, False, False)
     SHUTDOWN = (Fate.DROPPED_SHUTDOWN, None, Pause.NONE, True, False, False)  # close deadline
+    # Sent, and the close deadline ended the wait for the answer: the service may have it.
+    UNCONFIRMED = (Fate.UNCONFIRMED, None, Pause.NONE, True, False, False)
 
     def __init__(self, fate: Fate | None, cause: Cause | None, pause: Pause, spoolable: bool,
                  splits: bool, spends: bool) -> None:

@@ -268,7 +268,8 @@ class Flusher:
                           max_file_events=options.batch_size,
                           max_file_bytes=options.max_batch_bytes)
         self.spool = spool
-        self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late))
+        self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late),
+                             _weak(self._spill_from_caller))
         self.reporter = Reporter(dataset, options.on_error)
         self.worker = Worker(self.ledger, self.reporter, transport, dataset_path(dataset),
                              dataset, options, spool)
@@ -338,6 +339,11 @@ class Flusher:
         self.reporter.reset()
         if self.orphan:  # the parent delivers what its dropped shipper held
             lifecycle.release(self)
+
+    def _spill_from_caller(self, first: int, items: list[Any]) -> None:
+        # The ledger calls this on an application thread whose event found the queue full
+        # with a spool, outside its lock (Intake.put).
+        self.worker.spill_from_caller(first, items)
 
     def _check_fork(self) -> None:
         if os.getpid() != self.pid:

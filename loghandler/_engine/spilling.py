@@ -77,6 +77,9 @@ class Spiller:
         self.last_replay = 0.0
         # The close deadline was met while sending: stop trying the rest.
         self.gave_up = False
+        # A spool write of an application thread failed: its full queue drops again (the
+        # overflow policy) until a write of the flusher succeeds.
+        self.side_paused = False
 
     # ------------------------------------------------------------------ spilling
 
@@ -190,11 +193,37 @@ class Spiller:
             stored, dropped = _spool_failure(exc)
         else:
             stored = len(parts)
+            if self.side_paused:
+                self.side_paused = False
+                self.ledger.pause_side(False)
         if dropped:
             self.ledger.count(Count.SPOOL_DROPPED, dropped)
         if stored:
             self.ledger.settle(stored, Fate.SPOOLED)
         return stored
+
+    def write_from_caller(self, first: int, parts: list[bytes]) -> None:
+        """On an application thread whose event found the queue full (``Intake.put``): write
+        the encoded events it took from the queue's front (the run that starts at ``first``)
+        to the spool, and settle those stored as spooled; the ledger counts the rest as
+        dropped for the full queue. A failure is told once on stderr (``on_error`` is called
+        by the flusher's own writes, not on the application's thread), and such writes stop
+        until one of the flusher's succeeds."""
+        assert self.spool is not None
+        ledger = self.ledger
+        try:
+            dropped = self.spool.write(parts)
+        except Exception as exc:
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: {exc}")
+            stored, dropped = _spool_failure(exc)
+            self.side_paused = True
+            ledger.pause_side(True)
+        else:
+            stored = len(parts)
+        if dropped:
+            ledger.count(Count.SPOOL_DROPPED, dropped)
+        ledger.count(Count.SPOOLED_BY_CALLER, stored)
+        ledger.settle_side(first, stored, Fate.SPOOLED)
 
     # ------------------------------------------------------------------ at exit
 

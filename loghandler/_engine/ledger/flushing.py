@@ -48,8 +48,7 @@ class Flushing(LedgerState):
             take = min(limit, n)
             if take <= 0:
                 return []
-            if self._inflight == 0:
-                self._inflight_first = self._taken + 1
+            first = self._taken + 1
             popleft = self._queue.popleft
             if max_bytes is None:
                 items = [popleft() for _ in range(take)]
@@ -67,7 +66,7 @@ class Flushing(LedgerState):
             self._taken += take
             if self._accounted == self._taken:
                 self._queue_bytes = 0
-            self._inflight += take
+            self._fly_locked(first, take)
             self._update_fast_path_locked()
             if self._overflow == "block":
                 self._space.notify_all()
@@ -80,10 +79,7 @@ class Flushing(LedgerState):
             first = self._taken + 1
             pop = self._pop_oldest_locked
             items = [pop() for _ in range(len(self._queue))]
-            if items:
-                if self._inflight == 0:
-                    self._inflight_first = first
-                self._inflight += len(items)
+            self._fly_locked(first, len(items))
             return items
 
     def settle(self, n: int, fate: Fate) -> None:
@@ -92,8 +88,7 @@ class Flushing(LedgerState):
             if self._abandoned:
                 return  # the closing thread has accounted for these already
             self._record_locked(n, fate)
-            self._inflight -= n
-            self._inflight_first += n
+            self._land_locked(n)
             self._progress.notify_all()
 
     def settle_inflight(self, fate: Fate) -> int:
@@ -103,8 +98,7 @@ class Flushing(LedgerState):
             n = self._inflight
             if n and not self._abandoned:
                 self._record_locked(n, fate)
-                self._inflight = 0
-                self._inflight_first += n
+                self._land_locked(n)
                 self._progress.notify_all()
             return n
 
@@ -121,7 +115,7 @@ class Flushing(LedgerState):
             queued = [pop() for _ in range(len(self._queue))]
             n = self._inflight + len(queued)
             self._inflight = 0
-            self._inflight_first = self._taken + 1
+            self._flight.clear()
             return n, queued
 
     def settle_abandoned(self, n: int, fate: Fate) -> None:
@@ -129,6 +123,19 @@ class Flushing(LedgerState):
         with self._lock:
             self._record_locked(n, fate)
             self._progress.notify_all()
+
+    def settle_side(self, first: int, n: int, fate: Fate) -> None:
+        """``n`` of the events an application thread took to the spool (``Intake.put``: the
+        run that starts at ``first``) have met their fate. Counted also after a take-over:
+        those events were never the flusher's."""
+        with self._lock:
+            self._settle_side_locked(first, n, fate)
+
+    def pause_side(self, paused: bool) -> None:
+        """Whether a full queue may be spilled to the spool by the application's threads
+        (``Intake.put``): not while the spool fails (then the overflow policy applies)."""
+        with self._lock:
+            self._side_paused = paused
 
     def add_own(self, item: Any, size: int) -> None:
         """Queue an event the shipper itself made (a policy's summary), closed or not: few,
@@ -151,9 +158,13 @@ class Flushing(LedgerState):
     # ------------------------------------------------------------------ the queue's state
 
     def idle(self) -> bool:
-        """Nothing queued and nothing in flight."""
+        """Nothing queued and nothing in flight with the flusher."""
         with self._lock:
             return not self._queue and not self._inflight
+
+    def side_pending(self) -> bool:
+        """An application thread is writing events of a full queue to the spool."""
+        return self._side_n > 0
 
     def pressed(self) -> bool:
         """The queue is half full (by count or by bytes): waiting longer would soon drop."""
@@ -185,6 +196,10 @@ class Flushing(LedgerState):
         if not self._closed:
             timed_out = not self._wake.wait(interval)
         with self._lock:
+            if self._closed and self._side_n and not self._queue and not self._inflight:
+                # Closing, and only an application thread's spool write is left: wait for it
+                # (a disk write) rather than spin.
+                self._progress.wait(0.05)
             self._wake.clear()
             self._wake_pending = False
             self._update_fast_path_locked()

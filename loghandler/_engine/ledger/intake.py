@@ -53,9 +53,10 @@ class Intake(LedgerState):
                 # fast path is at any time; the next locked step accounts for it.
                 self._queue.append(item)
                 return True
+            side: list[Any] = []
             with self._lock:
                 try:
-                    ok = self._put_locked(item, size)
+                    ok = self._put_locked(item, size, side)
                 except Exception:
                     # A bug of ours on the way (a size, the accounting): the event is counted
                     # as invalid unless it reached the queue before the error. (Under the lock
@@ -63,12 +64,29 @@ class Intake(LedgerState):
                     if not any(queued is item for queued in list(self._queue)):
                         self._drop_locked(Fate.DROPPED_INVALID)
                     raise
+            if side:
+                self._spill_side(side[0], side[1])
             if self._late_pending and self._on_late is not None:
                 self._late_pending = False
                 self._on_late()
             return ok
         except Exception:
             return False
+
+    def _spill_side(self, first: int, items: list[Any]) -> None:
+        """Write the events a full queue gave up (``_take_side_locked``) to the spool, on this
+        thread and outside the lock (``on_full``). Whatever that did not settle (an error of
+        ours, an interrupt) is counted as dropped for the full queue, so none is left
+        unaccounted, and the flusher tells it."""
+        on_full = self._on_full
+        try:
+            if on_full is not None:
+                on_full(first, items)
+        except Exception:
+            pass
+        finally:
+            with self._lock:
+                self._settle_side_locked(first, len(items), Fate.DROPPED_QUEUE_FULL)
 
     def drop(self, fate: Fate) -> bool:
         """Count one event refused at the door as ``fate``; False (it was not queued)."""
@@ -83,7 +101,7 @@ class Intake(LedgerState):
 
     # ------------------------------------------------------------------ the locked steps
 
-    def _put_locked(self, item: Any, size: int) -> bool:
+    def _put_locked(self, item: Any, size: int, side: list[Any]) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
         # batch (wake the flusher), a full queue (overflow policy), big events.
         if self._closed:
@@ -107,10 +125,14 @@ class Intake(LedgerState):
                 self._set_wake_marks_locked(True)
                 self._wake_pending = True
                 self._wake.set()
-            if (len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes) and (
-                not self._make_room_locked(size)
-            ):
-                return False
+            if len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes:
+                if self._on_full is not None and not self._side_paused and size <= self._max_bytes:
+                    # Still full with the room for a spill: the flusher is behind (waiting
+                    # out a request, or short of CPU). With a spool nothing is dropped: this
+                    # thread takes the oldest batch and writes it to the spool itself (put).
+                    self._take_side_locked(size, side)
+                elif not self._make_room_locked(size):
+                    return False
         q.append(item)
         self._account_locked()
         self._on_put()
@@ -126,6 +148,30 @@ class Intake(LedgerState):
             self._pressure.set()
         self._update_fast_path_locked()
         return True
+
+    def _take_side_locked(self, size: int, side: list[Any]) -> None:
+        """Take the oldest events out of a full queue, for the calling thread to write to the
+        spool (``_spill_side``): a batch (``batch_size`` events, about ``max_batch_bytes``
+        encoded), and more if the new event of ``size`` would not fit otherwise. ``side``
+        receives (the first one's sequence number, the items)."""
+        q = self._queue
+        pop = self._pop_oldest_locked
+        first = self._taken + 1
+        items: list[Any] = []
+        nbytes = 0
+        # Estimated sizes are about three times the encoded JSON (_set_wake_marks_locked).
+        batch_bytes = 2 * self._max_batch_bytes
+        while q and (len(items) < self._max_batch and nbytes < batch_bytes
+                     or len(q) >= self._limit_len
+                     or self._queue_bytes + size > self._limit_bytes):
+            taken = pop()
+            items.append(taken)
+            nbytes += size_of(taken)
+        if items:
+            self._side[first] = len(items)
+            self._side_n += len(items)
+            side.extend((first, items))
+            self._update_fast_path_locked()
 
     def _make_room_locked(self, size: int) -> bool:
         if size > self._max_bytes:

@@ -29,12 +29,16 @@ SPILL_BATCHES = 2
 
 
 class LedgerState:
-    """The state of one shipper's ledger (``Ledger(options, on_put, on_late=None)``).
+    """The state of one shipper's ledger (``Ledger(options, on_put, on_late=None,
+    on_full=None)``).
 
     ``options`` are the shipper's ``ShipperOptions`` (the bounds, the overflow policy);
     ``on_put`` is called under the lock after each event the slow path queues, to start the
     flusher when there is none; ``on_late`` outside the lock after an event queued late (closed
-    with ``late_ok``: the shipper sends it at once).
+    with ``late_ok``: the shipper sends it at once). ``on_full(first, items)`` (with a spool)
+    is called outside the lock, on the application's thread, with the oldest events the queue
+    gave up to make room when it was full and the flusher behind (``Intake.put``): it writes
+    them to the spool and settles them (``Flushing.settle_side``).
     """
 
     __slots__ = (
@@ -48,8 +52,8 @@ class LedgerState:
         "_force",
         "_half_bytes",
         "_half_len",
+        "_flight",
         "_inflight",
-        "_inflight_first",
         "_interrupt",
         "_late_ok",
         "_late_pending",
@@ -60,6 +64,7 @@ class LedgerState:
         "_max_batch_bytes",
         "_max_bytes",
         "_max_size",
+        "_on_full",
         "_on_late",
         "_on_put",
         "_overflow",
@@ -69,6 +74,9 @@ class LedgerState:
         "_queue",
         "_queue_bytes",
         "_refused_too_large",
+        "_side",
+        "_side_n",
+        "_side_paused",
         "_space",
         "_spill_ok",
         "_spilling",
@@ -83,9 +91,11 @@ class LedgerState:
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None],
-                 on_late: Callable[[], None] | None = None) -> None:
+                 on_late: Callable[[], None] | None = None,
+                 on_full: Callable[[int, list[Any]], None] | None = None) -> None:
         self._on_put = on_put
         self._on_late = on_late
+        self._on_full = on_full if options.spool_dir is not None else None
         self._max_batch = options.batch_size
         self._max_batch_bytes = options.max_batch_bytes
         self._max_size = options.max_queue_size
@@ -117,8 +127,16 @@ class LedgerState:
         self._queue_bytes = 0  # sizes of the accounted events still queued
         self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
         self._accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
+        # Events in flight with the flusher (taken, not yet settled): how many, and their
+        # sequence numbers as [first, count] runs, oldest first. One run, but when the
+        # application's threads took events to the spool in between (_side).
         self._inflight = 0
-        self._inflight_first = 1
+        self._flight: deque[list[int]] = deque()
+        # Runs of events an application thread took from a full queue to write to the spool
+        # itself (Intake.put, on_full): {first sequence number: events not yet settled}.
+        self._side: dict[int, int] = {}
+        self._side_n = 0
+        self._side_paused = False  # the spool failed: a full queue drops again (overflow)
         self._wake_pending = False
         self._force = False
         self._closed = False
@@ -175,7 +193,7 @@ class LedgerState:
             values = {c.value: n for c, n in self._counts.items()}
             queued = len(self._queue)
             values["submitted"] += self._taken + queued
-            values["queued"] = queued + self._inflight
+            values["queued"] = queued + self._inflight + self._side_n
         return Stats(**values)
 
     # ------------------------------------------------------------------ the locked steps
@@ -237,11 +255,51 @@ class LedgerState:
         if not fate.chosen:
             self._undelivered += n
 
+    def _settle_side_locked(self, first: int, n: int, fate: Fate) -> None:
+        """Settle ``n`` events of the run an application thread took to the spool (``first``:
+        its first sequence number); what is not in the run any more is ignored."""
+        left = self._side.get(first)
+        if left is None:
+            return
+        n = min(n, left)
+        self._record_locked(n, fate)
+        self._side_n -= n
+        if left > n:
+            self._side[first] = left - n
+        else:
+            del self._side[first]
+        self._progress.notify_all()
+
     def _settled_through_locked(self) -> int:
         """The sequence number up to which every event has met its fate."""
-        if self._inflight:
-            return self._inflight_first - 1
-        return self._taken
+        through = self._flight[0][0] - 1 if self._flight else self._taken
+        if self._side:
+            through = min(through, min(self._side) - 1)
+        return through
+
+    def _fly_locked(self, first: int, n: int) -> None:
+        """Events ``first`` .. ``first + n - 1`` are in flight with the flusher."""
+        if not n:
+            return
+        flight = self._flight
+        if flight and flight[-1][0] + flight[-1][1] == first:
+            flight[-1][1] += n
+        else:
+            flight.append([first, n])
+        self._inflight += n
+
+    def _land_locked(self, n: int) -> None:
+        """The oldest ``n`` events in flight with the flusher are settled."""
+        self._inflight -= n
+        flight = self._flight
+        while n and flight:
+            run = flight[0]
+            k = min(n, run[1])
+            run[0] += k
+            run[1] -= k
+            n -= k
+            if not run[1]:
+                flight.popleft()
 
     def _set_close_deadline_locked(self, deadline: float) -> None:
         if self._close_deadline is None or deadline < self._close_deadline:
