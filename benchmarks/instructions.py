@@ -46,6 +46,12 @@ def setup(loghandler, opts):
         opts.update(sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
                     repeat_limit=100, exclude_fields=["module", "function", "file"],
                     hold_level="debug")
+    elif variant == "names":  # issue 39: field_names of three keys
+        opts["field_names"] = {"message": "msg", "level": "severity", "logger": "logger.name"}
+    elif variant == "sampled":  # issue 39: sampling that keeps almost all, no keep level
+        opts.update(sample_loggers={"bench": 0.999999}, sample_keep_level=None)
+    elif variant == "sampled-keep":  # the same with the default keep level ("error")
+        opts.update(sample_loggers={"bench": 0.999999})
     elif variant == "span":
         from opentelemetry import trace
         span = trace.NonRecordingSpan(trace.SpanContext(
@@ -165,6 +171,12 @@ ROWS = [
     # The whole process, one batch a run (CHILD_FLUSHED): the figure to compare two versions by.
     ("ingest-flushed", "IngestHandler, whole process, one flush at the end"),
     ("ingest-flushed:fields", "IngestHandler fields= of four keys, whole process, one flush"),
+    # Issue 39: field_names (no wire items: the application thread builds dicts), and the
+    # keep level's check on the flusher (sampling that keeps almost every event).
+    ("ingest:names", "IngestHandler field_names of three keys, application thread only"),
+    ("ingest-live:names", "IngestHandler field_names of three keys, whole process"),
+    ("ingest-live:sampled", "IngestHandler sampled, sample_keep_level=None, whole process"),
+    ("ingest-live:sampled-keep", "IngestHandler sampled, keep level error, whole process"),
     # Issue 26: each ecosystem's own floor, then loghandler in it (application thread only).
     ("loguru", "loguru with a sink that does nothing (floor)"),
     ("loguru:sink", "loguru with IngestSink, application thread only"),

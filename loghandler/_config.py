@@ -73,12 +73,21 @@ class ShipperOptions:
     scrub_patterns: tuple[str, ...] = ()
     sample_levels: Mapping[str, float] | None = None
     sample_loggers: Mapping[str, float] | None = None
+    # Stored as the level's number (logging's scale) once checked.
+    sample_keep_level: str | int | None = "error"
     repeat_limit: int | None = None
     repeat_window: float = 60.0
     hold_level: str | None = None
     hold_size: int = 200
     hold_total: int = 10_000
     json_default: Callable[[Any], Any] | None = None
+    field_names: Mapping[str, str] | None = None
+
+    @property
+    def keep_level(self) -> int | None:
+        """``sample_keep_level`` as checked: a number on logging's scale, or None."""
+        level = self.sample_keep_level
+        return level if isinstance(level, int) else None
 
     def __post_init__(self) -> None:
         _check_shaping(self)
@@ -157,6 +166,43 @@ def _rates(name: str, value: Any) -> dict[str, float] | None:
     return out or None
 
 
+def _keep_level(value: Any) -> int | None:
+    """sample_keep_level as a number on logging's scale (``"error"``: 40), or None."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    from ._engine.hold import known_level
+
+    number = known_level(value) if isinstance(value, str) else None
+    if number is None:
+        raise ConfigurationError(
+            "sample_keep_level must be a level name (\"warning\", \"error\", \"critical\"), a "
+            f"logging level number, or None (sample every level), not {value!r}")
+    return number
+
+
+def _field_names(value: Any) -> dict[str, str] | None:
+    """field_names checked: str to str, no two fields to one name, _time kept."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise ConfigurationError(
+            "field_names must map the event's field names to the names to ship them under, "
+            f"e.g. {{'message': 'msg', 'level': 'severity'}}, not {value!r}")
+    out = {k: v for k, v in value.items() if k != v}
+    if "_time" in out:
+        raise ConfigurationError(
+            "field_names cannot rename _time: the service reads each event's time from it")
+    targets = list(out.values())
+    twice = sorted({t for t in targets if targets.count(t) > 1})
+    if twice:
+        raise ConfigurationError(
+            f"field_names gives two fields the name {twice[0]!r}: each needs a name of its own")
+    return out or None
+
+
 def _check_shaping(o: ShipperOptions) -> None:
     def put(name: str, value: Any) -> None:
         object.__setattr__(o, name, value)
@@ -192,6 +238,8 @@ def _check_shaping(o: ShipperOptions) -> None:
                 f"scrub_patterns: {pattern!r} is not a regular expression ({exc})") from None
     for name in ("sample_levels", "sample_loggers"):
         put(name, _rates(name, getattr(o, name)))
+    put("sample_keep_level", _keep_level(o.sample_keep_level))
+    put("field_names", _field_names(o.field_names))
     if o.repeat_limit is not None:
         _check_number("repeat_limit", o.repeat_limit, integer=True, minimum=1)
     _check_number("repeat_window", o.repeat_window, minimum=0.001)
@@ -355,6 +403,9 @@ SHIPPING_OPTIONS_DOC = """\
             trace is. Default None (keep all).
         sample_loggers (Mapping[str, float] | None): the same per logger name (and its
             children). Default None.
+        sample_keep_level (str | int | None): events at this level and above are never
+            sampled away (an error in a trace that sampling leaves out ships alone); None:
+            every level is sampled as configured. Default "error".
         repeat_limit (int | None): identical events (logger, level, message) shipped per
             ``repeat_window``; the rest are suppressed and one summary event tells how many.
             Default None (no limit).
@@ -367,6 +418,10 @@ SHIPPING_OPTIONS_DOC = """\
         hold_total (int): events held at once across contexts at most. Default 10,000.
         json_default (callable | None): converts values JSON cannot carry (your own types)
             before the built-in rules; runs where the value is copied. Default None.
+        field_names (Mapping[str, str] | None): ship fields under other names, e.g.
+            ``{"message": "msg", "level": "severity", "logger": "logger.name"}``; applied last
+            on the flusher thread (after exclusions and scrubbing, which use the usual
+            names). Default None.
         transport (Transport | None): what sends each request and hands back the service's
             answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
             through the client's connection pool (urllib3). In tests,

@@ -7,7 +7,13 @@ atexit hooks. After ``loghandler.celery.install()``, called once where the Celer
 (after the handlers are added to the root logger, with ``dictConfig`` or by hand):
 
 - the ``IngestHandler``\\ s on the root logger are put back after Celery's set-up
-  (``after_setup_logger``), in the main process and in every pool process;
+  (``after_setup_logger``), in the main process and in every pool process, and put on Celery's
+  task logger too (``get_task_logger``'s loggers propagate there, not to the root);
+- the level the application gave the root logger is kept: the worker's ``--loglevel``
+  (WARNING by default) sets the root logger's level, which would hide the application's INFO
+  events from every handler. When the application's level is the lower one, the root logger
+  and the task logger keep it, and the worker's own output keeps the ``--loglevel``: Celery's
+  console handlers and its own loggers (``celery.*``) get the worker's level;
 - every worker process (the pool's children, and the main process of the solo and threads
   pools) delivers what it holds when it exits (``worker_process_shutdown``,
   ``worker_shutdown``), within ``shutdown_timeout``, on a warm shutdown (SIGTERM); a loss is
@@ -28,33 +34,70 @@ __all__ = ["install"]
 
 _kept: list[logging.Handler] = []
 _installed = False
+# The root logger's level and handlers as the application set them, before the worker's
+# logging set-up: its level is kept through the set-up, its handlers are not Celery's.
+_app_level = logging.NOTSET
+_app_handlers: list[logging.Handler] = []
 
 
 def install(*handlers: logging.Handler) -> None:
     """Keep ``handlers`` (default: the ``IngestHandler``\\ s on the root logger now) on the
     root logger through Celery's logging set-up, and deliver at every worker process's exit.
     Idempotent: a second call only adds handlers."""
-    global _installed
-    chosen = handlers or tuple(h for h in logging.getLogger().handlers
-                               if isinstance(h, IngestHandler))
+    global _installed, _app_level
+    root = logging.getLogger()
+    chosen = handlers or tuple(h for h in root.handlers if isinstance(h, IngestHandler))
     for h in chosen:
         if h not in _kept:
             _kept.append(h)
+    _app_level = root.level
+    _app_handlers[:] = root.handlers
     if _installed:
         return
     from celery import signals  # type: ignore[import-untyped]
 
     signals.after_setup_logger.connect(_put_back, weak=False)
+    signals.after_setup_task_logger.connect(_put_back_on_task_logger, weak=False)
     signals.worker_process_shutdown.connect(_deliver, weak=False)
     signals.worker_shutdown.connect(_deliver, weak=False)
     _installed = True
 
 
-def _put_back(logger: logging.Logger | None = None, **_: Any) -> None:
+def _put_back(logger: logging.Logger | None = None, loglevel: int | None = None,
+              **_: Any) -> None:
     root = logging.getLogger()
+    _keep_levels(root, loglevel)
+    if _quieter_than_the_application(loglevel):
+        # Celery's own loggers speak as the worker's --loglevel says, as they did.
+        celery_logger = logging.getLogger("celery")
+        if celery_logger.level == logging.NOTSET:
+            celery_logger.setLevel(loglevel or logging.WARNING)
+
+
+def _put_back_on_task_logger(logger: logging.Logger | None = None,
+                             loglevel: int | None = None, **_: Any) -> None:
+    # Celery's task logger does not propagate: get_task_logger()'s events end there.
+    if logger is not None:
+        _keep_levels(logger, loglevel)
+
+
+def _quieter_than_the_application(loglevel: int | None) -> bool:
+    """The worker's level hides events at the level the application set."""
+    return bool(loglevel) and _app_level != logging.NOTSET and _app_level < (loglevel or 0)
+
+
+def _keep_levels(logger: logging.Logger, loglevel: int | None) -> None:
+    """Our handlers on ``logger``; when the worker's level is above the application's, the
+    application's level on ``logger`` and the worker's on the handlers Celery added there."""
+    added_by_celery = [h for h in logger.handlers if h not in _kept and h not in _app_handlers]
     for h in _kept:
-        if h not in root.handlers:
-            root.addHandler(h)
+        if h not in logger.handlers:
+            logger.addHandler(h)
+    if _quieter_than_the_application(loglevel):
+        for h in added_by_celery:
+            if h.level == logging.NOTSET:
+                h.setLevel(loglevel or logging.WARNING)
+        logger.setLevel(_app_level)
 
 
 def _deliver(**_: Any) -> None:

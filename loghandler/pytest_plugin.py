@@ -1,28 +1,13 @@
-"""pytest plugin (entry point ``pytest11``): the ``loghandler_service`` fixture.
+"""The pytest plugin's fixture, ``loghandler_service``, under the package's name.
 
-Loaded by every pytest run in an environment where loghandler is installed, so it imports
-nothing heavy until the fixture is used.
+pytest loads the plugin by itself (entry point ``pytest11``) from the top-level module
+``_loghandler_pytestplugin``, which costs a run that does not use it nothing (see there). This
+module names the same fixture for a ``pytest_plugins = ["loghandler.pytest_plugin"]`` line, in
+a run where plugin auto-loading is off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from _loghandler_pytestplugin import loghandler_service
 
-import pytest
-
-if TYPE_CHECKING:
-    from .testing import LocalService
-
-
-@pytest.fixture
-def loghandler_service() -> Iterator[LocalService]:
-    """A started ``loghandler.testing.LocalService`` (token ``"t"``), stopped after the test.
-
-    Point a handler at it with ``url=loghandler_service.url, token=loghandler_service.token``,
-    or use ``loghandler_service.client()``.
-    """
-    from .testing import LocalService
-
-    with LocalService() as service:
-        yield service
+__all__ = ["loghandler_service"]

@@ -109,8 +109,8 @@ class TestConclude:
         conclude(reporter, tally, replay=False)
         lines = capfd.readouterr().err.splitlines()
         assert len(lines) == 1
-        assert "rejected 2 events of a batch of 10 (HTTP 400)" in lines[0]
-        assert "8 of the batch were delivered" in lines[0] and "failed_rejected" in lines[0]
+        assert lines == ["loghandler: dataset 'ds': the service rejected 2 of 10 events (HTTP "
+                         "400: bad event): check what they hold (stats().failed_rejected)"]
         assert len(errors) == 1 and isinstance(errors[0], ApiError)
         conclude(reporter, tally, replay=False)  # the same cause again: no second line
         assert capfd.readouterr().err == ""
@@ -120,7 +120,9 @@ class TestConclude:
         _, tally = bisect(batch(64), s.post, s.settle)
         conclude(Reporter("ds", None), tally, replay=True)
         (line,) = capfd.readouterr().err.splitlines()
-        assert "refused as a whole" in line and "replay_rejected" in line
+        assert line == ("loghandler: dataset 'ds': a batch of 64 events was refused whole (HTTP "
+                        "400: bad event): check for a proxy in front of the service; 64 not "
+                        "delivered (stats().replay_rejected)")
 
     def test_partial_error_names_the_first_failure(self) -> None:
         error = partial_error(8, 2, [{"timestamp": "t", "error": "invalid _time"}], of=10)

@@ -134,8 +134,8 @@ class TestCallbacks:
                               timeout=60)
         assert "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr
         lines = [ln for ln in proc.stderr.splitlines() if "on_error" in ln]
-        assert lines == ["loghandler: dataset 'ds': on_error raised KeyboardInterrupt: ; "
-                         "ignored (it is called on the flusher thread)"]
+        assert lines == ["loghandler: dataset 'ds': on_error raised KeyboardInterrupt, which "
+                         "was ignored: make the callback catch its own errors"]
         assert proc.stdout.split() == ["False", "True", "1"]
 
 
@@ -326,6 +326,7 @@ def test_a_full_queue_is_told_on_stderr_when_it_happens() -> None:
     assert after.split()[0] == "900", proc.stderr
     assert before.count("the queue is full") == 1, proc.stderr
     line = next(x for x in before.splitlines() if "the queue is full" in x)
-    assert re.search(r"max_queue_size=100, .*: [\d,]+ events dropped so far, counted in "
-                     r"stats\(\).dropped_queue_full; set spool_dir", line), line
+    assert re.fullmatch(r"loghandler: dataset 'ds': the queue is full \(max_queue_size=100\): "
+                        r"[\d,]+ events dropped \(stats\(\)\.dropped_queue_full\): raise "
+                        r"max_queue_size or set spool_dir", line), line
     assert "the queue is full" not in after

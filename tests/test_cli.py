@@ -558,8 +558,8 @@ class TestWording:
             server.stop()
         assert proc.returncode == 1
         assert errors(proc) == [
-            f"dataset 'nosuch' does not exist at {url} (HTTP 404): create it in the service "
-            "first, or check the name given with -d or LOGHANDLER_DATASET"]
+            f"dataset 'nosuch' does not exist at {url} (HTTP 404): create it (loghandler "
+            "datasets create nosuch) or check -d"]
         assert proc.stdout == "1 event read, 0 delivered to 'nosuch', 1 not delivered\n"
 
     def test_wrong_token_for_views(self, svc: LocalService) -> None:

@@ -272,8 +272,8 @@ def test_serve_prints_the_page_and_keeps_its_reads_out_of_the_log() -> None:
         head = [proc.stdout.readline() for _ in range(3)]
         url = re.search(r"listening on (http://\S+)", head[0])
         assert url is not None
-        assert head[2].strip() == (f"web page: {url.group(1)}/    (add #token= and the --token "
-                                   "you passed to the address)")
+        assert head[2].strip() == (f"web page: {url.group(1)}/    (it asks for the token: the "
+                                   "--token you passed)")
         with Client(TOKEN, url=url.group(1)) as client:
             client.ingest("app", [{"n": 1}])
             assert client.query("['app'] | count") == [{"count": 1}]

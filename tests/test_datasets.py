@@ -93,7 +93,9 @@ def test_the_shippers_404_says_how_to_create_it():
                 f"s.submit({{'n': 1}}); s.flush(5)\n")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60)
-        assert "create it (`loghandler datasets create nope`)" in proc.stderr
+        assert proc.stderr.splitlines()[0] == (
+            "loghandler: dataset 'nope': the service has no such dataset (HTTP 404): create it "
+            "(loghandler datasets create nope) or check the name and url=")
 
 
 def test_command_line(svc):

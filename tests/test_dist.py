@@ -79,7 +79,8 @@ def test_wheel_metadata(dist: tuple[Path, str]) -> None:
     assert metadata["License-Expression"] == "MIT"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL"))
-    assert {"Documentation", "Changelog"} <= set(urls)
+    assert set(urls) == {"Homepage", "Source", "Issues", "Documentation", "Changelog"}
+    assert urls["Issues"] == urls["Source"] + "/issues"
     assert all(u.startswith("https://") for u in urls.values())
     assert metadata.get_all("Requires-Dist")[0].startswith("urllib3")
     extras = set(metadata.get_all("Provides-Extra"))

@@ -397,7 +397,9 @@ class TestReporting:
         assert st.dropped_invalid == 10 and st.delivered == 0, st
         lines = [x for x in capfd.readouterr().err.splitlines() if "internal error" in x]
         assert len(lines) == 1, lines
-        assert "RuntimeError: planted bug; 10 events in flight were counted" in lines[0]
+        assert lines[0] == ("loghandler: dataset 'ds': the background thread stopped on an "
+                            "internal error (RuntimeError: planted bug), losing 10 events "
+                            "(stats().dropped_invalid): please report it")
 
 
 class TestDeadlines:

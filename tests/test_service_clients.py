@@ -442,7 +442,7 @@ class TestDefaults:
 
     def test_the_client_reads_the_404(self, svc: LocalService) -> None:
         with loghandler.Client(TOKEN, url=svc.url) as client, pytest.raises(
-                loghandler.NotFoundError, match="create it first"):
+                loghandler.NotFoundError, match=r"create it \(loghandler datasets create typo\)"):
             client.ingest("typo", [{"a": 1}])
 
 

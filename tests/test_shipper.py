@@ -359,7 +359,8 @@ class TestRetries:
         assert s.flush(5) is False
         assert s.stats().failed_not_found == 3
         err = capfd.readouterr().err
-        assert "dataset 'nope' not found" in err and err.count("\n") == 1
+        assert err == ("loghandler: dataset 'nope': the service has no such dataset (HTTP 404): "
+                       "create it (loghandler datasets create nope) or check the name and url=\n")
         s.close()
 
 
@@ -490,7 +491,10 @@ class TestSelfHealing:
         assert [e["i"] for e in transport.events()] == list(range(5, 11))
         assert balanced(s.stats())
         s.close()
-        assert "the flusher thread stopped on an internal error: Crash" in capfd.readouterr().err
+        assert capfd.readouterr().err == (
+            "loghandler: dataset 'self-heal': the background thread stopped on an internal "
+            "error (Crash: scripted), losing 5 events (stats().dropped_invalid): please report "
+            "it\nloghandler: dataset 'self-heal': delivering again\n")
         s.close()
 
 

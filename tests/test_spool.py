@@ -7,6 +7,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -335,7 +336,10 @@ class TestSpoolFull:
         assert len(kept) == st.spooled - st.spool_dropped
         assert kept == list(range(100 - len(kept), 100))  # a contiguous run of the newest
         assert sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file()) <= limit
-        assert capfd.readouterr().err.count("spool is full") == 1
+        lines = [x for x in capfd.readouterr().err.splitlines() if "spool is full" in x]
+        assert lines == [f"loghandler: dataset '{DATASET}': the spool is full (max_spool_bytes="
+                         "4,000), so its oldest events are deleted (stats().spool_dropped): "
+                         "raise max_spool_bytes"]
 
     def test_single_write_larger_than_the_bound_keeps_its_newest(self, tmp_path):
         """A write bigger than max_bytes alone keeps its newest events and counts the rest."""
@@ -525,6 +529,11 @@ class TestReplay:
         assert left_in_spool(tmp_path) == []
         err = capfd.readouterr().err
         assert err.count("is damaged") == len(damaged)
+        for line in err.splitlines():
+            assert re.fullmatch(rf"loghandler: dataset '{DATASET}': spool file \d{{20}}-\d{{10}}-"
+                                r"\d{10}\.spool is damaged \(.+\): moved aside as \d{20}-"
+                                r"\d{10}-\d{10}\.spool\.corrupt; the other files are replayed",
+                                line), line
         for i in range(len(damaged)):
             assert sum(f"{i + 1:020d}-" in line for line in err.splitlines()) == 1
 

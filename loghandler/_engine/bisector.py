@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import ApiError, Error, PartialIngestError
-from .._output import body_detail
+from .._errors import Error, PartialIngestError
+from .._output import clip, printable
 from .batches import Chunk
 from .policy import Cause, Outcome, give_up_after
-from .reporter import Reporter
+from .reporter import Reporter, answer_of, counted, plural
 
 __all__ = ["Tally", "bisect", "conclude", "partial_error"]
 
@@ -122,39 +122,39 @@ def conclude(reporter: Reporter, tally: Tally, *, replay: bool) -> None:
     each once), one ``on_error`` call per kind of refusal."""
     report = reporter.report
     n = tally.size
-    counted = "stats().replay_rejected" if replay else "stats().failed_rejected"
+    rejected = "replay_rejected" if replay else "failed_rejected"
     whole = tally.gave_up_as
     if whole is not None:
-        code, where, cause = ((400, counted, Cause.REFUSED_WHOLE)
+        code, where, cause = ((400, rejected, Cause.REFUSED_WHOLE)
                               if whole is Outcome.REJECTED else
-                              (413, "stats().replay_rejected" if replay
-                               else "stats().dropped_too_large", Cause.TOO_LARGE_WHOLE))
+                              (413, "replay_rejected" if replay else "dropped_too_large",
+                               Cause.TOO_LARGE_WHOLE))
         error = tally.rejected_error if whole is Outcome.REJECTED else tally.too_large_error
-        report(cause, f"the service answered HTTP {code}{_said(error)} to {tally.streak} "
-                      f"requests in a row for a batch of {n} events ({tally.requests} requests "
-                      f"in all), halving it each time: the batch looks refused as a whole (a "
-                      f"proxy, or a body the service cannot read), so it was not split "
-                      f"further. {tally.delivered} of its {n} events were delivered; "
-                      f"{tally.gave_up} are counted in {where}")
+        said = answer_of(error) if error is not None else f"HTTP {code}"
+        report(cause, f"a batch of {plural(n, 'event')} was refused whole ({said}): check for "
+                      f"a proxy in front of the service; {n - tally.delivered:,} not delivered"
+                      f"{counted(where)}")
     if tally.too_large and whole is not Outcome.TOO_LARGE:
-        report(Cause.TOO_LARGE, f"the service refused {_events(tally.too_large)} as too large "
-                                "(HTTP 413); dropped and counted in "
-                                + ("stats().replay_rejected" if replay
-                                   else "stats().dropped_too_large"))
+        report(Cause.TOO_LARGE, f"the service refused {plural(tally.too_large, 'event')} as too "
+                                f"large (HTTP 413): log smaller events"
+                                + counted("replay_rejected" if replay else "dropped_too_large"))
     if tally.rejected and whole is not Outcome.REJECTED:
-        report(Cause.REJECTED, f"the service rejected {_events(tally.rejected)} of a batch of "
-                               f"{n} (HTTP 400){_said(tally.rejected_error)}; {tally.delivered} "
-                               f"of the batch were delivered. Rejected events are counted in "
-                               f"{counted}")
+        said = (answer_of(tally.rejected_error) if tally.rejected_error is not None
+                else "HTTP 400")
+        report(Cause.REJECTED, f"the service rejected {tally.rejected:,} of "
+                               f"{plural(n, 'event')} ({said}): check what "
+                               f"{'it holds' if tally.rejected == 1 else 'they hold'}"
+                               + counted(rejected))
     if tally.unreadable:
-        report(Cause.UNREADABLE, f"{tally.unreadable_error}; counted in "
-                                 + ("stats().replay_rejected" if replay
-                                    else "stats().failed_by_service"))
+        report(Cause.UNREADABLE, f"{tally.unreadable_error}"
+                                 + counted("replay_rejected" if replay else "failed_by_service"))
     partial = tally.partial()
     if partial is not None:
-        report(Cause.PARTIAL, f"{partial}; counted in "
-                              + ("stats().replay_rejected" if replay
-                                 else "stats().failed_by_service"))
+        reason = _first_failure(partial.failures)
+        report(Cause.PARTIAL, f"the service turned down {plural(partial.failed, 'event')} "
+                              f"({clip(reason, 60) if reason else 'no reason given'}): check "
+                              f"what {'it holds' if partial.failed == 1 else 'they hold'}"
+                              + counted("replay_rejected" if replay else "failed_by_service"))
     for error in (tally.too_large_error, tally.rejected_error, tally.unreadable_error, partial):
         if error is not None:
             reporter.error(error)
@@ -165,23 +165,15 @@ def partial_error(ingested: int, failed: int, failures: list[Any],
     """The error for ``failed`` events turned down in a 2xx ingest status."""
     batch = f" of a batch of {of}" if of else ""
     return PartialIngestError(
-        f"the service turned down {_events(failed)}{batch} in its ingest status "
-        f"(ingested {ingested}, failed {failed}){_first_failure(failures)}",
+        f"the service turned down {plural(failed, 'event')}{batch} in its ingest status "
+        f"(ingested {ingested:,}, failed {failed:,})"
+        + (f": {clip(reason, 100)}" if (reason := _first_failure(failures)) else ""),
         ingested=ingested, failed=failed, failures=failures)
 
 
-def _events(n: int) -> str:
-    return "1 event" if n == 1 else f"{n} events"
-
-
 def _first_failure(failures: list[Any]) -> str:
+    """The service's reason for the first event it turned down, or ""."""
     for failure in failures:
         if isinstance(failure, dict) and isinstance(failure.get("error"), str):
-            return f": {failure['error'][:300]}"
-    return ""
-
-
-def _said(error: BaseException | None) -> str:
-    if isinstance(error, ApiError):
-        return body_detail(error.body)
+            return printable(failure["error"])
     return ""

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from .stats import Fate
 
-__all__ = ["ENABLED", "Hold", "Queue", "enter", "exit", "level_number"]
+__all__ = ["ENABLED", "Hold", "Queue", "enter", "exit", "known_level", "level_number"]
 
 
 class Queue(Protocol):
@@ -71,15 +71,25 @@ def exit(token: Token[Held | None]) -> None:
         hold.end(buffer, held.outer)
 
 
+# Level names beyond the stdlib's: structlog's method names, loguru's.
+_OTHER_LEVELS = {"warn": 30, "exception": 40, "fatal": 50, "msg": 20, "trace": 5,
+                 "success": 25}
+
+
+def known_level(name: str) -> int | None:
+    """A level name's number (any case; the stdlib's, those registered with
+    ``logging.addLevelName``, structlog's and loguru's), or None."""
+    n = logging._nameToLevel.get(name.upper())
+    return n if n is not None else _OTHER_LEVELS.get(name.lower())
+
+
 def level_number(level: Any) -> int:
     """A level (number, or name of any case) as a number; unknown names rank as info."""
     if type(level) is int:
         return level
     if type(level) is str:
-        n = logging._nameToLevel.get(level.upper())
-        if n is not None:
-            return n
-        return {"warn": 30, "exception": 40, "fatal": 50, "msg": 20}.get(level.lower(), 20)
+        n = known_level(level)
+        return 20 if n is None else n
     return 20
 
 

@@ -388,7 +388,9 @@ class flushing:  # lower case: used like a function, `with flushing(h):` or `@fl
     has left, less ``reserve`` seconds for the function to return: the platform never kills
     an invocation because of the flush. ``async def`` functions are decorated the same way
     (the flush then runs in a thread, off the event loop). ``delivered`` tells how the last
-    flush went. With no targets, every live shipper of the process is flushed.
+    flush went (None before the first): on the ``flushing`` object, and on the decorated
+    function (``lambda_handler.delivered``). With no targets, every live shipper of the process
+    is flushed.
     """
 
     def __init__(self, *targets: Any, timeout: float | None = 2.0,
@@ -442,7 +444,9 @@ class flushing:  # lower case: used like a function, `with flushing(h):` or `@fl
                     budget = self._budget(args, kwargs)
                     self.delivered = await asyncio.get_running_loop().run_in_executor(
                         None, self.flush, budget)
+                    run_async.delivered = self.delivered  # type: ignore[attr-defined]
 
+            run_async.delivered = None  # type: ignore[attr-defined]
             return run_async  # type: ignore[return-value]
 
         @functools.wraps(func)
@@ -451,5 +455,8 @@ class flushing:  # lower case: used like a function, `with flushing(h):` or `@fl
                 return func(*args, **kwargs)
             finally:
                 self.delivered = self.flush(self._budget(args, kwargs))
+                # `@flushing(h)` leaves no name for the flushing object: the function tells.
+                wrapper.delivered = self.delivered  # type: ignore[attr-defined]
 
+        wrapper.delivered = None  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

@@ -22,6 +22,7 @@ from .._output import shown
 from .._status import RATE_LIMIT, is_success
 from .._wire.answer import Answer
 from .._wire.errors import error_for
+from .._wire.settings import said
 from .batches import Chunk
 from .bisector import partial_error
 from .ledger import Count, Flushing
@@ -35,7 +36,7 @@ from .policy import (
     ingest_status,
     next_auth_pause,
 )
-from .reporter import Reporter
+from .reporter import Reporter, answer_of, plural, refusal
 from .transport import Transport
 
 __all__ = ["GiveUp", "Poster"]
@@ -122,9 +123,13 @@ class Poster:
             if give_up is not None and give_up(error, limit, outcome.spends):
                 return Outcome.RETRIES_EXHAUSTED, error
             if retry.exhausted:
+                fate = (("it goes" if len(chunk) == 1 else "they go") + " to the spool"
+                        if self.spooled else "set spool_dir to keep such batches for later")
                 self.reporter.report_or_defer(
-                    Cause.RETRIES_EXHAUSTED, f"could not deliver a batch of {len(chunk)} events "
-                                             f"after {retry.attempts} attempts: {error}")
+                    Cause.RETRIES_EXHAUSTED, f"gave up on {plural(len(chunk), 'event')} after "
+                                             f"{plural(retry.attempts, 'attempt')} "
+                                             f"({answer_of(error)}): {fate}",
+                    f"last error: {answer_of(error)}")
                 return Outcome.RETRIES_EXHAUSTED, error
             self.ledger.count(Count.RETRIED)
             self.on_retry()  # while the service does not take them, the queue may fill
@@ -207,7 +212,7 @@ class Poster:
         elif outcome is Outcome.LIMITED and pause is not None:
             self._report_limit(error, pause)
         elif outcome.final and not outcome.splits and outcome.cause is not None:
-            self.reporter.report(outcome.cause, str(error))
+            self.reporter.report(outcome.cause, refusal(outcome.cause, error, self.dataset, n))
         if outcome.pause is Pause.ALL and pause is not None:
             # The service asked everyone to wait: pause all sending, not just this batch.
             self.ledger.pause_until(_monotonic() + pause)
@@ -221,37 +226,31 @@ class Poster:
         return partial_error(ingested, min(failed, n), failures)
 
     def _unreadable(self, answer: Answer, n: int) -> PartialIngestError:
-        why = ("was cut at the size bound of an ingest status for a batch "
-               f"({self.options.batch_size} events)" if not answer.complete
+        why = ("is longer than an ingest status can be" if not answer.complete
                else "is not valid JSON")
         return PartialIngestError(
-            f"the service answered HTTP {answer.status}, but its answer {why}: whether it "
-            f"stored the {n} events of the request is unknown, so none is counted delivered; "
-            "they are counted failed (not sent again, which could store them twice)",
+            f"the service's answer (HTTP {answer.status}) {why}: {plural(n, 'event')} may or "
+            "may not be stored, counted failed",
             ingested=0, failed=n, failures=[])
 
     def _report_limit(self, error: ApiError, pause: float) -> None:
         which = "rate limit" if error.status == RATE_LIMIT else "ingest limit"
         if pause >= MAX_PAUSE:
-            where = ("events go to the spool until then" if self.spooled else
-                     "the queue cannot hold the events logged until then: without spool_dir, "
-                     "those beyond max_queue_size / max_queue_bytes are dropped and counted "
-                     "in stats().dropped_queue_full")
+            what = ("events go to the spool meanwhile" if self.spooled
+                    else "set spool_dir to keep the events logged meanwhile")
             self.reporter.report(
                 Cause.LONG_LIMIT, f"the service's {which} was reached (HTTP {error.status}) "
-                                  f"and resets in more than {MAX_PAUSE:g} s: {where}; sending "
-                                  f"is tried again every {MAX_PAUSE:g} s")
+                                  f"and resets in over {MAX_PAUSE:g} s: {what}")
             return
         self.reporter.report(
-            Cause.RATE_LIMITED, f"the service's {which} was reached (HTTP {error.status}): all "
-                                f"sending pauses until it resets ({pause:g} s), without "
-                                "spending max_retries; new events keep queueing (bounded)")
+            Cause.RATE_LIMITED, f"the service's {which} was reached (HTTP {error.status}): "
+                                f"sending pauses {pause:g} s; new events wait in the queue")
 
     def _auth_failed(self, error: Error) -> None:
         # on_error is called once, with the batch's outcome (Spiller.fail).
-        batch = "spooled" if self.spooled else "failed (stats().failed_auth)"
-        self.reporter.report(Cause.AUTH, f"{error}; this batch {batch}, sending pauses "
-                                         f"{self.auth_delay:g} s, new events stay queued")
+        self.reporter.report(Cause.AUTH, f"the service refused the token ({answer_of(error)}): "
+                                         f"check {said('token')} or LOGHANDLER_TOKEN; sending "
+                                         f"resumes in {self.auth_delay:g} s")
         # Back off hard instead of hammering the service with a bad token; double each time.
         self.ledger.pause_until(_monotonic() + self.auth_delay)
         self.auth_delay = next_auth_pause(self.auth_delay)

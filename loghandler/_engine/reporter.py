@@ -13,12 +13,68 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._output import clip, print_line, printable, shown
+from .._output import clip, print_line, printable, redact, shown
 from .guard import CALLBACK, sending
 from .policy import LASTING, Cause
 from .stats import Stats
 
-__all__ = ["Reporter", "print_exit_summary"]
+__all__ = ["Reporter", "answer_of", "counted", "plural", "print_exit_summary"]
+
+# Every line: "loghandler: dataset 'app': <cause>: <action>", one cause and one action, about
+# 160 characters at most with a short dataset name. What the service said is clipped to fit.
+SERVICE_WORDS = 60
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 event``, ``3 events``, ``1,000 events`` (``nouns``: an irregular plural)."""
+    return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+def answer_of(error: BaseException | None) -> str:
+    """An error as a line's parenthesis: ``HTTP 403: invalid token`` for the service's
+    answers (its own words clipped), the transport's sentence otherwise."""
+    if error is None:
+        return "no answer"
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        from .._output import service_message
+
+        own = service_message(getattr(error, "body", None))
+        return f"HTTP {status}" + (f": {clip_words(own, SERVICE_WORDS)}" if own else "")
+    return clip(printable(str(error)), 90)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters at a space, with a "…" when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def counted(counter: str) -> str:
+    """`` (stats().<counter>)`` for a Python user; nothing on the command line, whose summary
+    counts the events."""
+    from .._wire.settings import in_command_line
+
+    return "" if in_command_line() else f" (stats().{counter})"
+
+
+def refusal(cause: Cause, error: BaseException | None, dataset: str, n: int) -> str:
+    """The line of a batch the service refused for good, by the answer's kind (not found, a
+    redirect, another 4xx)."""
+    from .._wire.settings import said
+
+    if cause is Cause.NOT_FOUND:
+        name = clip(redact(dataset), 40)
+        return (f"the service has no such dataset (HTTP 404): create it (loghandler datasets "
+                f"create {name}) or check the name and {said('url_arg')}")
+    if cause is Cause.REDIRECTED:
+        return (f"the service redirected the request ({answer_of(error)}): check "
+                f"{said('url_arg')} (https, no path too many or missing)")
+    return (f"the service refused {plural(n, 'event')} ({answer_of(error)}), not sent again"
+            f"{counted('failed_client_error')}: see its message")
 
 
 class Reporter:
@@ -49,11 +105,12 @@ class Reporter:
             self._reported.add(cause)
             print_line(f"loghandler: dataset {shown(self.dataset)}: {message}")
 
-    def report_or_defer(self, cause: Cause, message: str) -> None:
-        """``report``, except during the exit hook's close: its summary line says it."""
+    def report_or_defer(self, cause: Cause, message: str, brief: str | None = None) -> None:
+        """``report``, except during the exit hook's close: its summary line says it (in
+        ``brief`` words when given)."""
         if self._exit_summary:
             if self._exit_cause is None and cause not in self._reported:
-                self._exit_cause = message
+                self._exit_cause = brief or message
         else:
             self.report(cause, message)
 
@@ -61,17 +118,16 @@ class Reporter:
         """Why a batch was given up at the close deadline (its last error, or what happened),
         for the exit summary."""
         if self._exit_summary and self._exit_cause is None:
-            self._exit_cause = (error if isinstance(error, str) else f"last error: {error}")
+            self._exit_cause = (error if isinstance(error, str)
+                                else f"last error: {answer_of(error)}")
 
     def recovered(self) -> bool:
         """A batch was delivered: outages are over. True when one was reported (and is now
         told to be over)."""
         reported = self._reported
         if reported and not reported <= LASTING:
-            ended = reported - LASTING
             self._reported = reported & LASTING
-            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again "
-                       f"(after: {', '.join(sorted(c.value for c in ended))})")
+            print_line(f"loghandler: dataset {shown(self.dataset)}: delivering again")
             return True
         return False
 
@@ -86,9 +142,10 @@ class Reporter:
         except BaseException as exc:  # KeyboardInterrupt too: the flusher must live on
             # The application's callback failed: one line (once), never a traceback, and the
             # flusher goes on. A KeyboardInterrupt raised here was meant for the main thread.
-            self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}: "
-                                        f"{clip(printable(str(exc)), 200)}; ignored (it is "
-                                        "called on the flusher thread)")
+            said = clip(printable(str(exc)), 60)
+            self.report(Cause.ON_ERROR, f"on_error raised {type(exc).__name__}"
+                                        f"{f' ({said})' if said else ''}, which was ignored: "
+                                        "make the callback catch its own errors")
 
     # ------------------------------------------------------------------ at exit
 
@@ -105,25 +162,25 @@ class Reporter:
             return None
         bits = []
         if dropped:
-            reasons = [f"{n} {r}" for r, n in (
-                ("queue full", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
+            reasons = [f"{n:,} {r}" for r, n in (
+                ("on a full queue", st.dropped_queue_full), ("at exit", st.dropped_shutdown),
                 ("too large", st.dropped_too_large), ("after close", st.dropped_closed),
                 ("invalid", st.dropped_invalid)) if n]
-            bits.append(f"{dropped} dropped ({', '.join(reasons)})")
+            bits.append(f"{dropped:,} dropped ({', '.join(reasons)})")
         if st.failed:
-            reasons = [f"{n} {r}" for r, n in (
+            reasons = [f"{n:,} {r}" for r, n in (
                 ("token refused", st.failed_auth), ("dataset not found", st.failed_not_found),
                 ("turned down by the service", st.failed_rejected + st.failed_by_service),
                 ("client error", st.failed_client_error),
-                ("retries used up", st.failed_retries_exhausted)) if n]
-            bits.append(f"{st.failed} failed ({', '.join(reasons)})" if reasons
-                        else f"{st.failed} failed")
+                ("with retries used up", st.failed_retries_exhausted)) if n]
+            bits.append(f"{st.failed:,} failed ({', '.join(reasons)})" if reasons
+                        else f"{st.failed:,} failed")
         if st.queued:
-            bits.append(f"{st.queued} still queued")
+            bits.append(f"{st.queued:,} still queued")
         if st.spooled:
-            bits.append(f"{st.spooled} spooled to {spool_dir} for later delivery")
-        cause = f" ({self._exit_cause})" if self._exit_cause else ""
-        return (f"dataset {shown(self.dataset)}: {st.delivered} of {st.submitted} delivered, "
+            bits.append(f"{st.spooled:,} spooled to {spool_dir} for later delivery")
+        cause = f"; {clip(self._exit_cause, 100)}" if self._exit_cause else ""
+        return (f"dataset {shown(self.dataset)}: {st.delivered:,} of {st.submitted:,} delivered, "
                 + ", ".join(bits) + cause)
 
 

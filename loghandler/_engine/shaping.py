@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .._encoding import free_name
+from .hold import level_number
+
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
 REDACTED = "[redacted]"
@@ -265,43 +268,75 @@ class Scrubber:
 
 
 class Finisher:
-    """The last step per event on the flusher thread: exclusions, then scrubbing."""
+    """The last step per event on the flusher thread: exclusions, scrubbing, then the field
+    names the user ships under (``field_names``; the steps before and the selector read the
+    event's usual names)."""
 
-    __slots__ = ("_exclude", "_scrubber")
+    __slots__ = ("_exclude", "_rename", "_renames", "_scrubber")
 
-    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None) -> None:
+    def __init__(self, exclude: Iterable[str], scrubber: Scrubber | None,
+                 renames: Mapping[str, str] | None = None) -> None:
         self._exclude = tuple(exclude)
         self._scrubber = scrubber
+        self._renames = tuple((renames or {}).items())
+        chained = {new for _, new in self._renames} & {old for old, _ in self._renames}
+        self._rename = rename_chained if chained else rename
 
     def clean_keys(self) -> set[Any] | None:
         """The keys a flat event may hold with nothing to do (the scrubber's plain path, which
         grows the set), for the compiled item_events to skip the call; None when every event
-        needs the call (exclusions, text scanning)."""
+        needs the call (exclusions, renames, text scanning)."""
         scrubber = self._scrubber
-        if self._exclude or scrubber is None or scrubber._scan:
+        if self._exclude or self._renames or scrubber is None or scrubber._scan:
             return None
         return scrubber._clean
 
     def learn(self, key: str) -> bool:
         """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
         scrubber = self._scrubber
-        return not self._exclude and scrubber is not None and scrubber.learn(key)
+        return (not self._exclude and not self._renames and scrubber is not None
+                and scrubber.learn(key))
 
     def __call__(self, event: dict[str, Any], plain: bool = False) -> None:
         for key in self._exclude:
             event.pop(key, None)
         if self._scrubber is not None:
             self._scrubber.event(event, plain)
+        if self._renames:
+            self._rename(event, self._renames)
+
+
+def rename(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``field_names`` on one event, in place. A field the event already has under a new name
+    is kept, renamed as a clash with a reserved key is (``extra_<name>``): never lost."""
+    pop = event.pop
+    for old, new in renames:
+        if old in event:
+            value = pop(old)
+            if new in event:
+                event[free_name(new, event)] = pop(new)
+            event[new] = value
+
+
+def rename_chained(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) -> None:
+    """``rename`` when a new name is also an old one (``{"message": "level", "level":
+    "severity"}``): every field taken out first, then put back under its new name."""
+    moved = [(new, event.pop(old)) for old, new in renames if old in event]
+    for new, value in moved:
+        if new in event:
+            event[free_name(new, event)] = event.pop(new)
+        event[new] = value
 
 
 def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
-                  scrub_patterns: Iterable[str]) -> Callable[..., None] | None:
+                  scrub_patterns: Iterable[str],
+                  field_names: Mapping[str, str] | None = None) -> Callable[..., None] | None:
     exclude = tuple(exclude)
     scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
                 else None)
-    if not exclude and scrubber is None:
+    if not exclude and scrubber is None and not field_names:
         return None
-    return Finisher(exclude, scrubber)
+    return Finisher(exclude, scrubber, field_names)
 
 
 # ------------------------------------------------------------------ selecting
@@ -327,13 +362,26 @@ class Selector:
     ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
     summaries are new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_levels", "_limit", "_loggers", "_max_keys", "_rand", "_seen", "_window")
+    __slots__ = ("_keep", "_kept_levels", "_level", "_levels", "_limit", "_logger",
+                 "_loggers", "_max_keys", "_message", "_rand", "_seen", "_trace", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random) -> None:
+                 repeat_window: float, rand: Callable[[], float] = random.random,
+                 keep_level: int | None = None,
+                 field_names: Mapping[str, str] | None = None) -> None:
+        # The events reach the selector with their shipped names (Finisher ran first).
+        names = field_names or {}
+        self._level = names.get("level", "level")
+        self._logger = names.get("logger", "logger")
+        self._message = names.get("message", "message")
+        self._trace = names.get("trace_id", "trace_id")
+        # Events at keep_level and above are never sampled away: a level's verdict, cached
+        # (level names are few; the cache is bounded all the same).
+        self._keep = keep_level
+        self._kept_levels: dict[str, bool] = {}
         self._levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
         # Longest prefix first: "app.db" wins over "app".
         self._loggers = sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
@@ -348,13 +396,13 @@ class Selector:
     def _rate(self, event: dict[str, Any]) -> float:
         rate = 1.0
         if self._levels:
-            level = event.get("level")
+            level = event.get(self._level)
             if type(level) is str:
                 r = self._levels.get(level)
                 if r is not None:
                     rate = r
         if self._loggers:
-            name = event.get("logger")
+            name = event.get(self._logger)
             if type(name) is str:
                 for prefix, r in self._loggers:
                     if name == prefix or name.startswith(prefix + "."):
@@ -372,8 +420,8 @@ class Selector:
         for event in events:
             if sampling:
                 rate = self._rate(event)
-                if rate < 1.0:
-                    u = _trace_fraction(event.get("trace_id"))
+                if rate < 1.0 and not (self._keep is not None and self._kept(event)):
+                    u = _trace_fraction(event.get(self._trace))
                     if (self._rand() if u is None else u) >= rate:
                         sampled += 1
                         continue
@@ -383,14 +431,26 @@ class Selector:
             kept.append(event)
         return kept, sampled, repeats, summaries
 
+    def _kept(self, event: dict[str, Any]) -> bool:
+        """The event's level is at or above sample_keep_level."""
+        level = event.get(self._level)
+        if type(level) is not str:
+            return False
+        verdict = self._kept_levels.get(level)
+        if verdict is None:
+            verdict = level_number(level) >= (self._keep or 0)
+            if len(self._kept_levels) < 256:
+                self._kept_levels[level] = verdict
+        return verdict
+
     def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
                ) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
-        message = event.get("message", event.get("event"))
+        message = event.get(self._message, event.get("event"))
         if type(message) is not str:
             return True
-        key = (event.get("logger"), event.get("level"), message)
+        key = (event.get(self._logger), event.get(self._level), message)
         seen = self._seen
         entry = seen.get(key)
         if entry is not None and now - entry[0] < self._window:
@@ -463,28 +523,34 @@ _OTEL_ATTRS = {"service.name": "service", "deployment.environment": "environment
 
 
 def _otel_resource(text: str) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES (``key=value,...``, values percent-encoded) as a dict."""
     out: dict[str, str] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
-        if sep and key in _OTEL_ATTRS and value.strip():
+        if sep and key and value.strip():
             from urllib.parse import unquote
 
-            out.setdefault(_OTEL_ATTRS[key], unquote(value.strip()))
+            out.setdefault(key, unquote(value.strip()))
     return out
 
 
 def identity_fields(identity: bool | Mapping[str, Any],
                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``service``, ``environment``, ``version`` and ``host`` for every event.
+    """``service``, ``environment``, ``version`` and ``host`` for every event, and where the
+    process runs (``_engine/platforms.py``: Kubernetes, AWS Lambda and ECS, Google Cloud Run,
+    Azure, Heroku, Fly.io, Render), under OpenTelemetry's names.
 
     ``identity=True``: from ``LOGHANDLER_SERVICE`` / ``OTEL_SERVICE_NAME``,
     ``LOGHANDLER_ENVIRONMENT``, ``LOGHANDLER_VERSION`` and ``OTEL_RESOURCE_ATTRIBUTES``
-    (``service.name``, ``deployment.environment``, ``service.version``), plus the host name.
+    (``service.name``, ``deployment.environment``, ``service.version``, and the platform names
+    such as ``k8s.pod.name``, which win over what is detected), plus the host name.
     A mapping sets fields explicitly (the environment fills the rest); False: none.
     """
     if identity is False:
         return {}
+    from .platforms import OTEL_NAMES, detect
+
     env = os.environ if environ is None else environ
     out: dict[str, Any] = {}
     if isinstance(identity, Mapping):
@@ -497,8 +563,18 @@ def identity_fields(identity: bool | Mapping[str, Any],
             if value:
                 out[field] = value
                 break
-    for field, value in _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", "")).items():
-        out.setdefault(field, value)
+    resource = _otel_resource(env.get("OTEL_RESOURCE_ATTRIBUTES", ""))
+    for key, value in resource.items():
+        if key in _OTEL_ATTRS:
+            out.setdefault(_OTEL_ATTRS[key], value)
+    platform = detect(env)
+    # The application's own name for itself wins over the platform's name for it.
+    service = platform.pop("service", None)
+    if service and "service" not in out:
+        out["service"] = service
+    platform.update({k: v for k, v in resource.items() if k in OTEL_NAMES})
+    for key, value in platform.items():
+        out.setdefault(key, value)
     if "host" not in out:
         try:
             out["host"] = socket.gethostname()

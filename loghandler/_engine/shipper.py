@@ -425,7 +425,7 @@ class Flusher:
         ledger = self.ledger
         deadline = ledger.close_deadline if ledger.close_deadline is not None else _monotonic()
         before = ledger.undelivered()
-        why = "within shutdown_timeout"
+        why = "shutdown_timeout ran out"
         try:
             with ImportsRestored():
                 self.worker.drain_on_this_thread(deadline)
@@ -433,15 +433,14 @@ class Flusher:
             # Late in interpreter shutdown (a __del__ of a module global), what sending needs
             # may be torn down already: the events in flight may or may not have reached the
             # service, and are counted lost, not delivered; that is told.
-            why = f"during interpreter shutdown ({type(exc).__name__}: {exc})"
+            why = f"interpreter shutdown: {type(exc).__name__}"
             ledger.settle_inflight(Fate.DROPPED_SHUTDOWN)
         ledger.count_leftovers(Fate.DROPPED_SHUTDOWN)
         if ledger.undelivered() > before:
-            where = ("spooled" if ledger.snapshot().spooled
-                     else "counted in stats().dropped_shutdown")
+            where = "spooled" if ledger.snapshot().spooled else "dropped"
             self.reporter.report(
-                Cause.LATE, f"an event logged after loghandler's exit hook (by a later atexit "
-                        f"hook or a __del__) could not be delivered {why}; it was {where}")
+                Cause.LATE, f"an event logged after the exit hook (by a later atexit hook or a "
+                        f"__del__) was {where} ({why}): raise shutdown_timeout")
 
     def exit_summary(self) -> str | None:
         """This shipper's part of the exit hook's line: None when everything was delivered."""
@@ -500,8 +499,8 @@ def _warn_if_uwsgi_without_threads() -> None:
         opt = getattr(uwsgi, "opt", {}) or {}
         keys = ("enable-threads", b"enable-threads", "threads", b"threads")
         if not any(opt.get(k) for k in keys):
-            print_line("loghandler: uWSGI runs without --enable-threads: the flusher thread "
-                       "that ships events will not run. Start uWSGI with --enable-threads")
+            print_line("loghandler: uWSGI runs without --enable-threads, so no event is "
+                       "shipped: start uWSGI with --enable-threads")
     except Exception:
         pass
 

@@ -26,13 +26,14 @@ from typing import Any
 from .. import _encoding as encoding
 from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
+from .._output import clip, printable
 from .batches import Chunk, Item
 from .bisector import bisect, conclude
 from .guard import block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Count, Fate, Flushing
 from .policy import MAX_PAUSE, Cause, Outcome, Retry, spill
 from .posting import Poster
-from .reporter import Reporter
+from .reporter import Reporter, answer_of, plural
 from .spool import Spool, SpoolWriteError
 
 __all__ = ["ABANDON_GRACE", "OUTAGE_PROBE", "Spiller"]
@@ -120,12 +121,11 @@ class Spiller:
         if not self.outage:
             self.outage = True
             self.ledger.set_spilling(True)
-            why = (f"the service is unreachable ({error})"
+            why = (f"the service cannot be reached ({answer_of(error)})"
                    if error is not None and not long_limit
-                   else "sending is paused (the service asked to wait)")
-            self.reporter.report(Cause.SPILLING, f"{why} and events keep coming: they go to the "
-                                 "spool until it takes them again, then are delivered from "
-                                 "there in order")
+                   else "the service asked to wait")
+            self.reporter.report(Cause.SPILLING, f"{why}: events go to the spool until it "
+                                 "answers again")
         self.next_probe = _monotonic() + OUTAGE_PROBE
         return True
 
@@ -167,19 +167,18 @@ class Spiller:
         timeout = self.options.shutdown_timeout
         self.reporter.note_shutdown_error(
             error if error is not None else
-            f"shutdown_timeout ({timeout:g} s) ran out before they could be sent")
+            f"shutdown_timeout ({timeout:g} s) ran out")
         if spooled:
             return
         self.settle(n, fate)
         # Outside the exit hook (its summary line tells), a close that loses events says so
         # when it happens: a handler closed by logging.config.dictConfig() has nobody left to
         # ask its stats().
-        why = f": {error}" if error is not None else ""
         self.reporter.report_or_defer(
-            Cause.CLOSED_LOSING, f"closed (by close() or a logging reconfiguration) before "
-                                 f"everything was delivered: {n} events (and any queued after "
-                                 f"them) were dropped at its shutdown_timeout ({timeout:g} s)"
-                                 f"{why}")
+            Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
+                                 f"{plural(n, 'event')} undelivered after shutdown_timeout "
+                                 f"({timeout:g} s): raise shutdown_timeout",
+            f"last error: {answer_of(error)}" if error is not None else None)
 
     def _write(self, parts: list[bytes], batches: int = 1) -> int:
         """Write in-flight events to the spool and settle them ``spooled``: how many are on
@@ -188,7 +187,9 @@ class Spiller:
         try:
             dropped = self.spool.write(parts, batches)
         except Exception as exc:
-            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: {exc}")
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
+                                                    f"({clip(printable(str(exc)), 80)}): check "
+                                                    "spool_dir's disk space and permissions")
             self.reporter.error(exc)
             stored, dropped = _spool_failure(exc)
         else:
@@ -239,8 +240,7 @@ class Spiller:
         ledger = self.ledger
         if posting:
             self.reporter.note_shutdown_error(
-                f"no answer from the service within shutdown_timeout "
-                f"({self.options.shutdown_timeout:g} s)")
+                f"no answer within shutdown_timeout ({self.options.shutdown_timeout:g} s)")
         if n and self.spool is not None:
             parts = self._encode_in_time(held, carry, queued, to_events)[:n]
             written = 0
@@ -249,8 +249,10 @@ class Spiller:
                     ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
                     written = len(parts)
                 except Exception as exc:
-                    self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: "
-                                                            f"{exc}")
+                    self.reporter.report(
+                        Cause.SPOOL_WRITE, f"could not write to the spool "
+                                           f"({clip(printable(str(exc)), 80)}): check "
+                                           "spool_dir's disk space and permissions")
                     written, dropped = _spool_failure(exc)
                     ledger.count(Count.SPOOL_DROPPED, dropped)
             if written:
@@ -294,10 +296,9 @@ class Spiller:
         done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
         if helper.is_alive():
             self.reporter.report(
-                Cause.ENCODE_HANG, f"encoding the events left at exit did not finish within "
-                                   f"{ABANDON_GRACE:g} s (a value whose __repr__ hangs?); "
-                                   f"{len(done)} were spooled, the rest counted as "
-                                   "dropped_shutdown")
+                Cause.ENCODE_HANG, f"encoding the events left at exit took over "
+                                   f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "
+                                   "the rest dropped): look for a __repr__ that hangs")
         return done
 
     # ------------------------------------------------------------------ replay
@@ -318,7 +319,9 @@ class Spiller:
         try:
             spool.replay(self)
         except Exception as exc:
-            self.reporter.report(Cause.SPOOL_REPLAY, f"spool replay failed: {exc}")
+            self.reporter.report(Cause.SPOOL_REPLAY, f"could not replay the spool "
+                                                     f"({clip(printable(str(exc)), 80)}): check "
+                                                     "spool_dir's files and permissions")
             self.reporter.error(exc)
 
     def send(self, parts: list[bytes]) -> list[bytes]:

@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .._errors import ConfigurationError
-from .._output import print_line, redact, shown
+from .._output import clip, print_line, redact, shown
 from .batches import chunks, cut
 from .ledger import Count
 from .policy import replay_backoff
+from .reporter import counted
 
 __all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
            "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]
@@ -369,8 +370,8 @@ class Spool:
         if dropped and not self._full_reported:
             self._full_reported = True
             print_line(f"loghandler: dataset {shown(self.dataset)}: the spool is full "
-                       f"(max_spool_bytes={self.max_bytes}); its oldest events are deleted "
-                       "and counted in stats().spool_dropped")
+                       f"(max_spool_bytes={self.max_bytes:,}), so its oldest events are "
+                       f"deleted{counted('spool_dropped')}: raise max_spool_bytes")
         return dropped
 
     def _chunks(self, parts: list[bytes], batches: int = 1) -> Iterator[list[bytes]]:
@@ -671,7 +672,7 @@ class Spool:
         aside = os.path.join(self.path, name + CORRUPT)
         try:
             os.rename(claim, aside)
-            where = f"moved aside to {aside}"
+            where = f"moved aside as {name + CORRUPT}"
         except OSError:
             try:
                 os.unlink(claim)
@@ -684,7 +685,7 @@ class Spool:
         except Exception:
             pass
         print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
-                   f"({exc}); {where}. Replay goes on with the other files")
+                   f"({clip(str(exc), 60)}): {where}; the other files are replayed")
 
 
 _DSYNC = getattr(os, "O_DSYNC", 0)

@@ -15,6 +15,7 @@ from typing import Any, cast
 from .. import _encoding as encoding
 from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
+from .._output import clip, printable
 from .batches import Chunk, Cutter, Item, encode_each
 from .bisector import bisect, conclude
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
@@ -22,7 +23,7 @@ from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
 from .posting import Poster
-from .reporter import Reporter
+from .reporter import Reporter, counted, plural
 from .shaping import Selector, make_finisher
 from .spilling import Spiller
 from .spool import Spool
@@ -59,9 +60,10 @@ class Worker:
         opts = self.options
         # What ships (shaping.py): None when not configured, so the flusher pays one test.
         self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
-                                    opts.scrub_patterns)
+                                    opts.scrub_patterns, opts.field_names)
         self.selector = (Selector(opts.sample_levels, opts.sample_loggers, opts.repeat_limit,
-                                  opts.repeat_window)
+                                  opts.repeat_window, keep_level=opts.keep_level,
+                                  field_names=opts.field_names)
                          if opts.sample_levels or opts.sample_loggers or opts.repeat_limit
                          else None)
         # The selector's state (repeat windows) is shared with application threads that spill
@@ -85,9 +87,11 @@ class Worker:
         JSON (events.py "Wire items"): ``fields=`` as JSON text to append, their names, the
         scrubber's set of keys it has nothing to do for and its ``learn`` (None, None: no
         scrubber). None when the flusher has work to do per event: a sampling or repeat
-        policy, exclusions, scanning text for secrets, a ``fields=`` value that is not plain or
-        whose name is a secret's."""
+        policy, exclusions, field names, scanning text for secrets, a ``fields=`` value that is
+        not plain or whose name is a secret's."""
         if self.selector is not None or self.options.json_default is not None:
+            return None
+        if self.options.field_names:  # renamed by the flusher (the C writer knows no names)
             return None
         static = dict(self.options.fields or {})
         if any(type(v) not in PLAIN for v in static.values()):
@@ -121,9 +125,14 @@ class Worker:
             while True:
                 force, closed = ledger.wait_for_work(interval)
                 if self.selector is not None:
-                    self._summarize(closed)
+                    self._summarize(False)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
+                    if closed and self.selector is not None:
+                        # The open repeat windows end after the last queued events were
+                        # selected (before, a window closed early and a new one let N more in).
+                        self._summarize(True)
+                        self._send_available(partial=True)
                     self._tell_drops()
                     if closed:
                         if self._deadline_passed():
@@ -139,10 +148,15 @@ class Worker:
             # What it held in flight would otherwise stay unaccounted (and flush() waiting for
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
-            self.reporter.report(Cause.INTERNAL, f"the flusher thread stopped on an internal "
-                                                 f"error: {type(exc).__name__}: {exc}"
-                                 + (f"; {lost} events in flight were counted in "
-                                    f"stats().dropped_invalid" if lost else ""))
+            # Told here, with the cause: not again as drops at the door (_tell_drops).
+            full, invalid = self.told_drops
+            self.told_drops = (full, invalid + lost)
+            self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
+                                                 f"error ({type(exc).__name__}: "
+                                                 f"{clip(printable(str(exc)), 60)})"
+                                 + (f", losing {plural(lost, 'event')}"
+                                    f"{counted('dropped_invalid')}" if lost else "")
+                                 + ": please report it")
             self.reporter.error(exc)
         finally:
             _FLUSHERS.discard(_get_ident())
@@ -181,22 +195,19 @@ class Worker:
         st = self.ledger.snapshot()
         full, invalid = st.dropped_queue_full, st.dropped_invalid
         told_full, told_invalid = self.told_drops
-        opts = self.options
         if full > told_full:
-            where = ("with spool_dir, the spool could not take them fast enough"
-                     if opts.spool_dir is not None else
-                     "set spool_dir to keep them on disk while the service cannot take them")
+            what = ("raise max_queue_size / max_queue_bytes"
+                    if self.options.spool_dir is not None
+                    else "raise max_queue_size or set spool_dir")
             self.reporter.report(
                 Cause.QUEUE_FULL,
-                f"the queue is full (max_queue_size={opts.max_queue_size:,}, max_queue_bytes="
-                f"{opts.max_queue_bytes:,}): {full:,} events dropped so far, counted in "
-                f"stats().dropped_queue_full; {where}, or raise max_queue_size / "
-                "max_queue_bytes")
+                f"the queue is full (max_queue_size={self.options.max_queue_size:,}): "
+                f"{plural(full, 'event')} dropped{counted('dropped_queue_full')}: {what}")
         if invalid > told_invalid:
             self.reporter.report(
                 Cause.DROPPED_INVALID,
-                f"{invalid:,} events could not be queued or sent because of an internal error "
-                "of loghandler (please report it), counted in stats().dropped_invalid")
+                f"an internal error of loghandler lost {plural(invalid, 'event')}"
+                f"{counted('dropped_invalid')}: please report it")
         self.told_drops = (full, invalid)
 
     def _send_available(self, partial: bool) -> None:

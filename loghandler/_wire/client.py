@@ -23,7 +23,7 @@ from urllib.parse import quote
 from .. import _encoding as encoding
 from .._config import documented
 from .._errors import ApiError, ConfigurationError, TransportError
-from .._output import redact, shown
+from .._output import clip, redact, shown
 from .._status import is_success
 from .._time import format_datetime
 from .._version import __version__
@@ -225,8 +225,8 @@ class Client:
                 resp.close()
                 error = TransportError(
                     self._too_slow(limit_s) if watch is not None and watch.fired else
-                    f"the connection to {self._settings.url} broke while reading the answer: "
-                    f"{_short(exc)}")
+                    f"the connection to {self._settings.url} broke while reading the answer "
+                    f"({clip(_short(exc), 80)})")
                 error.sent = True
                 raise error from None
         finally:
@@ -242,9 +242,7 @@ class Client:
                          limit=limit)
 
     def _too_slow(self, limit: float) -> str:
-        return (f"no answer from {self._settings.url} in time: none complete within "
-                f"{limit:g} s (timeout= bounds the whole request: connecting, sending and the "
-                "answer)")
+        return f"no answer from {self._settings.url} within {limit:.3g} s"
 
     def request(self, method: str, path: str, body: Any = None, *,
                 timeout: float | None = None) -> Any:
@@ -367,19 +365,19 @@ def _transport_message(url: str, exc: Exception) -> str:
     # NewConnectionError subclasses ConnectTimeoutError, so a refused connection must be
     # recognised before any time-out test.
     if isinstance(root, ConnectionRefusedError) or "refused" in text.lower():
-        return f"cannot connect to {url}: connection refused; is the address right?"
+        return f"cannot connect to {url} (connection refused)"
     if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(root, ssl.SSLError):
-        return f"TLS failed for {url}: {text}; check the address and the certificates"
+        return f"TLS failed for {url} ({clip(text, 80)})"
     if isinstance(exc, urllib3.exceptions.NameResolutionError) or isinstance(
         root, socket.gaierror
     ):
-        return f"cannot resolve the host of {url}: {text}"
+        return f"cannot resolve the host of {url} ({clip(text, 80)})"
     timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(
         exc, urllib3.exceptions.NewConnectionError
     )
     if timed_out or isinstance(root, TimeoutError) or "timed out" in text.lower():
-        return f"no answer from {url} in time ({text})"
-    return f"cannot reach {url}: {text}"
+        return f"no answer from {url} in time ({clip(text, 80)})"
+    return f"cannot reach {url} ({clip(text, 80)})"
 
 
 _live_clients: weakref.WeakSet[Client] = weakref.WeakSet()

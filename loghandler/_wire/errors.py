@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 from .._errors import ApiError, AuthenticationError, NotFoundError, RateLimitError
-from .._output import body_detail, service_message, shown
+from .._output import body_detail, clip, redact, service_message, shown
 from .._status import AUTH, LIMITS, NOT_FOUND, RATE_LIMIT, is_redirect, is_success
 from .answer import Answer, Limit
-from .settings import ENV_ORG_ID, ENV_TOKEN, ENV_URL, said
+from .settings import ENV_TOKEN, said
 
 __all__ = ["error_for", "raise_for_status"]
 
@@ -25,32 +25,33 @@ def error_for(answer: Answer, *, what: str, dataset: str | None = None,
         return None
     body = answer.body
     own = service_message(body)
-    told = f": {own}" if own else ""
+    told = f": {clip(own, 60)}" if own else ""
     if status in AUTH:
         return AuthenticationError(
             status, body,
             f"the service refused the token (HTTP {status}{told}) for {what}: check "
-            f"{said('token').rstrip('.')} or {ENV_TOKEN} (valid, and allowed to do this; a "
-            f"personal access token also needs {said('org_id')} / {ENV_ORG_ID})")
+            f"{said('token')} or {ENV_TOKEN} (a personal access token also needs "
+            f"{said('org_id')})")
     if status in LIMITS:
         which = "rate" if status == RATE_LIMIT else limit
-        wait = f"; retry after {answer.wait:g} s" if answer.wait is not None else ""
-        return RateLimitError(status, body, f"{which} limited on {what} (HTTP {status}): the "
-                                            f"service's {which} limit was reached{told}{wait}",
+        wait = (f": retry after {answer.wait:g} s" if answer.wait is not None
+                else ": retry later")
+        return RateLimitError(status, body, f"the service's {which} limit was reached (HTTP "
+                                            f"{status}{told}) for {what}{wait}",
                               retry_after=answer.wait)
     if status in NOT_FOUND:
         if dataset is not None:
-            name = shown(dataset)
-            msg = (f"dataset {name} not found (HTTP {status}){told}: create it (`loghandler "
-                   f"datasets create {name.strip(chr(39))}`), or check the dataset name and "
-                   f"the base address ({ENV_URL})")
+            msg = (f"dataset {shown(dataset, 40)} not found (HTTP {status}): create it "
+                   f"(loghandler datasets create {clip(redact(dataset), 40)}) or check the name "
+                   f"and {said('url_arg')}")
         else:
-            msg = f"not found: {what} (HTTP {status}){told}; check the base address ({ENV_URL})"
+            msg = f"{what}: not found (HTTP {status}{told}): check {said('url_arg')}"
         return NotFoundError(status, body, msg)
     if is_redirect(status):
-        return ApiError(status, body, f"{what} was redirected (HTTP {status}); the base address "
-                                      "is probably wrong (http vs https, or a missing path)")
-    return ApiError(status, body, f"{what} failed with HTTP {status}{body_detail(body)}")
+        return ApiError(status, body, f"{what} was redirected (HTTP {status}): check "
+                                      f"{said('url_arg')} (https, no path too many or missing)")
+    return ApiError(status, body,
+                    f"{what} failed with HTTP {status}{clip(body_detail(body), 300)}")
 
 
 def raise_for_status(answer: Answer, *, what: str, dataset: str | None = None,

@@ -21,8 +21,8 @@ from .._output import redact, register_secret
 
 __all__ = ["CLIENT_ARGS_DOC", "CLIENT_ARG_NAMES", "ENV_EU_URL", "ENV_ORG_ID", "ENV_REGION",
            "ENV_TOKEN", "ENV_URL", "REGIONS", "Settings", "check_timeout", "check_token", "env",
-           "is_loopback", "resolve_org_id", "resolve_region", "resolve_token", "resolve_url",
-           "said", "speak_command_line"]
+           "in_command_line", "is_loopback", "resolve_org_id", "resolve_region", "resolve_token",
+           "resolve_url", "said", "speak_command_line"]
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"
@@ -85,6 +85,11 @@ _COMMAND_LINE = [False]
 def speak_command_line(on: bool = True) -> None:
     """Word configuration errors in the command line's flags instead of Python arguments."""
     _COMMAND_LINE[0] = on
+
+
+def in_command_line() -> bool:
+    """Whether messages are read by a command line user (flags) or a Python one (arguments)."""
+    return _COMMAND_LINE[0]
 
 
 def said(name: str) -> str:
@@ -187,8 +192,7 @@ def resolve_url(url: str | None, region: str, region_chosen: bool, allow_http: b
             which = f"for region {region!r}" if region_chosen else "of the service"
             raise ConfigurationError(
                 f"no address {which}: pass {said('url')} or set {REGIONS[region]} "
-                "(the base address, e.g. https://api.example.com; `loghandler serve` prints "
-                "one for a local service)"
+                "(e.g. https://api.example.com; `loghandler serve` prints one)"
             )
         source = f"{REGIONS[region]}, or {said('url_arg')}"
     else:
@@ -237,7 +241,7 @@ def _validate_url(url: object, source: str, allow_http: bool) -> str:
         ) from None
     if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
         raise ConfigurationError(
-            f"refusing plain http:// to {parts.hostname} ({source}): the token would travel in "
-            f"clear text. Use https://, or pass {said('allow_http')} if you really mean it"
+            f"refusing plain http:// to {parts.hostname} ({source}), where the token would "
+            f"travel in clear text: use https://, or pass {said('allow_http')}"
         )
     return url.rstrip("/")

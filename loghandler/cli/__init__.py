@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from .. import __version__
 from .._errors import ConfigurationError, Error
-from .._output import register_secret
+from .._output import clip, register_secret
 from .._wire.settings import speak_command_line
 from . import datasets, doctor, ingest, query, serve, views
 from ._common import (
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return EXIT_OK
     except Exception as exc:  # never a traceback: one line, redacted
-        _err(f"unexpected error: {type(exc).__name__}: {exc}")
+        _err(f"unexpected error ({type(exc).__name__}: {clip(str(exc), 80)}): please report it")
         return EXIT_SERVICE
     finally:
         speak_command_line(False)  # main() called in-process (tests): the library's words again

@@ -50,8 +50,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             resp = client.send("GET", "/v1/datasets", timeout=10.0)
             finished = time.time()
         except TransportError as exc:
-            problem(f"the address {client.url} (from {url_from}) does not answer: {exc}; "
-                    "check --url or LOGHANDLER_URL, and that the service is up")
+            problem(f"{exc}: check {url_from}, and that the service is up")
             _out("(the token, the dataset and the clock need an answer: not checked)")
             return EXIT_SERVICE
         ok(f"the service answers at {client.url} (from {url_from}) in "
@@ -59,15 +58,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         names: list[str] | None = None
         if resp.status in AUTH:
             problem(f"the service refused the token from {token_from} (HTTP {resp.status}): "
-                    "check it is valid and allowed to list datasets; a personal access token "
-                    "also needs --org-id or LOGHANDLER_ORG_ID")
+                    "check it (a personal access token also needs --org-id)")
         elif is_success(resp.status) and isinstance(resp.body, list):
             ok(f"the token (from {token_from}) is accepted")
             names = sorted(d["name"] for d in resp.body
                            if isinstance(d, dict) and isinstance(d.get("name"), str))
         else:
-            problem(f"listing datasets answered HTTP {resp.status}: is {client.url} the "
-                    "service's base address (no /v1 at its end)?")
+            problem(f"listing datasets answered HTTP {resp.status}: check that {url_from} is "
+                    "the service's base address (without /v1)")
         dataset = args.dataset or os.environ.get("LOGHANDLER_DATASET") or None
         if dataset is None:
             _out("(no dataset given: pass -d NAME or set LOGHANDLER_DATASET to check one)")
@@ -75,9 +73,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             if dataset in names:
                 ok(f"dataset {dataset!r} exists")
             else:
-                listed = ", ".join(names[:20]) if names else "none yet"
-                problem(f"dataset {dataset!r} does not exist (the datasets: {listed}): check "
-                        "the name; the local service creates a dataset on its first event")
+                listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+                known = f" (there are {listed})" if names else ""
+                problem(f"dataset {dataset!r} does not exist{known}: create it (loghandler "
+                        f"datasets create {dataset}) or check the name")
         skew = _skew(resp.headers.get("Date"), (started + finished) / 2)
         if skew is None:
             _out("(the service sent no Date header: the clock is not checked)")

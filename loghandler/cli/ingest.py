@@ -82,18 +82,39 @@ def _check_reachable(url: str) -> None:
 def _explain(exc: BaseException, dataset: str, url: str) -> str:
     """The ingest failure in the user's words: what happened and what to do, one line."""
     from .._errors import ApiError, NotFoundError, TransportError
+    from .._output import clip, shown
 
     refused = _refused_token(exc, url)
     if refused:
         return refused
     if isinstance(exc, NotFoundError):
-        return (f"dataset {dataset!r} does not exist at {url} (HTTP 404): create it in the "
-                "service first, or check the name given with -d or LOGHANDLER_DATASET")
+        return (f"dataset {shown(dataset, 40)} does not exist at {url} (HTTP 404): create it "
+                f"(loghandler datasets create {clip(dataset, 40)}) or check -d")
     if isinstance(exc, TransportError):
-        return f"{exc}; the service stopped answering: check that it is up, then run again"
+        return f"the service stopped answering ({exc}): check that it is up, then run again"
     if isinstance(exc, ApiError):
-        return f"{exc}; run again later, or with more --max-retries"
+        return f"{exc}: run again later, or with a higher --max-retries"
     return str(exc)
+
+
+def _timestamp_layout(text: str | None) -> str | None:
+    """--timestamp-format as the service's Go layout (a strftime format is translated), and a
+    line saying how it was read."""
+    from ._layout import LayoutError, to_go_layout
+
+    if not text:
+        return None
+    try:
+        layout, translated = to_go_layout(text)
+    except LayoutError as exc:
+        raise UsageError(str(exc)) from None
+    if translated:
+        _err(f"--timestamp-format {text!r} read as strftime: the service gets the Go layout "
+             f"{layout!r}")
+    else:
+        _err(f"--timestamp-format {text!r} read as a Go layout (strftime works too: "
+             "'%Y-%m-%d %H:%M:%S')")
+    return layout
 
 
 def _field_arg(text: str) -> tuple[str, str]:
@@ -120,6 +141,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size must be at least 1")
     if args.max_retries < 0:
         raise UsageError("--max-retries must be 0 or more")
+    layout = _timestamp_layout(args.timestamp_format)
     client = _client(args)
     _check_reachable(client.url)
     counts = _Counts()
@@ -152,7 +174,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
         # The service reads the time of each event from this field, in this layout.
         params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
-                                                  ("timestamp-format", args.timestamp_format))
+                                                  ("timestamp-format", layout))
                   if value}
         if params:
             shipper._ingest_query(params)
@@ -262,10 +284,11 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
     ingest.add_argument("--timestamp-field", metavar="NAME",
                         help="the field that holds each event's time (the service reads it "
                              "as _time)")
-    ingest.add_argument("--timestamp-format", metavar="LAYOUT", default=None,
-                        help="the layout of that field's times, in Go's reference-time form "
-                             "(e.g. '02/Jan/2006:15:04:05 -0700'); default: RFC 3339 or "
-                             "epoch numbers")
+    ingest.add_argument("--timestamp-format", metavar="FORMAT", default=None,
+                        help="the layout of that field's times: a strftime format "
+                             "('%%d/%%b/%%Y:%%H:%%M:%%S %%z') or Go's reference-time form "
+                             "('02/Jan/2006:15:04:05 -0700'); default: RFC 3339 or epoch "
+                             "numbers")
     ingest.add_argument("--field", action="append", type=_field_arg, default=[],
                         metavar="KEY=VALUE", help="add this field (a string) to every event "
                         "that lacks it; repeatable")

@@ -10,6 +10,7 @@ import re
 import sys
 from typing import Any
 
+from .._output import clip
 from ._common import (
     EXIT_OK,
     Failure,
@@ -111,9 +112,10 @@ def _missing_dataset(client: Any, dataset: str) -> str | None:
     names = _dataset_names(client)
     if names is None or dataset in names:
         return None
-    listed = ", ".join(_text(n) for n in names[:20]) if names else "none yet"
-    more = f" and {len(names) - 20} more" if len(names) > 20 else ""
-    return f"dataset {_text(dataset)!r} has no events; the datasets here: {listed}{more}"
+    listed = ", ".join(_text(n) for n in names[:5]) if names else "none yet"
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return (f"dataset {clip(_text(dataset), 40)!r} has no events: check the name (the "
+            f"datasets here: {listed}{more})")
 
 
 _SOURCES = re.compile(r"\[\s*(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")\s*\]")

@@ -107,9 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         url = server.url
         if not is_loopback(args.host):
-            _err(f"warning: serving on {args.host}, not loopback: the service is reachable from "
-                 "other machines; anyone who can reach it and knows the token can read and "
-                 "write its data, over plain http")
+            _err(f"warning: serving on {args.host}, reachable from other machines over plain "
+                 "http: use --host 127.0.0.1 unless others must reach it")
         where = args.db or "memory"
         existing = [d["name"] for d in server.store.dataset_list()]
         if args.create_datasets:
@@ -145,10 +144,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if generated:
             _out(f"web page: {url}/#token={quote(token, safe='-_.~')}")
         elif from_env:
-            _out(f"web page: {url}/#token=$LOGHANDLER_TOKEN    # in a shell: "
-                 f"xdg-open \"{url}/#token=$LOGHANDLER_TOKEN\"")
+            # The user's token is never printed: the page asks for it once.
+            _out(f"web page: {url}/    (it asks for the token: the value of LOGHANDLER_TOKEN)")
         else:
-            _out(f"web page: {url}/    (add #token= and the --token you passed to the address)")
+            _out(f"web page: {url}/    (it asks for the token: the --token you passed)")
         while not stop.wait(0.5):
             pass
     finally:
