@@ -86,6 +86,9 @@ class Poster:
         self.on_retry = on_retry
         self.spooled = options.spool_dir is not None
         self.auth_delay = options.auth_retry_delay
+        # A request is with the transport (sent, or being sent): at a take-over, its events
+        # may be stored already (worker.abandon).
+        self.in_request = False
 
     def reset(self) -> None:
         """Fresh state: in a forked child."""
@@ -177,10 +180,12 @@ class Poster:
         timeout = self.ledger.time_left()
         if not waited or (timeout is not None and timeout <= 0):
             return _at_deadline(last), None, last
+        self.in_request = True
         try:
             answer = self.transport.send("POST", self.path, body, headers=headers,
                                          timeout=timeout)
         except TransportError as exc:
+            self.in_request = False
             # Kept (for the report, on_error), but without its traceback: the frames it holds
             # hold the batch, a cycle that only a full GC pass would free. During an outage
             # every failed try made one, and RSS grew by whole batches.
@@ -191,6 +196,8 @@ class Poster:
                 # (or may have: a transport that cannot tell): the service may have stored it.
                 return Outcome.UNCONFIRMED, None, _sent(exc)
             return Outcome.RETRY, None, exc
+        finally:
+            self.in_request = False
         outcome, pause = classify(answer)
         return outcome, pause, self._act(answer, outcome, pause, len(body), len(chunk))
 

@@ -17,6 +17,8 @@ It never holds the ledger's lock across I/O.
 
 from __future__ import annotations
 
+import os
+import queue
 import sys
 import threading
 import time
@@ -45,6 +47,61 @@ OUTAGE_PROBE = 1.0
 # How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
 # encoded for the spool (see Spiller.take_over).
 ABANDON_GRACE = 0.5
+
+
+class _Spare:
+    """One parked daemon thread per process, started with the first flusher that has a spool:
+    it encodes what a stuck flusher held at exit (``Spiller._encode_in_time``) when no new
+    thread can start (CPython 3.12 refuses one in an atexit hook). It runs one job at a time;
+    a job stuck in an application's ``__repr__`` keeps it busy, and later jobs are refused."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.busy = False
+        self.pid = 0
+
+    def ensure(self) -> None:
+        """Start the thread if this process has none (the first flusher, or after fork)."""
+        if self.pid == os.getpid() and self.thread is not None:
+            return
+        with self.lock:
+            if self.pid == os.getpid() and self.thread is not None:
+                return
+            self.jobs = queue.SimpleQueue()  # a parent's, after fork: its thread is gone
+            self.busy = False
+            thread = threading.Thread(target=self._run, args=(self.jobs,),
+                                      name="loghandler-spare", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:
+                return
+            self.thread, self.pid = thread, os.getpid()
+
+    def _run(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        block_sigterm_in_this_thread()
+        while True:
+            job = jobs.get()
+            self.busy = True
+            try:
+                job()
+            except Exception:
+                pass
+            finally:
+                self.busy = False
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` on the spare thread; False when there is none, or it is busy."""
+        thread = self.thread
+        if self.pid != os.getpid() or thread is None or not thread.is_alive() or self.busy:
+            return False
+        self.busy = True
+        self.jobs.put(job)
+        return True
+
+
+SPARE = _Spare()
 
 
 class Spiller:
@@ -151,7 +208,7 @@ class Spiller:
             spooled = stored == len(chunk)
             if stored and not spooled:  # on disk all the same: a later replay delivers them
                 chunk = Chunk(parts=chunk.as_parts()[stored:])
-        if outcome is Outcome.SHUTDOWN:
+        if outcome is Outcome.SHUTDOWN or outcome is Outcome.UNCONFIRMED:
             self._shutdown(len(chunk), fate, error, spooled)
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
@@ -164,20 +221,27 @@ class Spiller:
 
     def _shutdown(self, n: int, fate: Fate, error: Error | None, spooled: bool) -> None:
         self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
-        timeout = self.options.shutdown_timeout
+        bound = self.ledger.close_what  # the bound in force: shutdown_timeout, close()'s
         self.reporter.note_shutdown_error(
-            error if error is not None else
-            f"shutdown_timeout ({timeout:g} s) ran out")
+            error if error is not None else f"{bound} ran out")
         if spooled:
             return
         self.settle(n, fate)
         # Outside the exit hook (its summary line tells), a close that loses events says so
         # when it happens: a handler closed by logging.config.dictConfig() has nobody left to
         # ask its stats().
+        advice = ("raise shutdown_timeout" if bound.startswith("shutdown_timeout")
+                  else "give close() more time")
+        if fate is Fate.UNCONFIRMED:
+            self.reporter.report_or_defer(
+                Cause.CLOSED_LOSING, f"closed (close() or a logging reload) before the service "
+                                     f"answered a request of {plural(n, 'event')} within "
+                                     f"{bound}: the service may have stored them (counted in "
+                                     f"stats().unconfirmed, not as lost): {advice}")
+            return
         self.reporter.report_or_defer(
             Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
-                                 f"{plural(n, 'event')} undelivered after shutdown_timeout "
-                                 f"({timeout:g} s): raise shutdown_timeout",
+                                 f"{plural(n, 'event')} undelivered after {bound}: {advice}",
             f"last error: {answer_of(error)}" if error is not None else None)
 
     def _write(self, parts: list[bytes], batches: int = 1) -> int:
@@ -215,7 +279,9 @@ class Spiller:
         try:
             dropped = self.spool.write(parts)
         except Exception as exc:
-            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool: {exc}")
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
+                                                    f"({clip(printable(str(exc)), 80)}): check "
+                                                    "spool_dir's disk space and permissions")
             stored, dropped = _spool_failure(exc)
             self.side_paused = True
             ledger.pause_side(True)
@@ -229,18 +295,25 @@ class Spiller:
     # ------------------------------------------------------------------ at exit
 
     def take_over(self, n: int, held: list[Chunk], carry: list[bytes], queued: list[Any],
-                  to_events: Callable[[list[Any]], list[Item]], posting: bool) -> None:
+                  to_events: Callable[[list[Any]], list[Item]], posting: bool,
+                  settled: list[tuple[int, Fate]] | None = None) -> None:
         """The flusher is stuck past the deadline and the ledger gave its ``n`` events to the
-        closing thread (``Ledger.abandon``): ``held`` (what it was posting, then what waited to
-        be posted), ``carry`` (encoded, taken from the queue) and ``queued`` (the queue's
-        items; ``to_events`` makes them events). Spool them, or count them: only what reaches
-        the disk counts as spooled; events whose encoding does not finish within
-        ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: a request was under way
-        (the batch in flight may then arrive twice: at-least-once)."""
+        closing thread (``Ledger.abandon``): ``settled`` (pieces of the batch already answered:
+        their fates), ``held`` (what it was posting, then what waited to be posted),
+        ``carry`` (encoded, taken from the queue) and ``queued`` (the queue's items;
+        ``to_events`` makes them events). Spool them, or count them: only what reaches the
+        disk counts as spooled; events whose encoding does not finish within
+        ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: ``held[0]`` was sent and
+        its answer did not come: with a spool it is spooled (it may then arrive twice:
+        at-least-once), else counted ``unconfirmed`` (the service may have stored it)."""
         ledger = self.ledger
+        for k, fate in settled or ():
+            k = min(k, n)
+            ledger.settle_abandoned(k, fate)
+            n -= k
+        unanswered = len(held[0]) if posting and held else 0
         if posting:
-            self.reporter.note_shutdown_error(
-                f"no answer within shutdown_timeout ({self.options.shutdown_timeout:g} s)")
+            self.reporter.note_shutdown_error(f"no answer within {ledger.close_what}")
         if n and self.spool is not None:
             parts = self._encode_in_time(held, carry, queued, to_events)[:n]
             written = 0
@@ -258,7 +331,11 @@ class Spiller:
             if written:
                 ledger.settle_abandoned(written, Fate.SPOOLED)
                 n -= written
-        ledger.settle_abandoned(n, Fate.DROPPED_SHUTDOWN)
+                unanswered = max(0, unanswered - written)
+        unanswered = min(unanswered, n)
+        if unanswered:
+            ledger.settle_abandoned(unanswered, Fate.UNCONFIRMED)
+        ledger.settle_abandoned(n - unanswered, Fate.DROPPED_SHUTDOWN)
 
     def _encode_in_time(self, held: list[Chunk], carry: list[bytes], queued: list[Any],
                         to_events: Callable[[list[Any]], list[Item]]) -> list[bytes]:
@@ -287,14 +364,25 @@ class Spiller:
 
         if sys.is_finalizing():  # no thread can run any more: what is encoded is none
             return []
-        helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
+        finished = threading.Event()
+
+        def job() -> None:
+            try:
+                work()
+            finally:
+                finished.set()
+
+        helper = threading.Thread(target=job, name="loghandler-encode-at-exit", daemon=True)
         try:
             helper.start()
-        except RuntimeError:  # interpreter shutdown: no new thread; what is encoded is none
-            return []
-        helper.join(ABANDON_GRACE)
+        except RuntimeError:
+            # Interpreter shutdown: CPython 3.12 starts no thread from an atexit hook. The
+            # spare started with the flusher (SPARE) does the work instead.
+            if not SPARE.submit(job):
+                return []
+        finished.wait(ABANDON_GRACE)
         done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
-        if helper.is_alive():
+        if not finished.is_set():
             self.reporter.report(
                 Cause.ENCODE_HANG, f"encoding the events left at exit took over "
                                    f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "

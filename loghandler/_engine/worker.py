@@ -25,7 +25,7 @@ from .policy import Cause, Outcome, Retry
 from .posting import Poster
 from .reporter import Reporter, counted, plural
 from .shaping import Selector, make_finisher
-from .spilling import Spiller
+from .spilling import SPARE, Spiller
 from .spool import Spool
 from .transport import Transport
 
@@ -121,6 +121,8 @@ class Worker:
             encoding.set_thread_default(self.options.json_default)
         try:
             interval = self.options.flush_interval
+            if spiller.spool is not None:
+                SPARE.ensure()  # for the take-over at exit (spilling._Spare)
             spiller.replay()
             while True:
                 force, closed = ledger.wait_for_work(interval)
@@ -359,6 +361,12 @@ class Worker:
         if taken is None:
             return
         n, queued = taken
-        held = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
+        posting = self.posting
+        # The request under way (sent, no answer yet): its events may be stored already.
+        sent = posting is not None and self.poster.in_request
+        held = [c for c in (posting, *reversed(self.stack)) if c is not None]
+        # Pieces of the batch already answered, whose settlements wait for the batch's end
+        # (_deliver): their fates are known, and count as such.
+        deferred = list(self.deferred or ())
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
-                               posting=self.posting is not None)
+                               posting=sent, settled=deferred)

@@ -145,8 +145,11 @@ class Flushing(LedgerState):
             self._account_locked()
 
     def record_sent(self, nbytes: int) -> None:
-        """A request of ``nbytes`` was answered 2xx."""
+        """A request of ``nbytes`` was answered 2xx. Not after a take-over (``abandon``): its
+        events were counted by the closing thread, and the counters agree with them."""
         with self._lock:
+            if self._abandoned:
+                return
             self._counts[Count.BYTES_SENT] += nbytes
             self._counts[Count.BATCHES] += 1
 
@@ -211,10 +214,11 @@ class Flushing(LedgerState):
         with self._lock:
             self._progress.notify_all()
 
-    def set_close_deadline(self, deadline: float) -> None:
-        """Finish by ``deadline`` (monotonic), or by an earlier one already set."""
+    def set_close_deadline(self, deadline: float, what: str = "shutdown_timeout") -> None:
+        """Finish by ``deadline`` (monotonic), or by an earlier one already set; ``what``:
+        the bound it comes from, for messages (``close_what``)."""
         with self._lock:
-            self._set_close_deadline_locked(deadline)
+            self._set_close_deadline_locked(deadline, what)
 
     def time_left(self) -> float | None:
         """Seconds until the close deadline (None before close())."""

@@ -7,6 +7,7 @@ subclasses that add their caller's operations; ``Ledger`` is all three.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -46,6 +47,7 @@ class LedgerState:
         "_accounted",
         "_block_timeout",
         "_close_deadline",
+        "_close_what",
         "_closed",
         "_counts",
         "_flusher_started",
@@ -141,6 +143,7 @@ class LedgerState:
         self._force = False
         self._closed = False
         self._close_deadline: float | None = None
+        self._close_what = "shutdown_timeout"  # the bound in force, for messages
         self._late_ok = False  # closed, but events are still taken (Control.begin_close)
         self._late_pending = False
         self._paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
@@ -171,6 +174,12 @@ class LedgerState:
     def close_deadline(self) -> float | None:
         """When close() must be done (monotonic), or None before close()."""
         return self._close_deadline
+
+    @property
+    def close_what(self) -> str:
+        """The bound the close deadline came from, as messages name it: ``shutdown_timeout
+        (5 s)``, ``close()'s timeout (0.1 s)``."""
+        return self._close_what
 
     @property
     def paused_until(self) -> float:
@@ -301,9 +310,12 @@ class LedgerState:
             if not run[1]:
                 flight.popleft()
 
-    def _set_close_deadline_locked(self, deadline: float) -> None:
+    def _set_close_deadline_locked(self, deadline: float, what: str) -> None:
         if self._close_deadline is None or deadline < self._close_deadline:
             self._close_deadline = deadline
+            seconds = max(0.0, deadline - time.monotonic())
+            self._close_what = f"{what} ({seconds:.2g} s)" if seconds < 1 else \
+                f"{what} ({seconds:.3g} s)"
 
     def _set_wake_marks_locked(self, spilling: bool) -> None:
         """When the flusher is woken: a full batch. Queued sizes are memory estimates, about
