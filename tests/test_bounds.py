@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import TOKEN, Receiver
+from helpers import TOKEN, Receiver, balanced
 
 import loghandler
 from loghandler import IngestHandler, IngestProcessor
@@ -26,10 +26,6 @@ from loghandler._engine.events import size_of
 def queued_size(shipper: loghandler.Shipper) -> int:
     """The estimated bytes the shipper's queue holds (what max_queue_bytes bounds)."""
     return sum(map(size_of, list(shipper.intake.queue)))
-
-
-def balanced(st: loghandler.Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import balanced
 
 from loghandler._config import shipper_options
 from loghandler._engine.ledger import (
@@ -28,11 +29,6 @@ from loghandler._engine.ledger import (
     Ledger,
 )
 from loghandler._engine.model import SIZE, WIRE_ITEM_SIZE
-from loghandler._engine.stats import Stats
-
-
-def balanced(st: Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 class Starts:

@@ -24,7 +24,8 @@ from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fi
 
 
 def invariant(st: loghandler.Stats) -> None:
-    assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued, st
+    assert st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                            + st.unconfirmed), st
 
 
 def messages(handler: Any, receiver: Receiver) -> list[str]:

@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 
 import pytest
-from helpers import TOKEN, closed_port_url, run_in_threads, wait_until
+from helpers import TOKEN, balanced, closed_port_url, run_in_threads, wait_until
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 from loghandler._config import ShipperOptions
@@ -26,10 +26,6 @@ def make(url: str, **options) -> Shipper:
 def flushers(dataset: str) -> list[threading.Thread]:
     """The live flusher threads of the shippers of ``dataset`` (their name says it)."""
     return [t for t in threading.enumerate() if t.name == f"loghandler-flusher:{dataset}"]
-
-
-def balanced(st: Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 class TestBatching:

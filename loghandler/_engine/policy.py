@@ -84,6 +84,7 @@ class Cause(Enum):
     LATE = "late"
     ON_ERROR = "on_error"
     CLOSED_LOSING = "closed_losing"
+    CLOSED_UNCONFIRMED = "closed_unconfirmed"
     QUEUE_FULL = "queue_full"
     DROPPED_INVALID = "dropped_invalid"
 
@@ -130,7 +131,7 @@ class Outcome(Enum):
                          True, False, False)
     SHUTDOWN = (Fate.DROPPED_SHUTDOWN, None, Pause.NONE, True, False, False)  # close deadline
     # Sent, and the close deadline ended the wait for the answer: the service may have it.
-    UNCONFIRMED = (Fate.UNCONFIRMED, None, Pause.NONE, True, False, False)
+    UNCONFIRMED = (Fate.UNCONFIRMED, Cause.CLOSED_UNCONFIRMED, Pause.NONE, True, False, False)
 
     def __init__(self, fate: Fate | None, cause: Cause | None, pause: Pause, spoolable: bool,
                  splits: bool, spends: bool) -> None:

@@ -227,17 +227,22 @@ class Spiller:
         if spooled:
             return
         self.settle(n, fate)
-        # Outside the exit hook (its summary line tells), a close that loses events says so
-        # when it happens: a handler closed by logging.config.dictConfig() has nobody left to
-        # ask its stats().
+        self._tell_closed(n, fate, error)
+
+    def _tell_closed(self, n: int, fate: Fate, error: Error | None) -> None:
+        """Outside the exit hook (its summary line tells), a close that loses events says so
+        when it happens: a handler closed by logging.config.dictConfig() has nobody left to
+        ask its stats(). Events sent and not answered are told apart (``unconfirmed``)."""
+        bound = self.ledger.close_what
         advice = ("raise shutdown_timeout" if bound.startswith("shutdown_timeout")
                   else "give close() more time")
         if fate is Fate.UNCONFIRMED:
             self.reporter.report_or_defer(
-                Cause.CLOSED_LOSING, f"closed (close() or a logging reload) before the service "
-                                     f"answered a request of {plural(n, 'event')} within "
-                                     f"{bound}: the service may have stored them (counted in "
-                                     f"stats().unconfirmed, not as lost): {advice}")
+                Cause.CLOSED_UNCONFIRMED, f"closed (close() or a logging reload) before the "
+                                          f"service answered a request of "
+                                          f"{plural(n, 'event')} within {bound}: it may have "
+                                          f"stored them (counted in stats().unconfirmed, not "
+                                          f"as lost): {advice}")
             return
         self.reporter.report_or_defer(
             Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
@@ -336,6 +341,11 @@ class Spiller:
         if unanswered:
             ledger.settle_abandoned(unanswered, Fate.UNCONFIRMED)
         ledger.settle_abandoned(n - unanswered, Fate.DROPPED_SHUTDOWN)
+        # Told as a close at the deadline tells them (outside the exit hook: its line does).
+        if unanswered:
+            self._tell_closed(unanswered, Fate.UNCONFIRMED, None)
+        if n - unanswered:
+            self._tell_closed(n - unanswered, Fate.DROPPED_SHUTDOWN, None)
 
     def _encode_in_time(self, held: list[Chunk], carry: list[bytes], queued: list[Any],
                         to_events: Callable[[list[Any]], list[Item]]) -> list[bytes]:
