@@ -145,12 +145,14 @@ class TestIntake:
 
     def test_many_threads_stay_within_the_bounds(self) -> None:
         """Eight threads offering without the lock: the queue stays within max_queue_size
-        (give or take one event per racing thread), and every event is accounted."""
+        (give or take one event per racing thread), every event is accounted, and the bytes
+        counted for what is queued are exactly its sizes."""
         ledger, _ = make(max_queue_size=500, batch_size=10_000, overflow="drop_newest")
 
         def work(t: int) -> None:
             for i in range(2000):
-                ledger.offer({"t": t, "i": i, SIZE: 600}, 600)
+                size = 600 + i % 300
+                ledger.offer({"t": t, "i": i, SIZE: size}, size)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
         for th in threads:
@@ -160,6 +162,7 @@ class TestIntake:
         st = ledger.snapshot()
         assert st.submitted == 16_000 and balanced(st)
         assert 500 <= st.queued <= 508
+        assert ledger.queued_bytes() == sum(item[SIZE] for item in ledger.queue)
 
 
 class TestFlushing:

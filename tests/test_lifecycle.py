@@ -194,8 +194,9 @@ class TestFork:
         s.close()
 
     def test_handler_fast_path_appends_to_the_childs_queue(self, receiver):
-        """The handler's cached ledger is reset in place: the child's records go to the child's
-        queue (not the parent's deque), and are delivered by the child's flusher."""
+        """The handler's cached intake (the ledger's face) is reset in place: the child's
+        records go to the child's queue (not the parent's deque), and are delivered by the
+        child's flusher."""
         h = IngestHandler("ds", client=Client(TOKEN, url=receiver.url), flush_interval=60)
         log = logging.getLogger("fork-cached-ledger")
         log.propagate = False
@@ -203,7 +204,7 @@ class TestFork:
         log.setLevel(logging.INFO)
         for i in range(20):
             log.info("parent %d", i)
-        ledger = h.shipper._ledger
+        ledger = h.shipper.intake
         pid = os.fork()
         if pid == 0:
             code = 3
@@ -211,7 +212,7 @@ class TestFork:
                 fresh = ledger.queue
                 log.info("child")  # the inline fast path, then the slow path starts a flusher
                 log.info("child")
-                same = h.shipper._ledger is ledger and ledger.queue is fresh
+                same = h.shipper.intake is ledger and ledger.queue is fresh
                 code = 0 if same and h.flush(5) and h.stats().delivered == 2 else 1
             finally:
                 os._exit(code)

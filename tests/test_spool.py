@@ -585,8 +585,10 @@ class TestBurstWhileDown:
         """README: with a spool, the queue spills to disk as fast as the application logs while
         the service is down. 20,000 events in a tight loop into a 1,000-event queue: before,
         19,000 were dropped (the flusher noticed the pressure every 50 ms; the queue fills in
-        10 ms); now the flusher is woken as the queue fills and spills several batches a step.
-        The margin tolerates a loaded machine, where the flusher may get the GIL late."""
+        10 ms); then the flusher was woken as the queue fills and spilled several batches a
+        step, and still dropped some when it got less CPU than the caller (247 with both cores
+        busy); now a thread that finds the queue full while the flusher is behind writes the
+        oldest batch itself (issue 35.1): none is dropped."""
         handler = loghandler.IngestHandler(DATASET, url=closed_port_url(), token=TOKEN,
                                            spool_dir=str(tmp_path), max_queue_size=1000,
                                            shutdown_timeout=5)
@@ -603,9 +605,9 @@ class TestBurstWhileDown:
             log.removeHandler(handler)
             handler.close()
         assert st.submitted == 20_000
-        assert st.dropped_queue_full <= 200, st  # 1 %; before: 19,000
-        assert st.spooled == 20_000 - st.dropped_queue_full
-        assert len(spooled_ids(tmp_path)) == st.spooled
+        assert st.dropped_queue_full == 0, st  # before: 19,000, then up to 247 under load
+        assert st.spooled == 20_000
+        assert sorted(spooled_ids(tmp_path)) == list(range(20_000))
 
 
 class TestBurstWithUsersSettings:

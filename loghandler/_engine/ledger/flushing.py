@@ -129,7 +129,11 @@ class Flushing(LedgerState):
         run that starts at ``first``) have met their fate. Counted also after a take-over:
         those events were never the flusher's."""
         with self._lock:
-            self._settle_side_locked(first, n, fate)
+            try:
+                self._settle_side_locked(first, n, fate)
+            except BaseException:  # an interrupt on an application thread: made whole
+                self._repair_locked()
+                raise
 
     def pause_side(self, paused: bool) -> None:
         """Whether a full queue may be spilled to the spool by the application's threads
@@ -167,7 +171,7 @@ class Flushing(LedgerState):
 
     def side_pending(self) -> bool:
         """An application thread is writing events of a full queue to the spool."""
-        return self._side_n > 0
+        return bool(self._side)
 
     def pressed(self) -> bool:
         """The queue is half full (by count or by bytes): waiting longer would soon drop."""
@@ -199,7 +203,7 @@ class Flushing(LedgerState):
         if not self._closed:
             timed_out = not self._wake.wait(interval)
         with self._lock:
-            if self._closed and self._side_n and not self._queue and not self._inflight:
+            if self._closed and self._side and not self._queue and not self._inflight:
                 # Closing, and only an application thread's spool write is left: wait for it
                 # (a disk write) rather than spin.
                 self._progress.wait(0.05)

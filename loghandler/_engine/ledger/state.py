@@ -24,6 +24,8 @@ __all__ = ["SPILL_BATCHES", "LedgerState"]
 # Module globals: read without a call (an enum's class attribute may be one; see
 # Intake._pop_dropped_locked for why the locked steps call nothing).
 SUBMITTED, DROPPED, DROPPED_QUEUE_FULL = Count.SUBMITTED, Count.DROPPED, Count.DROPPED_QUEUE_FULL
+# The kinds of journaled steps (LedgerState._repair_locked).
+DOOR, OLDEST, SIDE, SETTLE = "door", "oldest", "side", "settle"
 # While spilling to the spool: batches (batch_size events, max_batch_bytes of estimated sizes)
 # the queue may hold beyond its bounds, and the sender takes in one step.
 SPILL_BATCHES = 2
@@ -50,13 +52,14 @@ class LedgerState:
         "_close_what",
         "_closed",
         "_counts",
+        "_flight",
         "_flusher_started",
         "_force",
         "_half_bytes",
         "_half_len",
-        "_flight",
         "_inflight",
         "_interrupt",
+        "_journal",
         "_late_ok",
         "_late_pending",
         "_limit_bytes",
@@ -77,7 +80,6 @@ class LedgerState:
         "_queue_bytes",
         "_refused_too_large",
         "_side",
-        "_side_n",
         "_side_paused",
         "_space",
         "_spill_ok",
@@ -136,8 +138,8 @@ class LedgerState:
         self._flight: deque[list[int]] = deque()
         # Runs of events an application thread took from a full queue to write to the spool
         # itself (Intake.put, on_full): {first sequence number: events not yet settled}.
+        # (Their total is summed when read: one store registers or settles a run.)
         self._side: dict[int, int] = {}
-        self._side_n = 0
         self._side_paused = False  # the spool failed: a full queue drops again (overflow)
         self._wake_pending = False
         self._force = False
@@ -155,6 +157,8 @@ class LedgerState:
         # Events refused at submit as too large since the last flush(), which answers False for
         # them as it would had the flusher dropped them.
         self._refused_too_large = 0
+        # The step of an application thread in progress (see _repair_locked), or None.
+        self._journal: tuple[Any, ...] | None = None
         self.gate[1] = 0  # see _update_fast_path_locked
 
     # ------------------------------------------------------------------ read-only views
@@ -202,7 +206,7 @@ class LedgerState:
             values = {c.value: n for c, n in self._counts.items()}
             queued = len(self._queue)
             values["submitted"] += self._taken + queued
-            values["queued"] = queued + self._inflight + self._side_n
+            values["queued"] = queued + self._inflight + sum(self._side.values())
         return Stats(**values)
 
     # ------------------------------------------------------------------ the locked steps
@@ -244,17 +248,87 @@ class LedgerState:
 
     def _drop_locked(self, fate: Fate) -> bool:
         """Refuse one event at the door. It is counted as submitted here, since it never gets a
-        sequence number. Returns False (the event was not queued). Calls nothing, for the
-        reason ``Intake._pop_dropped_locked`` gives."""
+        sequence number. Returns False (the event was not queued). Journaled (see
+        ``_repair_locked``): an interrupt landing between its counts is made whole."""
         c = self._counts
+        reason = fate.reason
+        self._journal = (DOOR, fate, c[SUBMITTED], c[fate.total],
+                         c[reason] if reason is not None else 0, self._undelivered)
         c[SUBMITTED] += 1
         c[fate.total] += 1
-        reason = fate.reason
         if reason is not None:
             c[reason] += 1
         if not fate.chosen:
             self._undelivered += 1
+        self._journal = None
         return False
+
+    def _repair_locked(self) -> None:
+        """Make whole the step an interrupt cut short, before the lock is let go.
+
+        A signal handler runs on the main thread between two bytecodes of whatever it was
+        doing, and its exception (a KeyboardInterrupt) propagates from there: inside a logging
+        call, from the middle of a step that counts an event in several places. CPython 3.11+
+        checks for signals only at calls and backward jumps, which the steps avoid; 3.10
+        checks between most bytecodes. So the steps an application thread runs under the lock
+        (a drop at the door, the oldest dropped for room, a batch taken for the spool) first
+        note what they start from (``_journal``), and the intake's operations call this on
+        the way out of any exception: the step is completed from that note, whatever part of
+        it ran. Idempotent."""
+        journal = self._journal
+        if journal is None:
+            return
+        self._journal = None
+        c = self._counts
+        kind = journal[0]
+        if kind is DOOR:
+            _, fate, submitted, total, reason, undelivered = journal
+            c[SUBMITTED] = submitted + 1
+            c[fate.total] = total + 1
+            if fate.reason is not None:
+                c[fate.reason] = reason + 1
+            self._undelivered = undelivered + (0 if fate.chosen else 1)
+        elif kind is OLDEST:
+            _, head, taken, accounted, queue_bytes, dropped, full, undelivered = journal
+            if accounted > taken:
+                queue_bytes -= size_of(head)
+            else:
+                accounted += 1
+            taken += 1
+            self._accounted, self._taken = accounted, taken
+            self._queue_bytes = 0 if accounted == taken else queue_bytes
+            c[DROPPED] = dropped + 1
+            c[DROPPED_QUEUE_FULL] = full + 1
+            self._undelivered = undelivered + 1
+            q = self._queue
+            if q and q[0] is head:
+                q.popleft()
+        elif kind is SETTLE:
+            _, first, left, n, fate, total, reason, undelivered = journal
+            c[fate.total] = total + n
+            if fate.reason is not None:
+                c[fate.reason] = reason + n
+            self._undelivered = undelivered + (0 if fate.chosen else n)
+            if left > n:
+                self._side[first] = left - n
+            else:
+                self._side.pop(first, None)
+        elif kind is SIDE:
+            # Events taken for the spool that this thread will not write: counted as dropped
+            # for the full queue. How many left the queue: those of the front noted that are
+            # no longer there.
+            _, first, front = journal
+            if first not in self._side:
+                q = self._queue
+                head = q[0] if q else None
+                gone = next((i for i, item in enumerate(front) if item is head), len(front))
+                self._taken = first - 1 + gone
+                self._accounted, self._queue_bytes = self._taken, 0
+                self._account_locked()  # the queued sizes, counted afresh
+                if gone:
+                    self._side[first] = gone
+            if first in self._side:
+                self._settle_side_locked(first, self._side[first], Fate.DROPPED_QUEUE_FULL)
 
     def _record_locked(self, n: int, fate: Fate) -> None:
         c = self._counts
@@ -271,12 +345,17 @@ class LedgerState:
         if left is None:
             return
         n = min(n, left)
+        c = self._counts
+        reason = fate.reason
+        # Journaled: an application thread settles what it spooled (_repair_locked).
+        self._journal = (SETTLE, first, left, n, fate, c[fate.total],
+                         c[reason] if reason is not None else 0, self._undelivered)
         self._record_locked(n, fate)
-        self._side_n -= n
         if left > n:
             self._side[first] = left - n
         else:
             del self._side[first]
+        self._journal = None
         self._progress.notify_all()
 
     def _settled_through_locked(self) -> int:
