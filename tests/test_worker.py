@@ -117,3 +117,29 @@ def test_a_request_stuck_at_the_close_deadline_is_taken_over(
                      "the service answered a request of 5 events within close()'s timeout "
                      "(0.3 s): it may have stored them (counted in stats().unconfirmed, not as "
                      "lost): give close() more time"], lines
+
+
+def test_a_take_over_counts_the_pieces_already_delivered(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 35.9: a batch split by a 400, its first half delivered, its second half stuck at
+    the close deadline. The closing thread takes over: the delivered half counts delivered
+    (it used to be counted dropped_shutdown with the rest), the stuck one unconfirmed; the
+    answer that comes later changes nothing, and tells nothing (no "delivering again")."""
+    gate = Gate()
+    s = Shipper(dataset="halves", transport=MemoryTransport([400, 200, gate]), **FAST)
+    try:
+        for i in range(10):
+            s.submit({"i": i})
+        threading.Thread(target=s.flush, args=(5,), daemon=True).start()
+        assert gate.arrived.wait(5), "the second half was never sent"
+        s.close(0.3)
+        st = s.stats()
+        assert (st.delivered, st.unconfirmed, st.dropped, st.failed) == (5, 5, 0, 0), st
+        assert balanced(st)
+    finally:
+        gate.open()
+    assert wait_until(lambda: not [t for t in threading.enumerate()
+                                   if t.name == "loghandler-flusher:halves"])
+    assert s.stats() == st
+    lines = capfd.readouterr().err.splitlines()
+    assert len(lines) == 1 and "5 events within close()'s timeout (0.3 s)" in lines[0], lines

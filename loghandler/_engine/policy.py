@@ -93,7 +93,8 @@ class Cause(Enum):
 # reachable: told once for the shipper's life, never "over" when a batch is delivered.
 LASTING = frozenset({Cause.REJECTED, Cause.REFUSED_WHOLE, Cause.TOO_LARGE,
                      Cause.TOO_LARGE_WHOLE, Cause.PARTIAL, Cause.UNREADABLE,
-                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR})
+                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR,
+                     Cause.CLOSED_LOSING, Cause.CLOSED_UNCONFIRMED})
 
 
 class Pause(Enum):
