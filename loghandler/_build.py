@@ -1,6 +1,6 @@
 """Whether this interpreter gets the compiled parts (``_speedups.c``, ``_gzip.c``): one rule,
 read by setup.py at build time (loaded by path: nothing else of the package is imported there)
-and by ``loghandler doctor``.
+and by ``_compiled`` at import (whose ``WHY_PYTHON`` ``loghandler doctor`` prints).
 
 Only the standard library here: setup.py runs before the package's dependencies are installed.
 """
@@ -20,6 +20,6 @@ def why_pure(config_var: Callable[[str], object] | None = None) -> str | None:
         # The C code relies on the GIL to guard the queue's slots it writes; on a free-threaded
         # build it would re-enable the GIL (or worse), so the Python code runs until the C code
         # is proven safe without it.
-        return ("this is a free-threaded Python (built without the GIL), and the compiled part "
-                "is not yet proven safe without the GIL")
+        return ("this Python is a free-threaded build, and the compiled part is proven safe "
+                "only with the GIL")
     return None

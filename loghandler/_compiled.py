@@ -36,10 +36,10 @@ import importlib
 import logging
 import os
 import sys
-import sysconfig
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._build import why_pure
 from ._engine import model
 from ._engine.context import IN_USE, OTEL_TRACE
 from ._engine.guard import SENDERS
@@ -135,10 +135,10 @@ def _load() -> bool:
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    not_here = why_pure()  # the rule setup.py builds by (a free-threaded build)
+    if not_here is not None:
         # Not imported at all: importing it would turn the GIL back on for the whole process.
-        WHY_PYTHON = ("this Python is a free-threaded build, and the compiled part is proven "
-                      "safe only with the GIL")
+        WHY_PYTHON = not_here
         return False
     gz = gzip_extension()
     gzip_compress = gz.compress if gz is not None else None

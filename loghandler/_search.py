@@ -8,6 +8,8 @@ dataset, not the rows on screen.
     user_id:17               numbers match as numbers or as text     where (user_id == 17 or ...)
     path:/api/*              a prefix                                where path startswith "/api/"
     status>=500              comparisons: > >= < <=                  where status >= 500
+    duration_ms > 1000       the same with spaces                    where duration_ms > 1000
+    status=500, status!=200  as status:500, -status:200
     -level:debug, -timeout   leave out                               where not(...)
 
 Terms are ANDed. A left-out word is looked for in ``message`` (``search`` cannot be negated).
@@ -23,6 +25,7 @@ __all__ = ["MAX_TERMS", "SearchError", "search_apl"]
 
 _FIELD = re.compile(r"[A-Za-z_@$][\w.@$-]*\Z")
 _COMPARE = re.compile(r"([A-Za-z_@$][\w.@$-]*)(>=|<=|>|<)(.+)\Z", re.S)
+_EQUALS = re.compile(r"([A-Za-z_@$][\w.@$-]*)(==|=)(.*)\Z", re.S)
 _NUMBER = re.compile(r"-?\d+(\.\d+)?\Z")
 # At most this many terms: a pasted log line is not a query.
 MAX_TERMS = 32
@@ -56,6 +59,36 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+_OPERATORS = (">=", "<=", "!=", "==", ">", "<", "=", ":")
+
+
+def _joined(tokens: list[str]) -> list[str]:
+    """A comparison typed with spaces is one term: ``duration_ms > 1000``,
+    ``duration_ms >1000``, ``duration_ms> 1000`` and ``level: error`` read as
+    ``duration_ms>1000`` and ``level:error``."""
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        after = tokens[i + 2] if i + 2 < len(tokens) else None
+        if nxt in _OPERATORS and after is not None and _FIELD.match(token.lstrip("-")):
+            out.append(token + nxt + after)  # name op value
+            i += 3
+        elif nxt is not None and token.endswith(_OPERATORS) and _FIELD.match(
+                token.lstrip("-").rstrip("><=!:")) and not token.startswith('"'):
+            out.append(token + nxt)  # name> value
+            i += 2
+        elif nxt is not None and nxt.startswith(_OPERATORS[:-1]) and _FIELD.match(
+                token.lstrip("-")) and nxt not in _OPERATORS:
+            out.append(token + nxt)  # name >value
+            i += 2
+        else:
+            out.append(token)
+            i += 1
+    return out
+
+
 def _unquote(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
 
@@ -72,6 +105,9 @@ def _field(name: str) -> str:
 
 def _term(token: str) -> tuple[str, bool, str | None]:
     """(the APL condition, whether it is a free-text search term, the term) of one token."""
+    eq = _EQUALS.match(token)
+    if eq and ":" not in eq.group(1):  # name=value, name==value: as name:value
+        token = eq.group(1) + ":" + eq.group(3)
     m = _COMPARE.match(token)
     if m and ":" not in m.group(1):
         name, op, value = m.group(1), m.group(2), _unquote(m.group(3))
@@ -98,7 +134,12 @@ def _term(token: str) -> tuple[str, bool, str | None]:
 def search_apl(source: str, text: str, tail: str = "") -> str:
     """The APL for ``text`` (the search syntax above) over ``source`` (``['name']``), with
     ``tail`` (``| sort ... | take N``) after; the source alone for an empty search."""
-    tokens = _tokens(text)
+    tokens = []
+    for token in _joined(_tokens(text)):
+        ne = re.match(r"(-?)([A-Za-z_@$][\w.@$-]*)!=(.*)\Z", token, re.S)
+        # name!=value: leave out name:value
+        tokens.append(("" if ne.group(1) else "-") + ne.group(2) + ":" + ne.group(3)
+                      if ne else token)
     if len(tokens) > MAX_TERMS:
         raise SearchError(f"at most {MAX_TERMS} terms; narrow the search")
     parts = [source]

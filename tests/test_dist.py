@@ -37,6 +37,18 @@ def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str
                           **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
+def source_copy(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A copy of the source alone. A checkout's own build/ (or an extension built in place)
+    would be packed as it is; and builds in the checkout itself write its egg-info, which two
+    test processes (pytest -n) building at once would race on."""
+    import shutil
+
+    src = tmp_path_factory.mktemp(name) / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache"))
+    return src
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The built sdist and wheel (in a temporary directory), and the build's output."""
@@ -45,7 +57,8 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             pytest.fail("`build` is missing in CI: it is in the dev extra")
         pytest.skip("`build` is not installed (pip install -e '.[dev]')")
     out = tmp_path_factory.mktemp("dist")
-    proc = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+    proc = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
+                str(source_copy(tmp_path_factory, "dist-src"))],
                cwd=tmp_path_factory.mktemp("cwd"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc.stdout + proc.stderr
@@ -107,14 +120,8 @@ def test_without_a_compiler_the_build_succeeds_on_the_python_path(
     runs that path with the extension blocked)."""
     if importlib.util.find_spec("build") is None:
         pytest.skip("`build` is not installed (pip install -e '.[dev]')")
-    import shutil
-
     out = tmp_path_factory.mktemp("nocc")
-    # A copy of the source alone: a checkout's own build/ (or an extension built in place)
-    # would be packed as it is, compiler or not.
-    src = tmp_path_factory.mktemp("nocc-src") / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache"))
+    src = source_copy(tmp_path_factory, "nocc-src")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LOGHANDLER_", "PYTHON")) and k != "VIRTUAL_ENV"}
     env.update(CC="false", LDSHARED="false", PIP_DISABLE_PIP_VERSION_CHECK="1")

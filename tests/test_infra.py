@@ -47,21 +47,27 @@ class TestFreeThreaded:
         assert setup.extensions(config(1)) == []
         assert "not built" in capsys.readouterr().err
 
-    def test_doctor_says_which_path_and_why(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_the_package_takes_the_python_path_there_and_doctor_says_why(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """_compiled reads the same rule at import (an extension built by hand is not loaded:
+        importing it would turn the GIL back on), and doctor prints its reason."""
         import sysconfig
 
         from loghandler import _compiled
         from loghandler.cli import doctor
 
-        monkeypatch.setattr(_compiled, "ACTIVE", False)
-        monkeypatch.setattr(_compiled, "extension", lambda: None)  # as setup.py left it there
         real = sysconfig.get_config_var
         monkeypatch.setattr(sysconfig, "get_config_var",
                             lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
-        line = doctor._hot_path()
-        assert line.startswith("pure Python: this is a free-threaded Python")
-        monkeypatch.setattr(sysconfig, "get_config_var", real)
-        assert "no C compiler at install time" in doctor._hot_path()
+        monkeypatch.delenv("LOGHANDLER_PURE_PYTHON", raising=False)
+        for name in ("WHY_PYTHON", "speedups", "handle", "record_put", "format_record",
+                     "items_size", "gzip_compress", "ACTIVE"):
+            monkeypatch.setattr(_compiled, name, getattr(_compiled, name))  # restored after
+        assert _compiled._load() is False
+        monkeypatch.setattr(_compiled, "ACTIVE", False)
+        reason = why_pure(config(1))
+        assert reason is not None and reason == _compiled.WHY_PYTHON
+        assert doctor._hot_path() == f"pure Python: {reason}"
 
 
 class TestLoadHarness:

@@ -15,7 +15,10 @@ from helpers import TOKEN, closed_port_url
 from loghandler import Client, IngestHandler, Shipper
 
 CHILD = textwrap.dedent("""
-    import logging, sys, time
+    import atexit, logging, sys, time
+    # Registered before loghandler's exit hook, so it runs after it (atexit is LIFO): when the
+    # exit's work was done, in the child (the parent's own wait to run is not the exit's).
+    atexit.register(lambda: print(f"HOOKS_DONE {time.time()}", flush=True))
     import loghandler
     url, n, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     handler = loghandler.IngestHandler("ds", token=%r, url=url, shutdown_timeout=timeout,
@@ -39,8 +42,13 @@ def run_child(url: str, n: int, timeout: float,
 
 
 def last_call_to_exit(proc: subprocess.CompletedProcess, ended: float) -> float:
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAST_CALL"))
-    return ended - float(line.split()[1])
+    """From the child's last logging call to the end of its exit hooks (the process has
+    ended by ``ended``: subprocess.run returned, so a hang fails there)."""
+    def stamp(name: str) -> float:
+        return float(next(x for x in proc.stdout.splitlines() if x.startswith(name)).split()[1])
+
+    assert stamp("HOOKS_DONE") <= ended
+    return stamp("HOOKS_DONE") - stamp("LAST_CALL")
 
 
 class TestExit:

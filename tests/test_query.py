@@ -413,11 +413,15 @@ class TestStore:
                 answer = store.query("['a'] | count", fmt="tabular")
                 assert answer["tables"][0]["columns"] == [[n]]
             done = threading.Event()
-            with store.reader._reader_lock:  # as a long query does, from start to end
+            held = store.reader._connection(_no_stop())
+            with held as conn:  # as a long query does, from start to end
+                conn.execute("BEGIN")
+                conn.execute("SELECT count(*) FROM events").fetchone()  # a read snapshot
                 worker = threading.Thread(target=lambda: (
                     store.add_events("a", [{"_time": stamp(9), "n": 9}]), done.set()))
                 worker.start()
                 assert done.wait(10), "ingest waited for a query"
+                conn.execute("COMMIT")
             worker.join(10)
             assert store.query("['a'] | count")["buckets"]["totals"][0]["aggregations"][0][
                 "value"] == 4
@@ -666,3 +670,10 @@ def test_deep_or_long_expressions_are_a_400(text: str) -> None:
         assert "nests more than" in info.value.message or "operators" in info.value.message
     finally:
         store.close()
+
+
+def _no_stop() -> object:
+    """A reader's stop condition that never stops (for holding one of its connections)."""
+    from loghandler._local.reader import _Stop
+
+    return _Stop(float("inf"), None)

@@ -41,6 +41,15 @@ def client() -> Iterator[loghandler.Client]:
     ("status:200 -level:debug", '| where (status == 200 or status == "200") | '
                                 'where not(level =~ "debug")', ["ok"]),
     ("", "", ["Payment DECLINED", "debug stuff", "ok"]),
+    # Comparisons typed with spaces are comparisons, not three words (issue 38).
+    ("status >= 500", "| where status >= 500", ["Payment DECLINED"]),
+    ("status> 500", "| where status > 500", ["Payment DECLINED"]),
+    ("status <300", "| where status < 300", ["debug stuff", "ok"]),
+    ("level: error", '| where level =~ "error"', ["Payment DECLINED"]),
+    ("level=error", '| where level =~ "error"', ["Payment DECLINED"]),
+    ("status!=200", '| where not((status == 200 or status == "200"))', ["Payment DECLINED"]),
+    ("-status > 300", "| where not(status > 300)", ["debug stuff", "ok"]),
+    ('"a > b"', '| search "a > b"', []),
 ])
 def test_search_runs_as_apl(client: loghandler.Client, text: str, apl: str,
                             messages: list[str]) -> None:
@@ -101,3 +110,58 @@ def test_facets_count_what_one_filters_on(client: loghandler.Client) -> None:
     assert by_name["status"]["values"] == [[200, 2], [502, 1]]
     assert by_name["status"]["present"] == 3 and by_name["path"]["present"] == 2
     assert [f["name"] for f in got["fields"]][:2] == ["level", "status"]
+
+
+def test_bin_auto_makes_about_a_hundred_bins() -> None:
+    """bin_auto's span for a range: the round span whose count of bins is nearest 100
+    (issue 38: an hour is 30-second bins, a day 15-minute ones), never over 200."""
+    from loghandler._local.aplsql import auto_span
+
+    hour = 3_600_000_000
+    assert auto_span(0, hour) == 30_000_000
+    assert auto_span(0, 24 * hour) == 15 * 60_000_000
+    assert auto_span(0, hour // 4) == 10_000_000
+    assert auto_span(0, 7 * 24 * hour) == 2 * hour
+    for width in (60_000_000, hour, 5 * hour, 24 * hour, 30 * 24 * hour):
+        assert 40 <= width / auto_span(0, width) <= 200
+
+
+def test_an_aggregation_in_parts_answers_as_in_one(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """An aggregation over many events runs in parts of its time range on two connections;
+    merged, the answer is the one a single pass gives (counts and sums added, minimums and maximums
+    kept, the groups in the same order)."""
+    from loghandler._local import reader
+    from loghandler._local.store import Store
+
+    store = Store()
+    try:
+        store.add_events("a", [{"_time": 1_700_000_000 + i * 7, "level": ["x", "y", "z"][i % 3],
+                                "n": i % 101, "s": f"v{i % 13}"} for i in range(6_000)])
+        queries = ["['a'] | summarize count(), sum(n), min(n), max(s) by level",
+                   "['a'] | summarize countif(n > 50) by bin(_time, 1h), level",
+                   "['a'] | where n > 10 | summarize count() by level, bin_auto(_time)",
+                   "['a'] | where level == 'y' | count",
+                   "['a'] | summarize min(_time), max(_time)"]
+
+        def answer(q: str) -> tuple[object, object]:
+            table = store.query(q, fmt="tabular")["tables"][0]
+            return table["fields"], table["columns"]
+
+        whole = [answer(q) for q in queries]
+        ran: list[str] = []
+        real = reader.Reader._run_in_parts
+
+        def spy(self: object, *args: object, **kwargs: object) -> object:
+            ran.append("parts")
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(reader, "SPLIT_MIN_ROWS", 1_000)
+        monkeypatch.setattr(reader, "WORKERS", 2)
+        monkeypatch.setattr(reader, "PART_ROWS", 700)
+        monkeypatch.setattr(reader.Reader, "_run_in_parts", spy)
+        halves = [answer(q) for q in queries]
+        assert ran == ["parts"] * len(queries)
+        assert halves == whole
+    finally:
+        store.close()

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ def _missing(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.options import Options
@@ -56,10 +57,14 @@ def driver() -> Iterator[Any]:
                 "--window-size=1400,900", "--no-first-run", "--disable-extensions",
                 "--disable-background-networking", "--disable-component-update"):
         options.add_argument(arg)
+    options.add_argument("--user-data-dir=" + str(tmp_path_factory.mktemp("chromium")))
     drv = None
     try:
         drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         drv.set_page_load_timeout(30)
+        # Every page records its requests (which panel asked, when, aborted or not), and a
+        # test can hold an answer back or rewrite a request (window.__net.rules).
+        drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": NET_JS})
         yield drv
     finally:
         if drv is not None:
@@ -68,6 +73,75 @@ def driver() -> Iterator[Any]:
             os.environ.pop("SE_OFFLINE", None)
         else:
             os.environ["SE_OFFLINE"] = before
+
+
+# The page's fetch, wrapped: a log of every request ({url, panel, body, t0, t1, aborted,
+# status}), requests in flight per panel and the most seen at once, and rules a test sets:
+# {match: text in the URL or body, delay: ms before the answer is handed back, late: hand it
+# back even when the page aborted it (an answer racing the abort), rewrite: fields to set in
+# the body, once: then the rule is spent}.
+NET_JS = r"""
+(() => {
+  const real = window.fetch.bind(window);
+  const net = window.__net = { log: [], inflight: {}, most: {}, rules: [] };
+  window.fetch = async (url, opts) => {
+    opts = opts || {};
+    const panel = (opts.headers && opts.headers["X-Loghandler-Panel"]) || "";
+    const entry = { url: String(url), panel, body: opts.body || "", t0: performance.now(),
+      t1: null, aborted: false, status: null, handed: null };
+    net.log.push(entry);
+    net.inflight[panel] = (net.inflight[panel] || 0) + 1;
+    net.most[panel] = Math.max(net.most[panel] || 0, net.inflight[panel]);
+    // In flight until answered or aborted (an abort ends the request at once).
+    const close = () => {
+      if (entry.t1 !== null) return;
+      entry.t1 = performance.now();
+      net.inflight[panel] -= 1;
+    };
+    if (opts.signal) opts.signal.addEventListener("abort", () => {
+      entry.aborted = true; close(); });
+    try {
+      const rule = net.rules.find((r) => entry.url.includes(r.match)
+        || entry.body.includes(r.match));
+      if (rule && rule.once) net.rules.splice(net.rules.indexOf(rule), 1);
+      if (rule && rule.rewrite) {
+        opts = { ...opts, body: JSON.stringify({ ...JSON.parse(opts.body), ...rule.rewrite }) };
+        entry.body = opts.body;
+      }
+      if (rule && rule.late) {
+        const { signal, ...rest } = opts;
+        const resp = await real(url, rest);
+        await new Promise((ok) => setTimeout(ok, rule.delay || 0));
+        entry.status = resp.status;
+        entry.handed = performance.now();
+        return resp;
+      }
+      if (rule && rule.delay) {
+        await new Promise((ok, no) => {
+          const t = setTimeout(ok, rule.delay);
+          if (opts.signal) opts.signal.addEventListener("abort", () => {
+            clearTimeout(t); no(new DOMException("aborted", "AbortError")); });
+        });
+      }
+      const resp = await real(url, opts);
+      entry.status = resp.status;
+      entry.handed = performance.now();
+      return resp;
+    } finally {
+      close();
+    }
+  };
+})();
+"""
+
+
+def net_log(drv: Any) -> list[dict[str, Any]]:
+    """The page's requests so far (NET_JS)."""
+    return list(drv.execute_script("return window.__net.log;"))
+
+
+def add_rule(drv: Any, **rule: Any) -> None:
+    drv.execute_script("window.__net.rules.push(arguments[0]);", rule)
 
 
 def wait_until(drv: Any, condition: Any, what: str) -> Any:
@@ -82,8 +156,11 @@ def wait_until(drv: Any, condition: Any, what: str) -> Any:
 
 
 def rows(drv: Any) -> list[str]:
-    # One script call reads all rows at once: no element can go stale half-way.
+    """The event rows on screen (none while the events panel hides an older query's rows).
+    One script call reads all rows at once: no element can go stale half-way."""
     return list(drv.execute_script(
+        "if (getComputedStyle(document.getElementById('events')).visibility === 'hidden')"
+        "  return [];"
         "return [...document.querySelectorAll('#events tr.row')].map(r => r.innerText);"))
 
 
@@ -197,8 +274,8 @@ def test_page_shows_events_live_filters_and_opens_views(
     driver.save_screenshot(str(tmp_path / "view.png"))
 
     click(driver, "//li[@data-view='2']", "a click on the second view")
-    notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
-                        and d.find_element(By.ID, "notice"), "the unsupported-view notice")
+    notice = wait_until(driver, lambda d: d.find_element(By.ID, "events-state").is_displayed()
+                        and d.find_element(By.ID, "events-state"), "the unsupported-view notice")
     assert "outside the APL subset" in notice.text and "'mv-expand'" in notice.text
     assert (tmp_path / "events.png").stat().st_size > 10_000
     client.close()
@@ -531,10 +608,16 @@ def test_time_zone_zoom_and_grouping(driver: Any, served: tuple[str, str]) -> No
     wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#histogram rect"),
                "the histogram's bars")
     svg = driver.find_element(By.CSS_SELECTOR, "#histogram svg")
+    # All time: the data's own span, in about 100 bars. Drag from just before the late
+    # errors' bar to the right edge (the early debug lines are 45 minutes before).
+    box, bar = driver.execute_script(
+        "const r = (e) => e.getBoundingClientRect();"
+        "return [r(document.querySelector('#histogram svg')),"
+        "        r(document.querySelector('#histogram rect[data-level=error]'))];")
     width = svg.size["width"]
-    # The last hour in 60 bins: drag over the last tenth (the late errors only).
-    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.38), 0).click_and_hold()\
-        .move_to_element_with_offset(svg, int(width * 0.49), 0).release().perform()
+    left = int(bar["x"] - box["x"] - width / 2) - 3  # offsets from the svg's centre
+    ActionChains(driver).move_to_element_with_offset(svg, left, 0).click_and_hold()\
+        .move_to_element_with_offset(svg, int(width / 2) - 1, 0).release().perform()
     wait_until(driver, lambda d: len(rows(d)) == 4 and all("late" in r for r in rows(d)),
                "the zoomed range")
     assert "datetime('" in driver.find_element(By.ID, "query").text
@@ -595,3 +678,657 @@ def test_from_an_error_to_its_request_and_the_lines_around_it(
                "every event of the request")
     assert driver.find_element(By.ID, "filter").get_attribute("value") == "request_id:req-2"
     client.close()
+
+
+# ---------------------------------------------------------------------------- issue 38: the
+# page at scale. These tests share one in-process service (its requests and its reader's
+# counts are what they check) and the module's browser.
+
+@pytest.fixture(scope="module")
+def svc() -> Iterator[Any]:
+    from loghandler.testing import LocalService
+
+    with LocalService(token="page-test") as service:
+        yield service
+
+
+def ingest(svc: Any, dataset: str, events: list[dict[str, Any]]) -> None:
+    """Events through the HTTP API, in the batches of 10,000 it takes at most."""
+    client = svc.client()
+    try:
+        for first in range(0, len(events), 10_000):
+            client.ingest(dataset, events[first:first + 10_000])
+    finally:
+        client.close()
+    svc.wait_for_events(dataset, len(events), timeout=30)
+
+
+def open_page(drv: Any, svc: Any, **params: str) -> None:
+    """A fresh page (its request log empty) showing ``params`` (dataset=..., q=..., ...)."""
+    from urllib.parse import quote
+
+    drv.get("about:blank")
+    extra = "".join(f"&{k}={quote(v, safe='')}" for k, v in params.items())
+    drv.get(f"{svc.url}/#token={svc.token}{extra}")
+
+
+# Whenever a panel shows an answer (not busy, not stale), it must be the answer to what the
+# page asks now (its data-key against the body's): a screen mixing queries is a wrong screen.
+WRONG_SCREENS_JS = """
+window.__wrong = [];
+const check = () => {
+  const key = document.body.dataset.key;
+  for (const id of ["events-wrap", "histogram", "facets"]) {
+    const n = document.getElementById(id);
+    if (!n || n.hidden || n.classList.contains("busy") || n.classList.contains("stale")) continue;
+    if (n.dataset.key && n.dataset.key !== key) window.__wrong.push([id, n.dataset.key, key]);
+  }
+};
+new MutationObserver(check).observe(document.body,
+  { subtree: true, childList: true, attributes: true });
+"""
+
+
+def events_requests(drv: Any) -> list[dict[str, Any]]:
+    return [e for e in net_log(drv) if e["panel"] == "events"]
+
+
+SLOW_APL = ("['slow'] | extend m = strcat(message, message, message, message) "
+            "| extend k = strcat(m, m, m, m) | where k has 'zz' or k has 'yy' or k has 'xx' "
+            "| count")
+
+
+@pytest.fixture(scope="module")
+def slow(svc: Any) -> str:
+    """A dataset whose SLOW_APL query runs for a good while (its `has` runs in Python per
+    event): the dataset's name."""
+    now = time.time()
+    ingest(svc, "slow", [{"_time": now - 3600 + i * 0.06, "n": i,
+                          "message": f"request {i} from user {i % 977} took {i % 1000} ms"}
+                         for i in range(50_000)])
+    return "slow"
+
+
+def _running(svc: Any) -> int:
+    return int(svc._server.store.reader.stats.running)
+
+
+def test_queries_run_side_by_side_and_stop_when_their_client_goes(
+        svc: Any, slow: str) -> None:
+    """The service answers a quick query while a long one runs (a connection per reader), and
+    a query whose client hangs up stops (SQLite's interrupt) and frees its connection: the
+    request is recorded 499 long before the query would have finished."""
+    import socket
+    import threading
+
+    client = svc.client()
+    started = time.monotonic()
+    client.query(SLOW_APL)
+    alone = time.monotonic() - started
+    assert alone > 0.3, f"the slow query took {alone:.2f} s: not slow enough to test with"
+
+    done: dict[str, float] = {}
+    worker = threading.Thread(target=lambda: (client.query(SLOW_APL),
+                                              done.setdefault("at", time.monotonic())))
+    began = time.monotonic()
+    worker.start()
+    deadline = time.monotonic() + 10
+    while _running(svc) < 1 and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    other = svc.client()
+    t0 = time.monotonic()
+    assert other.query("['slow'] | take 1")
+    quick = time.monotonic() - t0
+    worker.join(60)
+    assert quick < 0.5 * (done["at"] - began), (
+        f"a one-row query took {quick:.2f} s while the long one ran "
+        f"{done['at'] - began:.2f} s: it waited for it")
+
+    cancelled_before = svc._server.store.reader.stats.cancelled
+    body = json.dumps({"apl": SLOW_APL}).encode()
+    host, port = svc.url.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"POST /v1/datasets/_apl HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                 + svc.token.encode() + b"\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.monotonic() + 10
+    while _running(svc) < 1 and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    hung_up = time.monotonic()
+    sock.close()
+    deadline = hung_up + alone
+    while (svc._server.store.reader.stats.cancelled == cancelled_before
+           and time.monotonic() < deadline):
+        threading.Event().wait(0.01)
+    stopped = time.monotonic() - hung_up
+    assert svc._server.store.reader.stats.cancelled == cancelled_before + 1, (
+        "the query went on after its client hung up")
+    assert stopped < 0.5 * alone, f"stopped {stopped:.2f} s after the hang-up"
+    assert any(r.status == 499 and r.path == "/v1/datasets/_apl" for r in svc.requests)
+    assert _running(svc) == 0
+    assert other.query("['slow'] | count")[0]["count"] == 50_000  # its connection is back
+    client.close()
+    other.close()
+
+
+def test_one_request_per_panel_and_a_new_query_stops_the_old(
+        driver: Any, svc: Any, slow: str) -> None:
+    """A new query aborts the one in flight (AbortController) and the service stops it;
+    no panel ever has two requests in flight."""
+    from selenium.webdriver.common.by import By
+
+    before = sum(1 for r in svc.requests if r.status == 499)
+    open_page(driver, svc, apl=SLOW_APL)
+    wait_until(driver, lambda d: any(e["t1"] is None for e in events_requests(d))
+               and _running(svc) >= 1, "the slow query running")
+    driver.find_element(By.ID, "editor-apl").clear()
+    driver.find_element(By.ID, "editor-apl").send_keys("['slow'] | count")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: "50000" in " ".join(rows(d)), "the new query's answer")
+    first = events_requests(driver)[0]
+    assert first["aborted"] and SLOW_APL.split("|")[1].strip()[:20] in first["body"]
+    wait_until(driver, lambda d: sum(1 for r in svc.requests if r.status == 499) > before,
+               "the service stopping the aborted query")
+    most = driver.execute_script("return window.__net.most;")
+    assert most and max(most.values()) == 1, most
+
+
+def test_live_asks_only_for_what_is_new_slows_down_and_rests_when_hidden(
+        driver: Any, svc: Any) -> None:
+    """Live: after the first answer, only events newer than those shown are asked for
+    (startTime), at most one request a second in all when idle, less often while the service
+    is slow, and none while the tab is hidden."""
+    now = time.time()
+    ingest(svc, "live", [{"_time": now - 600 + i, "level": "info", "message": f"old {i}"}
+                         for i in range(300)])
+    open_page(driver, svc, dataset="live")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the newest 200")
+    mark = len(net_log(driver))
+    ingest(svc, "live", [{"level": "error", "message": "fresh one"}])
+    wait_until(driver, lambda d: "fresh one" in rows(d)[0], "the new event, live")
+    polls = [e for e in net_log(driver)[mark:] if e["panel"] == "events"]
+    assert polls and all('"startTime"' in e["body"] for e in polls)  # only what is new
+    assert not any("/local/search" in e["url"] for e in net_log(driver)[mark:])
+
+    # Idle: the requests of five seconds, all panels together.
+    window = 5000
+    made = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1]; const n = window.__net.log.length;"
+        f"setTimeout(() => done(window.__net.log.length - n), {window});")
+    assert made <= window / 1000, f"{made} requests in {window / 1000:g} s of idle live mode"
+
+    # A slow service: the next poll waits five times as long as the last answer took.
+    add_rule(driver, match="take 200", delay=700)
+    wait_until(driver, lambda d: len([e for e in events_requests(d)
+                                      if e["t1"] is not None and e["t1"] - e["t0"] >= 700])
+               >= 2, "two slow polls")
+    slow_polls = [e for e in events_requests(driver) if e["t1"] and e["t1"] - e["t0"] >= 700]
+    gap = slow_polls[1]["t0"] - slow_polls[0]["t1"]
+    assert gap >= 5 * 700 * 0.95, f"polled again {gap:.0f} ms after a 700 ms answer"
+    driver.execute_script("window.__net.rules.length = 0;")
+
+    # Hidden: nothing is asked; visible again, the page catches up at once.
+    driver.execute_script(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
+        "document.dispatchEvent(new Event('visibilitychange'));")
+    quiet = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "setTimeout(() => { const n = window.__net.log.length;"
+        "  setTimeout(() => done(window.__net.log.length - n), 3000); }, 800);")
+    assert quiet == 0, f"{quiet} requests while the tab was hidden"
+    shown_at = len(net_log(driver))
+    driver.execute_script(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+        "document.dispatchEvent(new Event('visibilitychange'));")
+    wait_until(driver, lambda d: len(net_log(d)) > shown_at, "a request once visible again")
+
+
+def test_loading_state_and_no_answer_under_a_newer_query(driver: Any, svc: Any) -> None:
+    """While a query runs its panel says so and hides what it showed; an answer that comes
+    back after a newer query started is dropped, never shown under it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    ingest(svc, "stale", [{"level": "info", "message": f"alpha {i}"} for i in range(3)]
+           + [{"level": "info", "message": f"beta {i}"} for i in range(2)])
+    open_page(driver, svc, dataset="stale")
+    wait_until(driver, lambda d: len(rows(d)) == 5, "the events")
+    driver.execute_script(WRONG_SCREENS_JS)
+    # The answer to "alpha" comes back late, even after the page gave up on it.
+    add_rule(driver, match='\\"alpha\\"', delay=2000, late=True, once=True)
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("alpha", Keys.ENTER)
+    state = wait_until(driver, lambda d: d.execute_script(
+        "const w = document.getElementById('events-wrap');"
+        "return w.getAttribute('aria-busy') === 'true' && [w.className,"
+        " getComputedStyle(document.getElementById('events')).visibility,"
+        " document.getElementById('query').className];"), "the loading state")
+    assert "stale" in state[0] and state[1] == "hidden" and "running" in state[2]
+    box.clear()
+    box.send_keys("beta", Keys.ENTER)
+    wait_until(driver, lambda d: len(rows(d)) == 2 and all("beta" in r for r in rows(d)),
+               "the newer search's events")
+    wait_until(driver, lambda d: all(e["handed"] is not None for e in net_log(d)
+                                     if '\\"alpha\\"' in e["body"]), "the late answer")
+    assert len(rows(driver)) == 2 and all("beta" in r for r in rows(driver))
+    assert "beta" in driver.find_element(By.ID, "query").text
+    wait_until(driver, lambda d: d.find_element(By.ID, "histogram").get_attribute("aria-busy")
+               == "false" and "2 events" in d.find_element(By.ID, "histogram").text,
+               "the histogram of the newer search")
+    assert driver.execute_script("return window.__wrong;") == []
+
+
+def test_a_time_out_says_so_and_runs_again_with_more_time(driver: Any, svc: Any) -> None:
+    """A query that runs out of time says it timed out and what to do, and offers to run it
+    again with more time (the service's longest); not "no events", not "cannot reach"."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    now = time.time()
+    ingest(svc, "timeout", [{"_time": now - 30_000 + i, "level": "info",
+                             "message": "needle found" if i % 10_000 == 7 else f"hay {i}"}
+                            for i in range(30_000)])
+    open_page(driver, svc, dataset="timeout")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    # This search's first run gets a thousandth of a second.
+    add_rule(driver, match='\\"needle\\"', rewrite={"timeout": 0.001}, once=True)
+    driver.find_element(By.ID, "filter").send_keys("needle", Keys.ENTER)
+    said = wait_until(driver, lambda d: d.find_element(By.ID, "events-state").is_displayed()
+                      and d.find_element(By.ID, "events-state").text, "the time-out")
+    assert "timed out" in said and "narrow the time range" in said
+    assert not driver.find_element(By.ID, "empty").is_displayed()
+    assert "cannot reach" not in driver.find_element(By.ID, "status").text
+    click(driver, "//button[contains(@class, 'more-time')]", "run again with more time")
+    wait_until(driver, lambda d: len(rows(d)) == 3 and all("needle" in r for r in rows(d)),
+               "the events, with more time")
+    assert json.loads(events_requests(driver)[-1]["body"])["timeout"] == 60
+
+
+def _big_events(now: float) -> list[dict[str, Any]]:
+    """30,000 events over a day, none within a minute of the hour before now's boundary; every
+    50th a 500; ``bucket`` is the event's hour."""
+    out = []
+    for i in range(30_000):
+        t = now - 86_400 + i * 2.88
+        if abs(t - (now - 3600)) < 60:
+            t -= 120
+        out.append({"_time": t, "level": "error" if i % 50 == 0 else "info",
+                    "status": 500 if i % 50 == 0 else 200, "request_id": f"r{i:06d}",
+                    "bucket": int((t - (now - 86_400)) // 3600), "message": f"event {i}"})
+    return out
+
+
+def facet(drv: Any, field: str) -> list[str]:
+    return list(drv.execute_script(
+        "const f = document.querySelector(`#facets [data-facet='${arguments[0]}']`);"
+        "return f ? [...f.querySelectorAll('li')].map(li => li.querySelector('.in').innerText"
+        " + ' ' + li.querySelector('.n').innerText) : null;", field) or [])
+
+
+def test_histogram_and_fields_follow_the_search_and_the_range(driver: Any, svc: Any) -> None:
+    """The histogram counts what the search finds in the range; the fields are computed over
+    the range (a sample spread evenly when the events are many, said so), an id-like field
+    shows its distinct count instead of a list of 1s."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    now = time.time()
+    events = _big_events(now)
+    ingest(svc, "big", events)
+    open_page(driver, svc, dataset="big")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    said = wait_until(driver, lambda d: "sample" in d.find_element(By.ID, "facets-said").text
+                      and d.find_element(By.ID, "facets-said").text, "the fields' sample")
+    assert re.search(r"a sample of (4,9\d\d|5,000) of 30,000, spread evenly", said), said
+    # Spread over the day: each hour's share of the sample is near 1/24 (the newest 5,000
+    # would be the last four hours, 1,250 each).
+    buckets = wait_until(driver, lambda d: facet(d, "bucket"), "the hours' facet")
+    assert all(int(v.split()[1]) < 2 * 5000 / 24 for v in buckets), buckets
+    high = driver.find_element(By.CSS_SELECTOR, "#facets [data-facet='request_id']").text
+    assert "distinct values" in high and not facet(driver, "request_id")
+
+    driver.find_element(By.ID, "filter").send_keys("status:500", Keys.ENTER)
+    total = lambda d: d.execute_script(  # noqa: E731
+        "const t = document.querySelector('#histogram .total');"
+        "return t && document.getElementById('histogram').getAttribute('aria-busy') === 'false'"
+        " ? Number(t.dataset.total) : null;")
+    wait_until(driver, lambda d: total(d) == 600, "the histogram of the search")
+    wait_until(driver, lambda d: facet(d, "status") == ["500 600"], "the fields of the search")
+    assert "of 600 events" in driver.find_element(By.ID, "facets-said").text
+    in_hour = sum(1 for e in events if e["status"] == 500 and e["_time"] >= now - 3600)
+    Select(driver.find_element(By.ID, "range")).select_by_value("1h")
+    wait_until(driver, lambda d: total(d) == in_hour, "the histogram of the last hour")
+    wait_until(driver, lambda d: facet(d, "status") == [f"500 {in_hour}"],
+               "the fields of the last hour")
+
+
+def test_many_fields_a_field_filter_and_a_column_picker(driver: Any, svc: Any) -> None:
+    """A 200-field event does not flood the fields: the first ones show, a filter finds the
+    others; a field can be a column of its own (kept in the address)."""
+    from selenium.webdriver.common.by import By
+
+    ingest(svc, "wide", [{"level": "info", "message": f"flags {i}", "status": 200 + i,
+                          **{f"flag_{j:03d}": j % 2 == 0 for j in range(200)}}
+                         for i in range(20)])
+    open_page(driver, svc, dataset="wide")
+    wait_until(driver, lambda d: len(rows(d)) == 20, "the events")
+    more = wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#facets .more").text,
+                      "the fields not listed")
+    assert "more fields" in more
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#facets .facet")) <= 25
+    driver.find_element(By.ID, "field-filter").send_keys("flag_19")
+    names = driver.execute_script(
+        "return [...document.querySelectorAll('#facets .facet')].map(f => f.dataset.facet);")
+    assert names == [f"flag_19{j}" for j in range(10)]
+    driver.find_element(By.ID, "field-filter").clear()
+    driver.find_element(By.ID, "field-filter").send_keys("status")
+    click(driver, "//button[contains(@class, 'col') and @data-field='status']",
+          "status as a column")
+    headers = driver.execute_script(
+        "return [...document.querySelectorAll('#events th')].map(t => t.innerText);")
+    assert headers == ["time", "level", "message", "status", "fields"]
+    assert driver.execute_script(
+        "return document.querySelector('#events td[data-col=status]').innerText;") == "219"
+    assert "cols=status" in driver.current_url
+    driver.refresh()
+    wait_until(driver, lambda d: "status" in d.execute_script(
+        "return [...document.querySelectorAll('#events th')].map(t => t.innerText);"),
+        "the column after a reload")
+    driver.find_element(By.ID, "columns-toggle").click()
+    click(driver, "//input[@data-column='status']", "the column picker's status")
+    wait_until(driver, lambda d: "status" not in d.execute_script(
+        "return [...document.querySelectorAll('#events th')].map(t => t.innerText);"),
+        "the column gone")
+    driver.find_element(By.ID, "columns-toggle").click()
+
+
+def test_context_links_are_a_window_around_the_event_that_widens(
+        driver: Any, svc: Any) -> None:
+    """"Its request" and "around it" look a bounded time either side of the event (not all
+    time), say so, and widen on demand; "back to the search" returns."""
+    from selenium.webdriver.common.by import By
+
+    t0 = time.time() - 3 * 3600
+    ingest(svc, "ctx", [
+        {"_time": t0 - 2 * 3600, "level": "info", "message": "long before", "request_id": "r-1"},
+        {"_time": t0, "level": "error", "message": "the error", "request_id": "r-1"},
+        {"_time": t0 + 240, "level": "info", "message": "later on", "request_id": "r-1"},
+        {"_time": t0 - 20, "level": "debug", "message": "next door", "request_id": "r-2"},
+        {"_time": t0 + 20, "level": "debug", "message": "next door too", "request_id": "r-2"},
+        {"_time": t0 + 7200, "level": "info", "message": "unrelated", "request_id": "r-3"},
+    ])
+    open_page(driver, svc, dataset="ctx")
+    wait_until(driver, lambda d: len(rows(d)) == 6, "the events")
+    click(driver, "//tr[contains(., 'the error')]", "the error")
+    click(driver, "//button[@id='detail-request']", "its request")
+    wait_until(driver, lambda d: sorted(r.split("  ")[0].split("\t")[-1] for r in rows(d))
+               and {"the error", "later on"} == {m for r in rows(d)
+                                                 for m in ("the error", "later on") if m in r}
+               and len(rows(d)) == 2, "its request within 15 minutes")
+    context = driver.find_element(By.ID, "context").text
+    assert "within 15 minutes" in context and "request_id:r-1" in context
+    assert "datetime('" in driver.find_element(By.ID, "query").text
+    assert not driver.find_element(By.ID, "detail").get_attribute("hidden")  # the pane stays
+    click(driver, "//button[@id='context-widen']", "widen")
+    wait_until(driver, lambda d: "within 1 hour" in d.find_element(By.ID, "context").text
+               and len(rows(d)) == 2, "an hour either side")
+    click(driver, "//button[@id='context-widen']", "widen again")
+    wait_until(driver, lambda d: len(rows(d)) == 3 and any("long before" in r for r in rows(d)),
+               "a day either side: the whole request")
+    click(driver, "//button[@id='detail-around']", "around it")
+    wait_until(driver, lambda d: len(rows(d)) == 3 and not any("later on" in r
+                                                               for r in rows(d)),
+               "the minute either side, every event")
+    click(driver, "//button[@id='context-widen']", "widen to five minutes")
+    wait_until(driver, lambda d: len(rows(d)) == 4, "five minutes either side")
+    click(driver, "//button[@id='context-back']", "back to the search")
+    wait_until(driver, lambda d: len(rows(d)) == 6, "the search before")
+    assert driver.find_element(By.ID, "context").get_attribute("hidden")
+
+
+def test_charts_draw_a_series_per_group_with_a_legend_over_the_range(
+        driver: Any, svc: Any) -> None:
+    """An APL chart: one line per group for values over time, stacked bars for counts, a
+    legend; the range picker applies to the query, and bin_auto makes about 100 bins."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    now = time.time()
+    paths = ["/", "/api/cart", "/api/search"]
+    ingest(svc, "chart", [{"_time": now - 7200 + i * 10, "path": paths[i % 3],
+                           "duration_ms": 10 + (i * 7) % 300,
+                           "level": ["info", "info", "warning", "error"][i % 4]}
+                          for i in range(720)])
+    open_page(driver, svc, dataset="chart")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    Select(driver.find_element(By.ID, "range")).select_by_value("1h")
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['chart'] | summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
+    driver.find_element(By.ID, "editor-run").click()
+    lines = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#chart path[data-series]')]"
+        ".map(p => [p.dataset.series, Number(p.dataset.points)]);"), "the lines")
+    assert sorted(name for name, _ in lines) == sorted(paths)
+    # The last hour in 30-second bins (about 100): ~40 of each path's bins have events.
+    assert all(30 <= points <= 125 for _, points in lines), lines
+    legend = driver.execute_script(
+        "return [...document.querySelectorAll('#chart .legend .series')].map(s => s.innerText);")
+    assert sorted(legend) == sorted(paths)
+    assert json.loads(events_requests(driver)[-1]["body"])["startTime"] == "now-1h"
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['chart'] | summarize count() by level, bin_auto(_time)")
+    driver.find_element(By.ID, "editor-run").click()
+    bars = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#chart rect')]"
+        ".map(r => [r.dataset.series, r.dataset.label]);"), "the stacked bars")
+    assert {s for s, _ in bars} == {"info", "warning", "error"}
+    per_bin: dict[str, int] = {}
+    for _, label in bars:
+        per_bin[label] = per_bin.get(label, 0) + 1
+    assert max(per_bin.values()) == 3  # one bin's bars stacked, a colour per level
+    assert 50 <= len(per_bin) <= 125
+    legend = driver.execute_script(
+        "return [...document.querySelectorAll('#chart .legend .series')].map(s => s.innerText);")
+    assert sorted(legend) == ["error", "info", "warning"]
+    driver.find_element(By.ID, "editor-toggle").click()
+
+
+def test_comparisons_with_spaces_and_completion(driver: Any, svc: Any) -> None:
+    """`n > 40` is the comparison `n>40` (not three words); field names and their values
+    complete from the dataset's fields."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    ingest(svc, "grammar", [{"level": ["error", "info"][i % 2], "message": f"m{i}", "n": i}
+                            for i in range(50)])
+    open_page(driver, svc, dataset="grammar")
+    wait_until(driver, lambda d: len(rows(d)) == 50, "the events")
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("n > 40", Keys.ENTER)
+    wait_until(driver, lambda d: len(rows(d)) == 9, "n > 40")
+    assert "| where n > 40 |" in driver.find_element(By.ID, "query").text
+    box.clear()
+    box.send_keys("n>=45", Keys.ENTER)
+    wait_until(driver, lambda d: len(rows(d)) == 5, "n>=45")
+    box.clear()
+    box.send_keys("lev")
+    options = lambda d: d.execute_script(  # noqa: E731
+        "const c = document.getElementById('complete');"
+        "return c.hidden ? [] : [...c.children].map(li => li.dataset.insert);")
+    wait_until(driver, lambda d: options(d) == ["level:"], "the field name")
+    box.send_keys(Keys.TAB)
+    assert box.get_attribute("value") == "level:"
+    wait_until(driver, lambda d: sorted(options(d)) == ["level:error ", "level:info "],
+               "the field's values")
+    box.send_keys(Keys.ARROW_DOWN, Keys.ENTER)
+    chosen = box.get_attribute("value").strip()
+    assert chosen in ("level:error", "level:info")
+    wait_until(driver, lambda d: len(rows(d)) == 25
+               and all(chosen.split(":")[1].upper() in r for r in rows(d)), "the value's events")
+
+
+def test_event_links_open_the_event_whatever_the_search(driver: Any, svc: Any) -> None:
+    """An event's link (its time and id) opens it, in its minute, whatever the page showed;
+    copy link and copy JSON put them on the clipboard."""
+    from selenium.webdriver.common.by import By
+
+    now = time.time()
+    ingest(svc, "links", [{"_time": now - 5000 + i * 10, "level": "info",
+                           "message": f"line {i}", "n": i} for i in range(400)])
+    open_page(driver, svc, dataset="links")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    driver.execute_cdp_cmd("Browser.grantPermissions", {
+        "origin": svc.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    click(driver, "//tr[contains(., 'line 350')]", "an event")
+    shown = json.loads(driver.find_element(By.ID, "detail-json").text)
+    driver.find_element(By.ID, "copy-link").click()
+    wait_until(driver, lambda d: "copied" in d.find_element(By.ID, "detail-said").text,
+               "the link copied")
+    read = ("const done = arguments[arguments.length - 1];"
+            "navigator.clipboard.readText().then(done, (e) => done('error: ' + e));")
+    link = driver.execute_async_script(read)
+    assert link.startswith(svc.url + "/#") and "token=" not in link
+    assert "event=" in link and shown["_rowId"] in link
+    driver.find_element(By.ID, "copy-json").click()
+    wait_until(driver, lambda d: "JSON copied" in d.find_element(By.ID, "detail-said").text,
+               "the JSON copied")
+    assert json.loads(driver.execute_async_script(read)) == shown
+
+    # Elsewhere, with a search that leaves the event out: the link still opens it.
+    open_page(driver, svc, dataset="links", q="n<10")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "a search that leaves the event out")
+    driver.get(link)
+    got = wait_until(driver, lambda d: d.find_element(By.ID, "detail").is_displayed()
+                     and d.find_element(By.ID, "detail-json").text, "the linked event")
+    assert json.loads(got)["message"] == "line 350"
+    assert "/" in driver.find_element(By.ID, "range").get_attribute("value")  # its minute
+    wait_until(driver, lambda d: any("line 350" in r for r in rows(d)), "its minute's events")
+
+
+def test_dark_theme_follows_the_system_and_the_switch(driver: Any, svc: Any) -> None:
+    """The page is dark when the system prefers it, and the switch overrides (remembered)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    def background(d: Any) -> str:
+        return str(d.execute_script("return getComputedStyle(document.body).backgroundColor;"))
+
+    ingest(svc, "theme", [{"level": "info", "message": "hello"}])
+    try:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        open_page(driver, svc, dataset="theme")
+        wait_until(driver, lambda d: len(rows(d)) == 1, "the event")
+        assert background(driver) == "rgb(15, 17, 21)"
+        Select(driver.find_element(By.ID, "theme")).select_by_value("light")
+        assert background(driver) == "rgb(247, 248, 250)"
+        driver.refresh()
+        wait_until(driver, lambda d: len(rows(d)) == 1, "the event again")
+        assert background(driver) == "rgb(247, 248, 250)"  # remembered
+        Select(driver.find_element(By.ID, "theme")).select_by_value("dark")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        assert background(driver) == "rgb(15, 17, 21)"  # the switch, whatever the system
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        Select(driver.find_element(By.ID, "theme")).select_by_value("auto")
+
+
+def test_keyboard_search_rows_and_the_pane(driver: Any, svc: Any) -> None:
+    """`/` goes to the search, Esc leaves it (and closes the pane), ↑/↓ move between events
+    and Enter opens one; with the pane open it follows the arrows."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    now = time.time()
+    ingest(svc, "keys", [{"_time": now - 100 + i, "level": "info", "message": f"key {i}"}
+                         for i in range(5)])
+    open_page(driver, svc, dataset="keys")
+    wait_until(driver, lambda d: len(rows(d)) == 5, "the events")
+    active = lambda d: d.execute_script(  # noqa: E731
+        "const a = document.activeElement; return a.id || a.dataset.rowId || a.tagName;")
+    driver.find_element(By.ID, "title").click()
+    ActionChains(driver).send_keys("/").perform()
+    assert active(driver) == "filter"
+    ActionChains(driver).send_keys(Keys.ESCAPE).perform()
+    assert active(driver) != "filter"
+    ActionChains(driver).send_keys(Keys.ARROW_DOWN).perform()
+    first = active(driver)
+    ActionChains(driver).send_keys(Keys.ARROW_DOWN).perform()
+    second = active(driver)
+    assert first != second and rows(driver)[1].find("key 3") >= 0
+    ActionChains(driver).send_keys(Keys.ENTER).perform()
+    wait_until(driver, lambda d: json.loads(d.find_element(By.ID, "detail-json").text)
+               ["message"] == "key 3", "Enter opens the event")
+    ActionChains(driver).send_keys(Keys.ARROW_UP).perform()
+    wait_until(driver, lambda d: json.loads(d.find_element(By.ID, "detail-json").text)
+               ["message"] == "key 4", "the pane follows the arrows")
+    ActionChains(driver).send_keys(Keys.ESCAPE).perform()
+    assert not driver.find_element(By.ID, "detail").is_displayed()
+
+
+def test_the_journey_errors_traceback_request_p95_in_under_a_minute(
+        driver: Any, svc: Any) -> None:
+    """Issue 38's done-when: the errors of the last 15 minutes, one's traceback, its request,
+    then p95 latency by path for the last hour: under a minute, no wrong screen on the way."""
+    import sys
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    try:
+        from benchmarks.weblogs import requests as weblogs
+    finally:
+        sys.path.pop(0)
+    events = [e for batch in weblogs(20_000, time.time(), hours=2.0, seed=3) for e in batch]
+    ingest(svc, "shop", events)
+    started = time.monotonic()
+    open_page(driver, svc, dataset="shop")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the newest events")
+    driver.execute_script(WRONG_SCREENS_JS)
+    driver.find_element(By.ID, "filter").send_keys("level:error", Keys.ENTER)
+    Select(driver.find_element(By.ID, "range")).select_by_value("15m")
+    errors = client_count = None
+    client = svc.client()
+    try:
+        client_count = client.query("['shop'] | where _time >= ago(15m) and level == 'error' "
+                                    "| count")[0]["count"]
+    finally:
+        client.close()
+    assert client_count, "the generated logs have errors in the last 15 minutes"
+    wait_until(driver, lambda d: "ago(15m)" in d.find_element(By.ID, "query").text
+               and len(rows(d)) == min(200, client_count)
+               and all("ERROR" in r for r in rows(d)), "the errors of the last 15 minutes")
+    errors = rows(driver)
+    click(driver, "//tr[contains(., '⚠ trace')]", "an error with a traceback")
+    trace = wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#detail-traces pre")
+                       .text, "its traceback")
+    assert trace.startswith("Traceback (most recent call last):")
+    request_id = json.loads(driver.find_element(By.ID, "detail-json").text)["request_id"]
+    click(driver, "//button[@id='detail-request']", "its request")
+    wait_until(driver, lambda d: len(rows(d)) >= 2 and all(request_id in r for r in rows(d))
+               and any(" in " in r and "INFO" in r for r in rows(d)),
+               "every event of its request, the access line too")
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['shop'] | summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
+    Select(driver.find_element(By.ID, "range")).select_by_value("1h")
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    series = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#chart path[data-series]')]"
+        ".map(p => p.dataset.series);"), "p95 latency by path")
+    took = time.monotonic() - started
+    # A line per path (and one for the events with none: slow-request warnings).
+    assert sum(1 for s in series if s.startswith("/")) >= 5
+    assert set(series) <= {e.get("path") or "(none)" for e in events}
+    assert driver.execute_script("return window.__wrong;") == []
+    assert took < 60, f"the journey took {took:.1f} s"
+    assert errors
+    driver.find_element(By.ID, "editor-toggle").click()

@@ -15,39 +15,52 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import time
 from typing import Any
 
-from .apl import AplError, Call, Field, Lit, parse_query, span_us
+from .apl import AplError, Bin, Call, Field, Lit, parse_query, span_us
 from .aplsql_expr import Compiler, glob, path, path_flat, quote
 from .aplsql_run import DEFAULT_PAGE, MATCHED, MAX_ROWS, Compiled
 
-__all__ = ["Compiled", "auto_span", "compile_query"]
+__all__ = ["AUTO_BINS", "Compiled", "auto_span", "compile_query", "time_bounds"]
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
 
 
-_AUTO_SPANS = [n * span_us(u) for n, u in ((1, "s"), (5, "s"), (10, "s"), (30, "s"), (1, "m"),
-                                         (5, "m"), (10, "m"), (30, "m"), (1, "h"), (3, "h"),
-                                         (6, "h"), (12, "h"), (1, "d"), (7, "d"), (30, "d"))]
+_AUTO_SPANS = [n * span_us(u) for n, u in ((1, "s"), (2, "s"), (5, "s"), (10, "s"), (15, "s"),
+                                         (30, "s"), (1, "m"), (2, "m"), (5, "m"), (10, "m"),
+                                         (15, "m"), (30, "m"), (1, "h"), (2, "h"), (3, "h"),
+                                         (6, "h"), (12, "h"), (1, "d"), (2, "d"), (7, "d"),
+                                         (30, "d"))]
+AUTO_BINS = 100
 
 
 def auto_span(first_us: int, last_us: int) -> int:
-    """bin_auto's span for a time range: the smallest round span giving at most 100 bins."""
-    width = max(0, last_us - first_us)
-    return next((span for span in _AUTO_SPANS if width / span <= 100), _AUTO_SPANS[-1])
+    """bin_auto's span for a time range: the round span (1s, 2s, 5s, ... 15m, 30m, 1h, ...)
+    giving the number of bins nearest to AUTO_BINS (about 100 per chart: 15 minutes for a day,
+    30 seconds for an hour), never more than twice as many."""
+    width = max(1, last_us - first_us)
+    fits = [span for span in _AUTO_SPANS if width / span <= 2 * AUTO_BINS] or _AUTO_SPANS[-1:]
+    return min(fits, key=lambda span: abs(math.log(width / span / AUTO_BINS)))
 
 
 def compile_query(text: str, *, start_us: int | None = None, end_us: int | None = None,
                   now_us: int | None = None,
                   data_range: tuple[int, int] | None = None,
-                  cursor: tuple[int, int, bool] | None = None) -> Compiled:
+                  cursor: tuple[int, int, bool] | None = None,
+                  sample: int | None = None,
+                  span_override_us: int | None = None) -> Compiled:
     """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
 
     ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
     query has no ``start_us``/``end_us``. ``cursor`` (the ``_time`` and row of an event, and
     whether to include it) starts the rows after that event in the query's time order: older
     ones for the default newest-first order, newer ones after ``sort by _time asc``.
+
+    ``sample`` keeps about one row in ``sample`` (spread evenly: a hash of the row id),
+    tested before anything else (the page's facets). ``span_override_us`` sizes ``bin_auto``
+    when the query runs in parts of its range (reader.py).
     """
     q = parse_query(text)
     now = time.time_ns() // 1000 if now_us is None else now_us
@@ -62,7 +75,14 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             last = data_range[1] if end_us is None else max(first + 1, min(end_us,
                                                                             data_range[1]))
         comp.auto_span_us = auto_span(first, last)
+    if span_override_us is not None:
+        comp.auto_span_us = span_override_us
     cond = [f"dataset = {quote(q.dataset)}"]
+    if sample is not None and sample > 1:
+        # Knuth's multiplicative hash of the row id (its low 32 bits): about one row in
+        # ``sample``, spread over the rows whatever their order (a plain seq % sample would
+        # miss a dataset whose rows alternate with another's).
+        cond.insert(0, f"(((seq * 2654435761) % 4294967296) % {int(sample)}) = 0")
     if start_us is not None:
         cond.append(f"time >= {int(start_us)}")
     if end_us is not None:
@@ -83,6 +103,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     groups: list[str] = []
     aggs: list[tuple[str, str]] = []
     bin_us: int | None = None
+    time_name: str | None = None  # the summarize's time bin group
 
     def keep_order(sql: str) -> str:
         # Before a step that rebuilds body, an order on the old body is fixed into ``ord``.
@@ -110,9 +131,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
         elif kind == "search":
             # The stored text is the event's JSON with ASCII escapes: each term is looked for
-            # in that form, case folded as SQLite folds (ASCII).
-            conds = " AND ".join(
-                f"instr(lower(body), lower({quote(json.dumps(term)[1:-1])})) > 0" for term in op[1])
+            # in that form, case folded as SQLite folds (ASCII). LIKE folds ASCII too, and
+            # reads the text in place (lower() copied every event first: twice the time).
+            conds = " AND ".join(f"body LIKE {quote(like_pattern(json.dumps(term)[1:-1]))} "
+                                 f"ESCAPE '\\'" for term in op[1])
             sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {conds}"
         elif kind == "sort":
             parts, order_report = [], []
@@ -235,6 +257,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             _, agg_list, group_list = op
             items, group_sql, names = [], [], []
             time_group = "NULL"
+            time_name = None
             order_parts = []
             bin_us = None
             for name, e in group_list:
@@ -244,6 +267,7 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                 names.append(name)
                 if s.kind == "time" and time_group == "NULL":
                     time_group = s.sql
+                    time_name = name
                     order_parts.append("time ASC")
                     bin_us = s.bin_us
                 else:
@@ -298,7 +322,65 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
            + (f" ORDER BY {final_order}" if final_order else "")
            + f" LIMIT {MAX_ROWS if page is None else page + 1}")
     return Compiled(sql, q.dataset, fields, aggregated, groups, aggs, order_report, bin_us,
-                    hidden, _messages(q), "_rowId" in text, page, agg_info, away_patterns)
+                    hidden, _messages(q), "_rowId" in text, page, agg_info, away_patterns,
+                    time_name)
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern finding ``text`` anywhere (its own % _ and \\ escaped with \\)."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def time_bounds(text: str, now_us: int | None = None) -> tuple[int | None, int | None]:
+    """The ``_time`` range a query's leading ``where``s confine it to, ``(lo, hi)`` (``lo``
+    included, ``hi`` not; None: unbounded): ``where _time >= ago(15m)``, the page's
+    ``where _time < datetime(...) or (_time == datetime(...) and ...)``. The reader scans
+    only that part of the dataset."""
+    q = parse_query(text)
+    comp = Compiler(time.time_ns() // 1000 if now_us is None else now_us, text)
+    lo: int | None = None
+    hi: int | None = None
+    for op in q.ops:
+        if op[0] == "search":
+            continue
+        if op[0] != "where":
+            break
+        a, b = _bounds(comp, op[1])
+        if a is not None:
+            lo = a if lo is None else max(lo, a)
+        if b is not None:
+            hi = b if hi is None else min(hi, b)
+    return lo, hi
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}
+
+
+def _bounds(comp: Compiler, e: Any) -> tuple[int | None, int | None]:
+    if not isinstance(e, Bin):
+        return None, None
+    if e.op in ("and", "or"):
+        (a1, b1), (a2, b2) = _bounds(comp, e.left), _bounds(comp, e.right)
+        if e.op == "and":
+            lo = a1 if a2 is None else a2 if a1 is None else max(a1, a2)
+            hi = b1 if b2 is None else b2 if b1 is None else min(b1, b2)
+            return lo, hi
+        return (None if a1 is None or a2 is None else min(a1, a2),
+                None if b1 is None or b2 is None else max(b1, b2))
+    op, field, other = e.op, e.left, e.right
+    if not (isinstance(field, Field) and field.name == "_time"):
+        op, field, other = _FLIP.get(e.op, ""), e.right, e.left
+    if op not in _FLIP or not (isinstance(field, Field) and field.name == "_time"):
+        return None, None
+    try:
+        value = comp.as_time(comp.expr(other))
+    except AplError:
+        return None, None
+    if not value.is_const or not isinstance(value.const, int) or isinstance(value.const, bool):
+        return None, None
+    v = value.const
+    return {">": (v + 1, None), ">=": (v, None), "<": (None, v), "<=": (None, v + 1),
+            "==": (v, v + 1)}[op]
 
 
 def _agg_info(call: Call) -> dict[str, Any]:

@@ -211,6 +211,14 @@ class Compiler:
         if not self.raw_body or not left.sql.startswith("json_extract(body, "):
             return ""
         value = right.const
+        if (op == "==" and right.is_const and left.field is not None
+                and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and abs(value) < 1e15 and value not in (0, 1)):
+            # A top-level number is written "key":500 (a float 500.0 as "key":500.0, which
+            # holds it too); below 1e15 json.dumps writes every number in plain digits. Not
+            # 0 and 1: SQLite reads a JSON false and true as those.
+            digits = str(int(value)) if float(value).is_integer() else repr(float(value))
+            return f"instr(body, {quote(json.dumps(left.field) + ':' + digits)}) > 0"
         if not right.is_const or not isinstance(value, str) or not value:
             return ""
         if op == "==":

@@ -13,7 +13,8 @@ from typing import Any
 from .apl import format_trimmed, parse_time
 
 __all__ = ["DEFAULT_PAGE", "MATCHED", "MAX_ANSWER_BYTES", "MAX_ROWS", "Compiled",
-           "QueryTimeout", "Result", "legacy_answer", "run", "tabular_answer"]
+           "QueryTimeout", "Result", "build", "fetch_rows", "legacy_answer", "run",
+           "tabular_answer"]
 
 # At most this many rows in one answer, like the real service's cap on a query's result.
 MAX_ROWS = 65_000
@@ -44,6 +45,7 @@ class Compiled:
     page: int | None = None  # rows of a page (no take or limit): more is a partial answer
     agg_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # column -> its "agg"
     away: list[str] = field(default_factory=list)  # project-away patterns (user*)
+    time_group: str | None = None  # the group that is a time bin (its rows' ``time``)
 
 
 # ---------------------------------------------------------------------------- running
@@ -122,8 +124,21 @@ def run(db: Any, compiled: Compiled, deadline: float | None = None,
     zeros of the fraction cut), then the event's fields with nested objects as dotted fields;
     ``_rowId`` only when the query names it (a paging key of the local service's own)."""
     started = time.perf_counter()
-    raw, truncated = _fetch(db.execute(compiled.sql), deadline,
-                            MAX_ANSWER_BYTES if max_bytes is None else max_bytes)
+    raw, truncated = fetch_rows(db, compiled.sql, deadline,
+                                MAX_ANSWER_BYTES if max_bytes is None else max_bytes)
+    return build(compiled, raw, truncated, deadline, started)
+
+
+def fetch_rows(db: Any, sql: str, deadline: float | None, max_bytes: int
+               ) -> tuple[list[Any], bool]:
+    """The raw rows of ``sql`` (seq, time, sys, body), bounded as ``run`` bounds them."""
+    return _fetch(db.execute(sql), deadline, max_bytes)
+
+
+def build(compiled: Compiled, raw: list[Any], truncated: bool, deadline: float | None,
+          started: float) -> Result:
+    """The answer's rows from the raw rows of ``compiled`` (read at once, or in parts of its
+    time range by the reader); ``started`` is when the query began (perf_counter)."""
     if compiled.page is not None and len(raw) > compiled.page:
         del raw[compiled.page:]
         truncated = True  # there is a next page: the status says isPartial, and its cursors

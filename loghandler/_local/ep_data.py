@@ -21,10 +21,11 @@ from .ingest import (
     parse_values,
     prepare_events,
 )
+from .reader import MAX_QUERY_TIMEOUT, QUERY_TIMEOUT
 from .request import Raw, Request
 
 __all__ = ["exists", "ingest", "legacy_query", "not_found", "otlp_ingest", "query",
-           "store_values"]
+           "query_timeout", "store_values"]
 
 
 def not_found(dataset: str) -> HttpError:
@@ -157,8 +158,24 @@ def query(req: Request) -> dict[str, Any]:
         if not req.state.create_datasets and not req.state.store.dataset_exists(name):
             raise not_found(name)
     return req.state.store.query(data["apl"], data.get("startTime"),
-                                   data.get("endTime"), fmt, cursor=data.get("cursor"),
-                                   include_cursor=data.get("includeCursor", False))
+                                   data.get("endTime"), fmt, timeout=query_timeout(data),
+                                   cursor=data.get("cursor"),
+                                   include_cursor=data.get("includeCursor", False),
+                                   cancelled=req.client_gone)
+
+
+def query_timeout(data: dict[str, Any]) -> float:
+    """How long the query may run: QUERY_TIMEOUT, or the body's ``timeout`` (seconds, a
+    local extension the page uses to run a query again with more time), up to
+    MAX_QUERY_TIMEOUT."""
+    value = data.get("timeout")
+    if value is None:
+        return QUERY_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value <= MAX_QUERY_TIMEOUT):
+        raise HttpError(400, f'"timeout" is the seconds a query may run, more than 0 and at '
+                             f"most {MAX_QUERY_TIMEOUT:g}; got {value!r}")
+    return float(value)
 
 
 def legacy_query(req: Request, dataset: str) -> dict[str, Any]:

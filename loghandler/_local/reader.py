@@ -1,58 +1,164 @@
 """The local service's read path: an APL query run over the stored events, bounded by its
-deadline (SQLite's progress handler and ``matches regex``'s own), and answered in the
-service's formats. With a file, queries read through a connection of their own (WAL), so a long
-one does not hold up ingest; in memory they share the store's one connection.
+deadline (SQLite's progress handler and ``matches regex``'s own), stopped when its client hangs
+up, and answered in the service's formats.
+
+Queries read through connections of their own (the store's file is in WAL mode), one per
+query at a time from a small pool: a long query holds up neither ingest nor the other queries,
+and a query that stops (its deadline, or its client gone: SQLite's interrupt) gives its
+connection back at once.
+
+An aggregation over many events (a day's ``count() by level, bin_auto(_time)``) runs in parts
+of its time range on a connection per core, and their groups are merged.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
+import os
 import pathlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import apl as apl
 from . import aplsql as aplsql
 from . import aplsql_run as aplsql_run
 from .ingest import HttpError
-from .sqlfunctions import QUERY, QUERY_TIMEOUT, add_functions
+from .sqlfunctions import QUERY, QUERY_TIMEOUT, add_functions, sort_key
 
-__all__ = ["QUERY_TIMEOUT", "Reader"]
+__all__ = ["MAX_QUERY_TIMEOUT", "QUERY_TIMEOUT", "READERS", "QueryTimedOut", "ReadStats", "Reader"]
+
+# A client may ask for more time than QUERY_TIMEOUT ("timeout" in the query's body), up to this.
+MAX_QUERY_TIMEOUT = 60.0
+# Connections reading at once; a query waits (within its deadline) for one to be free. More
+# than the cores: a one-row query (an event's link) must not wait behind a day's aggregation.
+READERS = 8
+# An aggregation over at least this many events runs in parts of its time range, on a
+# connection per core (counts, sums, minimums and maximums merge exactly): about PART_ROWS
+# events a part, as a sort of fewer rows costs less a row.
+SPLIT_MIN_ROWS = 200_000
+PART_ROWS = 100_000
+MAX_PARTS = 64
+WORKERS = min(4, os.cpu_count() or 1)
+MERGEABLE = frozenset({"count", "countif", "sum", "min", "max"})
+# How often (s) a running query looks whether its client is still there.
+CLIENT_CHECK_EVERY = 0.02
+
+
+class ReadStats:
+    """What the reader did, for tests and benchmarks: queries stopped because their client
+    went away, and those stopped at their deadline."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.timed_out = 0
+        self.running = 0
+
+
+class _Stop:
+    """One query's stop conditions: its deadline and its client (``cancelled()``)."""
+
+    def __init__(self, deadline: float, cancelled: Callable[[], bool] | None) -> None:
+        self.deadline = deadline
+        self.cancelled_check = cancelled
+        self.cancelled = False
+        self._next_check = 0.0
+
+    def __call__(self) -> int:
+        now = time.monotonic()
+        if now > self.deadline:
+            return 1
+        if self.cancelled_check is not None and now >= self._next_check:
+            self._next_check = now + CLIENT_CHECK_EVERY
+            if self.cancelled_check():
+                self.cancelled = True
+                return 1
+        return 0
 
 
 class Reader:
-    """Runs queries: ``db`` and ``lock`` are the store's connection and lock, ``count`` the
-    events a dataset holds (the status's ``rowsExamined``)."""
+    """Runs queries over the store's file (``path``); ``db`` and ``lock`` are the store's own
+    connection and lock (used when there is no file to open twice), ``count`` the events a
+    dataset holds (the status's ``rowsExamined``)."""
 
     def __init__(self, path: str | None, db: sqlite3.Connection, lock: threading.Lock,
-                 count: Callable[[str], int]) -> None:
+                 count: Callable[[str], int], readers: int = READERS) -> None:
         self._db = db
         self._lock = lock
         self._count = count
-        self._reader: sqlite3.Connection | None = None
-        self._reader_lock = threading.Lock()
-        if path:
-            uri = pathlib.Path(path).resolve().as_uri() + "?mode=ro"
-            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False,
-                                           isolation_level=None)
-            add_functions(self._reader)
+        self._uri = None if not path else pathlib.Path(path).resolve().as_uri() + "?mode=ro"
+        self._idle: list[sqlite3.Connection] = []
+        self._opened = 0
+        self._max = max(1, readers)
+        self._pool = threading.Condition()
+        self._closed = False
+        self.stats = ReadStats()
 
     def close(self) -> None:
-        with self._reader_lock:
-            if self._reader is not None:
-                self._reader.close()
+        with self._pool:
+            self._closed = True
+            for conn in self._idle:
+                conn.close()
+            self._idle.clear()
+            self._pool.notify_all()
+
+    @contextlib.contextmanager
+    def _connection(self, stop: _Stop) -> Iterator[sqlite3.Connection]:
+        """A connection for one query: a free one of the pool, a new one while there are
+        fewer than READERS, else the first given back (waiting no longer than the query may
+        run, and not for a client gone)."""
+        if self._uri is None:
+            with self._lock:
+                yield self._db
+            return
+        conn: sqlite3.Connection | None = None
+        with self._pool:
+            while conn is None:
+                if self._closed:
+                    raise sqlite3.ProgrammingError("the store is closed")
+                if self._idle:
+                    conn = self._idle.pop()
+                elif self._opened < self._max:
+                    self._opened += 1
+                    try:
+                        conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False,
+                                               isolation_level=None)
+                        add_functions(conn)
+                    except BaseException:
+                        self._opened -= 1
+                        raise
+                else:
+                    if stop():
+                        raise _Stopped
+                    self._pool.wait(CLIENT_CHECK_EVERY)
+        try:
+            yield conn
+        finally:
+            with self._pool:
+                if self._closed:
+                    conn.close()
+                    self._opened -= 1
+                else:
+                    self._idle.append(conn)
+                self._pool.notify()
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
               timeout: float = QUERY_TIMEOUT, cursor: Any = None,
-              include_cursor: Any = False) -> dict[str, Any]:
+              include_cursor: Any = False,
+              cancelled: Callable[[], bool] | None = None,
+              sample: int | None = None) -> dict[str, Any]:
         """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
 
         ``HttpError(400)`` names what is outside the subset; a query is stopped after
-        ``timeout`` seconds, so one query cannot hold the store (and ingest) for long.
-        ``cursor`` (a ``_rowId``, as the status's ``minCursor``/``maxCursor`` give) starts the
-        rows after that event, and with ``include_cursor`` at it: the next page.
+        ``timeout`` seconds (a 400 that says so, with ``timedOut``), and as soon as
+        ``cancelled()`` says its client has gone (499). ``cursor`` (a ``_rowId``, as the
+        status's ``minCursor``/``maxCursor`` give) starts the rows after that event, and with
+        ``include_cursor`` at it: the next page. ``sample``: about one event in that many
+        (the page's facets).
         """
         now_us = time.time_ns() // 1000
         at: tuple[int, int, bool] | None = None
@@ -63,44 +169,158 @@ class Reader:
             # endTime defaults to now, as the service's does: an event stamped in the future
             # is outside a query that names no end.
             end_us = now_us if end in (None, "") else apl.parse_relative_time(end, now_us)
+            parsed = apl.parse_query(text)
             data_range = None
             if "bin_auto" in text and start_us is None:
                 # Without a start, bin_auto's bins span the data's own time range.
-                with self._lock:
-                    first, last = self._db.execute(
-                        "SELECT min(time), max(time) FROM events WHERE dataset = ?",
-                        (apl.parse_query(text).dataset,)).fetchone()
-                if first is not None:
-                    data_range = (first, last + 1)
-            compiled = aplsql.compile_query(text, start_us=start_us, end_us=end_us,
-                                            now_us=now_us, data_range=data_range, cursor=at)
+                data_range = self.data_range(parsed.dataset)
+            args: dict[str, Any] = {"start_us": start_us, "end_us": end_us, "now_us": now_us,
+                                    "data_range": data_range, "cursor": at, "sample": sample}
+            compiled = aplsql.compile_query(text, **args)
+            lo, hi = aplsql.time_bounds(text, now_us)
         except apl.AplError as exc:
             raise HttpError(400, str(exc)) from None
-        deadline = time.monotonic() + timeout
-        db, lock = ((self._reader, self._reader_lock) if self._reader is not None
-                    else (self._db, self._lock))
-        with lock:
-            db.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
-            QUERY.deadline, QUERY.timed_out = deadline, False
-            try:
-                result = aplsql_run.run(db, compiled, deadline)
-            except (sqlite3.DatabaseError, aplsql_run.QueryTimeout, ValueError,
-                    OverflowError) as exc:
-                # A query out of range somewhere SQLite or the answer's times notice (a
-                # datatype mismatch, a number past the calendar): the client's to fix, a 400.
-                if (isinstance(exc, aplsql_run.QueryTimeout) or "interrupt" in str(exc)
-                        or QUERY.timed_out):
-                    raise HttpError(400, f"the query ran longer than {timeout:g} s; narrow it "
-                                         f"with a time range or a where") from None
-                raise HttpError(400, f"the query cannot run: {exc}") from None
-            finally:
-                db.set_progress_handler(None, 0)
-                QUERY.deadline = None
+        if at is not None:  # the cursor's event bounds the rows too
+            if any(name == "_time" and not desc for name, desc in compiled.order[:1]):
+                lo = at[0] if lo is None else max(lo, at[0])
+            else:
+                hi = at[0] + 1 if hi is None else min(hi, at[0] + 1)
+        lo = start_us if lo is None else lo if start_us is None else max(lo, start_us)
+        hi = end_us if hi is None else min(hi, end_us)
+        stop = _Stop(time.monotonic() + timeout, cancelled)
+        self.stats.running += 1
+        try:
+            with self._connection(stop) as db:
+                db.set_progress_handler(stop, 20_000)
+                QUERY.deadline, QUERY.timed_out = stop.deadline, False
+                try:
+                    result = self._run(db, text, parsed, compiled, args, lo, hi, stop)
+                finally:
+                    db.set_progress_handler(None, 0)
+                    QUERY.deadline = None
+        except (_Stopped, sqlite3.DatabaseError, aplsql_run.QueryTimeout, ValueError,
+                OverflowError) as exc:
+            if stop.cancelled or (cancelled is not None and isinstance(exc, _Stopped)
+                                  and cancelled()):
+                self.stats.cancelled += 1
+                raise HttpError(499, "the client went away: the query stopped") from None
+            # A query out of range somewhere SQLite or the answer's times notice (a datatype
+            # mismatch, a number past the calendar): the client's to fix, a 400.
+            if (isinstance(exc, (aplsql_run.QueryTimeout, _Stopped)) or "interrupt" in str(exc)
+                    or QUERY.timed_out):
+                self.stats.timed_out += 1
+                raise QueryTimedOut(timeout) from None
+            raise HttpError(400, f"the query cannot run: {exc}") from None
+        finally:
+            self.stats.running -= 1
         examined = self._count(compiled.dataset)
         start_s = apl.format_time(start_us if start_us is not None else 0)
         end_s = apl.format_time(end_us if end_us is not None else now_us)
         build = aplsql_run.tabular_answer if fmt == "tabular" else aplsql_run.legacy_answer
         return build(result, examined, start_s, end_s)
+
+    def data_range(self, dataset: str) -> tuple[int, int] | None:
+        """The first and last ``_time`` of a dataset's events (last + 1), or None."""
+        # Two queries: SQLite reads a lone min() or max() off the index's end, both at once
+        # by scanning all of it.
+        with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None)) as db:
+            (first,) = db.execute("SELECT min(time) FROM events WHERE dataset = ?",
+                                  (dataset,)).fetchone()
+            (last,) = db.execute("SELECT max(time) FROM events WHERE dataset = ?",
+                                 (dataset,)).fetchone()
+        return None if first is None else (first, last + 1)
+
+    def _run(self, db: sqlite3.Connection, text: str, parsed: Any, compiled: Any,
+             args: dict[str, Any], lo: int | None, hi: int, stop: _Stop) -> Any:
+        started = time.perf_counter()
+        if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
+                parsed, compiled):
+            parts = self._parts(db, compiled, lo, hi)
+            if parts is not None:
+                return self._run_in_parts(db, text, compiled, args, parts, stop, started)
+        return aplsql_run.run(db, compiled, stop.deadline)
+
+    def _parts(self, db: sqlite3.Connection, compiled: Any, lo: int | None, hi: int
+               ) -> list[tuple[int, int]] | None:
+        """[lo, hi) in parts of equal time (their edges on the query's time bins), when its
+        events are many enough to be worth two connections; else None."""
+        dataset = compiled.dataset
+        (n,) = db.execute("SELECT count(*) FROM events WHERE dataset = ? AND time >= ? "
+                          "AND time < ?", (dataset, -(2 ** 63) if lo is None else lo,
+                                           hi)).fetchone()
+        if n < SPLIT_MIN_ROWS:
+            return None
+        if lo is None:
+            (lo,) = db.execute("SELECT min(time) FROM events WHERE dataset = ? AND time < ?",
+                               (dataset, hi)).fetchone()
+            if lo is None:
+                return None
+        # About PART_ROWS events a part (a smaller sort each), at least one per worker.
+        count = max(WORKERS, min(MAX_PARTS, n // PART_ROWS))
+        step = compiled.bin_us or 1
+        edges = sorted({lo, hi} | {lo + (hi - lo) * k // count // step * step
+                                   for k in range(1, count)})
+        edges = [e for e in edges if lo <= e <= hi]
+        return [(a, b) for a, b in itertools.pairwise(edges) if a < b] or None
+
+    def _run_in_parts(self, db: sqlite3.Connection, text: str, compiled: Any,
+                      args: dict[str, Any], parts: list[tuple[int, int]], stop: _Stop,
+                      started: float) -> Any:
+        """An aggregation over many events in parts of its time range, this connection and
+        WORKERS - 1 others taking the next part in turn; the parts' groups merged (counts and
+        sums added, minimums and maximums kept). Smaller sorts, and every core at work."""
+        span = compiled.bin_us if "bin_auto" in text else None  # bins as the whole range's
+        todo = list(reversed(list(enumerate(parts))))
+        lock = threading.Lock()
+        done: dict[int, list[Any]] = {}
+        found: dict[str, Any] = {"truncated": False}
+
+        def take() -> tuple[int, tuple[int, int]] | None:
+            with lock:
+                return todo.pop() if todo and "error" not in found else None
+
+        def work(conn: sqlite3.Connection) -> None:
+            while (job := take()) is not None:
+                index, (first, last) = job
+                sql = aplsql.compile_query(text, **{**args, "start_us": first, "end_us": last},
+                                           span_override_us=span).sql
+                got, truncated = aplsql_run.fetch_rows(conn, sql, stop.deadline,
+                                                       aplsql_run.MAX_ANSWER_BYTES)
+                with lock:
+                    done[index] = got
+                    found["truncated"] = found["truncated"] or truncated
+
+        def helper() -> None:
+            try:
+                # The same stop: a time-out, a client gone or a failure ends every part.
+                with self._connection(stop) as conn:
+                    conn.set_progress_handler(stop, 20_000)
+                    QUERY.deadline, QUERY.timed_out = stop.deadline, False
+                    try:
+                        work(conn)
+                    finally:
+                        conn.set_progress_handler(None, 0)
+                        QUERY.deadline = None
+            except BaseException as exc:  # handed to the query's own thread
+                found.setdefault("error", exc)
+                stop.deadline = 0.0
+
+        helpers = [threading.Thread(target=helper, name="loghandler-query-part", daemon=True)
+                   for _ in range(WORKERS - 1)]
+        for thread in helpers:
+            thread.start()
+        try:
+            work(db)
+        except BaseException as exc:
+            found.setdefault("error", exc)
+            stop.deadline = 0.0  # the others stop too
+        for thread in helpers:
+            thread.join()
+        if "error" in found:
+            raise found["error"]
+        # Merged in the parts' order, whichever finished first: the same sums every time.
+        merged = _merge_groups(compiled, [row for i in sorted(done) for row in done[i]])
+        return aplsql_run.build(compiled, merged, found["truncated"], stop.deadline, started)
 
     def _cursor(self, text: str, cursor: Any, include: Any) -> tuple[int, int, bool]:
         """The ``_time`` and row of the event a cursor names; HttpError(400) if none."""
@@ -124,3 +344,67 @@ class Reader:
             raise HttpError(400, f"the cursor {cursor!r} names no event of dataset {dataset!r}")
         return row[0], seq, include
 
+
+class QueryTimedOut(HttpError):
+    """A query stopped at its deadline: a 400 that says so, and how long a query may be given
+    (``timedOut``, ``timeout``, ``maxTimeout`` beside the message, for the page's "run
+    again with more time")."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(400, f"the query ran longer than {timeout:g} s; narrow it with a time "
+                              f"range or a where")
+        self.extra = {"timedOut": True, "timeout": timeout, "maxTimeout": MAX_QUERY_TIMEOUT}
+
+
+class _Stopped(Exception):
+    """A query stopped while it waited for a connection."""
+
+
+def _splittable(parsed: Any, compiled: Any) -> bool:
+    """True for an aggregation that two halves of its events can answer: filters, then one
+    ``summarize`` (or ``count``) of counts, sums, minimums and maximums, last."""
+    if not compiled.aggregated or not parsed.ops or parsed.ops[-1][0] not in ("summarize",
+                                                                                "count"):
+        return False
+    if any(op[0] not in ("where", "search") for op in parsed.ops[:-1]):
+        return False
+    return all(name in MERGEABLE for _, name in compiled.aggregations) and (
+        "*" not in (compiled.fields or []))
+
+
+def _merge_groups(compiled: Any, raw: list[Any]) -> list[Any]:
+    """The rows of two halves of an aggregation as one: rows of the same groups combined,
+    in the order the query's SQL gives (its groups ascending, the time bin by its time)."""
+    groups = [g for g in compiled.groups if g != compiled.time_group]
+    how = dict(compiled.aggregations)
+    merged: dict[Any, list[Any]] = {}
+    for seq, t, sys_time, body in raw:
+        data = json.loads(body)
+        key = (t, json.dumps([data.get(g) for g in groups]))
+        have = merged.get(key)
+        if have is None:
+            merged[key] = [seq, t, sys_time, data]
+            continue
+        old = have[3]
+        for name, value in data.items():
+            kind = "count" if name == aplsql_run.MATCHED else how.get(name)
+            mine = old.get(name)
+            if kind is None or value is None:
+                continue
+            if mine is None:
+                old[name] = value
+            elif kind in ("count", "countif", "sum"):
+                old[name] = mine + value
+            elif (sort_key(value) < sort_key(mine)) == (kind == "min"):
+                old[name] = value
+
+    def order(row: list[Any]) -> list[Any]:
+        out = []
+        for g in compiled.groups:
+            value = row[1] if g == compiled.time_group else row[3].get(g)
+            out.append((0,) if value is None else (1, sort_key(value)))  # NULL first
+        return out
+
+    rows = sorted(merged.values(), key=order)
+    return [(seq, t, sys_time, json.dumps(data)) for seq, t, sys_time, data in rows][
+        :aplsql_run.MAX_ROWS]

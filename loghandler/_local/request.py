@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import select
+import socket
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
@@ -142,6 +144,23 @@ class Request(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             length -= len(chunk)
+
+    def client_gone(self) -> bool:
+        """True when the client has hung up (an aborted fetch closes its connection): the
+        query it asked for can stop. Its next request, sent early, is not a hang-up."""
+        sock = self.connection
+        try:
+            if hasattr(select, "poll"):  # select() cannot watch a descriptor past 1023
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                ready = bool(poller.poll(0))
+            else:
+                ready = bool(select.select([sock], [], [], 0)[0])
+            return ready and sock.recv(1, socket.MSG_PEEK) == b""
+        except ConnectionError:
+            return True  # reset: gone
+        except (OSError, ValueError):
+            return False  # not known: the query goes on (its deadline still holds)
 
     def allow(self, method: str, *allowed: str) -> None:
         if method not in allowed:

@@ -118,6 +118,12 @@ def _facets(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> 
     return 200, ep_page.search_facets(req)
 
 
+def _page_datasets(req: Request, method: str, m: re.Match[str], parts: SplitResult
+                   ) -> tuple[int, Any]:
+    req.allow(method, "GET")
+    return 200, ep_page.datasets(req)
+
+
 def _tokens(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
     req.may("apiTokens", method)
     return ep_org.tokens(req, method, m.group(1), m.group(2))
@@ -152,6 +158,7 @@ ROUTES: list[tuple[re.Pattern[str], Endpoint]] = [
     (re.compile(r"^/v1/(logs|traces)$"), _otlp),  # OTLP/HTTP (otlp.py)
     (re.compile(r"^/local/search$"), _search),  # the page's search box, as APL (search.py)
     (re.compile(r"^/local/facets$"), _facets),  # the page's facets of a search (search.py)
+    (re.compile(r"^/local/datasets$"), _page_datasets),  # the page's datasets, with counts
     (re.compile(r"^/v2/tokens(?:/([^/]+)(/regenerate)?)?$"), _tokens),
     (re.compile(r"^/v2/annotations(?:/([^/]+))?$"), _annotations),
     (re.compile(r"^/v2/views(?:/([^/]+))?$"), _views),
@@ -196,7 +203,8 @@ class Handler(Request):
                 raise HttpError(404, f"no such endpoint: {method} {path}")
         except HttpError as exc:
             status, error = exc.status, exc.message
-            answer = {"code": exc.status, "message": exc.message}
+            answer = {"code": exc.status, "message": exc.message,
+                      **getattr(exc, "extra", {})}  # a time-out says how long it ran
         except Exception as exc:  # a bug, or the store closing under us: answer, never hang up
             self.close_connection = True
             if not isinstance(exc, sqlite3.ProgrammingError):

@@ -9,7 +9,10 @@ The HTTP side is service.py; this module knows nothing of requests.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -59,15 +62,19 @@ class Store:
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path
-        self._db = sqlite3.connect(path or ":memory:", check_same_thread=False,
-                                   isolation_level=None)
+        # Without a file of the user's, the events live in a temporary one (removed at close):
+        # a file lets queries read through connections of their own (reader.py), which an
+        # in-memory database cannot share, so one query never waits for another.
+        self._scratch = None if path else tempfile.mkdtemp(prefix="loghandler-local-")
+        file = path or os.path.join(self._scratch or "", "events.sqlite")
+        self._db = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
         add_functions(self._db)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         with self._lock:
-            if path:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # A scratch file need not survive a crash: no waits for the disk.
+            self._db.execute("PRAGMA synchronous=" + ("NORMAL" if path else "OFF"))
             self._db.executescript("""
                 CREATE TABLE IF NOT EXISTS events (
                     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -104,7 +111,7 @@ class Store:
         self.documents = Documents(self._db, self._lock)
         self._map_fields: dict[str, list[str]] = {
             name: self.documents.get("mapfields", name) or [] for name in self._names}
-        self.reader = Reader(path, self._db, self._lock, self.count)
+        self.reader = Reader(file, self._db, self._lock, self.count)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
@@ -122,6 +129,8 @@ class Store:
         self.reader.close()
         with self._lock:
             self._db.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # ------------------------------------------------------------------ events
 
@@ -317,9 +326,10 @@ class Store:
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
               timeout: float = QUERY_TIMEOUT, cursor: Any = None,
-              include_cursor: Any = False) -> dict[str, Any]:
+              include_cursor: Any = False, cancelled: Any = None) -> dict[str, Any]:
         """Run an APL query: ``Reader.query``."""
-        return self.reader.query(text, start, end, fmt, timeout, cursor, include_cursor)
+        return self.reader.query(text, start, end, fmt, timeout, cursor, include_cursor,
+                                 cancelled)
 
     # ------------------------------------------------------------------ views
 

@@ -1,22 +1,46 @@
 // The local service's page: plain JavaScript, no build step, no external assets.
-// Everything it shows comes from the service's public API (the same one the real service
-// has), authenticated with the token from the address's fragment (#token=...), which the
-// browser never sends to the server.
+// Everything it shows comes from the service's API (the public query API, and the few
+// /local/ helpers that turn the search box into APL and compute facets), authenticated with
+// the token from the address's fragment (#token=...), which the browser never sends.
+//
+// Each panel (events, histogram, fields, datasets, views, the event pane) has at most one
+// request in flight: a newer one aborts the older (AbortController; the service stops the
+// query when its client hangs up), and an answer that belongs to an older query is dropped.
+// Live mode asks only for what is new, waits longer while the service is slow, and rests
+// while the tab is hidden.
 "use strict";
 
 const EVENTS_LIMIT = 200;
-const EVENTS_EVERY_MS = 1500;
-const SIDEBAR_EVERY_MS = 3000;
+// Live mode's pace (ms). A panel polls again this long after its last answer, or five times
+// as long as that answer took, whichever is longer: a slow service is asked less often.
+// Together, when idle, under one request a second.
+const EVENTS_EVERY_MS = 2000;
+const SIDEBAR_EVERY_MS = 10000;
 const HISTOGRAM_EVERY_MS = 5000;
-const VIEWS_EVERY_MS = 15000;
+const FACETS_EVERY_MS = 30000;
+const VIEWS_EVERY_MS = 30000;
+const QUERY_EVERY_MS = 10000; // an APL query or a view, re-run whole
+const SLOW_FACTOR = 5;
+// New events are asked for from this long before the last time the page asked: an event
+// that arrives a little late (batched by its sender) still shows up.
+const LIVE_OVERLAP_MS = 60 * 1000;
+const MORE_TIME_S = 60; // "run again with more time": the longest the service allows
 const LEVELS = ["debug", "info", "warning", "error", "critical"];
 const LEVEL_COLOURS = { debug: "#8b95a5", info: "#2f9e44", warning: "#e8a317",
   error: "#e03131", critical: "#9c36b5", other: "#4c6ef5" };
+const PALETTE = ["#4c6ef5", "#2f9e44", "#e8a317", "#e03131", "#9c36b5", "#1098ad", "#f76707",
+  "#74b816", "#d6336c", "#5c7cfa", "#0ca678", "#ae3ec9"];
+const MAX_SERIES = 12;
 const SYSTEM = new Set(["_time", "_sysTime", "_rowId"]);
 // Where the code ran: shown after the application's own fields, which say what happened.
 const CODE_FIELDS = ["logger", "module", "function", "line", "file", "process", "thread"];
 const TRACE_FIELDS = ["exception", "exception.stacktrace", "stack", "stack_trace", "traceback",
   "error.stack"];
+// "Its request" / "its trace" look this far either side of the event first; "around it" a
+// minute. Each can widen on demand.
+const CONTEXT_WINDOWS = { around: [60e3, 5 * 60e3, 3600e3],
+  request: [15 * 60e3, 3600e3, 24 * 3600e3] };
+const RANGE_SECONDS = { "5m": 300, "15m": 900, "1h": 3600, "24h": 86400, "7d": 604800 };
 
 // An event's text: its message, or structlog's `event` (or `msg`), or an OpenTelemetry log
 // record's `body`, or a span's `name`, when it has none.
@@ -30,32 +54,52 @@ function messageOf(row) {
 
 const state = {
   token: "",
-  selected: null, // {kind: "dataset", name} or {kind: "view", view}
+  selected: null, // {kind: "dataset", name} | {kind: "view", view} | {kind: "query", apl}
   rows: [],
+  more: false,
   seen: new Set(),
-  selectedRow: null,
-  signature: "",
-  search: "", // the search box's text: server-side, over the whole dataset (/local/search)
-  range: "all", // the time range: all, 5m, 15m, 1h, 24h, 7d
-  apl: null, // the selected dataset's query for search and range, as the service made it
+  selectedRow: null, // the key (_rowId) of the event opened
+  detailRow: null,
+  linkEvent: null, // {time, id} of an event a link names, until it is shown
+  search: "",
+  range: "all", // all, 5m, 15m, 1h, 24h, 7d, or START/END (UTC)
+  plan: null, // the service's queries for the search and the range (/local/search)
   wanted: null, // what the address asks to show, until the lists are known
-  tz: "utc", // every time on the page in UTC, or in the browser's local time
-  group: "", // events grouped by this field's value (trace_id, request_id), or not
-  hist: null, // the histogram's scale, for a drag to zoom: {first, end, binMs, left, W, barW}
-  timers: [],
+  tz: "utc",
+  group: "",
+  columns: [], // fields shown as columns of their own
+  context: null, // {kind, label, t, width, back: {search, range}} after "its request" etc.
+  hist: null, // the histogram's bins and scale
+  facets: null, // the fields panel's last answer
+  fieldsInfo: null, // the dataset's fields (for completion): {dataset, at, fields}
+  timeout: null, // seconds for the next run of the query (after "run again with more time")
+  gen: 0, // bumps with every change of what is asked: answers of older ones are dropped
 };
-const RANGE_SECONDS = { "5m": 300, "15m": 900, "1h": 3600, "24h": 86400, "7d": 604800 };
 
-// A custom range ("START/END", UTC), as [startMs, endMs], or null.
-function customRange(range) {
-  const [a, b] = String(range).split("/");
-  if (b === undefined) return null;
-  const start = Date.parse(a), end = Date.parse(b);
-  return Number.isNaN(start) || Number.isNaN(end) ? null : [start, end];
+// ------------------------------------------------------------------ small helpers
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child);
+  return node;
 }
 
-// One time convention on the whole page: UTC (as stored) or the browser's local time.
+function svg(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  return node;
+}
+
 function pad(n, w) { return String(n).padStart(w || 2, "0"); }
+
+// One time convention on the whole page: UTC (as stored) or the browser's local time.
 function fmtTime(value, withDate) {
   const ms = typeof value === "number" ? value : Date.parse(value);
   if (Number.isNaN(ms)) return String(value);
@@ -77,24 +121,56 @@ function fmtTime(value, withDate) {
   return (withDate === false ? clock : `${Y}-${pad(M)}-${pad(D)} ${clock}`) + frac + zone;
 }
 
-const $ = (id) => document.getElementById(id);
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v;
-    else if (k === "text") node.textContent = v;
-    else node.setAttribute(k, v);
-  }
-  for (const child of children) node.append(child);
-  return node;
+function fmtSpan(ms) {
+  if (ms % 86400e3 === 0) return ms / 86400e3 + (ms === 86400e3 ? " day" : " days");
+  if (ms % 3600e3 === 0) return ms / 3600e3 + (ms === 3600e3 ? " hour" : " hours");
+  if (ms % 60e3 === 0) return ms / 60e3 + (ms === 60e3 ? " minute" : " minutes");
+  return ms / 1e3 + " s";
 }
 
-function svg(tag, attrs) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-  return node;
+function iso(ms) { return new Date(ms).toISOString(); }
+
+function source(name) {
+  return "['" + name.replace(/\\/g, "\\\\").replace(/'/g, "\\'") + "']";
 }
+
+function text(value) {
+  if (value === null || value === undefined) return "";
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function levelOf(row) {
+  const level = String(row.level || row.severity || "").toLowerCase();
+  return level === "warn" ? "warning" : level === "fatal" ? "critical" : level;
+}
+
+function rowKey(row) {
+  return row._rowId || JSON.stringify(row);
+}
+
+// Newest first: by time, then by the service's row id (events at one instant keep an order).
+function newerFirst(a, b) {
+  if (a._time !== b._time) return a._time < b._time ? 1 : -1;
+  return String(a._rowId) < String(b._rowId) ? 1 : -1;
+}
+
+// A custom range ("START/END", UTC), as [startMs, endMs], or null.
+function customRange(range) {
+  const [a, b] = String(range).split("/");
+  if (b === undefined) return null;
+  const start = Date.parse(a), end = Date.parse(b);
+  return Number.isNaN(start) || Number.isNaN(end) ? null : [start, end];
+}
+
+// The range as the query API's startTime/endTime (none for all time).
+function rangeTimes() {
+  const custom = customRange(state.range);
+  if (custom) return { startTime: iso(custom[0]), endTime: iso(custom[1]) };
+  if (RANGE_SECONDS[state.range]) return { startTime: "now-" + state.range };
+  return {};
+}
+
+// ------------------------------------------------------------------ the address
 
 function tokenFromHash() {
   // Not URLSearchParams: it would read a "+" in a token as a space.
@@ -103,8 +179,6 @@ function tokenFromHash() {
   try { return decodeURIComponent(m[1]); } catch (e) { return m[1]; }
 }
 
-// The address holds what is shown (dataset or view, search, range, the event opened), so a
-// link shows the same and a reload keeps it: #token=...&dataset=...&q=...&range=...&event=...
 function hashParams() {
   const out = {};
   for (const part of location.hash.replace(/^#/, "").split("&")) {
@@ -115,8 +189,10 @@ function hashParams() {
   return out;
 }
 
-function writeHash() {
-  const parts = ["token=" + encodeURIComponent(state.token)];
+// What is shown, as address parameters (the token aside): dataset or view or query, the
+// search, the range, the event opened, ...
+function addressParts() {
+  const parts = [];
   const s = state.selected;
   if (s && s.kind === "dataset") parts.push("dataset=" + encodeURIComponent(s.name));
   if (s && s.kind === "view") parts.push("view=" + encodeURIComponent(s.view.id));
@@ -125,25 +201,56 @@ function writeHash() {
   if (state.range !== "all") parts.push("range=" + encodeURIComponent(state.range));
   if (state.tz !== "utc") parts.push("tz=" + state.tz);
   if (state.group) parts.push("group=" + encodeURIComponent(state.group));
-  if (state.selectedRow) parts.push("event=" + encodeURIComponent(state.selectedRow));
-  const hash = "#" + parts.join("&");
+  if (state.columns.length) parts.push("cols=" + encodeURIComponent(state.columns.join(",")));
+  const ev = state.detailRow;
+  if (ev && ev._time && ev._rowId) {
+    parts.push("event=" + encodeURIComponent(ev._time + "~" + ev._rowId));
+  } else if (state.linkEvent) {
+    parts.push("event=" + encodeURIComponent(state.linkEvent.time + "~" + state.linkEvent.id));
+  }
+  return parts;
+}
+
+function writeHash() {
+  const hash = "#" + ["token=" + encodeURIComponent(state.token), ...addressParts()].join("&");
   if (location.hash !== hash) history.replaceState(null, "", hash);
 }
 
-class ApiError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+// An event's own link: its dataset, its time and id, and the minute around it as the range;
+// no search (it opens whatever the search), and no token (who opens it signs in).
+function eventLink(row) {
+  const t = Date.parse(row._time);
+  const start = Math.floor(t / 60e3) * 60e3;
+  const parts = ["dataset=" + encodeURIComponent(state.selected.name),
+    "range=" + encodeURIComponent(iso(start) + "/" + iso(start + 60e3)),
+    "event=" + encodeURIComponent(row._time + "~" + row._rowId)];
+  return location.origin + location.pathname + "#" + parts.join("&");
 }
 
-async function api(method, path, body) {
+// ------------------------------------------------------------------ the API
+
+class ApiError extends Error {
+  constructor(status, message, data) {
+    super(message);
+    this.status = status;
+    this.data = data || {};
+    // The service says when a query ran out of time (and how long it may be given).
+    this.timedOut = !!this.data.timedOut || /ran longer than/.test(message);
+  }
+}
+
+async function api(method, path, body, signal) {
   const headers = { Authorization: "Bearer " + state.token };
+  // Which panel asks (the service ignores it; it reads well in the browser's tools).
+  if (signal && signal.panel) headers["X-Loghandler-Panel"] = signal.panel;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const resp = await fetch(path, { method, headers, cache: "no-store",
+  const resp = await fetch(path, { method, headers, cache: "no-store", signal,
     body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
   if (!resp.ok) {
     const said = data && (data.message || data.error);
-    throw new ApiError(resp.status, said || ("HTTP " + resp.status));
+    throw new ApiError(resp.status, said || ("HTTP " + resp.status), data);
   }
   return data;
 }
@@ -156,10 +263,12 @@ function compact(row) {
   return out;
 }
 
-async function query(apl) {
-  const answer = await api("POST", "/v1/datasets/_apl?format=tabular", { apl });
+// A query through the public API: {rows, fields, status}.
+async function query(apl, opts, signal) {
+  const body = { apl, ...(opts || {}) };
+  const answer = await api("POST", "/v1/datasets/_apl?format=tabular", body, signal);
   const table = (answer.tables || []).find((t) => t.name !== "_totals");
-  if (!table) return [];
+  if (!table) return { rows: [], fields: [], status: answer.status || {} };
   const names = table.fields.map((f) => f.name);
   const columns = table.columns || [];
   const n = columns.length ? columns[0].length : 0;
@@ -169,49 +278,153 @@ async function query(apl) {
     names.forEach((name, j) => { row[name] = columns[j][i]; });
     rows.push(row);
   }
-  return rows;
+  return { rows, fields: table.fields, status: answer.status || {} };
 }
 
-function source(name) {
-  return "['" + name.replace(/\\/g, "\\\\").replace(/'/g, "\\'") + "']";
-}
-
-function setStatus(text, bad) {
+function setStatus(textValue, bad) {
   const s = $("status");
-  s.textContent = text;
+  s.textContent = textValue;
   s.classList.toggle("bad", !!bad);
 }
 
+// Errors that are not one panel's: a refused token, or a service out of reach.
 function handleError(err) {
   if (err instanceof ApiError && (err.status === 401 || err.status === 403)) {
     showLogin("The service did not accept this token.");
-    return;
+    return true;
   }
-  setStatus("cannot reach the service: " + err.message, true);
+  if (!(err instanceof ApiError)) {
+    setStatus("cannot reach the service: " + err.message, true);
+    return true;
+  }
+  return false;
+}
+
+// ------------------------------------------------------------------ panels
+
+// One part of the page that asks the service for something: at most one request in flight
+// (a new one aborts the old, whose answer is then ignored), a loading state while it runs.
+class Panel {
+  constructor(name, elementId) {
+    this.name = name;
+    this.elementId = elementId;
+    this.ctrl = null;
+    this.gen = 0;
+    this.lastMs = 0; // how long the last answer took: live mode waits longer after a slow one
+    this.due = 0; // when live mode asks again (performance.now() ms)
+  }
+
+  get node() { return this.elementId ? $(this.elementId) : null; }
+
+  get busy() { return this.ctrl !== null; }
+
+  abort() {
+    if (this.ctrl) this.ctrl.abort();
+    this.ctrl = null;
+    this.gen++;
+    this.show(false, false);
+  }
+
+  show(busy, stale) {
+    const node = this.node;
+    if (!node) return;
+    node.classList.toggle("busy", busy);
+    node.classList.toggle("stale", stale);
+    node.setAttribute("aria-busy", String(busy));
+  }
+
+  // Run ``work(signal)``; ``apply(answer)`` only if no newer run started meanwhile. A
+  // visible run (a new query, not a live refresh) hides what the panel showed until then.
+  async run(work, apply, fail, visible) {
+    if (this.ctrl) this.ctrl.abort();
+    const ctrl = new AbortController();
+    ctrl.signal.panel = this.name;
+    this.ctrl = ctrl;
+    const gen = ++this.gen;
+    // A background run (live mode) keeps the panel as it is: what it shows is still the
+    // answer to what is asked.
+    if (visible) this.show(true, true);
+    const began = performance.now();
+    try {
+      const answer = await work(ctrl.signal);
+      if (gen !== this.gen) return;
+      this.lastMs = performance.now() - began;
+      this.ctrl = null;
+      if (visible) this.show(false, false);
+      apply(answer);
+    } catch (err) {
+      if (gen !== this.gen || err.name === "AbortError") return;
+      this.lastMs = performance.now() - began;
+      this.ctrl = null;
+      if (visible) this.show(false, false);
+      if (!handleError(err) && fail) fail(err);
+    }
+  }
+
+  // Live mode: when to ask again after this answer.
+  schedule(every) {
+    this.due = performance.now() + Math.max(every, SLOW_FACTOR * this.lastMs);
+  }
+}
+
+const panels = {
+  datasets: new Panel("datasets", "datasets"),
+  views: new Panel("views", "views"),
+  plan: new Panel("plan", null),
+  events: new Panel("events", "events-wrap"),
+  histogram: new Panel("histogram", "histogram"),
+  facets: new Panel("facets", "facets"),
+  detail: new Panel("detail", "detail"),
+  fields: new Panel("fields", null),
+};
+
+// A panel's message in place of its content: a time-out says so and what to do.
+function panelMessage(node, err, rerun) {
+  node.replaceChildren();
+  const p = el("p", { class: "panel-state bad", role: "status" });
+  if (err.timedOut) {
+    const limit = err.data.timeout ? err.data.timeout + " s" : "its time";
+    p.append("The query timed out (ran longer than " + limit + "): narrow the time range or "
+      + "the search. ");
+    const more = err.data.maxTimeout || MORE_TIME_S;
+    if (rerun && (!err.data.timeout || err.data.timeout < more)) {
+      const btn = el("button", { type: "button", class: "more-time",
+        text: "Run again with " + more + " s" });
+      btn.addEventListener("click", () => rerun(more));
+      p.append(btn);
+    }
+  } else {
+    p.append("The query failed: " + err.message);
+  }
+  node.append(p);
 }
 
 // ------------------------------------------------------------------ sidebar
 
-async function refreshDatasets() {
-  const list = await api("GET", "/v1/datasets");
-  const names = list.map((d) => d.name);
-  const counts = await Promise.all(names.map((name) =>
-    query(source(name) + " | count").then((rows) => (rows[0] ? rows[0].count : 0))
-      .catch(() => "?")));
+function refreshDatasets() {
+  panels.datasets.run((signal) => api("GET", "/local/datasets", undefined, signal),
+    (list) => {
+      panels.datasets.schedule(SIDEBAR_EVERY_MS);
+      drawDatasets(list);
+    }, () => panels.datasets.schedule(SIDEBAR_EVERY_MS));
+}
+
+function drawDatasets(list) {
+  // The token works: a link opened later without it (copy link) signs in with it.
+  try { localStorage.setItem("loghandler-token", state.token); } catch (e) { /* none */ }
   const ul = $("datasets");
   ul.replaceChildren();
-  if (!names.length) ul.append(el("li", { class: "muted", text: "none yet: ingest some events" }));
-  names.forEach((name, i) => {
-    const li = el("li", { "data-dataset": name },
-      el("span", { class: "name", text: name }),
-      el("span", { class: "count", text: typeof counts[i] === "number"
-        ? counts[i].toLocaleString() : "?" }));
-    if (state.selected && state.selected.kind === "dataset" && state.selected.name === name) {
-      li.classList.add("active");
-    }
-    li.addEventListener("click", () => select({ kind: "dataset", name }));
+  if (!list.length) ul.append(el("li", { class: "muted", text: "none yet: ingest some events" }));
+  for (const d of list) {
+    const li = el("li", { "data-dataset": d.name },
+      el("span", { class: "name", text: d.name }),
+      el("span", { class: "count", text: Number(d.count).toLocaleString() }));
+    const s = state.selected;
+    if (s && s.kind === "dataset" && s.name === d.name) li.classList.add("active");
+    li.addEventListener("click", () => select({ kind: "dataset", name: d.name }));
     ul.append(li);
-  });
+  }
+  const names = list.map((d) => d.name);
   if (!state.selected && state.wanted && state.wanted.apl) {
     const apl = state.wanted.apl;
     $("editor-apl").value = apl;
@@ -230,57 +443,51 @@ async function refreshDatasets() {
   if (!state.selected) { $("welcome").hidden = false; setStatus("live · no events yet"); }
 }
 
-async function refreshViews() {
-  const views = await api("GET", "/v2/views");
-  const ul = $("views");
-  ul.replaceChildren();
-  if (!views.length) ul.append(el("li", { class: "muted", text: "no views" }));
-  for (const view of views) {
-    const li = el("li", { "data-view": view.id, title: view.aplQuery },
-      el("span", { class: "name", text: view.name || "(unnamed)" }));
-    if (state.selected && state.selected.kind === "view" && state.selected.view.id === view.id) {
-      li.classList.add("active");
-      state.selected.view = view;
+function refreshViews() {
+  panels.views.run((signal) => api("GET", "/v2/views", undefined, signal), (views) => {
+    panels.views.schedule(VIEWS_EVERY_MS);
+    const ul = $("views");
+    ul.replaceChildren();
+    if (!views.length) ul.append(el("li", { class: "muted", text: "no views" }));
+    for (const view of views) {
+      const li = el("li", { "data-view": view.id, title: view.aplQuery },
+        el("span", { class: "name", text: view.name || "(unnamed)" }));
+      const s = state.selected;
+      if (s && s.kind === "view" && s.view.id === view.id) {
+        li.classList.add("active");
+        s.view = view;
+      }
+      li.addEventListener("click", () => select({ kind: "view", view }));
+      ul.append(li);
     }
-    li.addEventListener("click", () => select({ kind: "view", view }));
-    ul.append(li);
-  }
-  const wanted = state.wanted;
-  if (!state.selected && wanted && wanted.view) {
-    const view = views.find((v) => v.id === wanted.view);
-    if (view) select({ kind: "view", view });
-    else state.wanted = { ...wanted, view: null };
-  }
+    const wanted = state.wanted;
+    if (!state.selected && wanted && wanted.view) {
+      const view = views.find((v) => v.id === wanted.view);
+      if (view) select({ kind: "view", view });
+      else state.wanted = { ...wanted, view: null };
+    }
+  }, () => panels.views.schedule(VIEWS_EVERY_MS));
 }
 
-async function refreshSidebar() {
-  try { await refreshDatasets(); } catch (err) { handleError(err); }
-}
-
-async function refreshViewList() {
-  try { await refreshViews(); } catch (err) { handleError(err); }
-}
-
-// ------------------------------------------------------------------ events
+// ------------------------------------------------------------------ what is shown
 
 function select(what) {
   state.selected = what;
-  state.rows = [];
-  state.signature = "";
-  state.seen = new Set();
   const wanted = state.wanted;
   state.wanted = null;
-  state.selectedRow = wanted && wanted.event ? wanted.event : null;
+  state.linkEvent = wanted && wanted.event ? wanted.event : null;
+  state.detailRow = null;
+  state.selectedRow = null;
+  state.context = null;
+  state.facets = null;
   $("detail").hidden = true;
+  $("panes").classList.remove("with-detail");
   if (what.kind !== "dataset") {
     // A view or a query runs its own APL: the dataset's search does not carry into it.
     state.search = "";
     $("filter").value = "";
   }
   $("filter").disabled = what.kind !== "dataset";
-  $("range").disabled = what.kind !== "dataset";
-  state.apl = null;
-  state.more = false;
   for (const li of document.querySelectorAll(".list li")) {
     const on = what.kind === "dataset" ? li.dataset.dataset === what.name
       : what.kind === "view" && li.dataset.view === what.view.id;
@@ -292,168 +499,241 @@ function select(what) {
   $("loading").hidden = true;
   $("panes").hidden = false;
   $("histogram").hidden = what.kind !== "dataset";
-  writeHash();
-  if (what.kind === "dataset") {
-    recompute();
-    refreshHistogram();
-  } else {
-    refreshEvents();
-    refreshFacets();
+  if (what.kind !== "dataset") {
+    panels.histogram.abort();
+    panels.facets.abort();
+    $("facets").dataset.key = "";
+    $("facets").replaceChildren(el("p", { class: "muted", text: "—" }));
+    $("facets-said").textContent = "";
   }
+  if (state.linkEvent && what.kind === "dataset") openLinkedEvent(state.linkEvent);
+  recompute();
 }
 
-// The range picker shows a custom range (a drag on the histogram) as an option of its own.
-function setRangeOption() {
-  const select = $("range");
-  let custom = select.querySelector("option[data-custom]");
-  const span = customRange(state.range);
-  if (span) {
-    if (!custom) {
-      custom = el("option", { "data-custom": "1" });
-      select.append(custom);
-    }
-    custom.value = state.range;
-    custom.textContent = fmtTime(span[0]) + " – " + fmtTime(span[1], false);
-  } else if (custom) {
-    custom.remove();
-  }
-  select.value = state.range;
-}
-
-// The dataset's query for the search and the range, made by the service (search.py), so the
-// query line shows exactly what ran.
-async function recompute() {
+// Everything that depends on the dataset, the search and the range is asked again; what was
+// asked before is dropped (its requests aborted, its answers ignored).
+function recompute() {
   const s = state.selected;
-  if (!s || s.kind !== "dataset") return;
+  if (!s) return;
+  state.gen++;
+  state.plan = null;
+  state.rows = [];
+  state.more = false;
+  state.hist = null;
+  setRangeOption();
   writeHash();
-  if (!state.search && state.range === "all") {
-    state.apl = null;
-    refreshEvents();
-    refreshFacets();
+  drawContext();
+  $("notice").hidden = true;
+  $("query").classList.add("running");
+  document.body.dataset.key = currentKey();
+  if (s.kind !== "dataset") {
+    $("query").textContent = currentApl();
+    loadEvents(); // aborts what the events panel had in flight
     return;
   }
-  const asked = [s, state.search, state.range];
-  try {
-    const made = await api("POST", "/local/search",
-      { dataset: s.name, q: state.search, range: state.range });
-    if (asked[0] !== state.selected || asked[1] !== state.search || asked[2] !== state.range) {
-      return; // typed on meanwhile
-    }
-    state.apl = made.apl;
-    state.signature = "";
-    state.rows = [];
-    refreshEvents();
-    refreshFacets();
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 400) {
+  const asked = { dataset: s.name, q: state.search, range: state.range };
+  // What was asked before stops now: its requests aborted, its answers never shown.
+  for (const p of [panels.events, panels.histogram, panels.facets]) {
+    p.abort();
+    p.show(true, true);
+  }
+  panels.plan.run((signal) => api("POST", "/local/search", asked, signal), (plan) => {
+    state.plan = plan;
+    $("query").textContent = plan.apl;
+    loadEvents();
+  }, (err) => {
+    $("query").classList.remove("running");
+    panels.events.show(false, false);
+    panels.histogram.show(false, false);
+    panels.facets.show(false, false);
+    if (err.status === 400) {
       $("notice").textContent = "The search cannot run: " + err.message;
       $("notice").hidden = false;
-    } else {
-      handleError(err);
     }
-  }
+  });
 }
 
-function currentQuery() {
+// What is asked, as one string: a panel's answer is shown only under the same key.
+function currentKey() {
+  const s = state.selected;
+  if (!s) return "";
+  const what = s.kind === "dataset" ? "dataset:" + s.name
+    : s.kind === "view" ? "view:" + s.view.id : "apl:" + s.apl;
+  return [what, state.search, state.range].join("|");
+}
+
+function currentApl() {
   const s = state.selected;
   if (!s) return null;
   if (s.kind === "query") return s.apl;
-  if (s.kind === "dataset") {
-    return state.apl
-      || (source(s.name) + " | sort by _time desc, _rowId desc | take " + EVENTS_LIMIT);
-  }
-  return s.view.aplQuery;
+  if (s.kind === "view") return s.view.aplQuery;
+  return state.plan ? state.plan.apl : null;
 }
 
-// The next page, older than the last row shown (the query API's time and row id); live
-// updates pause meanwhile, so what was paged to stays put.
-async function loadOlder() {
+// ------------------------------------------------------------------ events
+
+function loadEvents(timeout) {
+  const apl = currentApl();
+  if (!apl) return;
+  const key = currentKey();
+  const s = state.selected;
+  const opts = s.kind === "dataset" ? {} : rangeTimes();
+  if (timeout) opts.timeout = timeout;
+  $("events-state").hidden = true;
+  const asked = Date.now();
+  panels.events.run((signal) => query(apl, opts, signal), (answer) => {
+    state.polledAt = asked;
+    $("query").classList.remove("running");
+    let rows = answer.rows;
+    const eventsLike = rows.every((r) => "_sysTime" in r);
+    if (eventsLike) rows = rows.map(compact);
+    state.rows = rows;
+    state.fields = answer.fields;
+    state.more = s.kind === "dataset" && rows.length >= EVENTS_LIMIT;
+    state.seen = new Set();
+    renderEvents(key);
+    panels.events.schedule(s.kind === "dataset" ? EVENTS_EVERY_MS : QUERY_EVERY_MS);
+    liveStatus();
+    if (s.kind === "dataset") {
+      // The histogram and the fields after the events: the events have the service to
+      // themselves, and show first.
+      loadHistogram();
+      loadFacets();
+    }
+  }, (err) => {
+    $("query").classList.remove("running");
+    state.rows = [];
+    $("events").replaceChildren();
+    $("empty").hidden = true;
+    $("older").hidden = true;
+    drawChart([], []);
+    $("events-wrap").dataset.key = key;
+    const box = $("events-state");
+    if (err.status === 400 && !err.timedOut && s.kind === "view") {
+      box.replaceChildren("This view's query is outside the APL subset the local service "
+        + "runs: " + err.message);
+      box.className = "panel-state bad";
+    } else {
+      panelMessage(box, err, (more) => loadEvents(more));
+      box.className = "panel-state bad";
+    }
+    box.hidden = false;
+    panels.events.schedule(QUERY_EVERY_MS);
+    if (s.kind === "dataset") { loadHistogram(); loadFacets(); }
+  }, true);
+}
+
+// Live: only what is new, from a little before the newest event shown, merged in.
+function pollEvents() {
+  const s = state.selected;
+  if (!s) return;
+  if (s.kind !== "dataset") {
+    // An APL query or a view is asked again whole, at the slower pace (aggregations are
+    // not incremental).
+    const apl = currentApl();
+    const key = currentKey();
+    const opts = rangeTimes();
+    panels.events.run((signal) => query(apl, opts, signal), (answer) => {
+      let rows = answer.rows;
+      if (rows.every((r) => "_sysTime" in r)) rows = rows.map(compact);
+      if (JSON.stringify(rows) !== JSON.stringify(state.rows)) {
+        state.rows = rows;
+        state.fields = answer.fields;
+        renderEvents(key);
+      }
+      panels.events.schedule(QUERY_EVERY_MS);
+      liveStatus();
+    }, () => panels.events.schedule(QUERY_EVERY_MS));
+    return;
+  }
+  if (!state.plan || state.rows.length > EVENTS_LIMIT) return;
+  const key = currentKey();
+  // Since the last time it asked (not since the newest event shown, which for a rare search
+  // may be hours ago): a poll reads the last minute or so of the dataset, however big.
+  const asked = Date.now();
+  const opts = { startTime: iso((state.polledAt || asked) - LIVE_OVERLAP_MS) };
+  panels.events.run((signal) => query(state.plan.apl, opts, signal), (answer) => {
+    state.polledAt = asked;
+    panels.events.schedule(EVENTS_EVERY_MS);
+    const known = new Set(state.rows.map(rowKey));
+    const fresh = answer.rows.map(compact).filter((r) => !known.has(rowKey(r)));
+    if (fresh.length) {
+      state.rows = state.rows.concat(fresh).sort(newerFirst).slice(0, EVENTS_LIMIT);
+      state.more = state.more || state.rows.length >= EVENTS_LIMIT;
+      state.newSince = (state.newSince || 0) + fresh.length;
+      renderEvents(key);
+    }
+    dropAged(key);
+    liveStatus();
+  }, () => panels.events.schedule(EVENTS_EVERY_MS));
+}
+
+// Under a relative range (the last 15 minutes), events that age out of it leave the table.
+function dropAged(key) {
+  const span = RANGE_SECONDS[state.range];
+  if (!span) return;
+  const from = Date.now() - span * 1e3;
+  const kept = state.rows.filter((r) => Date.parse(r._time) >= from);
+  if (kept.length !== state.rows.length) {
+    state.rows = kept;
+    renderEvents(key);
+  }
+}
+
+function liveStatus() {
+  const live = $("live").checked;
+  const why = document.hidden ? " (tab hidden)" : "";
+  setStatus((live ? "live" + why + " · " : "paused · ") + "updated "
+    + new Date().toLocaleTimeString());
+}
+
+// The next page, older than the last row shown (by time and row id); live updates pause
+// meanwhile, so what was paged to stays put.
+function loadOlder() {
   const s = state.selected;
   const last = state.rows[state.rows.length - 1];
   if (!s || s.kind !== "dataset" || !last || !last._rowId) return;
   $("live").checked = false;
-  try {
+  const key = currentKey();
+  panels.events.run(async (signal) => {
     const made = await api("POST", "/local/search", { dataset: s.name, q: state.search,
-      range: state.range, after: { _time: last._time, _rowId: last._rowId } });
-    let rows = await query(made.apl);
-    if (s !== state.selected) return;
-    rows = rows.map(compact);
-    $("query").textContent = made.apl;
+      range: state.range, after: { _time: last._time, _rowId: last._rowId } }, signal);
+    return query(made.apl, {}, signal);
+  }, (answer) => {
+    const rows = answer.rows.map(compact);
     state.rows = state.rows.concat(rows);
-    state.signature = JSON.stringify(state.rows);
     state.more = rows.length >= EVENTS_LIMIT;
-    renderEvents();
+    renderEvents(key);
     setStatus("paused · " + state.rows.length + " events shown");
-  } catch (err) { handleError(err); }
+  }, (err) => {
+    $("events-state").hidden = false;
+    panelMessage($("events-state"), err, null);
+  });
 }
 
-async function refreshEvents() {
-  const apl = currentQuery();
-  if (!apl) return;
-  if (state.rows.length > EVENTS_LIMIT) return; // paged past the first page: kept as is
-  $("query").textContent = apl;
-  const notice = $("notice");
-  const asked = state.selected;
-  try {
-    let rows = await query(apl);
-    if (asked !== state.selected) return; // the user moved on meanwhile
-    if (rows.every((r) => "_sysTime" in r)) rows = rows.map(compact);
-    notice.hidden = true;
-    // Re-render only on a change: a table rebuilt every poll would lose the reader's text
-    // selection and hover, and flicker.
-    const signature = JSON.stringify(rows);
-    if (signature !== state.signature) {
-      state.signature = signature;
-      state.rows = rows;
-      state.more = state.selected.kind === "dataset" && rows.length >= EVENTS_LIMIT;
-      renderEvents();
-    }
-    setStatus((($("live").checked) ? "live · " : "paused · ") + "updated "
-      + new Date().toLocaleTimeString());
-  } catch (err) {
-    if (asked !== state.selected) return;
-    if (err instanceof ApiError && err.status === 400) {
-      notice.textContent = (state.selected.kind === "view"
-        ? "This view's query is outside the APL subset the local service runs: "
-        : "The query failed: ") + err.message;
-      drawChart([]);
-      notice.hidden = false;
-      state.rows = [];
-      state.signature = "";
-      renderEvents();
-    } else {
-      handleError(err);
-    }
-  }
-}
-
-function rowKey(row) {
-  return row._rowId || JSON.stringify(row);
-}
-
-function text(value) {
-  if (value === null || value === undefined) return "";
-  return typeof value === "string" ? value : JSON.stringify(value);
-}
-
-function levelOf(row) {
-  const level = String(row.level || row.severity || "").toLowerCase();
-  return level === "warn" ? "warning" : level === "fatal" ? "critical" : level;
-}
-
-function renderEvents() {
+// Column names of the events table, for whole events: time, level, message, the chosen
+// columns, then the other fields.
+function renderEvents(key) {
   const table = $("events");
   const rows = state.rows;
+  $("events-wrap").dataset.key = key;
+  $("events-state").hidden = true;
   // Whole events carry the service's _sysTime; an aggregate's rows (even by _time) do not:
-  // they read as a table, and as a chart when they are counts (drawChart).
+  // they read as a table, and as a chart when they are numbers (drawChart).
   const eventsLike = rows.length === 0 || rows.every((r) => "_sysTime" in r);
-  drawChart(eventsLike ? [] : rows);
+  drawChart(eventsLike ? [] : rows, state.fields || []);
   const head = el("thead");
   const body = el("tbody");
   let columns = [];
+  const chosen = state.columns;
+  // Whole events: columns of fixed widths, the message and the fields cut to fit (the
+  // event's pane shows it whole); an aggregate's table sizes its columns to its values.
+  table.classList.toggle("whole", eventsLike);
   if (eventsLike) {
-    head.append(el("tr", {}, el("th", { text: "time" }), el("th", { text: "level" }),
-      el("th", { text: "message" }), el("th", { text: "fields" })));
+    head.append(el("tr", {}, el("th", { class: "time", text: "time" }),
+      el("th", { class: "lvl", text: "level" }), el("th", { class: "msg", text: "message" }),
+      ...chosen.map((c) => el("th", { class: "col", text: c })),
+      el("th", { class: "flds", text: "fields" })));
   } else {
     const names = new Set();
     rows.forEach((r) => Object.keys(r).forEach((k) => names.add(k)));
@@ -477,22 +757,23 @@ function renderEvents() {
       ordered.push(...members);
     }
   }
+  const span = 4 + chosen.length;
   for (const row of ordered) {
     if (groupHeads.has(row)) {
       const [v, size] = groupHeads.get(row);
-      body.append(el("tr", { class: "group" }, el("td", { colspan: "4",
+      body.append(el("tr", { class: "group" }, el("td", { colspan: String(span),
         text: `${state.group} = ${v} · ${size} event${size === 1 ? "" : "s"}` })));
     }
-    const key = rowKey(row);
-    const tr = el("tr", { class: "row", "data-row-id": key });
-    if (!firstRender && !state.seen.has(key)) tr.classList.add("fresh");
-    if (state.selectedRow === key) tr.classList.add("selected");
+    const rk = rowKey(row);
+    const tr = el("tr", { class: "row", "data-row-id": rk });
+    if (!firstRender && !state.seen.has(rk)) tr.classList.add("fresh");
+    if (state.selectedRow === rk) tr.classList.add("selected");
     if (eventsLike) {
       const level = levelOf(row);
       const [messageKey, message] = messageOf(row);
       const own = [], code = [];
       for (const [k, v] of Object.entries(row)) {
-        if (SYSTEM.has(k) || k === "level" || k === messageKey) continue;
+        if (SYSTEM.has(k) || k === "level" || k === messageKey || chosen.includes(k)) continue;
         if (TRACE_FIELDS.includes(k)) continue; // shown as a trace in the event's pane
         (CODE_FIELDS.includes(k) ? code : own).push(k + "=" + text(v));
       }
@@ -501,30 +782,36 @@ function renderEvents() {
         el("td", { class: "time", title: text(row._time), text: fmtTime(row._time) }),
         el("td", {}, el("span", { class: "level " + (level || "none"),
           text: text(row.level || "—") })),
-        el("td", { class: "message", text: text(message) + (traced ? "  ⚠ trace" : "") }),
+        el("td", { class: "message" }, ...(traced ? [el("span", { class: "traced",
+          title: "a traceback: open the event to read it", text: "⚠ trace" }), " "] : []),
+        text(message)),
+        ...chosen.map((c) => el("td", { class: "col", "data-col": c, text: text(row[c]) })),
         el("td", { class: "fields", text: [...own, ...code].join("  ") }));
     } else {
       for (const c of columns) tr.append(el("td", { text: text(row[c]) }));
     }
-    tr.tabIndex = 0; // the keyboard reaches events too: Tab to a row, Enter opens it
-    tr.addEventListener("click", () => showDetail(row, key));
-    tr.addEventListener("keydown", (e) => { if (e.key === "Enter") showDetail(row, key); });
+    tr.tabIndex = 0; // the keyboard reaches events too: Tab or ↑/↓ to a row, Enter opens it
+    tr.addEventListener("click", () => showDetail(row));
     body.append(tr);
   }
-  for (const row of state.rows) state.seen.add(rowKey(row));
+  for (const row of rows) state.seen.add(rowKey(row));
   table.replaceChildren(head, body);
   $("empty").hidden = rows.length > 0;
   $("empty").textContent = state.search || state.range !== "all"
-    ? "no events match the search" : "no events";
+    ? "no events match the search in this range" : "no events";
   $("older").hidden = !state.more;
-  if (state.selectedRow) {
+  if (state.selectedRow && $("detail").hidden) {
     const row = rows.find((r) => rowKey(r) === state.selectedRow);
-    if (row && $("detail").hidden) showDetail(row, state.selectedRow);
+    if (row) showDetail(row);
   }
 }
 
-function showDetail(row, key) {
+function showDetail(row) {
+  const key = rowKey(row);
   state.selectedRow = key;
+  state.detailRow = row;
+  state.linkEvent = null;
+  panels.detail.abort();
   writeHash();
   // A traceback reads as one, with its lines, not as a JSON string full of \n.
   const traces = $("detail-traces");
@@ -535,75 +822,302 @@ function showDetail(row, key) {
     }
   }
   traces.hidden = !traces.childElementCount;
-  state.detailRow = row;
-  const key2 = ["request_id", "trace_id"].find((k) => typeof row[k] === "string" && row[k]);
-  $("detail-request").hidden = !key2 || state.selected.kind !== "dataset";
-  $("detail-request").textContent = key2 === "trace_id" ? "its trace" : "its request";
-  $("detail-around").hidden = state.selected.kind !== "dataset";
+  const onDataset = state.selected && state.selected.kind === "dataset";
+  const has = (k) => typeof row[k] === "string" && row[k] !== "";
+  $("detail-request").hidden = !onDataset || !has("request_id");
+  $("detail-trace").hidden = !onDataset || !has("trace_id");
+  $("detail-around").hidden = !onDataset || !row._time;
+  $("copy-link").hidden = !onDataset || !row._rowId;
+  $("detail-said").textContent = "";
   $("detail-json").textContent = JSON.stringify(row, null, 2);
   $("detail").hidden = false;
+  $("panes").classList.add("with-detail");
   for (const tr of document.querySelectorAll("#events tr.row")) {
     tr.classList.toggle("selected", tr.dataset.rowId === key);
   }
 }
 
-// ------------------------------------------------------------------ charts
+function closeDetail() {
+  $("detail").hidden = true;
+  $("panes").classList.remove("with-detail");
+  state.selectedRow = null;
+  state.detailRow = null;
+  state.linkEvent = null;
+  panels.detail.abort();
+  writeHash();
+  for (const tr of document.querySelectorAll("#events tr.selected")) {
+    tr.classList.remove("selected");
+  }
+}
 
-// An aggregate's answer as a chart: over time (a _time column) as bars along time, else one
-// bar per group; each numeric column is a series (its bars side by side).
-function drawChart(rows) {
+// An event a link names (its time and id): fetched by itself, whatever the search shows.
+function openLinkedEvent(ev) {
+  const t = Date.parse(ev.time);
+  if (Number.isNaN(t) || !/^[0-9a-f]{1,32}$/.test(ev.id)) return;
+  const s = state.selected;
+  const apl = source(s.name) + " | where _rowId == '" + ev.id + "'";
+  // Its own instant as the query's range: the service finds it by its time index.
+  const opts = { startTime: ev.time, endTime: iso(t + 1) };
+  $("detail").hidden = false;
+  $("panes").classList.add("with-detail");
+  $("detail-said").textContent = "opening the event…";
+  $("detail-json").textContent = "";
+  panels.detail.run((signal) => query(apl, opts, signal), (answer) => {
+    const row = answer.rows.map(compact)[0];
+    if (!row) {
+      $("detail-said").textContent = "This link's event is not in dataset " + s.name
+        + " (deleted or trimmed?).";
+      return;
+    }
+    showDetail(row);
+  }, (err) => { $("detail-said").textContent = "The event could not be read: " + err.message; },
+  true);
+}
+
+// ------------------------------------------------------------------ context links
+
+// "Around it", "its request", "its trace": a window of time either side of the event, which
+// widens on demand; the search before is one click away.
+function openContext(kind) {
+  const row = state.detailRow;
+  if (!row) return;
+  const t = Date.parse(row._time);
+  if (Number.isNaN(t)) return;
+  const back = state.context ? state.context.back : { search: state.search, range: state.range };
+  let search = "", label;
+  if (kind === "request" || kind === "trace") {
+    const field = kind === "request" ? "request_id" : "trace_id";
+    search = term(field, row[field]);
+    label = (kind === "request" ? "its request" : "its trace") + " (" + search + ")";
+  } else {
+    label = "every event around it";
+  }
+  state.context = { kind, label, t, width: 0, back, row };
+  applyContext();
+}
+
+function applyContext() {
+  const c = state.context;
+  const windows = CONTEXT_WINDOWS[c.kind === "around" ? "around" : "request"];
+  const w = windows[c.width];
+  state.range = w === undefined ? "all" : iso(c.t - w) + "/" + iso(c.t + w);
+  state.search = c.kind === "around" ? "" : term(c.kind === "request" ? "request_id"
+    : "trace_id", c.row[c.kind === "request" ? "request_id" : "trace_id"]);
+  $("filter").value = state.search;
+  state.selectedRow = rowKey(c.row);
+  recompute();
+}
+
+function drawContext() {
+  const box = $("context");
+  const c = state.context;
+  if (!c) { box.hidden = true; box.replaceChildren(); return; }
+  const windows = CONTEXT_WINDOWS[c.kind === "around" ? "around" : "request"];
+  const w = windows[c.width];
+  box.replaceChildren(el("span", { text: "Showing " + c.label + ", "
+    + (w === undefined ? "at any time" : "within " + fmtSpan(w) + " of the event") + "." }));
+  if (c.width < windows.length) {
+    const next = windows[c.width + 1];
+    const btn = el("button", { type: "button", id: "context-widen",
+      text: next === undefined ? "any time" : "widen to " + fmtSpan(next) });
+    btn.addEventListener("click", () => { c.width++; applyContext(); });
+    box.append(btn);
+  }
+  const back = el("button", { type: "button", id: "context-back", text: "back to the search" });
+  back.addEventListener("click", () => {
+    state.search = c.back.search;
+    state.range = c.back.range;
+    $("filter").value = state.search;
+    state.context = null;
+    recompute();
+  });
+  box.append(back);
+  box.hidden = false;
+}
+
+// ------------------------------------------------------------------ copy buttons
+
+async function copyText(value, what) {
+  let ok = false;
+  try {
+    await navigator.clipboard.writeText(value);
+    ok = true;
+  } catch (e) {
+    // No clipboard API (or no permission): the older way, through a selected text area.
+    const area = el("textarea", {});
+    area.value = value;
+    document.body.append(area);
+    area.select();
+    try { ok = document.execCommand("copy"); } catch (e2) { ok = false; }
+    area.remove();
+  }
+  $("detail-said").textContent = ok ? what + " copied" : "could not copy: select the text";
+  $("detail").dataset.copied = ok ? value : "";
+}
+
+// ------------------------------------------------------------------ the chart
+
+// An aggregate's answer as a chart. Over time (a _time column): one series per group (the
+// other group columns), lines for values (avg, percentiles, ...) and stacked bars for counts;
+// otherwise one bar per group. A legend names the series.
+const COUNTS = new Set(["count", "countif", "sum", "dcount"]);
+
+function drawChart(rows, fields) {
   const fig = $("chart");
   if (!rows.length) { fig.hidden = true; fig.replaceChildren(); return; }
+  const meta = new Map(fields.map((f) => [f.name, f]));
   const names = Object.keys(rows[0]);
-  const series = names.filter((k) => k !== "_time" && rows.every((r) => typeof r[k] === "number"
-    || r[k] === null));
-  if (!series.length) { fig.hidden = true; fig.replaceChildren(); return; }
+  const numeric = (k) => rows.every((r) => typeof r[k] === "number" || r[k] === null);
+  let values = names.filter((k) => k !== "_time" && meta.get(k) && meta.get(k).agg);
+  if (!values.length) values = names.filter((k) => k !== "_time" && numeric(k));
+  if (!values.length) { fig.hidden = true; fig.replaceChildren(); return; }
+  const groups = names.filter((k) => k !== "_time" && !values.includes(k));
   const overTime = names.includes("_time");
-  const groups = names.filter((k) => k !== "_time" && !series.includes(k));
-  const label = (r) => overTime ? fmtTime(r._time).replace(/\.0+(Z?)$/, "$1")
-    : groups.map((g) => String(r[g])).join(" · ") || "all";
-  const points = overTime ? [...rows].sort((a, b) => String(a._time) < String(b._time) ? -1 : 1)
-    : rows;
-  const max = Math.max(1, ...points.flatMap((r) => series.map((k) => r[k] || 0)));
-  const W = 1000, H = 140, top = 8, bottom = 22, left = 40;
+  const root = svg("svg", { viewBox: "0 0 1000 200", preserveAspectRatio: "none", role: "img" });
+  const legend = el("div", { class: "legend" });
+  fig.replaceChildren(root, legend);
+  fig.hidden = false;
+  if (overTime) drawTimeChart(root, legend, rows, values, groups, meta);
+  else drawBarChart(root, legend, rows, values, groups);
+}
+
+function axisText(root, x, y, str, anchor) {
+  const t = svg("text", { x, y, "font-size": 10, class: "axis", "text-anchor": anchor });
+  t.textContent = str;
+  root.append(t);
+}
+
+function fmtNum(v) {
+  if (typeof v !== "number") return String(v);
+  if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (Math.abs(v) >= 1e4) return (v / 1e3).toFixed(0) + "k";
+  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+}
+
+function drawTimeChart(root, legend, rows, values, groups, meta) {
+  // Series: one per group (and per value column when there are several).
+  const series = new Map();
+  const times = [...new Set(rows.map((r) => r._time))].sort();
+  for (const r of rows) {
+    for (const v of values) {
+      const parts = groups.map((g) => (r[g] === null || r[g] === "" ? "(none)" : text(r[g])));
+      if (values.length > 1) parts.push(v);
+      const name = parts.join(" · ") || v;
+      if (!series.has(name)) series.set(name, { name, points: new Map(), total: 0 });
+      const s = series.get(name);
+      const y = r[v];
+      if (typeof y === "number") { s.points.set(r._time, y); s.total += y; }
+    }
+  }
+  let all = [...series.values()].sort((a, b) => b.total - a.total);
+  const hidden = all.length - MAX_SERIES;
+  all = all.slice(0, MAX_SERIES);
+  const stacked = values.every((v) => {
+    const m = meta.get(v);
+    const agg = m && m.agg ? m.agg.name : (v.startsWith("count") ? "count" : "");
+    return COUNTS.has(agg);
+  });
+  const W = 1000, H = 200, top = 8, bottom = 22, left = 44;
   const plotH = H - top - bottom;
-  const slot = (W - left) / points.length;
-  const barW = Math.max(1, (slot - 2) / series.length);
-  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img",
-    "aria-label": series.join(", ") + (overTime ? " over time" : " by " + groups.join(", ")) });
-  const text = (x, y, str, anchor) => {
-    const t = svg("text", { x, y, "font-size": 10, fill: "#4b5563", "text-anchor": anchor });
-    t.textContent = str;
-    root.append(t);
-  };
-  text(left - 4, top + 8, String(max), "end");
-  text(left - 4, H - bottom, "0", "end");
-  const palette = ["#4c6ef5", "#2f9e44", "#e8a317", "#e03131", "#9c36b5"];
-  points.forEach((r, i) => {
-    series.forEach((k, j) => {
+  const n = Math.max(1, times.length);
+  const slot = (W - left) / n;
+  const index = new Map(times.map((t, i) => [t, i]));
+  let max = 1;
+  if (stacked) {
+    for (const t of times) max = Math.max(max, all.reduce((a, s) => a + (s.points.get(t) || 0), 0));
+  } else {
+    for (const s of all) for (const y of s.points.values()) max = Math.max(max, y);
+  }
+  root.setAttribute("aria-label", values.join(", ") + " over time"
+    + (groups.length ? " by " + groups.join(", ") : ""));
+  root.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, class: "gridline" }));
+  axisText(root, left - 4, top + 8, fmtNum(max), "end");
+  axisText(root, left - 4, H - bottom, "0", "end");
+  if (times.length) {
+    axisText(root, left, H - 6, fmtTime(times[0]), "start");
+    if (times.length > 1) axisText(root, W, H - 6, fmtTime(times[times.length - 1]), "end");
+  }
+  all.forEach((s, j) => { s.colour = PALETTE[j % PALETTE.length]; });
+  if (stacked) {
+    const base = new Array(n).fill(0);
+    for (const s of all) {
+      for (const [t, y] of s.points) {
+        const i = index.get(t);
+        const h = (y / max) * plotH;
+        base[i] += h;
+        const rect = svg("rect", { x: left + i * slot + 0.5, y: H - bottom - base[i],
+          width: Math.max(1, slot - 1), height: h, fill: s.colour, "data-series": s.name,
+          "data-label": fmtTime(t).replace(/\.0+(Z?)$/, "$1"), "data-value": y });
+        const title = svg("title");
+        title.textContent = `${fmtTime(t)} ${s.name}: ${y}`;
+        rect.append(title);
+        root.append(rect);
+      }
+    }
+  } else {
+    for (const s of all) {
+      // A line per series; a bin without a value breaks it.
+      let d = "";
+      let pen = false;
+      times.forEach((t, i) => {
+        const y = s.points.get(t);
+        if (y === undefined) { pen = false; return; }
+        const x = left + (i + 0.5) * slot;
+        d += (pen ? " L" : " M") + x.toFixed(1) + " " + (H - bottom - (y / max) * plotH).toFixed(1);
+        pen = true;
+      });
+      const path = svg("path", { d: d.trim(), fill: "none", stroke: s.colour,
+        "stroke-width": 1.8, "vector-effect": "non-scaling-stroke", "data-series": s.name,
+        "data-points": s.points.size });
+      const title = svg("title");
+      title.textContent = s.name;
+      path.append(title);
+      root.append(path);
+    }
+  }
+  for (const s of all) {
+    const sw = el("span", { class: "swatch" });
+    sw.style.background = s.colour;
+    legend.append(el("span", { class: "series", "data-series": s.name }, sw, s.name));
+  }
+  if (hidden > 0) legend.append(el("span", { class: "muted", text: `(${hidden} smaller series not drawn)` }));
+}
+
+function drawBarChart(root, legend, rows, values, groups) {
+  const W = 1000, H = 200, top = 8, bottom = 22, left = 44;
+  const plotH = H - top - bottom;
+  const label = (r) => groups.map((g) => text(r[g])).join(" · ") || "all";
+  const max = Math.max(1, ...rows.flatMap((r) => values.map((k) => r[k] || 0)));
+  const slot = (W - left) / rows.length;
+  const barW = Math.max(1, (slot - 4) / values.length);
+  root.setAttribute("aria-label", values.join(", ") + " by " + (groups.join(", ") || "all"));
+  axisText(root, left - 4, top + 8, fmtNum(max), "end");
+  axisText(root, left - 4, H - bottom, "0", "end");
+  // One colour per group when there is one value column (a legend of groups), else one per
+  // value column.
+  const byGroup = values.length === 1;
+  rows.forEach((r, i) => {
+    values.forEach((k, j) => {
       const v = r[k] || 0;
       const h = (v / max) * plotH;
-      const rect = svg("rect", { x: left + i * slot + 1 + j * barW, y: H - bottom - h,
-        width: Math.max(1, barW - 1), height: h, fill: palette[j % palette.length],
-        "data-series": k, "data-label": label(r), "data-value": v });
+      const colour = PALETTE[(byGroup ? i : j) % PALETTE.length];
+      const rect = svg("rect", { x: left + i * slot + 2 + j * barW, y: H - bottom - h,
+        width: Math.max(1, barW - 1), height: h, fill: colour,
+        "data-series": byGroup ? label(r) : k, "data-label": label(r), "data-value": v });
       const title = svg("title");
       title.textContent = `${label(r)} ${k}: ${v}`;
       rect.append(title);
       root.append(rect);
     });
+    if (rows.length <= 24) axisText(root, left + (i + 0.5) * slot, H - 6, label(r), "middle");
   });
-  if (points.length) {
-    text(left, H - 6, label(points[0]), "start");
-    if (points.length > 1) text(W, H - 6, label(points[points.length - 1]), "end");
-  }
-  const legend = el("div", { class: "legend" });
-  series.forEach((k, j) => {
+  const entries = byGroup ? rows.slice(0, 40).map((r, i) => [label(r), PALETTE[i % PALETTE.length]])
+    : values.map((k, j) => [k, PALETTE[j % PALETTE.length]]);
+  for (const [name, colour] of entries) {
     const sw = el("span", { class: "swatch" });
-    sw.style.background = palette[j % palette.length];
-    legend.append(el("span", {}, sw, k));
-  });
-  fig.replaceChildren(root, legend);
-  fig.hidden = false;
+    sw.style.background = colour;
+    legend.append(el("span", { class: "series", "data-series": name }, sw, name));
+  }
 }
 
 // ------------------------------------------------------------------ the query editor
@@ -613,7 +1127,7 @@ function openEditor(open) {
   $("editor-toggle").setAttribute("aria-expanded", String(open));
   if (open) {
     const box = $("editor-apl");
-    if (!box.value) box.value = currentQuery() || "";
+    if (!box.value) box.value = currentApl() || "";
     box.focus();
   }
 }
@@ -634,42 +1148,82 @@ async function saveEditor() {
     const view = await api("POST", "/v2/views", { name, aplQuery: apl,
       datasets: m ? [m[1]] : [], description: "" });
     $("editor-said").textContent = "saved as view " + view.name;
-    await refreshViews();
+    refreshViews();
     select({ kind: "view", view });
   } catch (err) {
     $("editor-said").textContent = err.message;
   }
 }
 
-// ------------------------------------------------------------------ facets
+// ------------------------------------------------------------------ fields (facets)
 
 // A search term for field = value, quoted when it holds a space or a quote.
 function term(field, value) {
   const v = String(value);
-  return field + ":" + (/[\s"]/.test(v) ? JSON.stringify(v) : v);
+  return field + ":" + (/[\s"]/.test(v) || v === "" ? JSON.stringify(v) : v);
 }
 
 function addTerm(t) {
   const box = $("filter");
   box.value = (box.value.trim() + " " + t).trim();
-  state.search = box.value;
+  state.search = box.value.trim();
+  state.context = null;
   recompute();
 }
 
-async function refreshFacets() {
+function loadFacets() {
   const s = state.selected;
-  const panel = $("facets");
-  if (!s || s.kind !== "dataset") {
-    panel.replaceChildren(el("p", { class: "muted", text: "—" }));
-    return;
+  if (!s || s.kind !== "dataset") return;
+  const key = currentKey();
+  const asked = { dataset: s.name, q: state.search, range: state.range };
+  panels.facets.run((signal) => api("POST", "/local/facets", asked, signal), (got) => {
+    panels.facets.schedule(FACETS_EVERY_MS);
+    state.facets = got;
+    state.facetsNew = state.newSince || 0;
+    if (!state.search) state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    drawFacets(key);
+    drawColumnPicker();
+  }, (err) => {
+    panels.facets.schedule(FACETS_EVERY_MS);
+    $("facets").dataset.key = key;
+    panelMessage($("facets"), err, null);
+  }, true);
+}
+
+function facetsSaid(got) {
+  const n = got.rows.toLocaleString();
+  if (got.sampled) {
+    return "· a sample of " + n + " of " + (got.exact ? "" : "about ")
+      + Number(got.matched || 0).toLocaleString() + ", spread evenly over the range";
   }
-  try {
-    const got = await api("POST", "/local/facets",
-      { dataset: s.name, q: state.search, range: state.range });
-    if (s !== state.selected) return;
-    panel.replaceChildren();
-    if (!got.fields.length) panel.append(el("p", { class: "muted", text: "no fields" }));
-    for (const f of got.fields) {
+  return "· of " + n + " event" + (got.rows === 1 ? "" : "s");
+}
+
+function drawFacets(key) {
+  const got = state.facets;
+  const panel = $("facets");
+  panel.dataset.key = key;
+  panel.replaceChildren();
+  if (!got) return;
+  $("facets-said").textContent = facetsSaid(got);
+  const filter = $("field-filter").value.trim().toLowerCase();
+  const fields = got.fields.filter((f) => !filter || f.name.toLowerCase().includes(filter));
+  if (!got.fields.length) panel.append(el("p", { class: "muted", text: "no fields" }));
+  const shown = filter ? fields : fields.slice(0, 25);
+  for (const f of shown) {
+    const colBtn = el("button", { type: "button", class: "col", "data-field": f.name,
+      "aria-pressed": String(state.columns.includes(f.name)), title: "show as a column",
+      text: "col" });
+    colBtn.addEventListener("click", () => toggleColumn(f.name));
+    const pct = got.rows ? Math.round(100 * f.present / got.rows) : 0;
+    const head = el("div", { class: "facet-name" }, el("span", { class: "name", text: f.name,
+      title: f.name }), el("span", { class: "pct", text: pct + "%" }), colBtn);
+    const facet = el("div", { class: "facet", "data-facet": f.name }, head);
+    if (f.high) {
+      // An id, a duration, a timestamp: a list of values each seen once says nothing.
+      facet.append(el("div", { class: "high", text: (f.distinct >= f.present ? "all " : "≈")
+        + Number(f.distinct).toLocaleString() + " distinct values" }));
+    } else {
       const list = el("ul", { class: "values" });
       for (const [value, count] of f.values) {
         const inBtn = el("button", { type: "button", class: "in", "data-field": f.name,
@@ -680,86 +1234,146 @@ async function refreshFacets() {
         outBtn.addEventListener("click", () => addTerm("-" + term(f.name, value)));
         list.append(el("li", {}, inBtn, el("span", { class: "n", text: String(count) }), outBtn));
       }
-      panel.append(el("div", { class: "facet" },
-        el("div", { class: "facet-name", text: f.name + " (" + f.present + ")" }), list));
+      facet.append(list);
     }
-  } catch (err) {
-    if (!(err instanceof ApiError && err.status === 400)) handleError(err);
+    panel.append(facet);
+  }
+  if (fields.length > shown.length) {
+    panel.append(el("p", { class: "more", text: (fields.length - shown.length)
+      + " more fields: type in the filter above to find one" }));
+  }
+  if (filter && !fields.length) panel.append(el("p", { class: "muted", text: "no field matches" }));
+}
+
+// ------------------------------------------------------------------ columns
+
+function knownFields() {
+  const names = new Set();
+  for (const f of (state.facets ? state.facets.fields : [])) names.add(f.name);
+  for (const r of state.rows) for (const k of Object.keys(r)) if (!SYSTEM.has(k)) names.add(k);
+  for (const c of state.columns) names.add(c);
+  return [...names].sort();
+}
+
+function drawColumnPicker() {
+  const list = $("columns-list");
+  if ($("columns").hidden) return;
+  const filter = $("columns-filter").value.trim().toLowerCase();
+  list.replaceChildren();
+  for (const name of knownFields()) {
+    if (filter && !name.toLowerCase().includes(filter)) continue;
+    const box = el("input", { type: "checkbox", "data-column": name });
+    box.checked = state.columns.includes(name);
+    box.addEventListener("change", () => toggleColumn(name));
+    list.append(el("label", {}, box, " " + name));
+  }
+}
+
+function toggleColumn(name) {
+  const i = state.columns.indexOf(name);
+  if (i >= 0) state.columns.splice(i, 1);
+  else state.columns.push(name);
+  writeHash();
+  renderEvents(currentKey());
+  drawColumnPicker();
+  for (const b of document.querySelectorAll("#facets button.col")) {
+    b.setAttribute("aria-pressed", String(state.columns.includes(b.dataset.field)));
   }
 }
 
 // ------------------------------------------------------------------ histogram
 
-const SPANS = [[1, "1s"], [5, "5s"], [10, "10s"], [30, "30s"], [60, "1m"], [300, "5m"],
-  [600, "10m"], [1800, "30m"], [3600, "1h"], [10800, "3h"], [21600, "6h"], [86400, "1d"]];
-
-async function refreshHistogram() {
+// The histogram of the search over the range. Live, only its newest bins are asked again
+// (from a little before the last answer); under "all time", when the data has grown to many
+// more bins than it was planned with, the service plans it again (wider bins).
+function loadHistogram(fromMs, replan) {
   const s = state.selected;
-  if (!s || s.kind !== "dataset") return;
-  try {
-    // The hour up to now, or, for a dataset whose newest event is older, up to that event.
-    const newest = await query(source(s.name) + " | sort by _time desc | take 1");
-    if (s !== state.selected) return;
-    // The range chosen (a custom one too), or (all time) the hour up to the newest event.
-    const custom = customRange(state.range);
-    const width = custom ? (custom[1] - custom[0]) / 1e3 : (RANGE_SECONDS[state.range] || 3600);
-    let end = custom ? custom[1] : Date.now();
-    if (newest.length && state.range === "all") {
-      const t = Date.parse(newest[0]._time);
-      if (!Number.isNaN(t) && t < end - width * 1e3) end = t + 1000;
+  const plan = state.plan;
+  if (!s || s.kind !== "dataset" || !plan || !plan.histogram) return;
+  const key = currentKey();
+  const partial = fromMs !== undefined && state.hist && state.hist.key === key;
+  const asked = Date.now();
+  panels.histogram.run(async (signal) => {
+    let h = plan.histogram;
+    if (replan) {
+      const again = await api("POST", "/local/search",
+        { dataset: s.name, q: state.search, range: state.range }, signal);
+      h = again.histogram;
     }
-    const start = end - width * 1e3;
-    const [seconds, span] = SPANS.find(([sec]) => width / sec <= 60) || SPANS[SPANS.length - 1];
-    const apl = source(s.name) + " | where _time >= datetime('" + new Date(start).toISOString()
-      + "') and _time < datetime('" + new Date(end).toISOString() + "')"
-      + " | summarize count() by bin(_time, " + span + "), level";
-    const rows = await query(apl);
-    if (s !== state.selected) return;
-    drawHistogram(rows, start, end, seconds * 1000);
-  } catch (err) { handleError(err); }
+    const answer = await query(h.apl, partial ? { startTime: iso(fromMs) } : {}, signal);
+    return { h, answer };
+  }, ({ h, answer }) => {
+    panels.histogram.schedule(HISTOGRAM_EVERY_MS);
+    state.histNew = state.newSince || 0;
+    if (replan) plan.histogram = h;
+    let bins;
+    if (partial) {
+      bins = state.hist.bins; // the older bins stand; the newest are replaced
+      for (const t of [...bins.keys()]) if (t >= fromMs) bins.delete(t);
+    } else {
+      bins = new Map();
+    }
+    for (const row of answer.rows) {
+      const t = Date.parse(row._time);
+      const level = LEVELS.includes(levelOf(row)) ? levelOf(row) : "other";
+      if (!bins.has(t)) bins.set(t, {});
+      const b = bins.get(t);
+      b[level] = (b[level] || 0) + row.count_;
+    }
+    const start = Date.parse(h.start);
+    const end = Math.max(Date.parse(h.end), partial || replan ? asked : 0);
+    state.hist = { key, bins, start, end, binMs: h.bin_ms, apl: h.apl, until: asked };
+    drawHistogram(key);
+  }, (err) => {
+    panels.histogram.schedule(HISTOGRAM_EVERY_MS);
+    $("histogram").dataset.key = key;
+    panelMessage($("histogram"), err, null);
+  }, !partial && !replan);
 }
 
-function drawHistogram(rows, start, end, binMs) {
+function drawHistogram(key) {
   const fig = $("histogram");
+  const h = state.hist;
+  fig.dataset.key = key;
+  const binMs = h.binMs;
+  const span = RANGE_SECONDS[state.range];
+  const start = span ? Math.max(h.start, h.end - span * 1e3) : h.start;
   const first = Math.floor(start / binMs) * binMs;
-  const nbins = Math.ceil((end - first) / binMs);
+  const nbins = Math.max(1, Math.ceil((h.end - first) / binMs));
   const bins = Array.from({ length: nbins }, () => ({}));
   const present = new Set();
-  for (const row of rows) {
-    const i = Math.floor((Date.parse(row._time) - first) / binMs);
+  let total = 0;
+  for (const [t, b] of h.bins) {
+    const i = Math.floor((t - first) / binMs);
     if (i < 0 || i >= nbins) continue;
-    const level = LEVELS.includes(levelOf(row)) ? levelOf(row) : "other";
-    bins[i][level] = (bins[i][level] || 0) + row.count_;
-    present.add(level);
+    for (const [level, n] of Object.entries(b)) {
+      bins[i][level] = (bins[i][level] || 0) + n;
+      present.add(level);
+      total += n;
+    }
   }
   const totals = bins.map((b) => Object.values(b).reduce((a, c) => a + c, 0));
   const max = Math.max(1, ...totals);
-  const W = 1000, H = 110, top = 6, bottom = 18, left = 34;
+  const W = 1000, H = 110, top = 6, bottom = 18, left = 40;
   const plotH = H - top - bottom;
   const barW = (W - left) / nbins;
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none",
-    role: "img", "aria-label": "events per " + (binMs / 1000) + " s by level" });
-  root.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom,
-    stroke: "#e3e6eb" }));
-  const label = (x, y, str, anchor) => {
-    const t = svg("text", { x, y, "font-size": 10, fill: "#6b7280", "text-anchor": anchor });
-    t.textContent = str;
-    root.append(t);
-  };
-  label(left - 4, top + 8, String(max), "end");
-  label(left - 4, H - bottom, "0", "end");
-  label(left, H - 4, fmtTime(first), "start");
-  label(W, H - 4, fmtTime(end), "end");
-  state.hist = { first, end, binMs, left, W, barW };
+    role: "img", "aria-label": "events per " + fmtSpan(binMs) + " by level" });
+  root.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, class: "gridline" }));
+  axisText(root, left - 4, top + 8, fmtNum(max), "end");
+  axisText(root, left - 4, H - bottom, "0", "end");
+  axisText(root, left, H - 4, fmtTime(first), "start");
+  axisText(root, W, H - 4, fmtTime(first + nbins * binMs), "end");
+  state.histScale = { first, end: first + nbins * binMs, binMs, left, W, barW };
   bins.forEach((bin, i) => {
     let y = H - bottom;
     for (const level of [...LEVELS, "other"]) {
       const n = bin[level];
       if (!n) continue;
-      const h = (n / max) * plotH;
-      y -= h;
-      const rect = svg("rect", { x: left + i * barW + 1, y, width: Math.max(1, barW - 2),
-        height: h, fill: LEVEL_COLOURS[level], "data-level": level });
+      const hgt = (n / max) * plotH;
+      y -= hgt;
+      const rect = svg("rect", { x: left + i * barW + 0.5, y, width: Math.max(1, barW - 1),
+        height: hgt, fill: LEVEL_COLOURS[level], "data-level": level, "data-count": n });
       const title = svg("title");
       title.textContent = `${fmtTime(first + i * binMs)} ${level}: ${n}`;
       rect.append(title);
@@ -774,80 +1388,305 @@ function drawHistogram(rows, start, end, binMs) {
     legend.append(el("span", {}, sw, level));
   }
   if (!present.size) legend.append(el("span", { text: "no events in this range" }));
+  legend.append(el("span", { class: "total", "data-total": total, text: total.toLocaleString()
+    + " event" + (total === 1 ? "" : "s") + " · " + fmtSpan(binMs) + " bars" }));
   fig.replaceChildren(root, legend);
+}
+
+// ------------------------------------------------------------------ completion
+
+// Field names, and a field's values after "name:", from the dataset's fields.
+function loadFieldsInfo() {
+  const s = state.selected;
+  if (!s || s.kind !== "dataset") return;
+  const info = state.fieldsInfo;
+  if (info && info.dataset === s.name && Date.now() - info.at < 60e3) return;
+  panels.fields.run((signal) => api("POST", "/local/facets",
+    { dataset: s.name, q: "", range: state.range }, signal), (got) => {
+    state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    if ($("complete").hidden) complete(); // never under a choice being made
+  });
+}
+
+// The word at the caret: [start, end, text].
+function caretWord(box) {
+  const v = box.value;
+  const caret = box.selectionStart === null ? v.length : box.selectionStart;
+  let a = caret;
+  while (a > 0 && !/\s/.test(v[a - 1])) a--;
+  let b = caret;
+  while (b < v.length && !/\s/.test(v[b])) b++;
+  return [a, b, v.slice(a, caret)];
+}
+
+function complete() {
+  const box = $("filter");
+  const list = $("complete");
+  const info = state.fieldsInfo;
+  if (document.activeElement !== box || !info) { hideComplete(); return; }
+  const [, , word] = caretWord(box);
+  const neg = word.startsWith("-") ? "-" : "";
+  const w = word.slice(neg.length);
+  const items = [];
+  const colon = w.indexOf(":");
+  if (colon > 0) {
+    const name = w.slice(0, colon), prefix = w.slice(colon + 1).replace(/^"/, "").toLowerCase();
+    const f = info.fields.find((x) => x.name === name);
+    for (const [value, count] of (f && !f.high ? f.values : [])) {
+      if (String(value).toLowerCase().startsWith(prefix)) {
+        items.push({ insert: neg + term(name, value) + " ", label: String(value), n: count });
+      }
+    }
+  } else if (w.length >= 1 && !/[<>=]/.test(w)) {
+    const lw = w.toLowerCase();
+    for (const f of info.fields) {
+      if (f.name.toLowerCase().startsWith(lw) && f.name !== w) {
+        items.push({ insert: neg + f.name + ":", label: f.name + ":", n: f.present });
+      }
+    }
+  }
+  if (!items.length) { hideComplete(); return; }
+  list.replaceChildren();
+  items.slice(0, 10).forEach((item, i) => {
+    const li = el("li", { role: "option", "data-insert": item.insert,
+      "aria-selected": String(i === 0) }, el("span", { text: item.label }),
+    el("span", { class: "n", text: String(item.n) }));
+    li.addEventListener("mousedown", (e) => { e.preventDefault(); acceptCompletion(li); });
+    list.append(li);
+  });
+  list.hidden = false;
+  box.setAttribute("aria-expanded", "true");
+}
+
+function hideComplete() {
+  $("complete").hidden = true;
+  $("filter").setAttribute("aria-expanded", "false");
+}
+
+function moveCompletion(step) {
+  const items = [...$("complete").children];
+  let i = items.findIndex((li) => li.getAttribute("aria-selected") === "true");
+  i = (i + step + items.length) % items.length;
+  items.forEach((li, j) => li.setAttribute("aria-selected", String(i === j)));
+  items[i].dataset.userMoved = "1"; // Enter now takes this completion, not the search as typed
+  items[i].scrollIntoView({ block: "nearest" });
+}
+
+function acceptCompletion(li) {
+  const box = $("filter");
+  const [a, b] = caretWord(box);
+  const insert = li.dataset.insert;
+  box.value = box.value.slice(0, a) + insert + box.value.slice(b);
+  const caret = a + insert.length;
+  box.setSelectionRange(caret, caret);
+  hideComplete();
+  if (insert.endsWith(" ")) searchNow(); // a whole term: search it
+  else complete(); // a field name: now its values
+}
+
+let typing = null;
+function searchNow() {
+  clearTimeout(typing);
+  const value = $("filter").value.trim();
+  if (value === state.search && state.plan) return;
+  state.search = value;
+  state.context = null;
+  recompute();
+}
+
+// ------------------------------------------------------------------ keyboard
+
+function rowsShown() { return [...document.querySelectorAll("#events tr.row")]; }
+
+function onKey(e) {
+  const target = e.target;
+  const typingIn = target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement
+    || target instanceof HTMLSelectElement;
+  if (e.key === "/" && !typingIn && !e.ctrlKey && !e.metaKey) {
+    e.preventDefault();
+    const box = $("filter");
+    box.focus();
+    box.select();
+    return;
+  }
+  if (e.key === "Escape") {
+    if (!$("complete").hidden) { hideComplete(); return; }
+    if (typingIn) { target.blur(); return; }
+    if (!$("detail").hidden) { closeDetail(); return; }
+    if (!$("columns").hidden) { toggleColumnsPicker(false); }
+    return;
+  }
+  if (typingIn) return;
+  if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+    const trs = rowsShown();
+    if (!trs.length) return;
+    e.preventDefault();
+    let i = trs.indexOf(document.activeElement);
+    if (i < 0) i = trs.findIndex((tr) => tr.classList.contains("selected"));
+    i = i < 0 ? 0 : Math.max(0, Math.min(trs.length - 1, i + (e.key === "ArrowDown" ? 1 : -1)));
+    trs[i].focus();
+    trs[i].scrollIntoView({ block: "nearest" });
+    // With the pane open, it follows the row.
+    if (!$("detail").hidden) trs[i].click();
+    return;
+  }
+  if (e.key === "Enter" && target instanceof HTMLTableRowElement && target.classList.contains("row")) {
+    e.preventDefault();
+    target.click();
+  }
+}
+
+// ------------------------------------------------------------------ theme
+
+function applyTheme(value) {
+  if (value === "light" || value === "dark") document.documentElement.dataset.theme = value;
+  else delete document.documentElement.dataset.theme;
+  $("theme").value = value === "light" || value === "dark" ? value : "auto";
+}
+
+// ------------------------------------------------------------------ live mode
+
+// One timer drives live mode: each panel asks again when it is due, never while its last
+// request is in flight, and nothing is asked while the tab is hidden.
+let liveTimer = null;
+function liveTick() {
+  clearTimeout(liveTimer);
+  liveTimer = setTimeout(liveTick, 250);
+  if (!state.token || document.hidden) return;
+  const now = performance.now();
+  const due = (p) => !p.busy && now >= p.due;
+  if (due(panels.datasets)) refreshDatasets();
+  if (due(panels.views)) refreshViews();
+  if (!$("live").checked || !state.selected || panels.plan.busy) return;
+  if (due(panels.events)) pollEvents();
+  const s = state.selected;
+  if (s.kind !== "dataset" || !state.plan) return;
+  // The histogram's newest bins, and the fields, again only when new events came.
+  const fresh = state.newSince || 0;
+  if (due(panels.histogram) && state.hist && fresh > (state.histNew || 0)) {
+    const h = state.hist;
+    if (state.range === "all" && (Date.now() - h.start) / h.binMs > 250) loadHistogram(undefined, true);
+    else loadHistogram(Math.floor((h.until - LIVE_OVERLAP_MS) / h.binMs) * h.binMs);
+  }
+  if (due(panels.facets) && state.facets && fresh > (state.facetsNew || 0)) loadFacets();
 }
 
 // ------------------------------------------------------------------ start
 
 function showLogin(message) {
-  state.timers.forEach(clearInterval);
-  state.timers = [];
+  for (const p of Object.values(panels)) p.abort();
   $("app").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message || "";
   setStatus("not signed in", true);
+  state.token = "";
+}
+
+// The range picker shows a custom range (a drag on the histogram, a context window) as an
+// option of its own.
+function setRangeOption() {
+  const picker = $("range");
+  let custom = picker.querySelector("option[data-custom]");
+  const span = customRange(state.range);
+  if (span) {
+    if (!custom) {
+      custom = el("option", { "data-custom": "1" });
+      picker.append(custom);
+    }
+    custom.value = state.range;
+    custom.textContent = fmtTime(span[0]) + " – " + fmtTime(span[1], false);
+  } else if (custom) {
+    custom.remove();
+  }
+  picker.value = state.range;
 }
 
 function start() {
-  state.token = tokenFromHash();
   const params = hashParams();
-  state.wanted = { dataset: params.dataset || null, view: params.view || null,
-    event: params.event || null, apl: params.apl || null };
+  let token = tokenFromHash();
+  // A link without the token (copy link): the token this browser signed in with before.
+  if (!token) {
+    try { token = localStorage.getItem("loghandler-token") || ""; } catch (e) { token = ""; }
+  }
+  state.token = token;
+  let event = null;
+  if (params.event) {
+    const i = params.event.lastIndexOf("~");
+    if (i > 0) event = { time: params.event.slice(0, i), id: params.event.slice(i + 1) };
+  }
+  state.wanted = { dataset: params.dataset || null, view: params.view || null, event,
+    apl: params.apl || null };
   state.search = params.q || "";
   state.range = RANGE_SECONDS[params.range] || customRange(params.range) ? params.range : "all";
   state.tz = params.tz === "local" ? "local" : "utc";
   state.group = params.group || "";
+  state.columns = params.cols ? params.cols.split(",").filter(Boolean) : [];
   state.selected = null;
+  state.context = null;
   $("filter").value = state.search;
   setRangeOption();
   $("tz").value = state.tz;
   $("group").value = state.group;
-  state.timers.forEach(clearInterval);
-  state.timers = [];
+  for (const p of Object.values(panels)) { p.abort(); p.due = 0; }
   if (!state.token) { showLogin(""); return; }
   $("login").hidden = true;
   $("app").hidden = false;
-  refreshSidebar();
-  refreshViewList();
-  state.timers.push(setInterval(refreshSidebar, SIDEBAR_EVERY_MS));
-  state.timers.push(setInterval(refreshViewList, VIEWS_EVERY_MS));
-  state.timers.push(setInterval(() => { if ($("live").checked) refreshEvents(); },
-    EVENTS_EVERY_MS));
-  state.timers.push(setInterval(() => {
-    if ($("live").checked) { refreshHistogram(); refreshFacets(); }
-  }, HISTOGRAM_EVERY_MS));
+  panels.datasets.due = 0;
+  panels.views.due = 0;
+  liveTick();
+}
+
+function toggleColumnsPicker(open) {
+  $("columns").hidden = !open;
+  $("columns-toggle").setAttribute("aria-expanded", String(open));
+  if (open) drawColumnPicker();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  let typing = null;
-  $("filter").addEventListener("input", (e) => {
-    state.search = e.target.value.trim();
+  let savedTheme = "auto";
+  try { savedTheme = localStorage.getItem("loghandler-theme") || "auto"; } catch (e) { /* none */ }
+  applyTheme(savedTheme);
+  $("theme").addEventListener("change", (e) => {
+    applyTheme(e.target.value);
+    try { localStorage.setItem("loghandler-theme", e.target.value); } catch (err) { /* none */ }
+  });
+  const box = $("filter");
+  box.addEventListener("input", () => {
     $("notice").hidden = true;
     clearTimeout(typing);
-    typing = setTimeout(recompute, 300); // one query when the typing pauses
+    typing = setTimeout(searchNow, 400); // one query when the typing pauses
+    complete();
   });
+  box.addEventListener("focus", () => { loadFieldsInfo(); complete(); });
+  box.addEventListener("blur", () => setTimeout(() => {
+    if (document.activeElement !== box) hideComplete();
+  }, 100));
+  box.addEventListener("keydown", (e) => {
+    const open = !$("complete").hidden;
+    if (open && (e.key === "ArrowDown" || e.key === "ArrowUp")) {
+      e.preventDefault();
+      moveCompletion(e.key === "ArrowDown" ? 1 : -1);
+    } else if (open && e.key === "Tab") {
+      e.preventDefault();
+      acceptCompletion($("complete").querySelector("[aria-selected='true']"));
+    } else if (e.key === "Enter") {
+      e.preventDefault();
+      const chosen = open && $("complete").querySelector("[aria-selected='true']");
+      if (chosen && chosen.dataset.userMoved) acceptCompletion(chosen);
+      else { hideComplete(); searchNow(); }
+    }
+  });
+  $("complete").addEventListener("keydown", (e) => e.stopPropagation());
+  document.addEventListener("keydown", onKey);
   $("older").addEventListener("click", loadOlder);
-  // From one event: every event of the minute around it (the debug lines too), or every event
-  // of its request or trace.
-  $("detail-around").addEventListener("click", () => {
-    const t = Date.parse(state.detailRow && state.detailRow._time);
-    if (Number.isNaN(t)) return;
-    state.range = new Date(t - 60e3).toISOString() + "/" + new Date(t + 60e3).toISOString();
-    state.search = "";
-    $("filter").value = "";
-    setRangeOption();
-    recompute();
-    refreshHistogram();
+  $("detail-around").addEventListener("click", () => openContext("around"));
+  $("detail-request").addEventListener("click", () => openContext("request"));
+  $("detail-trace").addEventListener("click", () => openContext("trace"));
+  $("copy-link").addEventListener("click", () => {
+    if (state.detailRow) copyText(eventLink(state.detailRow), "link");
   });
-  $("detail-request").addEventListener("click", () => {
-    const row = state.detailRow || {};
-    const k = ["request_id", "trace_id"].find((f) => typeof row[f] === "string" && row[f]);
-    if (!k) return;
-    state.search = term(k, row[k]);
-    $("filter").value = state.search;
-    state.range = "all";
-    setRangeOption();
-    recompute();
+  $("copy-json").addEventListener("click", () => {
+    if (state.detailRow) copyText(JSON.stringify(state.detailRow, null, 2), "JSON");
   });
   $("editor-toggle").addEventListener("click", () => openEditor($("editor").hidden));
   $("editor").addEventListener("submit", (e) => { e.preventDefault(); runEditor(); });
@@ -855,6 +1694,9 @@ document.addEventListener("DOMContentLoaded", () => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runEditor(); }
   });
   $("editor-save").addEventListener("click", saveEditor);
+  $("columns-toggle").addEventListener("click", () => toggleColumnsPicker($("columns").hidden));
+  $("columns-filter").addEventListener("input", drawColumnPicker);
+  $("field-filter").addEventListener("input", () => drawFacets(currentKey()));
   // Live updates pause while the reader scrolls down the events, and resume at the top.
   $("events-wrap").addEventListener("scroll", (e) => {
     const down = e.target.scrollTop > 40;
@@ -864,60 +1706,66 @@ document.addEventListener("DOMContentLoaded", () => {
       state.autoPaused = false;
     }
   });
+  $("live").addEventListener("change", () => { liveStatus(); liveTick(); });
+  // A hidden tab asks nothing; back in view, it catches up at once.
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) {
+      panels.events.due = 0;
+      panels.datasets.due = 0;
+    }
+    liveStatus();
+    liveTick();
+  });
   $("tz").addEventListener("change", (e) => {
     state.tz = e.target.value;
     writeHash();
     setRangeOption();
-    state.signature = "";
-    renderEvents();
-    refreshHistogram();
+    renderEvents(currentKey());
+    if (state.hist) drawHistogram(currentKey());
   });
   $("group").addEventListener("change", (e) => {
     state.group = e.target.value;
     writeHash();
-    renderEvents();
+    renderEvents(currentKey());
   });
   // Drag across the histogram to zoom to that time.
   let dragFrom = null;
   const toTime = (e) => {
-    const h = state.hist;
-    const box = $("histogram").querySelector("svg").getBoundingClientRect();
-    const x = (e.clientX - box.left) / box.width * h.W;
+    const h = state.histScale;
+    const rect = $("histogram").querySelector("svg").getBoundingClientRect();
+    const x = (e.clientX - rect.left) / rect.width * h.W;
     return h.first + Math.max(0, (x - h.left) / h.barW) * h.binMs;
   };
   $("histogram").addEventListener("mousedown", (e) => {
-    if (state.hist && e.target.closest("svg")) { dragFrom = toTime(e); e.preventDefault(); }
+    if (state.histScale && e.target.closest("svg")) { dragFrom = toTime(e); e.preventDefault(); }
   });
   window.addEventListener("mouseup", (e) => {
     if (dragFrom === null) return;
     const to = toTime(e);
     const [a, b] = [Math.min(dragFrom, to), Math.max(dragFrom, to)];
     dragFrom = null;
-    if (b - a < (state.hist.binMs / 2)) return; // a click, not a drag
-    const bin = state.hist.binMs;
-    const start = Math.floor(a / bin) * bin, end = Math.ceil(b / bin) * bin;
-    state.range = new Date(start).toISOString() + "/" + new Date(end).toISOString();
-    setRangeOption();
+    const bin = state.histScale.binMs;
+    if (b - a < bin / 2) return; // a click, not a drag
+    const from = Math.floor(a / bin) * bin, until = Math.ceil(b / bin) * bin;
+    state.range = iso(from) + "/" + iso(until);
+    state.context = null;
     recompute();
-    refreshHistogram();
   });
   $("range").addEventListener("change", (e) => {
     state.range = e.target.value;
+    state.context = null;
     recompute();
-    refreshHistogram();
   });
-  $("detail-close").addEventListener("click", () => {
-    $("detail").hidden = true;
-    state.selectedRow = null;
-    writeHash();
-    for (const tr of document.querySelectorAll("#events tr.selected")) {
-      tr.classList.remove("selected");
-    }
-  });
+  $("detail-close").addEventListener("click", closeDetail);
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("login-token").value.trim();
-    if (token) location.hash = "token=" + encodeURIComponent(token);
+    if (!token) return;
+    try { localStorage.setItem("loghandler-token", token); } catch (err) { /* none */ }
+    // The rest of the address (a link's dataset, event, ...) stays.
+    const rest = location.hash.replace(/^#/, "").split("&")
+      .filter((p) => p && !p.startsWith("token="));
+    location.hash = ["token=" + encodeURIComponent(token), ...rest].join("&");
   });
   // A link pasted into the address bar (another dataset, search or token): start over.
   window.addEventListener("hashchange", start);
