@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
 
 from ._errors import ConfigurationError
+from ._output import clip
 from ._wire.settings import CLIENT_ARG_NAMES, env
 
 ENV_DATASET = "LOGHANDLER_DATASET"
@@ -90,10 +91,11 @@ class ShipperOptions:
         return level if isinstance(level, int) else None
 
     def __post_init__(self) -> None:
-        _check_shaping(self)
         if self.fields is not None:
-            # A copy, checked once: the flusher adds it to every event as it is.
+            # A copy, checked once (before identity's fields are merged into it): the flusher
+            # adds it to every event as it is.
             object.__setattr__(self, "fields", _check_fields(self.fields) or None)
+        _check_shaping(self)
         if not isinstance(self.trace_context, bool):
             raise ConfigurationError(
                 f"trace_context must be True or False, not {self.trace_context!r}")
@@ -225,7 +227,7 @@ def _check_shaping(o: ShipperOptions) -> None:
             "identity must be True (from the environment), False (none), or a mapping such "
             f"as {{'service': 'checkout', 'environment': 'prod'}}, not {o.identity!r}")
     if isinstance(o.identity, Mapping):
-        put("identity", _check_fields(o.identity))
+        put("identity", _check_fields(o.identity, "identity"))
     for name in ("exclude_fields", "scrub_keys", "scrub_patterns"):
         put(name, _names(name, getattr(o, name)))
     import re
@@ -263,16 +265,16 @@ def _check_shaping(o: ShipperOptions) -> None:
             put("fields", {**who, **(o.fields or {})})
 
 
-def _check_fields(fields: Any) -> dict[str, Any]:
+def _check_fields(fields: Any, name: str = "fields") -> dict[str, Any]:
     if not isinstance(fields, Mapping):
         raise ConfigurationError(
-            "fields must be a mapping of field names to plain JSON values, e.g. "
-            f"{{'service': 'checkout', 'env': 'prod'}}, not {type(fields).__name__}")
+            f"{name}= must be a mapping of field names to plain JSON values, e.g. "
+            f"{{'service': 'checkout', 'env': 'prod'}}, not {clip(repr(fields), 60)}")
     out: dict[str, Any] = {}
     for key, value in fields.items():
         if not isinstance(key, str):
-            raise ConfigurationError(f"fields: every key must be a string, not {key!r}")
-        out[key] = _json_value(value, f"fields[{key!r}]")
+            raise ConfigurationError(f"{name}=: every key must be a string, not {key!r}")
+        out[key] = _json_value(value, f"{name}[{key!r}]")
     return out
 
 

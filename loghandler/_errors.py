@@ -44,7 +44,14 @@ class ConfigurationError(Error, ValueError):
 
 
 class TransportError(Error):
-    """The service could not be reached or did not answer (refused, reset, time-out, TLS)."""
+    """The service could not be reached or did not answer (refused, reset, time-out, TLS).
+
+    ``sent``: False when the request never left (refused, name or TLS failure, no
+    connection in time); True when it was sent and its answer did not come (the service may
+    have stored it); None when unknown.
+    """
+
+    sent: bool | None = None
 
 
 class ApiError(Error):

@@ -58,6 +58,14 @@ class Receiver:
             return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
 
 
+def balanced(st: Any) -> bool:
+    """The accounting invariant of a ``stats()`` snapshot: every event submitted is delivered,
+    dropped, failed, spooled, still queued, or unconfirmed (sent, its answer cut off by a
+    deadline)."""
+    return st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                            + st.unconfirmed)
+
+
 def closed_port_url() -> str:
     """An http URL on loopback where nothing listens (connection refused)."""
     import socket

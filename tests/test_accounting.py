@@ -425,7 +425,8 @@ class TestInMemoryTransport:
 
     @staticmethod
     def _balanced(st: Any) -> bool:
-        return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+        return st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                                + st.unconfirmed)
 
     @pytest.mark.parametrize("seed", range(6))
     def test_random_answers_keep_the_invariant(self, seed: int, capfd: Any) -> None:

@@ -301,3 +301,38 @@ class TestShipperArguments:
         client = Client("tkn-1234", url="http://127.0.0.1:9")
         with pytest.raises(ConfigurationError, match=r"did you mean 'batch_size'\?"):
             loghandler.Shipper(client, "ds", batchsize=3)
+
+
+class TestFieldsArgument:
+    """Issue 35.7: ``fields=`` that is not a mapping is the user's mistake, told as such by
+    every front end (before: a TypeError from inside configuration, identity's merge)."""
+
+    @pytest.mark.parametrize("front", ["IngestHandler", "IngestProcessor", "IngestSink",
+                                       "IngestLogRecordProcessor", "Shipper"])
+    @pytest.mark.parametrize("value", [["service"], "service=checkout", 5])
+    def test_not_a_mapping_is_a_configuration_error(self, front: str, value: object) -> None:
+        import loghandler.opentelemetry
+
+        make = {
+            "IngestHandler": loghandler.IngestHandler,
+            "IngestProcessor": loghandler.IngestProcessor,
+            "IngestSink": loghandler.IngestSink,
+            "IngestLogRecordProcessor": loghandler.opentelemetry.IngestLogRecordProcessor,
+        }.get(front)
+        with pytest.raises(ConfigurationError) as info:
+            if make is None:
+                loghandler.Shipper(Client(TOKEN, url="http://127.0.0.1:9"), "ds", fields=value)
+            else:
+                make("ds", url="http://127.0.0.1:9", token=TOKEN, fields=value)
+        text = str(info.value)
+        assert text.startswith("fields= must be a mapping"), text
+        assert repr(value) in text and "{'service': 'checkout'" in text
+        assert_clean(text)
+
+    def test_identity_is_named_as_itself(self) -> None:
+        with pytest.raises(ConfigurationError, match=r"^identity must be"):
+            loghandler.IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN,
+                                     identity=["service"])
+        with pytest.raises(ConfigurationError, match=r"^identity=: every key must be a string"):
+            loghandler.IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN,
+                                     identity={1: "x"})

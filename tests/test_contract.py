@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN, wait_until
+from helpers import TOKEN, balanced, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -112,10 +112,6 @@ class Errors:
 
 def stderr_lines(capfd: pytest.CaptureFixture[str]) -> list[str]:
     return [x for x in capfd.readouterr().err.splitlines() if x.startswith("loghandler:")]
-
-
-def balanced(st: loghandler.Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 def test_batch_size_over_the_service_limit_is_a_configuration_error() -> None:

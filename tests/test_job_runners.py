@@ -317,10 +317,19 @@ time.sleep(2)  # the old handler's deadline passes while the application runs on
             assert proc.returncode == 0, proc.stderr
             assert float(proc.stdout) < 0.5  # the reload itself never waits
             lines = [ln for ln in proc.stderr.splitlines() if "closed (close()" in ln]
-            assert len(lines) == 1, proc.stderr
+            lost = [ln for ln in lines if "undelivered" in ln]
+            assert len(lost) == 1, proc.stderr
             assert re.fullmatch(r"loghandler: dataset 'ds': closed \(close\(\) or a logging "
                                 r"reload\) with [\d,]+ events undelivered after shutdown_timeout "
-                                r"\(1 s\): raise shutdown_timeout", lines[0]), lines[0]
+                                r"\(1 s\): raise shutdown_timeout", lost[0]), lost[0]
+            # A request in flight at the deadline (the server answers after 0.4 s) is told
+            # apart: sent, not answered, maybe stored (issue 35.5).
+            for line in lines:
+                assert line in lost or re.fullmatch(
+                    r"loghandler: dataset 'ds': closed \(close\(\) or a logging reload\) "
+                    r"before the service answered a request of [\d,]+ events within "
+                    r"shutdown_timeout \(1 s\): it may have stored them \(counted in "
+                    r"stats\(\).unconfirmed, not as lost\): raise shutdown_timeout", line), line
             assert 0 < len(srv.stored()) < 5000
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import balanced
 
 from loghandler._config import shipper_options
 from loghandler._engine.ledger import (
@@ -28,11 +29,6 @@ from loghandler._engine.ledger import (
     Ledger,
 )
 from loghandler._engine.model import SIZE, WIRE_ITEM_SIZE
-from loghandler._engine.stats import Stats
-
-
-def balanced(st: Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 class Starts:
@@ -66,7 +62,8 @@ class TestFaces:
             "take", "drain", "settle", "settle_inflight", "abandon", "settle_abandoned",
             "add_own", "record_sent", "delivered", "idle", "pressed", "nearly_full",
             "set_spilling", "wait_for_work", "flusher_gone", "set_close_deadline", "time_left",
-            "pause_until", "sleep_until", "wait_pressed"}
+            "pause_until", "sleep_until", "wait_pressed", "settle_side", "pause_side",
+            "side_pending"}
         assert own(Control) == {
             "reset", "start_flusher", "begin_flush", "wait_flushed", "begin_close",
             "count_leftovers", "undelivered", "queued_bytes", "settled_through"}
@@ -148,12 +145,14 @@ class TestIntake:
 
     def test_many_threads_stay_within_the_bounds(self) -> None:
         """Eight threads offering without the lock: the queue stays within max_queue_size
-        (give or take one event per racing thread), and every event is accounted."""
+        (give or take one event per racing thread), every event is accounted, and the bytes
+        counted for what is queued are exactly its sizes."""
         ledger, _ = make(max_queue_size=500, batch_size=10_000, overflow="drop_newest")
 
         def work(t: int) -> None:
             for i in range(2000):
-                ledger.offer({"t": t, "i": i, SIZE: 600}, 600)
+                size = 600 + i % 300
+                ledger.offer({"t": t, "i": i, SIZE: size}, size)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
         for th in threads:
@@ -163,6 +162,7 @@ class TestIntake:
         st = ledger.snapshot()
         assert st.submitted == 16_000 and balanced(st)
         assert 500 <= st.queued <= 508
+        assert ledger.queued_bytes() == sum(item[SIZE] for item in ledger.queue)
 
 
 class TestFlushing:

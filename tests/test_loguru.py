@@ -125,7 +125,8 @@ class TestFaults:
             s.close()
         st = s.stats()
         assert st.spooled == 20 and st.delivered == 0
-        assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+        assert st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                                + st.unconfirmed)
 
     def test_wrong_token(self, svc, capfd):
         """A refused token: counted failed_auth and told on stderr once, not raised."""

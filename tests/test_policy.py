@@ -133,6 +133,7 @@ OUTCOME_TABLE = {
     Outcome.LIMITED: (None, Pause.ALL, False, False, False),
     Outcome.RETRIES_EXHAUSTED: (Fate.FAILED_RETRIES_EXHAUSTED, Pause.NONE, True, False, False),
     Outcome.SHUTDOWN: (Fate.DROPPED_SHUTDOWN, Pause.NONE, True, False, False),
+    Outcome.UNCONFIRMED: (Fate.UNCONFIRMED, Pause.NONE, True, False, False),
 }
 
 

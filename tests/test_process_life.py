@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,48 @@ class TestSigterm:
         assert proc.returncode == -signal.SIGTERM
         assert proc.stdout.split() == ["True"]
         assert receiver.events == []  # not flushed: the default disposition, as before
+
+    @pytest.mark.parametrize("where", ["exit", "close"])
+    def test_sigterm_inside_a_close_in_progress(self, receiver, where):
+        """SIGTERM lands while the main thread is inside loghandler's own close, holding one of
+        its locks (issue 35.2: Pool.terminate() during a worker's finalizer). Before, the
+        handler waited on the main thread for a closer whose flusher needed that lock: nothing
+        moved until shutdown_timeout (5 s) and every event was dropped. Now the close goes on,
+        everything is delivered, and the process still dies of SIGTERM."""
+        code = f"""
+            import logging, os, signal, sys, threading, time
+            import loghandler
+            handler = loghandler.IngestHandler("ds", token={TOKEN!r}, url={receiver.url!r},
+                                               flush_interval=60, shutdown_timeout=5)
+            log = logging.getLogger("app")
+            log.addHandler(handler)
+            log.propagate = False
+            for i in range(300):
+                log.warning("event %d", i, extra={{"i": i}})
+            # The first Condition.notify_all from now on raises SIGTERM while its caller holds
+            # the condition's lock: that caller is loghandler's close (the ledger's begin_close).
+            notify_all = threading.Condition.notify_all
+            armed = [True]
+            def raising_notify_all(self):
+                if armed[0]:
+                    armed[0] = False
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return notify_all(self)
+            threading.Condition.notify_all = raising_notify_all
+            print("START", time.monotonic(), flush=True)
+            if {where!r} == "close":
+                handler.close()
+                print("CLOSED", flush=True)
+                signal.pause()
+        """
+        proc = run(code, timeout=60)
+        ended = time.monotonic()
+        assert proc.returncode == -signal.SIGTERM, proc.stderr
+        assert sorted(e["i"] for e in receiver.events) == list(range(300)), proc.stderr
+        assert proc.stderr == ""
+        # Delivering 300 events takes milliseconds: the close did not wait for its deadline.
+        started = float(proc.stdout.split("START")[1].split()[0])
+        assert ended - started < 5.0, proc.stdout
 
     def test_a_shipper_on_another_thread_installs_nothing(self, receiver):
         """Signal handlers belong to the main thread: a shipper made elsewhere leaves SIGTERM."""
@@ -142,6 +185,37 @@ if __name__ == "__main__":
 """ % TOKEN
 
 
+# Issue 35.2's settings: `with Pool(4, initializer=init)`, 150 tasks logging two events each,
+# shutdown_timeout=5, flush_interval=5; the pool's exit is Pool.terminate() (SIGTERM).
+POOL_OF_THE_ISSUE = """
+import logging, multiprocessing as mp, os, sys, time
+import loghandler
+
+
+def init(url):
+    handler = loghandler.IngestHandler("ds", token=%r, url=url, shutdown_timeout=5,
+                                       flush_interval=5)
+    log = logging.getLogger()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def task(i):
+    log = logging.getLogger("task")
+    log.info("first", extra={"task": i, "j": 0})
+    log.info("second", extra={"task": i, "j": 1})
+    return i
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    with ctx.Pool(4, initializer=init, initargs=(os.environ["TEST_URL"],)) as pool:
+        assert pool.map(task, range(150)) == list(range(150))
+        started = time.monotonic()
+    print("TERMINATED IN", round(time.monotonic() - started, 2), flush=True)
+""" % TOKEN
+
+
 @pytest.fixture
 def pool_script(tmp_path: Path) -> Path:
     path = tmp_path / "pool_script.py"
@@ -180,6 +254,24 @@ class TestMultiprocessing:
         got = {(e["task"], e["j"]) for e in receiver.events}
         assert len(got) == len(receiver.events)  # none twice
         assert len(got) + told == 400, (len(got), proc.stderr)
+
+    @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+    def test_terminate_of_the_issue_delivers_everything(self, receiver, tmp_path, method):
+        """Issue 35.2: some runs delivered nothing from a worker ("0 of 180 delivered, 180
+        dropped (180 at exit)"): SIGTERM landed while its finalizer was closing, and the
+        handler waited for a flusher that needed a lock the interrupted close held, until
+        shutdown_timeout. Every event arrives, nothing is told lost, and the pool's exit is
+        not the deadline's (300 events take milliseconds to send)."""
+        script = tmp_path / "pool_of_the_issue.py"
+        script.write_text(POOL_OF_THE_ISSUE)
+        proc = subprocess.run([sys.executable, str(script), method], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "TEST_URL": receiver.url})
+        assert proc.returncode == 0, proc.stderr
+        got = sorted((e["task"], e["j"]) for e in receiver.events)
+        assert got == [(t, j) for t in range(150) for j in range(2)], proc.stderr
+        assert "dropped" not in proc.stderr and "loghandler" not in proc.stderr, proc.stderr
+        took = float(proc.stdout.split("TERMINATED IN")[1])
+        assert took < 5.0, proc.stdout  # below shutdown_timeout: no close waited it out
 
     def test_fork_process_inheriting_the_handler_delivers(self, receiver, pool_script):
         """A fork Process that inherits the parent's handler ships its events before os._exit."""

@@ -364,7 +364,7 @@ class TestIngestProcessor:
         stats = proc.stats()
         assert (stats.submitted, stats.delivered, stats.dropped_closed) == (6, 5, 1)
         assert stats.submitted == (stats.delivered + stats.dropped + stats.failed
-                                   + stats.spooled + stats.queued)
+                                   + stats.spooled + stats.queued + stats.unconfirmed)
 
     def test_shared_shipper_is_only_flushed(self, receiver: Receiver) -> None:
         """close() on a processor given shipper= flushes it but leaves it open for its owner."""

@@ -24,7 +24,8 @@ from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fi
 
 
 def invariant(st: loghandler.Stats) -> None:
-    assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued, st
+    assert st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                            + st.unconfirmed), st
 
 
 def messages(handler: Any, receiver: Receiver) -> list[str]:
@@ -63,6 +64,75 @@ class TestHold:
         invariant(st)
         # A chosen drop is no failure: flush() still says everything went as asked.
         assert h.flush(5) is True
+
+    def test_held_in_contexts_still_open_at_close_are_counted(self, make_logger, receiver):
+        """Issue 35.6: contexts still open when the shipper closes (on this thread and on a
+        parked one) logged no error, so their held events do not ship; they are counted in
+        dropped_held at close, and the account holds (before: neither shipped nor counted)."""
+        log, h = make_logger(hold_level="info")
+        entered, release = threading.Event(), threading.Event()
+
+        def request() -> None:
+            with loghandler.context(request_id="parked"):
+                for i in range(4):
+                    log.info("parked %d", i)
+                entered.set()
+                release.wait(10)
+                log.error("after close")  # the shipper is closed: not held, dropped_closed
+
+        t = threading.Thread(target=request)
+        t.start()
+        try:
+            assert entered.wait(10)
+            with loghandler.context(request_id="open"):
+                log.info("held 1")
+                log.debug("held 2")
+                log.warning("shipped")
+                h.close()
+                log.info("after close, in the context")  # dropped_closed, not held
+        finally:
+            release.set()
+            t.join(10)
+        assert [e["message"] for e in receiver.events] == ["shipped"]
+        st = h.stats()
+        assert (st.dropped_held, st.dropped_closed, st.delivered, st.submitted) == (
+            6, 2, 1, 9), st
+        invariant(st)
+
+    def test_held_at_exit_are_counted(self, receiver, tmp_path):
+        """Through the exit hook: a context open when the process ends counts its held events
+        (dropped_held, a chosen drop: the exit line names no loss)."""
+        import subprocess
+        import sys
+        import textwrap
+
+        code = textwrap.dedent(f"""
+            import atexit, logging
+            stats = []
+            # Registered before loghandler's own hook, so it runs after it.
+            atexit.register(lambda: print("STATS", *stats[0]()[:4], flush=True))
+            import loghandler
+            h = loghandler.IngestHandler("ds", token={TOKEN!r}, url={receiver.url!r},
+                                         hold_level="info", shutdown_timeout=2)
+            log = logging.getLogger("app")
+            log.addHandler(h)
+            log.setLevel(logging.DEBUG)
+            s = lambda: (lambda st: (st.submitted, st.delivered, st.dropped_held,
+                                     st.submitted - st.delivered - st.dropped - st.failed
+                                     - st.spooled - st.queued - st.unconfirmed))(h.stats())
+            stats.append(s)
+            ctx = loghandler.context(request_id="r-exit")
+            ctx.__enter__()
+            for i in range(5):
+                log.info("held %d", i)
+            log.warning("shipped")
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["STATS", "6", "1", "5", "0"], (proc.stdout, proc.stderr)
+        assert proc.stderr == ""
+        assert [e["message"] for e in receiver.events] == ["shipped"]
 
     def test_ring_keeps_the_newest(self, make_logger, receiver):
         """hold_size bounds a context: the oldest held events go first, counted."""
@@ -259,6 +329,34 @@ class TestRepeats:
         st = h.stats()
         assert st.dropped_repeat == 49_995 and st.delivered == 7  # 5 + other + summary
         invariant(st)
+
+    def test_every_summary_due_at_close_ships_and_counts(self):
+        """Issue 35.4: close() without flush(), repeat_limit=3, three repeated lines (40
+        events): each line's summary is shipped and counted, so submitted is 43 (it was 40:
+        the summaries were neither sent nor counted), and the account holds."""
+        from loghandler.testing import MemoryTransport
+
+        transport = MemoryTransport()
+        h = loghandler.IngestHandler("ds", transport=transport, repeat_limit=3,
+                                     repeat_window=60, flush_interval=60)
+        log = logging.getLogger("repeats-at-close")
+        log.propagate = False
+        log.addHandler(h)
+        try:
+            for message, times in (("disk full", 10), ("retrying", 15), ("timeout", 15)):
+                for _ in range(times):
+                    log.warning(message)
+            h.close()
+        finally:
+            log.removeHandler(h)
+        st = h.stats()
+        assert (st.submitted, st.delivered, st.dropped_repeat) == (43, 12, 31), st
+        invariant(st)
+        sent = [e for r in transport.requests for e in r.events]
+        summaries = {e["repeated_message"]: e["repeats_suppressed"] for e in sent
+                     if "repeats_suppressed" in e}
+        assert summaries == {"disk full": 7, "retrying": 12, "timeout": 12}
+        assert len(sent) == 12
 
     def test_windows(self):
         """A new window ships N again; the summary of the old one comes when it ends."""

@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 
 import pytest
-from helpers import TOKEN, closed_port_url, run_in_threads, wait_until
+from helpers import TOKEN, balanced, closed_port_url, run_in_threads, wait_until
 
 from loghandler import AuthenticationError, Client, ConfigurationError, Shipper, Stats
 from loghandler._config import ShipperOptions
@@ -26,10 +26,6 @@ def make(url: str, **options) -> Shipper:
 def flushers(dataset: str) -> list[threading.Thread]:
     """The live flusher threads of the shippers of ``dataset`` (their name says it)."""
     return [t for t in threading.enumerate() if t.name == f"loghandler-flusher:{dataset}"]
-
-
-def balanced(st: Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 class TestBatching:
@@ -233,7 +229,7 @@ class TestBounds:
         for i in range(1000):
             s.submit({"i": i, "text": "z" * 100})
             # What is queued (the fast path's unaccounted tail included) stays in bounds.
-            assert sum(item[SIZE] for item in s._ledger.queue) <= 20_000
+            assert sum(item[SIZE] for item in s.intake.queue) <= 20_000
         st = s.stats()
         assert 0 < st.queued < 1000 and st.dropped_queue_full == 1000 - st.queued
         s.close(timeout=0.5)
@@ -250,16 +246,16 @@ class TestBounds:
             for i in range(5000):
                 s.submit({"t": t, "i": i, "text": "z" * (i % 300)})
                 if i % 50 == 0:
-                    items = list(s._ledger.queue)
+                    items = list(s.intake.queue)
                     peak[0] = max(peak[0], len(items))
                     peak[1] = max(peak[1], sum(item[SIZE] for item in items))
 
         run_in_threads(work, 8)
         st = s.stats()
         assert st.submitted == 40_000 and balanced(st)
-        assert st.queued == len(s._ledger.queue) and st.dropped_queue_full == 40_000 - st.queued
+        assert st.queued == len(s.intake.queue) and st.dropped_queue_full == 40_000 - st.queued
         assert peak[0] <= 500 + 8 and peak[1] <= 100_000 + 8 * 1_000
-        assert s._ledger.queued_bytes() == sum(item[SIZE] for item in s._ledger.queue)
+        assert s.intake.queued_bytes() == sum(item[SIZE] for item in s.intake.queue)
         s.close(timeout=0.5)
 
     def test_block_waits_for_room_then_proceeds(self, receiver):
@@ -396,6 +392,24 @@ class TestFlushClose:
         assert time.monotonic() - t0 < 0.1
         assert flushers("close-bounded") == []
 
+    @pytest.mark.parametrize("timeout, named", [
+        (0.1, "after close()'s timeout (0.1 s): give close() more time"),
+        (None, "after shutdown_timeout (0.3 s): raise shutdown_timeout")])
+    def test_close_names_the_timeout_in_force(self, capfd, timeout, named):
+        """Issue 35.9: close(0.1) said "after shutdown_timeout (5 s)"; the line names the bound
+        that ended the close, and what to do about that one."""
+        s = Shipper(Client(TOKEN, url=closed_port_url()), "named", max_retries=100,
+                    retry_backoff=30, max_retry_delay=30, shutdown_timeout=0.3)
+        for i in range(10):
+            s.submit({"i": i})
+        assert s.flush(0.2) is False  # refused, now waiting out a long backoff
+        s.close(timeout)
+        st = s.stats()
+        assert st.dropped_shutdown == 10 and balanced(st)
+        lines = [x for x in capfd.readouterr().err.splitlines() if "closed" in x]
+        assert lines == [f"loghandler: dataset 'named': closed (close() or a logging reload) "
+                         f"with 10 events undelivered {named}"], lines
+
     def test_close_interrupts_backoff(self):
         """A long backoff sleep is cut short by close()."""
         s = make(closed_port_url(), max_retries=5, retry_backoff=30, max_retry_delay=30)
@@ -502,7 +516,8 @@ class TestLedger:
     def test_counters_are_the_stats_fields(self):
         """One Count member per Stats counter (queued is computed): no name built from parts."""
         assert {c.value for c in Count} == {f.name for f in fields(Stats)} - {"queued"}
-        assert all(f.total.value in ("delivered", "spooled", "dropped", "failed") for f in Fate)
+        assert all(f.total.value in ("delivered", "spooled", "dropped", "failed", "unconfirmed")
+                   for f in Fate)
 
     def test_take_and_settle_keep_the_invariant(self):
         """Events taken are queued (in flight) until settled; settled_through follows."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from faultserver import (
+    UNKNOWN_OUTCOME,
     FaultServer,
     Front,
     RandomFaults,
@@ -143,12 +144,13 @@ def test_soak() -> None:
     for s in stats:
         check_accounting(s)
         for name in ("submitted", "delivered", "dropped", "failed", "spooled", "queued",
-                     "retried", "batches", "dropped_too_large", "failed_rejected"):
+                     "unconfirmed", "retried", "batches", "dropped_too_large",
+                     "failed_rejected"):
             total[name] += getattr(s, name)
     ids = srv.stored()
     distinct = set(ids)
     lost = (total["submitted"] - total["delivered"] - total["dropped"] - total["failed"]
-            - total["spooled"] - total["queued"])
+            - total["spooled"] - total["queued"] - total["unconfirmed"])
     # Drop our references so the shipper's client (and its keep-alive sockets) can go.
     fronts.clear()
     del stats, front
@@ -175,9 +177,13 @@ def test_soak() -> None:
     # Drops and failures only for the reasons the run provoked, in exactly those numbers.
     assert total["failed"] == total["failed_rejected"] == expected["poison"]
     assert total["dropped"] == total["dropped_too_large"] == expected["huge"]
-    assert total["delivered"] == len(distinct)
-    allowance = sum(r.stored for r in srv.requests if r.outcome == "half+stored")
-    assert len(ids) - len(distinct) <= allowance
+    assert total["delivered"] <= len(distinct) <= total["delivered"] + total["unconfirmed"]
+    # Duplicates only from requests whose answer the client may not have seen: those the
+    # faults cut, and those it gave up waiting for (on a busy host, an answer can come later
+    # than the client's 0.3 s timeout), each the last of its connection (faultserver.py).
+    allowance = sum(r.stored for r in srv.requests
+                    if r.outcome in UNKNOWN_OUTCOME or r.last_on_connection)
+    assert len(ids) - len(distinct) <= allowance, (len(ids) - len(distinct), allowance)
     assert sum(injected.values()) > 0
     # The receiver runs in this process and keeps every id and request record, so a part of
     # the growth is the receiver's and grows with the run: ~1 MiB/s measured (26 MiB at 10 s,

@@ -8,17 +8,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from helpers import wait_until
+from helpers import balanced, wait_until
 
 from loghandler import Shipper, Stats, TransportError
 from loghandler.testing import MemoryTransport, SentRequest
 
 FAST = {"flush_interval": 0.05, "retry_backoff": 0.001, "max_retry_delay": 0.002,
         "max_retries": 1}
-
-
-def balanced(st: Stats) -> bool:
-    return st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
 
 
 def ship(transport: MemoryTransport, n: int, spool: Path | None = None,

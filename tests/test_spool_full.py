@@ -88,7 +88,8 @@ class TestSpoolOnAFullDisk:
         assert on_disk(tmpfs, "ds") == 0
         assert st.spooled == 20 and st.spool_dropped == 20
         assert st.failed_retries_exhausted == 300
-        assert st.submitted == st.delivered + st.dropped + st.failed + st.spooled + st.queued
+        assert st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
+                                + st.unconfirmed)
 
     def test_multi_file_write_failing_part_way(self, tmpfs):
         """A write of many files stops at ENOSPC: what is on disk is told as stored."""

@@ -11,8 +11,10 @@ is held. At most ``hold_total`` events are held at once per shipper; beyond, a n
 held is dropped and counted.
 
 Held events are counted as submitted only when they are released (then queued as usual) or
-dropped (then ``dropped_held``), so ``stats()`` keeps its invariant at every moment. Events of a
-context still open when the process exits are neither shipped nor counted.
+dropped (then ``dropped_held``), so ``stats()`` keeps its invariant at every moment. When the
+shipper closes (``close()``, the process's exit) with contexts still open, what they hold is
+dropped and counted ``dropped_held`` then: they logged no error, so their events do not ship,
+and none goes uncounted (``close``). Events those contexts log later are not held.
 
 Cost: nothing on the plain path. Entering a context pays one list read while no shipper holds
 (``ENABLED``), and a front end reaches ``Hold.take`` only inside a context.
@@ -96,7 +98,7 @@ def level_number(level: Any) -> int:
 class Hold:
     """One shipper's hold-until-error policy (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "held", "ledger", "level", "size", "total")
+    __slots__ = ("__weakref__", "closed", "held", "ledger", "level", "live", "size", "total")
 
     def __init__(self, level: str, size: int, total: int, ledger: Queue) -> None:
         self.level = _LEVELS[level]
@@ -104,13 +106,31 @@ class Hold:
         self.total = total
         self.ledger = ledger
         self.held = 0  # events held now, across contexts (approximate under races; a bound)
+        # Every buffer holding events, by id: what close() counts (contexts still open, and
+        # those never exited, as an abandoned coroutine's).
+        self.live: dict[int, deque[tuple[dict[Any, Any], int]]] = {}
+        self.closed = False
         ENABLED[0] = True
+
+    def close(self) -> None:
+        """The shipper closes: every event still held is dropped and counted
+        (``dropped_held``), and nothing is held from now on."""
+        self.closed = True
+        live, self.live = self.live, {}
+        n = 0
+        for buffer in list(live.values()):
+            n += len(buffer)
+            buffer.clear()
+        self.held = 0
+        drop = self.ledger.drop
+        for _ in range(n):
+            drop(Fate.DROPPED_HELD)
 
     def take(self, item: dict[Any, Any], size: int, levelno: int) -> bool:
         """True when ``item`` is held (or dropped for the bound): the caller queues nothing.
         An error releases the context's held events into the queue first, and returns False."""
         held = _HELD.get()
-        if held is None:
+        if held is None or self.closed:
             return False
         if levelno >= ERROR:
             self._release(held)
@@ -120,6 +140,7 @@ class Hold:
         buffer = held.buffers.get(self)
         if buffer is None:
             buffer = held.buffers[self] = deque()
+            self.live[id(buffer)] = buffer
         if self.held >= self.total:
             self.ledger.drop(Fate.DROPPED_HELD)
             return True
@@ -140,25 +161,30 @@ class Hold:
         offer = self.ledger.offer
         for h in reversed(chain):  # the outermost entry's events are the oldest
             buffer = h.buffers.pop(self, None)
-            if buffer:
+            if buffer is not None:
+                self.live.pop(id(buffer), None)
+            if buffer and not self.closed:
                 self.held -= len(buffer)
                 for item, size in buffer:
                     offer(item, size)
 
     def end(self, buffer: deque[tuple[dict[Any, Any], int]], outer: Held | None) -> None:
-        if not buffer:
+        if not buffer or self.closed:  # (closed: counted by close())
+            self.live.pop(id(buffer), None)
             return
         if outer is not None:
             target = outer.buffers.get(self)
             if target is None:
                 outer.buffers[self] = buffer
                 return
+            self.live.pop(id(buffer), None)
             target.extend(buffer)
             while len(target) > self.size:
                 target.popleft()
                 self.held -= 1
                 self.ledger.drop(Fate.DROPPED_HELD)
             return
+        self.live.pop(id(buffer), None)
         self.held -= len(buffer)
         for _ in range(len(buffer)):
             self.ledger.drop(Fate.DROPPED_HELD)

@@ -78,6 +78,9 @@ class Member(Protocol):
         ...
 
 
+# close_all's: one close of the process's shippers at a time.
+_close_lock = threading.Lock()
+
 # Weakly: registering never keeps a shipper alive. A dropped shipper's Flusher stays here while
 # it delivers what it held (adopt), and goes when its thread ends (release).
 _live: weakref.WeakSet[Member] = weakref.WeakSet()
@@ -127,6 +130,27 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     now = time.monotonic()
     if timeout is None:
         timeout = max(s.shutdown_timeout for s in shippers)
+    # One close at a time: SIGTERM's closer (or a pool worker's watch thread) may start while
+    # the exit hook or multiprocessing's finalizer closes on the main thread. It waits for that
+    # close (it is bounded by the same timeout) and then finds nothing left to do, rather than
+    # closing beside it and telling the same losses twice.
+    if not _close_lock.acquire(timeout=timeout + 1.0):
+        return
+    try:
+        _close_all_locked(timeout, now, report, at_exit)
+    finally:
+        _close_lock.release()
+    if _sigterm_deferred and threading.current_thread() is threading.main_thread():
+        # SIGTERM came during this close, and its handler let it go on (_on_sigterm): done,
+        # so die of it now, as the process would have without us.
+        _CLOSED.set()
+        _die_of_sigterm()
+
+
+def _close_all_locked(timeout: float, now: float, report: bool, at_exit: bool) -> None:
+    shippers = [s for s in list(_live) if not s.closed or s.flusher_alive()]
+    if not shippers:
+        return
     deadline = now + timeout
     for s in shippers:
         if not s.closed:  # one closing already has its deadline: only wait for it
@@ -150,8 +174,13 @@ def _at_exit() -> None:
 def _after_fork_in_child() -> None:
     # The package's one at-fork hook, in the child: the wire client's pools and watchdog first
     # (a shipper's first request may follow at once), then the sending marks, then each shipper.
+    global _close_lock, _CLOSED, _terminating, _sigterm_deferred
     from . import guard, spool
 
+    # The parent's closing state is not the child's (its lock may have been held at fork).
+    _close_lock = threading.Lock()
+    _CLOSED = threading.Event()
+    _terminating = _sigterm_deferred = False
     for renew in (client_after_fork, spool.after_fork_in_child, guard.after_fork_in_child):
         try:
             renew()
@@ -176,6 +205,10 @@ os.register_at_fork(before=lambda: _arm_multiprocessing(),
 # application has its own handler, or the user turned it off).
 _sigterm_decided: bool | None = None
 _terminating = False
+# SIGTERM: the shippers are closed (by _closer, or the worker's watch thread).
+_CLOSED = threading.Event()
+# The handler returned before the close was done: the closer raises SIGTERM again.
+_sigterm_deferred = False
 
 
 def _install_sigterm_handler() -> None:
@@ -203,34 +236,77 @@ def _install_sigterm_handler() -> None:
         _watch_sigterm_in_worker()
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    global _terminating
-    if _terminating:
-        return  # a second SIGTERM while closing: the first one finishes the job
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM, on the main thread, between two bytecodes of whatever it was doing.
+
+    The shippers are closed on a thread of their own (``_closer``), never here: the code this
+    interrupted may hold a lock that closing needs. The main thread then waits for that thread
+    (bounded), unless it was interrupted inside loghandler itself (the exit hook's or a pool
+    worker's finalizer closing already, a locked step of the queue): there, waiting could hold
+    the very lock the flusher needs (an Event's, while ``begin_close`` sets it), and nothing
+    would move until the deadline (issue 35.2: a pool worker delivered none of its events). So
+    the handler returns at once, the interrupted code goes on, and the closer raises SIGTERM
+    again on the main thread once everything is closed. Either way the process then dies of
+    SIGTERM exactly as without us."""
+    global _terminating, _sigterm_deferred
+    first = not _terminating
     _terminating = True
-    try:
-        # This runs on the main thread between two bytecodes of whatever it was doing, which
-        # may hold a lock that closing needs (an Event's own lock while it sets it; the exit
-        # hook's close in progress): re-entering it would hang for ever. So the shippers are
-        # closed on a thread of their own, and waiting for it is bounded.
-        limit = max((s.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
-        closer = threading.Thread(target=_close_quietly, name="loghandler-sigterm",
-                                  daemon=True)
+    limit = max((s.shutdown_timeout for s in list(_live)), default=0.0) + 1.0
+    ours = _in_loghandler(frame)
+    if first:
+        closer = threading.Thread(target=_closer, name="loghandler-sigterm", daemon=True)
         try:
             closer.start()
-        except RuntimeError:  # interpreter shutdown: no new thread; close here
+        except RuntimeError:  # interpreter shutdown: no new thread
+            if ours:
+                return  # the close in progress on this thread finishes the job
             _close_quietly()
-        else:
-            closer.join(limit)
+            _CLOSED.set()
+    # Set before looking at _CLOSED, which the closer sets before looking at this: one of the
+    # two sees the other, so SIGTERM is always raised again.
+    _sigterm_deferred = True
+    if not _CLOSED.is_set():
+        if ours:
+            return
+        _CLOSED.wait(limit)
+    _die_of_sigterm()
+
+
+def _die_of_sigterm() -> None:
+    # Die of SIGTERM exactly as without us: the parent (a shell, a supervisor, Pool) sees the
+    # same status (-15 from subprocess, 143 from a shell). Nothing after this runs: the default
+    # disposition ends the process without atexit, as it always did.
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _closer() -> None:
+    """The thread that closes the shippers on SIGTERM; then it has the main thread raise the
+    signal again, if the handler returned early (``_on_sigterm``)."""
+    try:
+        _close_quietly()
     finally:
-        # Die of SIGTERM exactly as without us: the parent (a shell, a supervisor, Pool) sees
-        # the same status (-15 from subprocess, 143 from a shell). Nothing after this runs:
-        # the default disposition ends the process without atexit, as it always did.
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-        os.kill(os.getpid(), signal.SIGTERM)
+        _CLOSED.set()
+        if _sigterm_deferred:
+            try:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            except (ValueError, OSError, AttributeError):
+                pass
+
+
+def _in_loghandler(frame: Any) -> bool:
+    """Whether the interrupted code (``frame`` and its callers) is loghandler's own."""
+    depth = 0
+    while frame is not None and depth < 200:
+        name = frame.f_globals.get("__name__", "")
+        if type(name) is str and (name == "loghandler" or name.startswith("loghandler.")):
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
 
 
 _worker_watch: threading.Thread | None = None
@@ -286,6 +362,7 @@ def _worker_watch_run(fd: int) -> None:
         if not _terminating:
             _terminating = True
             _close_quietly()
+            _CLOSED.set()
             os._exit(128 + signal.SIGTERM)
         # The main thread's handler is closing: if it is stuck, end the process at the bound.
         limit = max((s.shutdown_timeout for s in list(_live)), default=0.0) + 1.5

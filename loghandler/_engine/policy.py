@@ -84,6 +84,7 @@ class Cause(Enum):
     LATE = "late"
     ON_ERROR = "on_error"
     CLOSED_LOSING = "closed_losing"
+    CLOSED_UNCONFIRMED = "closed_unconfirmed"
     QUEUE_FULL = "queue_full"
     DROPPED_INVALID = "dropped_invalid"
 
@@ -92,7 +93,8 @@ class Cause(Enum):
 # reachable: told once for the shipper's life, never "over" when a batch is delivered.
 LASTING = frozenset({Cause.REJECTED, Cause.REFUSED_WHOLE, Cause.TOO_LARGE,
                      Cause.TOO_LARGE_WHOLE, Cause.PARTIAL, Cause.UNREADABLE,
-                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR})
+                     Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR,
+                     Cause.CLOSED_LOSING, Cause.CLOSED_UNCONFIRMED})
 
 
 class Pause(Enum):
@@ -129,6 +131,8 @@ class Outcome(Enum):
     RETRIES_EXHAUSTED = (Fate.FAILED_RETRIES_EXHAUSTED, Cause.RETRIES_EXHAUSTED, Pause.NONE,
                          True, False, False)
     SHUTDOWN = (Fate.DROPPED_SHUTDOWN, None, Pause.NONE, True, False, False)  # close deadline
+    # Sent, and the close deadline ended the wait for the answer: the service may have it.
+    UNCONFIRMED = (Fate.UNCONFIRMED, Cause.CLOSED_UNCONFIRMED, Pause.NONE, True, False, False)
 
     def __init__(self, fate: Fate | None, cause: Cause | None, pause: Pause, spoolable: bool,
                  splits: bool, spends: bool) -> None:

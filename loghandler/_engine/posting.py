@@ -52,6 +52,21 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 GZIP_HEADERS = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
 
+def _sent(exc: TransportError) -> TransportError:
+    """``exc``, known to have left (a try the deadline cut short)."""
+    if exc.sent is None:
+        exc.sent = True
+    return exc
+
+
+def _at_deadline(last: Error | None) -> Outcome:
+    """The close deadline stops a request's tries: its events are ``UNCONFIRMED`` when the last
+    try was sent and got no answer (the service may have stored them), else ``SHUTDOWN``."""
+    if isinstance(last, TransportError) and last.sent:
+        return Outcome.UNCONFIRMED
+    return Outcome.SHUTDOWN
+
+
 class Poster:
     """Posts one request until its outcome is final (see the module docstring).
 
@@ -71,6 +86,9 @@ class Poster:
         self.on_retry = on_retry
         self.spooled = options.spool_dir is not None
         self.auth_delay = options.auth_retry_delay
+        # A request is with the transport (sent, or being sent): at a take-over, its events
+        # may be stored already (worker.abandon).
+        self.in_request = False
 
     def reset(self) -> None:
         """Fresh state: in a forked child."""
@@ -100,7 +118,7 @@ class Poster:
         body, headers = self._body(chunk)
         error: Error | None = None
         while True:
-            outcome, pause, error = self._try(chunk, body, headers, give_up, error)
+            outcome, pause, error = self._try(chunk, body, headers, give_up, error, patient)
             if outcome.final or (outcome is Outcome.LIMITED and not patient):
                 return outcome, error
             retry = retry.increment(outcome, pause)
@@ -122,7 +140,7 @@ class Poster:
             if waited is None and give_up is not None and give_up(error, None, True):
                 return Outcome.RETRIES_EXHAUSTED, error
             if not waited:
-                return Outcome.SHUTDOWN, error
+                return _at_deadline(error), error
 
     def _body(self, chunk: Chunk) -> tuple[bytes, dict[str, str]]:
         opts = self.options
@@ -147,23 +165,39 @@ class Poster:
         return self.ledger.sleep_until(until)
 
     def _try(self, chunk: Chunk, body: bytes, headers: dict[str, str],
-             give_up: GiveUp | None, last: Error | None
+             give_up: GiveUp | None, last: Error | None, patient: bool = True
              ) -> tuple[Outcome, float | None, Error | None]:
-        """One try, once sending is not paused: (outcome, its pause, its error)."""
+        """One try, once sending is not paused: (outcome, its pause, its error). Not
+        ``patient`` (a spool replay): while sending is paused, ``LIMITED`` at once, without
+        waiting and without a request (a month-long 430 would hold the flusher for its
+        whole pause, while the queue overflows)."""
+        paused = self.ledger.paused_until - _monotonic()
+        if not patient and paused > 0:
+            return Outcome.LIMITED, paused, last
         waited = self._wait_until(self.ledger.paused_until, give_up)
         if waited is None and give_up is not None and give_up(last, None, True):
             return Outcome.RETRIES_EXHAUSTED, None, last  # a long pause while the queue fills
         timeout = self.ledger.time_left()
         if not waited or (timeout is not None and timeout <= 0):
-            return Outcome.SHUTDOWN, None, last
+            return _at_deadline(last), None, last
+        self.in_request = True
         try:
             answer = self.transport.send("POST", self.path, body, headers=headers,
                                          timeout=timeout)
         except TransportError as exc:
+            self.in_request = False
             # Kept (for the report, on_error), but without its traceback: the frames it holds
             # hold the batch, a cycle that only a full GC pass would free. During an outage
             # every failed try made one, and RSS grew by whole batches.
-            return Outcome.RETRY, None, exc.with_traceback(None)
+            exc = exc.with_traceback(None)
+            left = self.ledger.time_left()
+            if left is not None and left <= 0 and exc.sent is not False:
+                # The close deadline ended the wait for the answer of a request that left
+                # (or may have: a transport that cannot tell): the service may have stored it.
+                return Outcome.UNCONFIRMED, None, _sent(exc)
+            return Outcome.RETRY, None, exc
+        finally:
+            self.in_request = False
         outcome, pause = classify(answer)
         return outcome, pause, self._act(answer, outcome, pause, len(body), len(chunk))
 

@@ -158,7 +158,7 @@ class Reporter:
         chosen = st.dropped_sampled + st.dropped_repeat + st.dropped_held
         dropped = st.dropped - chosen
         lost = dropped + st.failed + st.queued
-        if not (lost or st.spooled):
+        if not (lost or st.spooled or st.unconfirmed):
             return None
         bits = []
         if dropped:
@@ -179,6 +179,10 @@ class Reporter:
             bits.append(f"{st.queued:,} still queued")
         if st.spooled:
             bits.append(f"{st.spooled:,} spooled to {spool_dir} for later delivery")
+        if st.unconfirmed:
+            # Apart from the losses: sent, and the service may well have stored them.
+            bits.append(f"{st.unconfirmed:,} unconfirmed (sent, no answer by the deadline: "
+                        "the service may have stored them)")
         cause = f"; {clip(self._exit_cause, 100)}" if self._exit_cause else ""
         return (f"dataset {shown(self.dataset)}: {st.delivered:,} of {st.submitted:,} delivered, "
                 + ", ".join(bits) + cause)

@@ -122,6 +122,7 @@ class Shipper:
                                  trace_key="trace_id" not in o.exclude_fields, fields=o.fields,
                                  keep_level=o.keep_level)
                          if o.sample_levels or o.sample_loggers else None)
+        flusher.hold = self._hold  # what it holds is counted when the shipper closes
         lifecycle.register(flusher, o.handle_sigterm)
         finalizer = weakref.finalize(self, flusher.orphaned)
         finalizer.atexit = False  # at exit the exit hook closes the live ones
@@ -231,9 +232,10 @@ class Shipper:
         (with ``spool_dir``) or counted as ``dropped_shutdown``. Later submits are dropped.
         """
         try:
+            what = "shutdown_timeout" if timeout is None else "close()'s timeout"
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
             flusher = self._flusher
-            flusher.begin_close(_monotonic() + timeout)
+            flusher.begin_close(_monotonic() + timeout, what=what)
             if not logging_lock_held():
                 flusher.wait_closed()
                 flusher.release_client()
@@ -286,7 +288,8 @@ class Flusher:
                           max_file_events=options.batch_size,
                           max_file_bytes=options.max_batch_bytes)
         self.spool = spool
-        self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late))
+        self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late),
+                             _weak(self._spill_from_caller))
         self.reporter = Reporter(dataset, options.on_error)
         self.worker = Worker(self.ledger, self.reporter, transport, dataset_path(dataset),
                              dataset, options, spool)
@@ -295,6 +298,7 @@ class Flusher:
         self.pid = os.getpid()
         self.owns_client = False  # a client made for the shipper (make_shipper): closed with it
         self.orphan = False
+        self.hold: Hold | None = None  # the shipper's hold-until-error (counted at close)
 
     # ------------------------------------------------------------------ the thread
 
@@ -357,6 +361,11 @@ class Flusher:
         if self.orphan:  # the parent delivers what its dropped shipper held
             lifecycle.release(self)
 
+    def _spill_from_caller(self, first: int, items: list[Any]) -> None:
+        # The ledger calls this on an application thread whose event found the queue full
+        # with a spool, outside its lock (Intake.put).
+        self.worker.spill_from_caller(first, items)
+
     def _check_fork(self) -> None:
         if os.getpid() != self.pid:
             self.after_fork_in_child()
@@ -393,7 +402,7 @@ class Flusher:
         return ledger.wait_flushed(ticket, deadline)
 
     def begin_close(self, deadline: float, *, at_exit: bool = False,
-                    late_events: bool = False) -> None:
+                    late_events: bool = False, what: str = "shutdown_timeout") -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
         ``at_exit``: the exit hook closes this shipper and prints one summary line for all
@@ -401,13 +410,16 @@ class Flusher:
         ``late_events``: events submitted later are still taken, and sent at once on the
         submitting thread within ``deadline`` (``_send_late``): the exit hook's close, after
         which atexit hooks registered before ``import loghandler`` still run and may log.
+        ``what``: the bound the deadline comes from, as messages name it.
         """
         if self.orphan:
             return  # closing already (orphaned)
         self._check_fork()
         if at_exit:
             self.reporter.begin_exit_summary()
-        self.ledger.begin_close(deadline, late_events)
+        self.ledger.begin_close(deadline, late_events, what)
+        if self.hold is not None:
+            self.hold.close()  # contexts still open: their held events are counted
 
     def wait_closed(self) -> None:
         """Wait for the flusher until the close deadline (``begin_close``), then take over
@@ -485,6 +497,8 @@ class Flusher:
                 return
             self.orphan = True
             self.ledger.begin_close(_monotonic() + self.options.shutdown_timeout, False)
+            if self.hold is not None:
+                self.hold.close()
             self.worker.after_run = self._done
             lifecycle.adopt(self)
         except Exception:

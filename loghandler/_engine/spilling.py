@@ -17,6 +17,8 @@ It never holds the ledger's lock across I/O.
 
 from __future__ import annotations
 
+import os
+import queue
 import sys
 import threading
 import time
@@ -45,6 +47,61 @@ OUTAGE_PROBE = 1.0
 # How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
 # encoded for the spool (see Spiller.take_over).
 ABANDON_GRACE = 0.5
+
+
+class _Spare:
+    """One parked daemon thread per process, started with the first flusher that has a spool:
+    it encodes what a stuck flusher held at exit (``Spiller._encode_in_time``) when no new
+    thread can start (CPython 3.12 refuses one in an atexit hook). It runs one job at a time;
+    a job stuck in an application's ``__repr__`` keeps it busy, and later jobs are refused."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.busy = False
+        self.pid = 0
+
+    def ensure(self) -> None:
+        """Start the thread if this process has none (the first flusher, or after fork)."""
+        if self.pid == os.getpid() and self.thread is not None:
+            return
+        with self.lock:
+            if self.pid == os.getpid() and self.thread is not None:
+                return
+            self.jobs = queue.SimpleQueue()  # a parent's, after fork: its thread is gone
+            self.busy = False
+            thread = threading.Thread(target=self._run, args=(self.jobs,),
+                                      name="loghandler-spare", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:
+                return
+            self.thread, self.pid = thread, os.getpid()
+
+    def _run(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        block_sigterm_in_this_thread()
+        while True:
+            job = jobs.get()
+            self.busy = True
+            try:
+                job()
+            except Exception:
+                pass
+            finally:
+                self.busy = False
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` on the spare thread; False when there is none, or it is busy."""
+        thread = self.thread
+        if self.pid != os.getpid() or thread is None or not thread.is_alive() or self.busy:
+            return False
+        self.busy = True
+        self.jobs.put(job)
+        return True
+
+
+SPARE = _Spare()
 
 
 class Spiller:
@@ -78,6 +135,9 @@ class Spiller:
         self.last_replay = 0.0
         # The close deadline was met while sending: stop trying the rest.
         self.gave_up = False
+        # A spool write of an application thread failed: its full queue drops again (the
+        # overflow policy) until a write of the flusher succeeds.
+        self.side_paused = False
 
     # ------------------------------------------------------------------ spilling
 
@@ -148,7 +208,7 @@ class Spiller:
             spooled = stored == len(chunk)
             if stored and not spooled:  # on disk all the same: a later replay delivers them
                 chunk = Chunk(parts=chunk.as_parts()[stored:])
-        if outcome is Outcome.SHUTDOWN:
+        if outcome is Outcome.SHUTDOWN or outcome is Outcome.UNCONFIRMED:
             self._shutdown(len(chunk), fate, error, spooled)
             return
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
@@ -161,20 +221,32 @@ class Spiller:
 
     def _shutdown(self, n: int, fate: Fate, error: Error | None, spooled: bool) -> None:
         self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
-        timeout = self.options.shutdown_timeout
+        bound = self.ledger.close_what  # the bound in force: shutdown_timeout, close()'s
         self.reporter.note_shutdown_error(
-            error if error is not None else
-            f"shutdown_timeout ({timeout:g} s) ran out")
+            error if error is not None else f"{bound} ran out")
         if spooled:
             return
         self.settle(n, fate)
-        # Outside the exit hook (its summary line tells), a close that loses events says so
-        # when it happens: a handler closed by logging.config.dictConfig() has nobody left to
-        # ask its stats().
+        self._tell_closed(n, fate, error)
+
+    def _tell_closed(self, n: int, fate: Fate, error: Error | None) -> None:
+        """Outside the exit hook (its summary line tells), a close that loses events says so
+        when it happens: a handler closed by logging.config.dictConfig() has nobody left to
+        ask its stats(). Events sent and not answered are told apart (``unconfirmed``)."""
+        bound = self.ledger.close_what
+        advice = ("raise shutdown_timeout" if bound.startswith("shutdown_timeout")
+                  else "give close() more time")
+        if fate is Fate.UNCONFIRMED:
+            self.reporter.report_or_defer(
+                Cause.CLOSED_UNCONFIRMED, f"closed (close() or a logging reload) before the "
+                                          f"service answered a request of "
+                                          f"{plural(n, 'event')} within {bound}: it may have "
+                                          f"stored them (counted in stats().unconfirmed, not "
+                                          f"as lost): {advice}")
+            return
         self.reporter.report_or_defer(
             Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "
-                                 f"{plural(n, 'event')} undelivered after shutdown_timeout "
-                                 f"({timeout:g} s): raise shutdown_timeout",
+                                 f"{plural(n, 'event')} undelivered after {bound}: {advice}",
             f"last error: {answer_of(error)}" if error is not None else None)
 
     def _write(self, parts: list[bytes], batches: int = 1) -> int:
@@ -191,27 +263,62 @@ class Spiller:
             stored, dropped = _spool_failure(exc)
         else:
             stored = len(parts)
+            if self.side_paused:
+                self.side_paused = False
+                self.ledger.pause_side(False)
         if dropped:
             self.ledger.count(Count.SPOOL_DROPPED, dropped)
         if stored:
             self.ledger.settle(stored, Fate.SPOOLED)
         return stored
 
+    def write_from_caller(self, first: int, parts: list[bytes]) -> None:
+        """On an application thread whose event found the queue full (``Intake.put``): write
+        the encoded events it took from the queue's front (the run that starts at ``first``)
+        to the spool, and settle those stored as spooled; the ledger counts the rest as
+        dropped for the full queue. A failure is told once on stderr (``on_error`` is called
+        by the flusher's own writes, not on the application's thread), and such writes stop
+        until one of the flusher's succeeds."""
+        assert self.spool is not None
+        ledger = self.ledger
+        try:
+            dropped = self.spool.write(parts)
+        except Exception as exc:
+            self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
+                                                    f"({clip(printable(str(exc)), 80)}): check "
+                                                    "spool_dir's disk space and permissions")
+            stored, dropped = _spool_failure(exc)
+            self.side_paused = True
+            ledger.pause_side(True)
+        else:
+            stored = len(parts)
+        if dropped:
+            ledger.count(Count.SPOOL_DROPPED, dropped)
+        ledger.count(Count.SPOOLED_BY_CALLER, stored)
+        ledger.settle_side(first, stored, Fate.SPOOLED)
+
     # ------------------------------------------------------------------ at exit
 
     def take_over(self, n: int, held: list[Chunk], carry: list[bytes], queued: list[Any],
-                  to_events: Callable[[list[Any]], list[Item]], posting: bool) -> None:
+                  to_events: Callable[[list[Any]], list[Item]], posting: bool,
+                  settled: list[tuple[int, Fate]] | None = None) -> None:
         """The flusher is stuck past the deadline and the ledger gave its ``n`` events to the
-        closing thread (``Ledger.abandon``): ``held`` (what it was posting, then what waited to
-        be posted), ``carry`` (encoded, taken from the queue) and ``queued`` (the queue's
-        items; ``to_events`` makes them events). Spool them, or count them: only what reaches
-        the disk counts as spooled; events whose encoding does not finish within
-        ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: a request was under way
-        (the batch in flight may then arrive twice: at-least-once)."""
+        closing thread (``Ledger.abandon``): ``settled`` (pieces of the batch already answered:
+        their fates), ``held`` (what it was posting, then what waited to be posted),
+        ``carry`` (encoded, taken from the queue) and ``queued`` (the queue's items;
+        ``to_events`` makes them events). Spool them, or count them: only what reaches the
+        disk counts as spooled; events whose encoding does not finish within
+        ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: ``held[0]`` was sent and
+        its answer did not come: with a spool it is spooled (it may then arrive twice:
+        at-least-once), else counted ``unconfirmed`` (the service may have stored it)."""
         ledger = self.ledger
+        for k, fate in settled or ():
+            k = min(k, n)
+            ledger.settle_abandoned(k, fate)
+            n -= k
+        unanswered = len(held[0]) if posting and held else 0
         if posting:
-            self.reporter.note_shutdown_error(
-                f"no answer within shutdown_timeout ({self.options.shutdown_timeout:g} s)")
+            self.reporter.note_shutdown_error(f"no answer within {ledger.close_what}")
         if n and self.spool is not None:
             parts = self._encode_in_time(held, carry, queued, to_events)[:n]
             written = 0
@@ -229,7 +336,16 @@ class Spiller:
             if written:
                 ledger.settle_abandoned(written, Fate.SPOOLED)
                 n -= written
-        ledger.settle_abandoned(n, Fate.DROPPED_SHUTDOWN)
+                unanswered = max(0, unanswered - written)
+        unanswered = min(unanswered, n)
+        if unanswered:
+            ledger.settle_abandoned(unanswered, Fate.UNCONFIRMED)
+        ledger.settle_abandoned(n - unanswered, Fate.DROPPED_SHUTDOWN)
+        # Told as a close at the deadline tells them (outside the exit hook: its line does).
+        if unanswered:
+            self._tell_closed(unanswered, Fate.UNCONFIRMED, None)
+        if n - unanswered:
+            self._tell_closed(n - unanswered, Fate.DROPPED_SHUTDOWN, None)
 
     def _encode_in_time(self, held: list[Chunk], carry: list[bytes], queued: list[Any],
                         to_events: Callable[[list[Any]], list[Item]]) -> list[bytes]:
@@ -258,14 +374,25 @@ class Spiller:
 
         if sys.is_finalizing():  # no thread can run any more: what is encoded is none
             return []
-        helper = threading.Thread(target=work, name="loghandler-encode-at-exit", daemon=True)
+        finished = threading.Event()
+
+        def job() -> None:
+            try:
+                work()
+            finally:
+                finished.set()
+
+        helper = threading.Thread(target=job, name="loghandler-encode-at-exit", daemon=True)
         try:
             helper.start()
-        except RuntimeError:  # interpreter shutdown: no new thread; what is encoded is none
-            return []
-        helper.join(ABANDON_GRACE)
+        except RuntimeError:
+            # Interpreter shutdown: CPython 3.12 starts no thread from an atexit hook. The
+            # spare started with the flusher (SPARE) does the work instead.
+            if not SPARE.submit(job):
+                return []
+        finished.wait(ABANDON_GRACE)
         done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
-        if helper.is_alive():
+        if not finished.is_set():
             self.reporter.report(
                 Cause.ENCODE_HANG, f"encoding the events left at exit took over "
                                    f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "

@@ -337,36 +337,39 @@ class Spool:
         parts = [p.replace(b"\n", b" ") if b"\n" in p else p for p in parts]
         if not parts:
             return 0
-        with self._lock:
-            dropped = 0
-            while True:
-                blobs = [encode_file(chunk) for chunk in self._chunks(parts, batches)]
-                need = sum(len(b) for b in blobs)
-                if need <= self.max_bytes:
-                    break
-                # This write alone is over the bound: its oldest events go, as any oldest would.
-                excess, k = need - self.max_bytes, 0
-                while k < len(parts) - 1 and excess > 0:
-                    excess -= len(parts[k]) + 1
-                    k += 1
-                dropped += max(k, 1)
-                parts = parts[max(k, 1):]
-                if not parts:
-                    return dropped
-            own = dropped  # this write's own events cut for the bound: "stored", then deleted
-            stored = 0
-            try:
+        dropped = 0
+        while True:
+            blobs = [encode_file(chunk) for chunk in self._chunks(parts, batches)]
+            need = sum(len(b) for b in blobs)
+            if need <= self.max_bytes:
+                break
+            # This write alone is over the bound: its oldest events go, as any oldest would.
+            excess, k = need - self.max_bytes, 0
+            while k < len(parts) - 1 and excess > 0:
+                excess -= len(parts[k]) + 1
+                k += 1
+            dropped += max(k, 1)
+            parts = parts[max(k, 1):]
+            if not parts:
+                return dropped
+        own = dropped  # this write's own events cut for the bound: "stored", then deleted
+        stored = 0
+        try:
+            # The lock covers the directory's size (room made for this write), not the writes:
+            # an application thread writing a full queue's batch (spilling.py) never waits for
+            # another thread's file to reach the disk.
+            with self._lock:
                 dropped += self._make_room(need)
-                for blob, chunk in zip(blobs, self._chunks(parts, batches), strict=True):
-                    self._write_file(os.path.join(self.path, self._new_name()), blob)
-                    stored += len(chunk)
-            except OSError as exc:
-                if stored:
-                    self._fsync_dir()
-                    self._pending = True
-                raise SpoolWriteError(exc, stored=own + stored, dropped=dropped) from None
-            self._fsync_dir()
-            self._pending = True
+            for blob, chunk in zip(blobs, self._chunks(parts, batches), strict=True):
+                self._write_file(os.path.join(self.path, self._new_name()), blob)
+                stored += len(chunk)
+        except OSError as exc:
+            if stored:
+                self._fsync_dir()
+                self._pending = True
+            raise SpoolWriteError(exc, stored=own + stored, dropped=dropped) from None
+        self._fsync_dir()
+        self._pending = True
         if dropped and not self._full_reported:
             self._full_reported = True
             print_line(f"loghandler: dataset {shown(self.dataset)}: the spool is full "

@@ -13,7 +13,8 @@ __all__ = ["Count", "Fate", "Stats"]
 class Stats:
     """A snapshot of a shipper's counters (events unless the name says otherwise).
 
-    ``submitted == delivered + dropped + failed + spooled + queued`` always holds.
+    ``submitted == delivered + dropped + failed + spooled + queued + unconfirmed`` always
+    holds.
     """
 
     submitted: int = 0
@@ -22,6 +23,9 @@ class Stats:
     failed: int = 0
     spooled: int = 0
     queued: int = 0
+    # sent, but the answer had not come when a deadline (close, exit, a worker's SIGTERM)
+    # ended the wait: the service may have stored them; neither delivered nor dropped
+    unconfirmed: int = 0
     retried: int = 0
     batches: int = 0
     bytes_sent: int = 0
@@ -46,6 +50,9 @@ class Stats:
     replay_rejected: int = 0  # events from the spool the service refused for good
     spool_dropped: int = 0  # spooled events deleted to keep the spool under max_spool_bytes
     spool_corrupt: int = 0  # spool files found damaged and moved aside
+    # of spooled: events the application's threads wrote to the spool themselves, when the
+    # queue was full and the flusher behind (docs/reliability.md, "A burst with a spool")
+    spooled_by_caller: int = 0
     # records the flusher thread (or a thread sending at exit) logged, deliberately not shipped
     suppressed: int = 0
 
@@ -61,6 +68,7 @@ class Count(str, Enum):
     DROPPED = "dropped"
     FAILED = "failed"
     SPOOLED = "spooled"
+    UNCONFIRMED = "unconfirmed"
     RETRIED = "retried"
     BATCHES = "batches"
     BYTES_SENT = "bytes_sent"
@@ -82,6 +90,7 @@ class Count(str, Enum):
     REPLAY_REJECTED = "replay_rejected"
     SPOOL_DROPPED = "spool_dropped"
     SPOOL_CORRUPT = "spool_corrupt"
+    SPOOLED_BY_CALLER = "spooled_by_caller"
     SUPPRESSED = "suppressed"
 
 
@@ -90,6 +99,7 @@ class Fate(Enum):
 
     DELIVERED = (Count.DELIVERED, None)
     SPOOLED = (Count.SPOOLED, None)
+    UNCONFIRMED = (Count.UNCONFIRMED, None)
     DROPPED_QUEUE_FULL = (Count.DROPPED, Count.DROPPED_QUEUE_FULL)
     DROPPED_TOO_LARGE = (Count.DROPPED, Count.DROPPED_TOO_LARGE)
     DROPPED_CLOSED = (Count.DROPPED, Count.DROPPED_CLOSED)

@@ -16,7 +16,7 @@ from .. import _encoding as encoding
 from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
 from .._output import clip, printable
-from .batches import Chunk, Cutter, Item
+from .batches import Chunk, Cutter, Item, encode_each
 from .bisector import bisect, conclude
 from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
@@ -25,7 +25,7 @@ from .policy import Cause, Outcome, Retry
 from .posting import Poster
 from .reporter import Reporter, counted, plural
 from .shaping import Selector, make_finisher
-from .spilling import Spiller
+from .spilling import SPARE, Spiller
 from .spool import Spool
 from .transport import Transport
 
@@ -66,6 +66,9 @@ class Worker:
         self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window,
                                   field_names=opts.field_names)
                          if opts.repeat_limit else None)
+        # The selector's state (repeat windows) is shared with application threads that spill
+        # a full queue (spill_from_caller): held only for its CPU work, never across I/O.
+        self.select_lock = threading.Lock()
         self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
                              self.finish, self._select if self.selector is not None else None)
         # What the flusher holds while it sends, so abandon() can take it over.
@@ -155,6 +158,8 @@ class Worker:
             encoding.set_thread_default(self.options.json_default)
         try:
             interval = self.options.flush_interval
+            if spiller.spool is not None:
+                SPARE.ensure()  # for the take-over at exit (spilling._Spare)
             spiller.replay()
             while True:
                 force, closed = ledger.wait_for_work(interval)
@@ -171,7 +176,10 @@ class Worker:
                     if closed:
                         if self._deadline_passed():
                             self._settle_leftovers_at_deadline()
-                        if ledger.idle():
+                        # An application thread's spool write (Spiller.spill_from_caller) is
+                        # waited for until the deadline: its events then count as spooled.
+                        if ledger.idle() and (not ledger.side_pending()
+                                              or self._deadline_passed()):
                             return
                 if not closed and spiller.replay_due(interval):
                     spiller.replay()
@@ -265,8 +273,9 @@ class Worker:
         # Repeats (shaping.Selector; wire items too): what it drops is settled at once, with
         # its reason; a repeat window's summary is queued as an event of its own.
         assert self.selector is not None
-        kept, sampled, repeats, summaries = self.selector.select(
-            cast("list[dict[str, Any]]", events))
+        with self.select_lock:
+            kept, sampled, repeats, summaries = self.selector.select(
+                cast("list[dict[str, Any]]", events))
         if sampled:
             self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
         if repeats:
@@ -276,8 +285,40 @@ class Worker:
 
     def _summarize(self, closed: bool) -> None:
         assert self.selector is not None
-        self._queue_summaries(self.selector.flush_all() if closed
-                              else self.selector.expired(_monotonic()))
+        with self.select_lock:
+            summaries = (self.selector.flush_all() if closed
+                         else self.selector.expired(_monotonic()))
+        self._queue_summaries(summaries)
+
+    def spill_from_caller(self, first: int, items: list[Any]) -> None:
+        """On an application thread, outside the ledger's lock: the oldest events of a full
+        queue, taken for the spool because the flusher is behind (``Intake.put``; with a
+        spool only). They get what the flusher would give them (fields, exclusions and
+        scrubbing, sampling and repeats, the user's ``json_default``), then go to the spool
+        in one write (``Spiller.write_from_caller``). The cost: one batch encoded and one
+        file written, once per batch of events the flusher could not take in time
+        (docs/reliability.md)."""
+        ledger = self.ledger
+        opts = self.options
+        with encoding.using_default(opts.json_default):
+            events = item_events(items, opts.fields, self.finish)
+            if self.selector is not None:
+                with self.select_lock:
+                    kept, sampled, repeats, summaries = self.selector.select(events)
+                if sampled:
+                    ledger.settle_side(first, sampled, Fate.DROPPED_SAMPLED)
+                if repeats:
+                    ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
+                self._queue_summaries(summaries)
+                events = kept
+            parts = encode_each(events)
+        limit = opts.max_batch_bytes
+        if any(2 + len(p) > limit for p in parts):  # no request could ever carry it
+            sendable = [p for p in parts if 2 + len(p) <= limit]
+            ledger.settle_side(first, len(parts) - len(sendable), Fate.DROPPED_TOO_LARGE)
+            parts = sendable
+        if parts:
+            self.spiller.write_from_caller(first, parts)
 
     def _queue_summaries(self, summaries: list[dict[str, Any]]) -> None:
         for event in summaries:
@@ -356,6 +397,12 @@ class Worker:
         if taken is None:
             return
         n, queued = taken
-        held = [c for c in (self.posting, *reversed(self.stack)) if c is not None]
+        posting = self.posting
+        # The request under way (sent, no answer yet): its events may be stored already.
+        sent = posting is not None and self.poster.in_request
+        held = [c for c in (posting, *reversed(self.stack)) if c is not None]
+        # Pieces of the batch already answered, whose settlements wait for the batch's end
+        # (_deliver): their fates are known, and count as such.
+        deferred = list(self.deferred or ())
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
-                               posting=self.posting is not None)
+                               posting=sent, settled=deferred)

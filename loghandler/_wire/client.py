@@ -211,9 +211,11 @@ class Client:
                     retries=False, preload_content=False, **kwargs,
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                if watch is not None and watch.fired:
-                    raise TransportError(self._too_slow(limit_s)) from None
-                raise TransportError(_transport_message(self._settings.url, exc)) from None
+                error = TransportError(self._too_slow(limit_s) if watch is not None
+                                       and watch.fired else
+                                       _transport_message(self._settings.url, exc))
+                error.sent = not _before_sending(exc)
+                raise error from None
             try:
                 if max_success_bytes is not None and is_success(resp.status):
                     max_bytes = max_success_bytes
@@ -221,12 +223,12 @@ class Client:
                 complete = len(raw) <= max_bytes
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 resp.close()
-                if watch is not None and watch.fired:
-                    raise TransportError(self._too_slow(limit_s)) from None
-                raise TransportError(
+                error = TransportError(
+                    self._too_slow(limit_s) if watch is not None and watch.fired else
                     f"the connection to {self._settings.url} broke while reading the answer "
-                    f"({clip(_short(exc), 80)})"
-                ) from None
+                    f"({clip(_short(exc), 80)})")
+                error.sent = True
+                raise error from None
         finally:
             watchdog.disarm(watch)
         if complete and not (watch is not None and watch.fired):
@@ -340,6 +342,19 @@ def _root_cause(exc: BaseException) -> BaseException:
             break
         exc = nxt
     return exc
+
+
+def _before_sending(exc: Exception) -> bool:
+    """Whether a request that failed with ``exc`` never left: no connection (refused, a name
+    or TLS failure, none in time). Otherwise it may have reached the service."""
+    ssl = lazy_module("ssl")
+    urllib3 = lazy_module("urllib3")
+    root = _root_cause(exc)
+    return isinstance(exc, (urllib3.exceptions.NewConnectionError,
+                            urllib3.exceptions.ConnectTimeoutError,
+                            urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError,
+                            urllib3.exceptions.LocationParseError)) or isinstance(
+        root, (ConnectionRefusedError, socket.gaierror, ssl.SSLError))
 
 
 def _transport_message(url: str, exc: Exception) -> str:

@@ -48,8 +48,7 @@ class Flushing(LedgerState):
             take = min(limit, n)
             if take <= 0:
                 return []
-            if self._inflight == 0:
-                self._inflight_first = self._taken + 1
+            first = self._taken + 1
             popleft = self._queue.popleft
             if max_bytes is None:
                 items = [popleft() for _ in range(take)]
@@ -67,7 +66,7 @@ class Flushing(LedgerState):
             self._taken += take
             if self._accounted == self._taken:
                 self._queue_bytes = 0
-            self._inflight += take
+            self._fly_locked(first, take)
             self._update_fast_path_locked()
             if self._overflow == "block":
                 self._space.notify_all()
@@ -80,10 +79,7 @@ class Flushing(LedgerState):
             first = self._taken + 1
             pop = self._pop_oldest_locked
             items = [pop() for _ in range(len(self._queue))]
-            if items:
-                if self._inflight == 0:
-                    self._inflight_first = first
-                self._inflight += len(items)
+            self._fly_locked(first, len(items))
             return items
 
     def settle(self, n: int, fate: Fate) -> None:
@@ -92,8 +88,7 @@ class Flushing(LedgerState):
             if self._abandoned:
                 return  # the closing thread has accounted for these already
             self._record_locked(n, fate)
-            self._inflight -= n
-            self._inflight_first += n
+            self._land_locked(n)
             self._progress.notify_all()
 
     def settle_inflight(self, fate: Fate) -> int:
@@ -103,8 +98,7 @@ class Flushing(LedgerState):
             n = self._inflight
             if n and not self._abandoned:
                 self._record_locked(n, fate)
-                self._inflight = 0
-                self._inflight_first += n
+                self._land_locked(n)
                 self._progress.notify_all()
             return n
 
@@ -121,7 +115,7 @@ class Flushing(LedgerState):
             queued = [pop() for _ in range(len(self._queue))]
             n = self._inflight + len(queued)
             self._inflight = 0
-            self._inflight_first = self._taken + 1
+            self._flight.clear()
             return n, queued
 
     def settle_abandoned(self, n: int, fate: Fate) -> None:
@@ -129,6 +123,23 @@ class Flushing(LedgerState):
         with self._lock:
             self._record_locked(n, fate)
             self._progress.notify_all()
+
+    def settle_side(self, first: int, n: int, fate: Fate) -> None:
+        """``n`` of the events an application thread took to the spool (``Intake.put``: the
+        run that starts at ``first``) have met their fate. Counted also after a take-over:
+        those events were never the flusher's."""
+        with self._lock:
+            try:
+                self._settle_side_locked(first, n, fate)
+            except BaseException:  # an interrupt on an application thread: made whole
+                self._repair_locked()
+                raise
+
+    def pause_side(self, paused: bool) -> None:
+        """Whether a full queue may be spilled to the spool by the application's threads
+        (``Intake.put``): not while the spool fails (then the overflow policy applies)."""
+        with self._lock:
+            self._side_paused = paused
 
     def add_own(self, item: Any, size: int) -> None:
         """Queue an event the shipper itself made (a policy's summary), closed or not: few,
@@ -138,8 +149,11 @@ class Flushing(LedgerState):
             self._account_locked()
 
     def record_sent(self, nbytes: int) -> None:
-        """A request of ``nbytes`` was answered 2xx."""
+        """A request of ``nbytes`` was answered 2xx. Not after a take-over (``abandon``): its
+        events were counted by the closing thread, and the counters agree with them."""
         with self._lock:
+            if self._abandoned:
+                return
             self._counts[Count.BYTES_SENT] += nbytes
             self._counts[Count.BATCHES] += 1
 
@@ -151,9 +165,13 @@ class Flushing(LedgerState):
     # ------------------------------------------------------------------ the queue's state
 
     def idle(self) -> bool:
-        """Nothing queued and nothing in flight."""
+        """Nothing queued and nothing in flight with the flusher."""
         with self._lock:
             return not self._queue and not self._inflight
+
+    def side_pending(self) -> bool:
+        """An application thread is writing events of a full queue to the spool."""
+        return bool(self._side)
 
     def pressed(self) -> bool:
         """The queue is half full (by count or by bytes): waiting longer would soon drop."""
@@ -185,6 +203,10 @@ class Flushing(LedgerState):
         if not self._closed:
             timed_out = not self._wake.wait(interval)
         with self._lock:
+            if self._closed and self._side and not self._queue and not self._inflight:
+                # Closing, and only an application thread's spool write is left: wait for it
+                # (a disk write) rather than spin.
+                self._progress.wait(0.05)
             self._wake.clear()
             self._wake_pending = False
             self._update_fast_path_locked()
@@ -196,10 +218,11 @@ class Flushing(LedgerState):
         with self._lock:
             self._progress.notify_all()
 
-    def set_close_deadline(self, deadline: float) -> None:
-        """Finish by ``deadline`` (monotonic), or by an earlier one already set."""
+    def set_close_deadline(self, deadline: float, what: str = "shutdown_timeout") -> None:
+        """Finish by ``deadline`` (monotonic), or by an earlier one already set; ``what``:
+        the bound it comes from, for messages (``close_what``)."""
         with self._lock:
-            self._set_close_deadline_locked(deadline)
+            self._set_close_deadline_locked(deadline, what)
 
     def time_left(self) -> float | None:
         """Seconds until the close deadline (None before close())."""

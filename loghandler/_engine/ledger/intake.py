@@ -13,13 +13,14 @@ contract the compiled path is handed (``loghandler/_compiled.py``).
 from __future__ import annotations
 
 import time
+from itertools import islice
 from typing import Any
 
 from ..events import size_of
 from ..guard import in_sender_thread
 from ..model import FAST_ITEM_BYTES, RECORD, SIZE
 from ..stats import Count, Fate
-from .state import DROPPED, DROPPED_QUEUE_FULL, LedgerState
+from .state import DROPPED, DROPPED_QUEUE_FULL, OLDEST, SIDE, LedgerState
 
 __all__ = ["Intake"]
 
@@ -53,16 +54,22 @@ class Intake(LedgerState):
                 # fast path is at any time; the next locked step accounts for it.
                 self._queue.append(item)
                 return True
+            side: list[Any] = []
             with self._lock:
                 try:
-                    ok = self._put_locked(item, size)
-                except Exception:
-                    # A bug of ours on the way (a size, the accounting): the event is counted
-                    # as invalid unless it reached the queue before the error. (Under the lock
-                    # the flusher cannot have taken it; a copy, as the fast path may append.)
-                    if not any(queued is item for queued in list(self._queue)):
+                    ok = self._put_locked(item, size, side)
+                except BaseException as exc:
+                    self._repair_locked()  # an interrupt: its step made whole
+                    if isinstance(exc, Exception) and not any(
+                            queued is item for queued in list(self._queue)):
+                        # A bug of ours on the way (a size, the accounting): the event is
+                        # counted as invalid unless it reached the queue before the error.
+                        # (Under the lock the flusher cannot have taken it; a copy, as the
+                        # fast path may append.)
                         self._drop_locked(Fate.DROPPED_INVALID)
                     raise
+            if side:
+                self._spill_side(side[0], side[1])
             if self._late_pending and self._on_late is not None:
                 self._late_pending = False
                 self._on_late()
@@ -70,10 +77,33 @@ class Intake(LedgerState):
         except Exception:
             return False
 
+    def _spill_side(self, first: int, items: list[Any]) -> None:
+        """Write the events a full queue gave up (``_take_side_locked``) to the spool, on this
+        thread and outside the lock (``on_full``). Whatever that did not settle (an error of
+        ours, an interrupt) is counted as dropped for the full queue, so none is left
+        unaccounted, and the flusher tells it."""
+        on_full = self._on_full
+        try:
+            if on_full is not None:
+                on_full(first, items)
+        except Exception:
+            pass
+        finally:
+            with self._lock:
+                try:
+                    self._settle_side_locked(first, len(items), Fate.DROPPED_QUEUE_FULL)
+                except BaseException:
+                    self._repair_locked()
+                    raise
+
     def drop(self, fate: Fate) -> bool:
         """Count one event refused at the door as ``fate``; False (it was not queued)."""
         with self._lock:
-            return self._drop_locked(fate)
+            try:
+                return self._drop_locked(fate)
+            except BaseException:
+                self._repair_locked()
+                raise
 
     def suppress(self) -> bool:
         """Count a record loghandler's own sending caused (urllib3's, on_error's): never
@@ -83,7 +113,7 @@ class Intake(LedgerState):
 
     # ------------------------------------------------------------------ the locked steps
 
-    def _put_locked(self, item: Any, size: int) -> bool:
+    def _put_locked(self, item: Any, size: int, side: list[Any]) -> bool:
         # Everything the fast path leaves out: closed, first event (start the flusher), a full
         # batch (wake the flusher), a full queue (overflow policy), big events.
         if self._closed:
@@ -107,10 +137,14 @@ class Intake(LedgerState):
                 self._set_wake_marks_locked(True)
                 self._wake_pending = True
                 self._wake.set()
-            if (len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes) and (
-                not self._make_room_locked(size)
-            ):
-                return False
+            if len(q) >= self._limit_len or self._queue_bytes + size > self._limit_bytes:
+                if self._on_full is not None and not self._side_paused and size <= self._max_bytes:
+                    # Still full with the room for a spill: the flusher is behind (waiting
+                    # out a request, or short of CPU). With a spool nothing is dropped: this
+                    # thread takes the oldest batch and writes it to the spool itself (put).
+                    self._take_side_locked(size, side)
+                elif not self._make_room_locked(size):
+                    return False
         q.append(item)
         self._account_locked()
         self._on_put()
@@ -126,6 +160,39 @@ class Intake(LedgerState):
             self._pressure.set()
         self._update_fast_path_locked()
         return True
+
+    def _take_side_locked(self, size: int, side: list[Any]) -> None:
+        """Take the oldest events out of a full queue, for the calling thread to write to the
+        spool (``_spill_side``): a batch (``batch_size`` events, about ``max_batch_bytes``
+        encoded), and more if the new event of ``size`` would not fit otherwise. ``side``
+        receives (the first one's sequence number, the items)."""
+        q = self._queue
+        first = self._taken + 1
+        # How many, counted before any is taken (all the fast path's appends since the last
+        # step are accounted: _put_locked accounted them).
+        length, queue_bytes = len(q), self._queue_bytes
+        limit_len, limit_bytes, max_batch = self._limit_len, self._limit_bytes, self._max_batch
+        batch_bytes = 2 * self._max_batch_bytes  # estimates: about 3x the encoded JSON
+        k = nbytes = 0
+        for item in list(islice(q, length)):
+            if not ((k < max_batch and nbytes < batch_bytes) or length - k >= limit_len
+                    or queue_bytes + size > limit_bytes):
+                break
+            item_size = size_of(item)
+            nbytes += item_size
+            queue_bytes -= item_size
+            k += 1
+        if not k:
+            return
+        # Journaled (_repair_locked): the events at the front that are to go.
+        self._journal = (SIDE, first, list(islice(q, k)))
+        pop = self._pop_oldest_locked
+        items = [pop() for _ in range(k)]
+        if items:
+            self._side[first] = len(items)
+            side.extend((first, items))
+            self._update_fast_path_locked()
+        self._journal = None
 
     def _make_room_locked(self, size: int) -> bool:
         if size > self._max_bytes:
@@ -159,11 +226,15 @@ class Intake(LedgerState):
         """Drop the oldest queued event for room: popped and counted as one step.
 
         An asynchronous exception (a signal handler's KeyboardInterrupt on the logging thread)
-        can land only where Python code is called, or right after a C call returns. Here the
-        counting calls nothing (``Count`` hashes in C) and the pop is the last step, so such an
-        exception finds the event either untouched or popped and counted, never half done."""
+        can land between any two bytecodes on CPython 3.10, and where Python code is called or
+        right after a C call returns on 3.11+: the step is journaled (``_repair_locked``), so
+        that such an exception finds the event either untouched or popped and counted, never
+        half done."""
         q = self._queue
         head = q[0]
+        c = self._counts
+        self._journal = (OLDEST, head, self._taken, self._accounted, self._queue_bytes,
+                         c[DROPPED], c[DROPPED_QUEUE_FULL], self._undelivered)
         if self._accounted > self._taken:
             self._queue_bytes -= size_of(head)
         else:
@@ -171,11 +242,11 @@ class Intake(LedgerState):
         self._taken += 1
         if self._accounted == self._taken:
             self._queue_bytes = 0
-        c = self._counts
         c[DROPPED] += 1
         c[DROPPED_QUEUE_FULL] += 1
         self._undelivered += 1
         q.popleft()
+        self._journal = None
 
 
 def _encoded_floor(event: Any) -> int:

@@ -7,6 +7,7 @@ subclasses that add their caller's operations; ``Ledger`` is all three.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -23,18 +24,24 @@ __all__ = ["SPILL_BATCHES", "LedgerState"]
 # Module globals: read without a call (an enum's class attribute may be one; see
 # Intake._pop_dropped_locked for why the locked steps call nothing).
 SUBMITTED, DROPPED, DROPPED_QUEUE_FULL = Count.SUBMITTED, Count.DROPPED, Count.DROPPED_QUEUE_FULL
+# The kinds of journaled steps (LedgerState._repair_locked).
+DOOR, OLDEST, SIDE, SETTLE = "door", "oldest", "side", "settle"
 # While spilling to the spool: batches (batch_size events, max_batch_bytes of estimated sizes)
 # the queue may hold beyond its bounds, and the sender takes in one step.
 SPILL_BATCHES = 2
 
 
 class LedgerState:
-    """The state of one shipper's ledger (``Ledger(options, on_put, on_late=None)``).
+    """The state of one shipper's ledger (``Ledger(options, on_put, on_late=None,
+    on_full=None)``).
 
     ``options`` are the shipper's ``ShipperOptions`` (the bounds, the overflow policy);
     ``on_put`` is called under the lock after each event the slow path queues, to start the
     flusher when there is none; ``on_late`` outside the lock after an event queued late (closed
-    with ``late_ok``: the shipper sends it at once).
+    with ``late_ok``: the shipper sends it at once). ``on_full(first, items)`` (with a spool)
+    is called outside the lock, on the application's thread, with the oldest events the queue
+    gave up to make room when it was full and the flusher behind (``Intake.put``): it writes
+    them to the spool and settles them (``Flushing.settle_side``).
     """
 
     __slots__ = (
@@ -42,15 +49,17 @@ class LedgerState:
         "_accounted",
         "_block_timeout",
         "_close_deadline",
+        "_close_what",
         "_closed",
         "_counts",
+        "_flight",
         "_flusher_started",
         "_force",
         "_half_bytes",
         "_half_len",
         "_inflight",
-        "_inflight_first",
         "_interrupt",
+        "_journal",
         "_late_ok",
         "_late_pending",
         "_limit_bytes",
@@ -60,6 +69,7 @@ class LedgerState:
         "_max_batch_bytes",
         "_max_bytes",
         "_max_size",
+        "_on_full",
         "_on_late",
         "_on_put",
         "_overflow",
@@ -69,6 +79,8 @@ class LedgerState:
         "_queue",
         "_queue_bytes",
         "_refused_too_large",
+        "_side",
+        "_side_paused",
         "_space",
         "_spill_ok",
         "_spilling",
@@ -83,9 +95,11 @@ class LedgerState:
     )
 
     def __init__(self, options: ShipperOptions, on_put: Callable[[], None],
-                 on_late: Callable[[], None] | None = None) -> None:
+                 on_late: Callable[[], None] | None = None,
+                 on_full: Callable[[int, list[Any]], None] | None = None) -> None:
         self._on_put = on_put
         self._on_late = on_late
+        self._on_full = on_full if options.spool_dir is not None else None
         self._max_batch = options.batch_size
         self._max_batch_bytes = options.max_batch_bytes
         self._max_size = options.max_queue_size
@@ -117,12 +131,21 @@ class LedgerState:
         self._queue_bytes = 0  # sizes of the accounted events still queued
         self._taken = 0  # events that left the queue (taken by the flusher, or dropped), ever
         self._accounted = 0  # events, in queue order, whose sizes are in queue_bytes, ever
+        # Events in flight with the flusher (taken, not yet settled): how many, and their
+        # sequence numbers as [first, count] runs, oldest first. One run, but when the
+        # application's threads took events to the spool in between (_side).
         self._inflight = 0
-        self._inflight_first = 1
+        self._flight: deque[list[int]] = deque()
+        # Runs of events an application thread took from a full queue to write to the spool
+        # itself (Intake.put, on_full): {first sequence number: events not yet settled}.
+        # (Their total is summed when read: one store registers or settles a run.)
+        self._side: dict[int, int] = {}
+        self._side_paused = False  # the spool failed: a full queue drops again (overflow)
         self._wake_pending = False
         self._force = False
         self._closed = False
         self._close_deadline: float | None = None
+        self._close_what = "shutdown_timeout"  # the bound in force, for messages
         self._late_ok = False  # closed, but events are still taken (Control.begin_close)
         self._late_pending = False
         self._paused_until = 0.0  # sending paused (Retry-After, a bad token) until then
@@ -134,6 +157,8 @@ class LedgerState:
         # Events refused at submit as too large since the last flush(), which answers False for
         # them as it would had the flusher dropped them.
         self._refused_too_large = 0
+        # The step of an application thread in progress (see _repair_locked), or None.
+        self._journal: tuple[Any, ...] | None = None
         self.gate[1] = 0  # see _update_fast_path_locked
 
     # ------------------------------------------------------------------ read-only views
@@ -153,6 +178,12 @@ class LedgerState:
     def close_deadline(self) -> float | None:
         """When close() must be done (monotonic), or None before close()."""
         return self._close_deadline
+
+    @property
+    def close_what(self) -> str:
+        """The bound the close deadline came from, as messages name it: ``shutdown_timeout
+        (5 s)``, ``close()'s timeout (0.1 s)``."""
+        return self._close_what
 
     @property
     def paused_until(self) -> float:
@@ -175,7 +206,7 @@ class LedgerState:
             values = {c.value: n for c, n in self._counts.items()}
             queued = len(self._queue)
             values["submitted"] += self._taken + queued
-            values["queued"] = queued + self._inflight
+            values["queued"] = queued + self._inflight + sum(self._side.values())
         return Stats(**values)
 
     # ------------------------------------------------------------------ the locked steps
@@ -217,17 +248,87 @@ class LedgerState:
 
     def _drop_locked(self, fate: Fate) -> bool:
         """Refuse one event at the door. It is counted as submitted here, since it never gets a
-        sequence number. Returns False (the event was not queued). Calls nothing, for the
-        reason ``Intake._pop_dropped_locked`` gives."""
+        sequence number. Returns False (the event was not queued). Journaled (see
+        ``_repair_locked``): an interrupt landing between its counts is made whole."""
         c = self._counts
+        reason = fate.reason
+        self._journal = (DOOR, fate, c[SUBMITTED], c[fate.total],
+                         c[reason] if reason is not None else 0, self._undelivered)
         c[SUBMITTED] += 1
         c[fate.total] += 1
-        reason = fate.reason
         if reason is not None:
             c[reason] += 1
         if not fate.chosen:
             self._undelivered += 1
+        self._journal = None
         return False
+
+    def _repair_locked(self) -> None:
+        """Make whole the step an interrupt cut short, before the lock is let go.
+
+        A signal handler runs on the main thread between two bytecodes of whatever it was
+        doing, and its exception (a KeyboardInterrupt) propagates from there: inside a logging
+        call, from the middle of a step that counts an event in several places. CPython 3.11+
+        checks for signals only at calls and backward jumps, which the steps avoid; 3.10
+        checks between most bytecodes. So the steps an application thread runs under the lock
+        (a drop at the door, the oldest dropped for room, a batch taken for the spool) first
+        note what they start from (``_journal``), and the intake's operations call this on
+        the way out of any exception: the step is completed from that note, whatever part of
+        it ran. Idempotent."""
+        journal = self._journal
+        if journal is None:
+            return
+        self._journal = None
+        c = self._counts
+        kind = journal[0]
+        if kind is DOOR:
+            _, fate, submitted, total, reason, undelivered = journal
+            c[SUBMITTED] = submitted + 1
+            c[fate.total] = total + 1
+            if fate.reason is not None:
+                c[fate.reason] = reason + 1
+            self._undelivered = undelivered + (0 if fate.chosen else 1)
+        elif kind is OLDEST:
+            _, head, taken, accounted, queue_bytes, dropped, full, undelivered = journal
+            if accounted > taken:
+                queue_bytes -= size_of(head)
+            else:
+                accounted += 1
+            taken += 1
+            self._accounted, self._taken = accounted, taken
+            self._queue_bytes = 0 if accounted == taken else queue_bytes
+            c[DROPPED] = dropped + 1
+            c[DROPPED_QUEUE_FULL] = full + 1
+            self._undelivered = undelivered + 1
+            q = self._queue
+            if q and q[0] is head:
+                q.popleft()
+        elif kind is SETTLE:
+            _, first, left, n, fate, total, reason, undelivered = journal
+            c[fate.total] = total + n
+            if fate.reason is not None:
+                c[fate.reason] = reason + n
+            self._undelivered = undelivered + (0 if fate.chosen else n)
+            if left > n:
+                self._side[first] = left - n
+            else:
+                self._side.pop(first, None)
+        elif kind is SIDE:
+            # Events taken for the spool that this thread will not write: counted as dropped
+            # for the full queue. How many left the queue: those of the front noted that are
+            # no longer there.
+            _, first, front = journal
+            if first not in self._side:
+                q = self._queue
+                head = q[0] if q else None
+                gone = next((i for i, item in enumerate(front) if item is head), len(front))
+                self._taken = first - 1 + gone
+                self._accounted, self._queue_bytes = self._taken, 0
+                self._account_locked()  # the queued sizes, counted afresh
+                if gone:
+                    self._side[first] = gone
+            if first in self._side:
+                self._settle_side_locked(first, self._side[first], Fate.DROPPED_QUEUE_FULL)
 
     def _record_locked(self, n: int, fate: Fate) -> None:
         c = self._counts
@@ -237,15 +338,63 @@ class LedgerState:
         if not fate.chosen:
             self._undelivered += n
 
+    def _settle_side_locked(self, first: int, n: int, fate: Fate) -> None:
+        """Settle ``n`` events of the run an application thread took to the spool (``first``:
+        its first sequence number); what is not in the run any more is ignored."""
+        left = self._side.get(first)
+        if left is None:
+            return
+        n = min(n, left)
+        c = self._counts
+        reason = fate.reason
+        # Journaled: an application thread settles what it spooled (_repair_locked).
+        self._journal = (SETTLE, first, left, n, fate, c[fate.total],
+                         c[reason] if reason is not None else 0, self._undelivered)
+        self._record_locked(n, fate)
+        if left > n:
+            self._side[first] = left - n
+        else:
+            del self._side[first]
+        self._journal = None
+        self._progress.notify_all()
+
     def _settled_through_locked(self) -> int:
         """The sequence number up to which every event has met its fate."""
-        if self._inflight:
-            return self._inflight_first - 1
-        return self._taken
+        through = self._flight[0][0] - 1 if self._flight else self._taken
+        if self._side:
+            through = min(through, min(self._side) - 1)
+        return through
 
-    def _set_close_deadline_locked(self, deadline: float) -> None:
+    def _fly_locked(self, first: int, n: int) -> None:
+        """Events ``first`` .. ``first + n - 1`` are in flight with the flusher."""
+        if not n:
+            return
+        flight = self._flight
+        if flight and flight[-1][0] + flight[-1][1] == first:
+            flight[-1][1] += n
+        else:
+            flight.append([first, n])
+        self._inflight += n
+
+    def _land_locked(self, n: int) -> None:
+        """The oldest ``n`` events in flight with the flusher are settled."""
+        self._inflight -= n
+        flight = self._flight
+        while n and flight:
+            run = flight[0]
+            k = min(n, run[1])
+            run[0] += k
+            run[1] -= k
+            n -= k
+            if not run[1]:
+                flight.popleft()
+
+    def _set_close_deadline_locked(self, deadline: float, what: str) -> None:
         if self._close_deadline is None or deadline < self._close_deadline:
             self._close_deadline = deadline
+            seconds = max(0.0, deadline - time.monotonic())
+            self._close_what = f"{what} ({seconds:.2g} s)" if seconds < 1 else \
+                f"{what} ({seconds:.3g} s)"
 
     def _set_wake_marks_locked(self, spilling: bool) -> None:
         """When the flusher is woken: a full batch. Queued sizes are memory estimates, about
