@@ -141,4 +141,5 @@ def test_a_take_over_counts_the_pieces_already_delivered(
                                    if t.name == "loghandler-flusher:halves"])
     assert s.stats() == st
     lines = capfd.readouterr().err.splitlines()
-    assert len(lines) == 1 and "5 events not answered within close()'s timeout (0.3 s)" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "5 events not answered within close()'s timeout (0.3 s)" in lines[0], lines
