@@ -323,14 +323,17 @@ class Flusher:
             return
         thread = threading.Thread(target=self.worker.run,
                                   name=f"loghandler-flusher:{self.dataset}", daemon=True)
+        # Known before it starts: a Ctrl+C inside start() (which waits for the thread) must not
+        # leave it running unknown, for the next event to start a second one beside it.
+        self.thread = thread
         try:
             thread.start()
         except RuntimeError:
             # "can't create new thread at interpreter shutdown": the exit hook sends what is
             # queued on its own thread instead.
+            self.thread = None
             self.thread_failed = True
         else:
-            self.thread = thread
             _warn_if_uwsgi_without_threads()
 
     def _thread_for_flush_locked(self) -> bool:
