@@ -1,20 +1,45 @@
 """Instructions per logging call, counted by valgrind's callgrind: a measure the machine's noise
 cannot move (the wall-clock tables vary by +-30 % from run to run on a shared 2-core VM).
 
-    python -m benchmarks.instructions          # needs valgrind (Debian: apt-get install valgrind)
+    PYTHONHASHSEED=0 python -m benchmarks.instructions           # every configuration
+    PYTHONHASHSEED=0 python -m benchmarks.instructions context span loguru   # some of them
+    PYTHONHASHSEED=0 python -m benchmarks.instructions ingest ingest:fields  # raw modes
 
-Each row runs the same ``logger.info("user %s logged in", i, extra={...})`` loop twice in a
-fresh process, with 1,000 and with 6,000 calls; the difference divided by 5,000 is the cost of
-one call, start-up excluded. The loghandler rows measure the application thread alone (the
-flusher is parked: the largest batch size and a huge interval), and then the whole process with
-a live receiver (``ingest-live``: app thread plus flusher thread, gzip off; its batches, and so
-its count, depend on timing: ``ingest-flushed`` sends one batch a run, the figure to compare two
-versions by). The ``:fields``, ``:context`` and ``:span`` variants add ``fields=`` of four keys,
-an active ``loghandler.context`` of two keys, or an active OpenTelemetry span; the last column
-divides each by the plain row of the same run. ``python -m benchmarks.instructions null ingest``
-runs only the rows named. The counts move by about 0.5 % with the interpreter's hash seed (dict
-and set probes): to compare two versions, run both with the same ``PYTHONHASHSEED`` (the
-children inherit it).
+Needs valgrind (Debian: apt-get install valgrind). Each measurement runs the same loop in a
+fresh process twice, with 1,000 and with 6,000 calls; the difference divided by 5,000 is the cost
+of one call, start-up excluded.
+
+Every configuration is measured three ways, beside its floor (the same call into the same
+ecosystem with nothing shipped: the stdlib's ``NullHandler``; structlog's chain ending in a
+processor that drops the event; loguru with a sink that does nothing; OpenTelemetry's
+``LoggingHandler`` with a processor that does nothing):
+
+- **application thread**: the flusher is parked (the largest batch size, a huge interval), so
+  the count is the caller's work alone;
+- **whole process**: the same, then one ``flush()`` to a live receiver at the end, so that both
+  runs send exactly one batch (compression off). The difference of the two runs is then the
+  caller's work plus everything the flusher does per event (formatting, policies, encoding,
+  joining the request body), with the fixed cost of the request cancelled out; the receiver is
+  another process, outside the count. The flush must leave nothing queued or failed (checked).
+  (The ``ingest-live`` row, kept for reference, lets the flusher run while the calls are made;
+  how many batches it sends, and so its count, depends on timing and moves by +-10 %.)
+
+The configurations: ``plain``; ``fields`` (``fields=`` of four keys); ``context`` (inside a
+``loghandler.context`` of two keys); ``after`` (a context was entered and left before: every
+later call outside it); ``span`` (inside an OpenTelemetry span); ``sampling``
+(``sample_levels={"debug": 0.1, "info": 0.5}``, ``sample_loggers={"noisy": 0.5}``: half the
+calls are sampled out, by a seeded generator); ``hold`` (``hold_level="info"`` inside a
+context: every call is held, the buffers large enough that none is dropped); ``repeat``
+(``repeat_limit=100``; the calls' messages differ, so none is suppressed); ``policies`` (every
+policy at once inside a context, none dropping the calls: sampling of other levels and loggers,
+repeats, three fields excluded, a scrubbed key, hold below the calls' level); ``names``
+(``field_names`` renaming message, level and logger); ``bare`` (``scrub=False,
+identity=False``); ``structlog`` (``IngestProcessor`` in structlog's usual chain);
+``loguru`` (``IngestSink``); ``otel`` (``IngestLogRecordProcessor`` under OpenTelemetry's
+``LoggingHandler``).
+
+The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes): to
+compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
 """
 
 from __future__ import annotations
@@ -30,36 +55,59 @@ import tempfile
 CHILD = r"""
 import logging, os, sys
 def setup(loghandler, opts):
-    # The variants' set-up lives in this function, and the module code below is the same as for
-    # the plain rows: the frame's line number, which findCaller asks for on every call, is
-    # found by scanning the module's line table from its start, so each line of module code
-    # above the loop makes every call dearer (+4,000 instructions with this set-up inline).
+    # The variants' set-up lives in this function, and the module code below is the same for
+    # every row: the frame's line number, which findCaller asks for on every call, is found by
+    # scanning the module's line table from its start, so each line of module code above the
+    # loop makes every call dearer (+4,000 instructions with this set-up inline). What must
+    # come after the handler is built (a context a hold_level shipper sees entered, a span) is
+    # returned as a function, called then.
     variant = sys.argv[4] if len(sys.argv) > 4 else ""
+    def enter():
+        context = loghandler.context(user_id=7, tenant="acme")
+        context.__enter__()
+        return context
     if variant == "fields":
         opts["fields"] = {"service": "checkout", "env": "prod", "version": "1.4.2",
                           "host": "web-7"}
     elif variant == "context":
-        loghandler.context(user_id=7, tenant="acme").__enter__()
+        return enter
+    elif variant == "after":
+        with loghandler.context(user_id=7, tenant="acme"):
+            pass
     elif variant == "bare":  # without the default scrubbing and identity (issue 25)
         opts.update(scrub=False, identity=False)
-    elif variant == "policies":  # every policy of issue 25 configured, none dropping
+    elif variant == "sampling":
+        import random
+        random.seed(0)  # the same calls sampled out in every run
+        opts.update(sample_levels={"debug": 0.1, "info": 0.5}, sample_loggers={"noisy": 0.5})
+    elif variant == "hold":
+        opts.update(hold_level="info", hold_size=10_000, hold_total=10_000)
+        return enter
+    elif variant == "repeat":
+        opts.update(repeat_limit=100)
+    elif variant == "policies":  # every policy configured, none dropping these calls
         opts.update(sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
                     repeat_limit=100, exclude_fields=["module", "function", "file"],
-                    hold_level="debug")
-    elif variant == "names":  # issue 39: field_names of three keys
-        opts["field_names"] = {"message": "msg", "level": "severity", "logger": "logger.name"}
+                    scrub_keys=["patient_id"], hold_level="debug")
+        return enter
+    elif variant == "names":
+        opts.update(field_names={"message": "msg", "level": "severity",
+                                 "logger": "logger.name"})
     elif variant == "sampled":  # issue 39: sampling that keeps almost all, no keep level
         opts.update(sample_loggers={"bench": 0.999999}, sample_keep_level=None)
     elif variant == "sampled-keep":  # the same with the default keep level ("error")
         opts.update(sample_loggers={"bench": 0.999999})
     elif variant == "span":
-        from opentelemetry import trace
-        span = trace.NonRecordingSpan(trace.SpanContext(
-            trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7,
-            is_remote=False, trace_flags=trace.TraceFlags(1)))
-        active = trace.use_span(span)
-        active.__enter__()
-        return active  # kept: a generator dropped unfinished would leave the span
+        def span():
+            from opentelemetry import trace
+            span = trace.NonRecordingSpan(trace.SpanContext(
+                trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7,
+                is_remote=False, trace_flags=trace.TraceFlags(1)))
+            active = trace.use_span(span)
+            active.__enter__()
+            return active  # kept: a generator dropped unfinished would leave the span
+        return span
+    return None
 mode, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 log = logging.getLogger("bench")
 log.propagate = False
@@ -71,54 +119,72 @@ elif mode == "queue":
     log.addHandler(logging.handlers.QueueHandler(queue.SimpleQueue()))
 else:
     import loghandler
-    if mode == "ingest":
-        opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
-                    max_queue_bytes=10**12, max_batch_bytes=10**12)
-    else:
+    if mode == "live":
         opts = dict(compression=None)
-    keep = setup(loghandler, opts)
+    else:
+        opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
+                    max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)
+    after = setup(loghandler, opts)
     handler = loghandler.IngestHandler("bench", token="t", url=url, **opts)
     log.addHandler(handler)
+    keep = after and after()
 for i in range(n):
     log.info("user %s logged in", i, extra={"request_id": "r-1", "latency_ms": 1.5})
-if mode == "ingest-live":
+if mode in ("live", "flushed"):
     handler.flush(60)
+    s = handler.stats()
+    assert s.queued == 0 and s.failed == 0 and s.dropped_queue_full == 0, s
 os._exit(0)
 """
 
-
-# Issue 26's rows run this script instead: the plain CHILD stays as it was, line for line (the
-# logging call's line number is part of its cost), so its counts compare with earlier runs.
+# Each ecosystem's own call, loop and floor: structlog's chain (its default processors, with
+# the ISO stamper its docs advise for JSON) ending in a processor that drops the event, with
+# IngestProcessor before it or not; loguru with a sink that does nothing or IngestSink;
+# OpenTelemetry's LoggingHandler with a processor that does nothing or
+# IngestLogRecordProcessor. Floor and sink share the line of their loop.
 CHILD_ECO = r"""
 import logging, os, sys
-def front(mode, variant, url):
-    # Issue 26's front ends, with the same call shape as the stdlib rows: loguru with a sink
-    # that does nothing (its floor) or IngestSink; OpenTelemetry's LoggingHandler with a
-    # processor that does nothing or IngestLogRecordProcessor. The flusher is parked, as in
-    # the "ingest" row: the application thread alone.
+def ingest(cls, url, flushed):
     opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
-                max_queue_bytes=10**12, max_batch_bytes=10**12)
-    if mode == "loguru":
-        from loguru import logger
-        logger.remove()
-        if variant == "sink":
-            from loghandler import IngestSink
-            logger.add(IngestSink("bench", token="t", url=url, **opts), level="INFO")
-        else:
-            logger.add(lambda message: None, level="INFO")
-
-        class Adapter:
-            def info(self, msg, i, extra):
-                logger.bind(**extra).info(msg.replace("%s", "{}"), i)
-        return Adapter()
+                max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)
+    return cls("bench", token="t", url=url, **opts)
+def structlog_chain(url, sink, flushed):
+    import structlog
+    def drop(logger, method, event_dict):
+        raise structlog.DropEvent
+    procs = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+             structlog.processors.StackInfoRenderer(), structlog.dev.set_exc_info,
+             structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    shipper = None
+    if sink:
+        from loghandler import IngestProcessor
+        shipper = ingest(IngestProcessor, url, flushed)
+        procs.append(shipper)
+    procs.append(drop)
+    return structlog.wrap_logger(
+        structlog.ReturnLogger(), processors=procs,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO)), shipper
+def loguru_sink(url, sink, flushed):
+    from loguru import logger
+    logger.remove()
+    shipper = None
+    if sink:
+        from loghandler import IngestSink
+        shipper = ingest(IngestSink, url, flushed)
+        logger.add(shipper, level="INFO")
+    else:
+        logger.add(lambda message: None, level="INFO")
+    return logger, shipper
+def otel_handler(url, sink, flushed):
     import warnings
     warnings.simplefilter("ignore")
     from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
     provider = LoggerProvider()
-    if variant == "sink":
+    shipper = None
+    if sink:
         from loghandler.opentelemetry import IngestLogRecordProcessor
-        provider.add_log_record_processor(IngestLogRecordProcessor("bench", token="t", url=url,
-                                                                   **opts))
+        shipper = ingest(IngestLogRecordProcessor, url, flushed)
+        provider.add_log_record_processor(shipper)
     else:
         class Nothing:
             def on_emit(self, record): pass
@@ -130,119 +196,172 @@ def front(mode, variant, url):
     out.propagate = False
     out.setLevel(logging.INFO)
     out.addHandler(LoggingHandler(logger_provider=provider))
-    return out
+    return out, shipper
 mode, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-log = front(mode, sys.argv[4] if len(sys.argv) > 4 else "", url)
-for i in range(n):
-    log.info("user %s logged in", i, extra={"request_id": "r-1", "latency_ms": 1.5})
+eco, _, flushed = mode.partition("-")
+sink = len(sys.argv) > 4
+build = {"structlog": structlog_chain, "loguru": loguru_sink, "otel": otel_handler}[eco]
+log, shipper = build(url, sink, flushed)
+if eco == "structlog":
+    for i in range(n):
+        log.info("user logged in", user=i, request_id="r-1", latency_ms=1.5)
+elif eco == "loguru":
+    for i in range(n):
+        log.bind(request_id="r-1", latency_ms=1.5).info("user {} logged in", i)
+else:
+    for i in range(n):
+        log.info("user %s logged in", i, extra={"request_id": "r-1", "latency_ms": 1.5})
+if flushed:
+    shipper.flush(60)
+    s = shipper.stats()
+    assert s.queued == 0 and s.failed == 0 and s.dropped == 0, s
 os._exit(0)
 """
 
-# The whole process without the live rows' noise (how many batches a run sends depends on its
-# timing: those rows move by +-10 % from run to run): the flusher parked while the calls queue,
-# then one flush to the live receiver at the end, so that every run sends one batch (compression
-# off, as in the live rows). The script is CHILD line for line, so its counts compare with
-# CHILD's rows.
-CHILD_FLUSHED = CHILD.replace(
-    'opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,\n'
-    '                    max_queue_bytes=10**12, max_batch_bytes=10**12)',
-    'opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,\n'
-    '                    max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)',
-).replace('if mode == "ingest-live":\n    handler.flush(60)',
-          'if mode != "null":\n    assert handler.flush(60)')
-
-ROWS = [
-    ("null", "logging.NullHandler (floor)"),
-    ("queue", "stdlib QueueHandler, enqueue only (no listener)"),
-    ("ingest", "loghandler IngestHandler, application thread only"),
-    ("ingest-live", "loghandler IngestHandler, whole process, live receiver"),
-    # Issue 16's variants (each beside the plain row above; ":span" needs opentelemetry-api).
-    ("ingest:fields", "IngestHandler fields= of four keys, application thread only"),
-    ("ingest:context", "IngestHandler in a loghandler.context of two keys, app thread only"),
-    ("ingest:span", "IngestHandler in an OpenTelemetry span, application thread only"),
-    ("ingest-live:fields", "IngestHandler fields= of four keys, whole process"),
-    ("ingest-live:context", "IngestHandler in a loghandler.context of two keys, whole process"),
-    ("ingest-live:span", "IngestHandler in an OpenTelemetry span, whole process"),
-    # Issue 25: the defaults (scrubbing, identity) off, and every policy configured.
-    ("ingest:bare", "IngestHandler scrub=False identity=False, application thread only"),
-    ("ingest:policies", "IngestHandler with every policy configured, app thread only"),
-    ("ingest-live:bare", "IngestHandler scrub=False identity=False, whole process"),
-    ("ingest-live:policies", "IngestHandler with every policy configured, whole process"),
-    # The whole process, one batch a run (CHILD_FLUSHED): the figure to compare two versions by.
-    ("ingest-flushed", "IngestHandler, whole process, one flush at the end"),
-    ("ingest-flushed:fields", "IngestHandler fields= of four keys, whole process, one flush"),
-    # Issue 39: field_names (no wire items: the application thread builds dicts), and the
-    # keep level's check on the flusher (sampling that keeps almost every event).
-    ("ingest:names", "IngestHandler field_names of three keys, application thread only"),
-    ("ingest-live:names", "IngestHandler field_names of three keys, whole process"),
-    ("ingest-live:sampled", "IngestHandler sampled, sample_keep_level=None, whole process"),
-    ("ingest-live:sampled-keep", "IngestHandler sampled, keep level error, whole process"),
-    # Issue 26: each ecosystem's own floor, then loghandler in it (application thread only).
-    ("loguru", "loguru with a sink that does nothing (floor)"),
-    ("loguru:sink", "loguru with IngestSink, application thread only"),
-    ("otel", "OpenTelemetry LoggingHandler, a processor that does nothing (floor)"),
-    ("otel:sink", "OpenTelemetry LoggingHandler with IngestLogRecordProcessor, app thread"),
+# (name, label, floor, application thread, whole process): the modes each is measured in.
+CONFIGS = [
+    ("plain", "IngestHandler", "null", "ingest", "flushed"),
+    ("fields", "fields= of four keys", "null", "ingest:fields", "flushed:fields"),
+    ("context", "inside a loghandler.context of two keys", "null", "ingest:context",
+     "flushed:context"),
+    ("after", "a context entered before, now outside it", "null", "ingest:after",
+     "flushed:after"),
+    ("span", "inside an OpenTelemetry span", "null", "ingest:span", "flushed:span"),
+    ("sampling", "sampling (info at 0.5)", "null", "ingest:sampling", "flushed:sampling"),
+    ("hold", "hold-until-error inside a context (held)", "null", "ingest:hold",
+     "flushed:hold"),
+    ("repeat", "repeat suppression", "null", "ingest:repeat", "flushed:repeat"),
+    ("policies", "every policy at once, inside a context", "null", "ingest:policies",
+     "flushed:policies"),
+    ("names", "field_names", "null", "ingest:names", "flushed:names"),
+    ("bare", "scrub=False, identity=False", "null", "ingest:bare", "flushed:bare"),
+    ("structlog", "IngestProcessor in structlog's chain", "structlog", "structlog:sink",
+     "structlog-flushed:sink"),
+    ("loguru", "IngestSink under loguru", "loguru", "loguru:sink", "loguru-flushed:sink"),
+    ("otel", "IngestLogRecordProcessor under LoggingHandler", "otel", "otel:sink",
+     "otel-flushed:sink"),
 ]
+# Reference rows, measured when asked for by name or with every configuration.
+EXTRA = [("queue", "stdlib QueueHandler, enqueue only (no listener)"),
+         ("live", "IngestHandler, whole process, flusher running (moves +-10 %)")]
+FLOORS = {"null": "logging.NullHandler", "structlog": "structlog's chain, dropping the event",
+          "loguru": "loguru, a sink that does nothing",
+          "otel": "LoggingHandler, a processor that does nothing"}
+ECO = ("structlog", "loguru", "otel")
+# What each mode needs installed, beyond loghandler.
+NEEDS = {"structlog": "structlog", "loguru": "loguru", "otel": "opentelemetry.sdk",
+         "span": "opentelemetry", "names": None}
+
+
+# Earlier names of the modes (docs quote them): the same measurement.
+ALIASES = {"ingest-live": "live", "ingest-flushed": "flushed"}
 
 
 def _count(script: str, mode: str, n: int, url: str) -> int:
+    base, _, variant = mode.partition(":")
+    base = ALIASES.get(base, base)
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         script, *mode.split(":")[:1], str(n), url, *mode.split(":")[1:]],
-        capture_output=True, text=True, timeout=900,
+         script, base, str(n), url, *([variant] if variant else [])],
+        capture_output=True, text=True, timeout=1800,
     )
     match = re.search(r"Collected : (\d+)", proc.stderr)
-    if not match:
-        raise RuntimeError(f"callgrind gave no count for {mode}: {proc.stderr[-500:]}")
+    if proc.returncode != 0 or not match:
+        raise RuntimeError(f"{mode}: {proc.stderr[-800:]}")
     return int(match.group(1))
 
 
+def _missing(mode: str) -> str | None:
+    base, _, variant = mode.partition(":")
+    for key in (base.partition("-")[0], variant):
+        need = NEEDS.get(key)
+        if need and importlib.util.find_spec(need.split(".")[0]) is None:
+            return need
+        if need and "." in need:
+            try:
+                if importlib.util.find_spec(need) is None:
+                    return need
+            except ImportError:
+                return need
+    if variant == "names":
+        from loghandler._config import ShipperOptions
+
+        if "field_names" not in ShipperOptions.__dataclass_fields__:
+            return "a loghandler with field_names"
+    return None
+
+
+def _modes(names: list[str]) -> list[str]:
+    by_name = {c[0]: c for c in CONFIGS}
+    if not names:
+        names = [c[0] for c in CONFIGS] + [e[0] for e in EXTRA]
+    modes: list[str] = []
+    for name in names:
+        if name in by_name:
+            _, _, floor, app, whole = by_name[name]
+            modes += [floor, app, whole]
+        else:
+            modes.append(name)  # a raw mode: null, ingest:context, loguru-flushed:sink, ...
+    return list(dict.fromkeys(modes))
+
+
+def measure(names: list[str]) -> dict[str, float]:
+    """Instructions per call of each mode (``_modes(names)``), skipping what is not installed."""
+    from .receiver import start_receiver
+
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, start_receiver() as base:
+        scripts = {}
+        for name, text in (("child", CHILD), ("eco", CHILD_ECO)):
+            scripts[name] = os.path.join(tmp, f"{name}.py")
+            with open(scripts[name], "w") as f:
+                f.write(text)
+        url = f"{base}/t/instructions"
+        for mode in _modes(names):
+            missing = _missing(mode)
+            if missing:
+                print(f"  skipped {mode}: {missing} is not installed", file=sys.stderr)
+                continue
+            script = scripts["eco" if mode.partition("-")[0].partition(":")[0] in ECO
+                             else "child"]
+            per_call = (_count(script, mode, 6000, url) - _count(script, mode, 1000, url)) / 5000
+            results[mode] = per_call
+            print(f"  {mode}: {per_call:,.0f}", file=sys.stderr, flush=True)
+    return results
+
+
+def table(results: dict[str, float]) -> str:
+    """The configurations measured, each beside its floor (markdown)."""
+    def x(mode: str, floor: str) -> str:
+        if mode not in results or floor not in results:
+            return "–"
+        return f"{results[mode]:,.0f} ({results[mode] / results[floor]:.2f}x)"
+
+    lines = ["| configuration | floor | application thread (x floor) | whole process (x floor) |",
+             "|---|---|---|---|"]
+    for name, label, floor, app, whole in CONFIGS:
+        if app in results or whole in results:
+            lines.append(f"| {name}: {label} | {FLOORS[floor]}: "
+                         f"{results.get(floor, float('nan')):,.0f} | {x(app, floor)} | "
+                         f"{x(whole, floor)} |")
+    for mode, label in EXTRA:
+        if mode in results:
+            lines.append(f"| {label} | – | – | {x(mode, 'null')} |")
+    shown = {m for c in CONFIGS for m in c[2:]} | {e[0] for e in EXTRA}
+    for mode, value in results.items():
+        if mode not in shown:
+            lines.append(f"| {mode} | – | {value:,.0f} | – |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.instructions [MODE ...]``: every row, or only the rows named."""
-    only = set(sys.argv[1:] if argv is None else argv)
+    """``python -m benchmarks.instructions [NAME ...]``: every configuration, or those named
+    (configurations, or raw modes such as ``ingest:context``)."""
+    names = list(sys.argv[1:] if argv is None else argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install valgrind")
         return 1
-    from .receiver import start_receiver
-
-    with tempfile.TemporaryDirectory() as tmp, start_receiver() as base:
-        script = os.path.join(tmp, "child.py")
-        with open(script, "w") as f:
-            f.write(CHILD)
-        eco_script = os.path.join(tmp, "child_eco.py")
-        with open(eco_script, "w") as f:
-            f.write(CHILD_ECO)
-        flushed_script = os.path.join(tmp, "child_flushed.py")
-        with open(flushed_script, "w") as f:
-            f.write(CHILD_FLUSHED)
-        url = f"{base}/t/instructions"
-        results = {}
-        rows = [(m, label) for m, label in ROWS if m in only] if only else ROWS
-        for mode, label in rows:
-            needs = {"loguru": "loguru", "otel": "opentelemetry.sdk"}.get(mode.split(":")[0])
-            if needs and importlib.util.find_spec(needs.split(".")[0]) is None:
-                print(f"  skipped {label}: {needs} is not installed", file=sys.stderr)
-                continue
-            if mode.endswith(":span") and importlib.util.find_spec("opentelemetry") is None:
-                print(f"  skipped {label}: opentelemetry-api is not installed", file=sys.stderr)
-                continue
-            child = eco_script if mode.split(":")[0] in ("loguru", "otel") else script
-            run = mode
-            if mode.startswith("ingest-flushed"):  # CHILD_FLUSHED's own "ingest" mode
-                child, run = flushed_script, mode.replace("ingest-flushed", "ingest", 1)
-            per_call = (_count(child, run, 6000, url) - _count(child, run, 1000, url)) / 5000
-            results[mode] = per_call
-            print(f"  measured {label}", file=sys.stderr)
-    floor = results.get("null")
-    print("| row | instructions per call | x NullHandler | x plain IngestHandler |")
-    print("|---|---|---|---|")
-    for mode, label in rows:
-        if mode not in results:
-            continue
-        plain = results.get(mode.partition(":")[0]) if ":" in mode else None
-        print(f"| {label} | {results[mode]:,.0f} | "
-              f"{f'{results[mode] / floor:.2f}x' if floor else '–'} | "
-              f"{f'{results[mode] / plain:.3f}x' if plain else '–'} |")
+    print(table(measure(names)))
     return 0
 
 

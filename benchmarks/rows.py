@@ -15,12 +15,18 @@ from itertools import islice
 from typing import Any
 
 ROWS = ("null", "queue", "copy", "ingest", "ingest-nogzip", "ingest-fields", "ingest-context",
-        "ingest-span", "ingest-bare", "ingest-policies", "structlog", "processor", "otel",
-        "otel-ingest", "loguru", "loguru-sink", "logtail")
+        "ingest-after", "ingest-span", "ingest-sampling", "ingest-hold", "ingest-repeat",
+        "ingest-policies", "ingest-names", "ingest-bare", "structlog", "processor", "otel",
+        "otel-nothing", "otel-ingest", "loguru", "loguru-sink", "logtail")
 SHIPPING = ("ingest", "ingest-nogzip", "processor", "otel", "otel-ingest", "loguru-sink",
             "logtail")
 # Variants of the ingest row (issue 16): measured in scenarios 1 and 2 only, beside it.
-VARIANTS = ("ingest-fields", "ingest-context", "ingest-span", "ingest-bare", "ingest-policies")
+VARIANTS = ("ingest-fields", "ingest-context", "ingest-after", "ingest-span", "ingest-sampling",
+            "ingest-hold", "ingest-repeat", "ingest-policies", "ingest-names", "ingest-bare")
+# Each row's floor: the same call into the same ecosystem, nothing shipped (issue 36 pairs every
+# row with it). Floors have nothing to deliver: scenario 2 reports their call rate.
+FLOOR = {"processor": "structlog", "loguru-sink": "loguru", "otel-ingest": "otel-nothing"}
+FLOORS = ("null", "structlog", "loguru", "otel-nothing")
 LABELS = {
     "null": "logging.NullHandler (floor)",
     "queue": "stdlib QueueHandler + QueueListener (floor)",
@@ -29,12 +35,18 @@ LABELS = {
     "ingest-nogzip": "loghandler IngestHandler (compression=None)",
     "ingest-fields": "loghandler IngestHandler, fields= of four keys",
     "ingest-context": "loghandler IngestHandler in a loghandler.context of two keys",
+    "ingest-after": "loghandler IngestHandler, a context entered before, now outside it",
+    "ingest-sampling": "loghandler IngestHandler, sampling (info at 0.5)",
+    "ingest-hold": "loghandler IngestHandler, hold-until-error inside a context (held)",
+    "ingest-repeat": "loghandler IngestHandler, repeat suppression",
+    "ingest-names": "loghandler IngestHandler, field_names",
     "ingest-span": "loghandler IngestHandler in an OpenTelemetry span",
     "ingest-bare": "loghandler IngestHandler, scrub=False, identity=False",
-    "ingest-policies": "loghandler IngestHandler, every policy of issue 25 configured",
-    "structlog": "structlog pipeline alone (floor)",
+    "ingest-policies": "loghandler IngestHandler, every policy at once, inside a context",
+    "structlog": "structlog's chain, ending in a processor that drops the event (floor)",
     "processor": "loghandler IngestProcessor (structlog)",
     "otel": "OpenTelemetry LoggingHandler + BatchLogRecordProcessor + OTLP/HTTP",
+    "otel-nothing": "OpenTelemetry LoggingHandler, a processor that does nothing (floor)",
     "otel-ingest": "OpenTelemetry LoggingHandler + loghandler IngestLogRecordProcessor",
     "loguru": "loguru with a sink that does nothing (floor)",
     "loguru-sink": "loguru + loghandler IngestSink",
@@ -59,6 +71,9 @@ class Row:
     stats: Callable[[], dict[str, Any]] = dict
     delivered: Callable[[], int] | None = None  # rows delivering to something else
     options: dict[str, Any] = field(default_factory=dict)
+    # How many of ``calls`` events are to arrive (after flush): all, but what a policy drops
+    # or holds as configured (counted in stats()).
+    expected: Callable[[int], int] = lambda calls: calls
 
 
 def _stdlib_logger(handler: logging.Handler, name: str) -> Callable[[int], None]:
@@ -201,6 +216,55 @@ def _ingest_context(base: str, opts: dict[str, Any]) -> Row:
     return row
 
 
+def _ingest_after(base: str, opts: dict[str, Any]) -> Row:
+    import loghandler
+
+    row = _ingest(base, opts)
+    row.name = "ingest-after"
+    with loghandler.context(user_id=7, tenant="acme"):
+        pass  # entered once: every later call is made outside any context
+    return row
+
+
+def _dropped(row: Row, *reasons: str) -> Callable[[int], int]:
+    stats = row.stats
+    return lambda calls: calls - sum(stats().get(reason, 0) for reason in reasons)
+
+
+def _ingest_sampling(base: str, opts: dict[str, Any]) -> Row:
+    row = _ingest(base, opts, sample_levels={"debug": 0.1, "info": 0.5},
+                  sample_loggers={"noisy": 0.5})
+    row.name = "ingest-sampling"
+    row.expected = _dropped(row, "dropped_sampled")
+    return row
+
+
+def _ingest_hold(base: str, opts: dict[str, Any]) -> Row:
+    import loghandler
+
+    # Every call is held (info, inside a context, hold_level="info"), the buffers large
+    # enough that none is dropped: the cost of holding. Nothing is delivered while the context
+    # lasts: scenario 2 reports the call rate.
+    row = _ingest(base, opts, hold_level="info", hold_size=10**6, hold_total=10**6)
+    row.name = "ingest-hold"
+    loghandler.context(user_id=7, tenant="acme").__enter__()
+    row.expected = lambda calls: 0
+    return row
+
+
+def _ingest_repeat(base: str, opts: dict[str, Any]) -> Row:
+    row = _ingest(base, opts, repeat_limit=100)  # every call's message differs: none dropped
+    row.name = "ingest-repeat"
+    return row
+
+
+def _ingest_names(base: str, opts: dict[str, Any]) -> Row:
+    row = _ingest(base, opts, field_names={"message": "msg", "level": "severity",
+                                           "logger": "logger.name"})
+    row.name = "ingest-names"
+    return row
+
+
 def _ingest_bare(base: str, opts: dict[str, Any]) -> Row:
     # The defaults scrub secrets and add the sender's identity on the flusher thread: this row
     # is the engine without them (what the ingest row measured before they existed).
@@ -212,10 +276,15 @@ def _ingest_bare(base: str, opts: dict[str, Any]) -> Row:
 def _ingest_policies(base: str, opts: dict[str, Any]) -> Row:
     # Every policy configured, none of them dropping the benchmark's events (each call's
     # message differs, nothing is sampled out, no context holds).
+    import loghandler
+
     row = _ingest(base, opts, sample_levels={"debug": 0.1}, sample_loggers={"noisy": 0.5},
-                  repeat_limit=100, exclude_fields=["module", "function", "file", "thread"],
+                  repeat_limit=100, exclude_fields=["module", "function", "file"],
                   hold_level="debug", scrub_keys=["patient_id"])
     row.name = "ingest-policies"
+    # Inside a context (entered after the shipper exists, so that hold sees it): hold's level
+    # test runs for every call, and passes it.
+    loghandler.context(user_id=7, tenant="acme").__enter__()
     return row
 
 
@@ -240,11 +309,19 @@ def _structlog(base: str, opts: dict[str, Any], processor: Any = None) -> Row:
         import structlog
     except ImportError as exc:
         raise Unavailable(f"structlog not installed ({exc})") from None
-    procs: list[Any] = [structlog.processors.add_log_level,
+
+    def drop(logger: Any, method: str, event_dict: Any) -> Any:
+        raise structlog.DropEvent
+
+    # structlog's default chain, with the ISO stamper its docs advise for JSON; the floor ends
+    # in a processor that drops the event, IngestProcessor goes before it.
+    procs: list[Any] = [structlog.contextvars.merge_contextvars,
+                        structlog.processors.add_log_level,
+                        structlog.processors.StackInfoRenderer(), structlog.dev.set_exc_info,
                         structlog.processors.TimeStamper(fmt="iso", utc=True)]
     if processor is not None:
         procs.append(processor)
-    procs.append(lambda logger, method, event_dict: "")  # the renderer: nothing to print
+    procs.append(drop)
     log_ = structlog.wrap_logger(structlog.ReturnLogger(), processors=procs,
                                  wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     info = log_.info
@@ -282,6 +359,35 @@ def _otel(base: str, opts: dict[str, Any]) -> Row:
         handler = LoggingHandler(logger_provider=provider)
     return Row("otel", _stdlib_logger(handler, "otel"),
                flush=lambda t: provider.force_flush(int(t * 1000)))
+
+
+class _Nothing:
+    """An OpenTelemetry log record processor that does nothing (the floor of otel-ingest)."""
+
+    def on_emit(self, record: Any) -> None:
+        pass
+
+    def emit(self, record: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 0) -> bool:
+        return True
+
+
+def _otel_nothing(base: str, opts: dict[str, Any]) -> Row:
+    try:
+        from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    except ImportError as exc:
+        raise Unavailable(f"opentelemetry-sdk not installed ({exc})") from None
+    provider = LoggerProvider()
+    provider.add_log_record_processor(_Nothing())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        handler = LoggingHandler(logger_provider=provider)
+    return Row("otel-nothing", _stdlib_logger(handler, "otel-nothing"))
 
 
 def _otel_ingest(base: str, opts: dict[str, Any]) -> Row:
@@ -346,8 +452,11 @@ BUILDERS: dict[str, Callable[[str, dict[str, Any]], Row]] = {
     "null": _null, "queue": _queue, "copy": _copy, "ingest": _ingest,
     "ingest-nogzip": _ingest_nogzip, "ingest-fields": _ingest_fields,
     "ingest-context": _ingest_context, "ingest-span": _ingest_span,
+    "ingest-after": _ingest_after, "ingest-sampling": _ingest_sampling,
+    "ingest-hold": _ingest_hold, "ingest-repeat": _ingest_repeat, "ingest-names": _ingest_names,
     "ingest-bare": _ingest_bare, "ingest-policies": _ingest_policies,
     "structlog": _structlog, "processor": _processor, "otel": _otel, "logtail": _logtail,
+    "otel-nothing": _otel_nothing,
     "otel-ingest": _otel_ingest, "loguru": _loguru, "loguru-sink": _loguru_sink,
 }
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from . import receiver
-from .rows import Row, Unavailable, build
+from .rows import FLOORS, Row, Unavailable, build
 
 _now = time.perf_counter
 
@@ -96,13 +96,21 @@ def end_to_end(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
     start = _now()
     calls, wall = _loop(row, cfg["n"], cfg["threads"], cfg["cap"])
     out: dict[str, Any] = {"calls": calls, "call_rate": calls / wall}
-    if row.name in ("null", "structlog"):
+    if row.name in FLOORS:
         out["events_per_s"] = calls / wall  # nothing to deliver: the call rate is the floor
         return out
     row.flush(cfg["wait"])
-    got, done_at = _wait_delivered(row, cfg, calls)
+    expected = row.expected(calls)
+    if expected == 0:  # every call held by the policy as configured: the call rate
+        out.update(delivered=0, expected=0, events_per_s=calls / wall, stats=row.stats())
+        return out
+    got, done_at = _wait_delivered(row, cfg, expected)
     elapsed = done_at - start
-    out.update(delivered=got, events_per_s=got / elapsed, stats=row.stats())
+    # The rate of the calls whose events are all accounted for: delivered, or dropped by a
+    # policy as configured (sampling), counted in stats().
+    out.update(delivered=got, expected=expected,
+               events_per_s=calls / elapsed if got >= expected else got / elapsed,
+               stats=row.stats())
     if not row.delivered:
         c = receiver.count(cfg["port"], cfg["tag"])
         out.update(bytes=c["bytes"], requests=c["requests"])

@@ -33,27 +33,34 @@ size is at most ``FAST_ITEM_BYTES``, exactly as ``Intake.offer`` does; anything 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._build import why_pure
 from ._engine import model
-from ._engine.context import IN_USE, OTEL_TRACE
+from ._engine.context import IN_USE, OTEL_TRACE, VAR, span_source
 from ._engine.guard import SENDERS
+from ._engine.hold import level_number
 
 __all__ = ["ACTIVE", "WHY_PYTHON", "LedgerContract", "extension", "fast_path", "format_record",
-           "gzip_compress", "gzip_extension", "handle", "items_size", "record_put", "speedups",
-           "table"]
+           "gzip_compress", "gzip_extension", "handle", "items_size", "otel_put",
+           "processor_call", "record_put", "sink_call", "speedups", "table", "wire_view"]
 
 # The decision, read by the modules named in the docstring (None: the Python twin runs).
 speedups: Any = None  # the configured _speedups module, when in use
 handle: Any = None  # IngestHandler.handle in C, a method (binds to the handler it is read on)
+processor_call: Any = None  # IngestProcessor.__call__ in C, a method
+sink_call: Any = None  # IngestSink.__call__ in C, a method
+otel_put: Callable[..., bool] | None = None  # an OpenTelemetry record read and on its way
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[dict[Any, Any]], bool] | None = None
 items_size: Callable[[list[Any]], int] | None = None
+wire_view: Callable[[bytes, tuple[str, ...]], dict[str, Any]] | None = None
 # gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL; None on the Python
 # path or when it was not built (no zlib headers), and zlib's module does it.
 gzip_compress: Callable[[bytes, int], bytes] | None = None
@@ -95,6 +102,18 @@ def table() -> dict[str, Any]:
         "modules": sys.modules,
         "context_in_use": IN_USE,
         "otel_module": OTEL_TRACE,
+        "context_var": VAR,
+        "span_source": span_source,
+        "loads": json.loads,
+        "method_levels": dict(model.METHOD_LEVELS),
+        "structlog_skip": model.STRUCTLOG_SKIP,
+        "now": time.time,
+        "loguru_head": tuple((lk, la) for _, attr, lk, la in model.HEAD if attr is not None),
+        "level_number": level_number,
+        "otel_texts": dict(model.OTEL_TEXTS),
+        "otel_numbers": dict(model.OTEL_NUMBERS),
+        "otel_exception": model.OTEL_EXCEPTION,
+        "otel_code": dict(model.OTEL_CODE),
     }
 
 
@@ -120,18 +139,21 @@ def gzip_extension() -> Any | None:
         return None
 
 
-def fast_path(intake: LedgerContract, wire: Any
-              ) -> tuple[list[Any], Any, Callable[..., bool]] | None:
-    """A handler's compiled fast path: ``(intake.gate, wire, intake.put)`` (the ledger contract
-    above; ``wire``: the shipper's ``wire()``, or None for event dicts), or None on the Python
-    path. Read by the compiled ``handle`` from the handler that owns it."""
+def fast_path(intake: LedgerContract, wire: Any, policy: tuple[Any, Any, Any]
+              ) -> tuple[list[Any], Any, Callable[..., bool], tuple[Any, Any, Any]] | None:
+    """A front end's compiled fast path: ``(intake.gate, wire, intake.put, policy)`` (the
+    ledger contract above; ``wire``: the shipper's ``wire()``, or None for event dicts;
+    ``policy``: ``FrontEnd.policy()``, what the caller decides: ``(trace_context, sample,
+    hold)``), or None on the Python path. Read by the compiled code from the front end that
+    owns it."""
     if speedups is None:
         return None
-    return intake.gate, wire, intake.put
+    return intake.gate, wire, intake.put, policy
 
 
 def _load() -> bool:
-    global speedups, handle, record_put, format_record, items_size, gzip_compress, WHY_PYTHON
+    global speedups, handle, record_put, format_record, items_size, wire_view, gzip_compress
+    global WHY_PYTHON, processor_call, sink_call, otel_put
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
         return False
@@ -152,6 +174,10 @@ def _load() -> bool:
     record_put = module.record_put
     format_record = module.format_record
     items_size = module.items_size
+    wire_view = module.wire_view
+    processor_call = module.processor_call
+    sink_call = module.sink_call
+    otel_put = module.otel_put
     return True
 
 

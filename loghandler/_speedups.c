@@ -34,6 +34,14 @@
 #define new_dict(n) PyDict_New()
 #endif
 
+/* Small steps of the writer, inlined where the compiler allows it (measured: a call each
+ * cost the plain record's wire item some 400 instructions). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #if PY_VERSION_HEX < 0x030C0000
 #define unicode_ready(s) PyUnicode_READY(s)
 #else
@@ -51,6 +59,35 @@ typedef struct {
     Py_ssize_t len;
     char json[HEAD_CACHE_BYTES];
 } HeadCache;
+
+/* A context's fields as JSON members, once per context (section 5): the merged dict a
+ * loghandler.context stores is never changed, so its members are written once and copied into
+ * every event logged inside it. */
+#define CTX_MEMBERS 32
+#define CTX_CACHE 4
+enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4, CTX_TIME_LEVEL = 8 };
+typedef struct CtxEntry {
+    PyObject *fields;            /* the merged dict (a strong reference: the cache's key) */
+    PyObject *checked;           /* the wire tuple every member passed (strong), or NULL */
+    PyObject *checked_flat;      /* the same, for a flat event (no head of its own) */
+    PyObject *keys[CTX_MEMBERS]; /* strong */
+    PyObject *trace;             /* strong: its "trace_id" value, or NULL */
+    Py_ssize_t n, at[CTX_MEMBERS + 1];
+    unsigned char flags[CTX_MEMBERS];
+    int writable;                /* every key a str, every value written as the encoders do */
+    char *json;                  /* PyMem: each member as ,"key":value */
+} CtxEntry;
+
+/* A span's ids as JSON members, once per OpenTelemetry context (contexts are immutable: a new
+ * span makes a new one). */
+#define SPAN_CACHE 4
+typedef struct SpanEntry {
+    PyObject *context;           /* OpenTelemetry's context (strong: the cache's key) */
+    int valid;                   /* 1: a span with ids; 0: none */
+    double fraction;             /* sampling.span_fraction of its trace id */
+    Py_ssize_t trace_len, span_len;
+    char trace_json[64], span_json[48]; /* ,"trace_id":"..." and ,"span_id":"..." */
+} SpanEntry;
 
 typedef struct {
     int configured;
@@ -72,13 +109,41 @@ typedef struct {
     PyObject *in_use;              /* context.IN_USE: [bool], a context was ever entered */
     PyObject *otel;                /* "opentelemetry.trace" */
     int returns_record;            /* Python 3.12+: handle() returns the record */
+    PyObject *context_var;         /* context.VAR: the merged fields of the current context */
+    PyObject *span_source;         /* context.span_source */
+    PyObject *head_set;            /* frozenset of the event keys of the head */
+    PyObject *loads;               /* json.loads, for wire_view's values other than str */
+    /* The other front ends (section 12): structlog's method names' levels and the keys its
+     * careful path must see; time.time; loguru's record read for the head (model.HEAD's
+     * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
+    PyObject *method_levels, *structlog_skip, *now, *loguru_head, *level_number;
+    PyObject *key_json;            /* dict: an extra's key -> its ,"key": (put_key) */
+    /* OpenTelemetry's records (otel_members): severity texts renamed, level numbers, the
+     * exception attributes, the code attributes renamed. */
+    PyObject *otel_texts, *otel_numbers, *otel_exception, *otel_code;
+    /* OpenTelemetry's current context, once span_source found it: its ContextVar and
+     * context.span_ids (NULL: not yet asked, or not found: asked again); span_source_off: the
+     * application runs another runtime context (snapshot in Python each time). */
+    PyObject *otel_var, *span_ids;
+    int span_source_off;
     /* Names, interned once. */
     PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
-        *s_put_event;
+        *s_put_event, *s_trace_id, *s_span_id, *s_levelno, *s_levelname, *s_name, *s_queue,
+        *s_invalid, *s_put, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
+        *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
+        *s_attributes, *s_dict, *s_032x, *s_016x;
     /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
+    /* The last contexts' and spans' JSON (section 5), used under the GIL. */
+    struct CtxEntry *ctx_cache;
+    int ctx_next;
+    struct SpanEntry *span_cache;
+    int span_next;
+    /* The last wire tuple read (compose_wire), and what was read of it. */
+    PyObject *last_wire;
+    struct Compose *last_compose;
 } State;
 
 static inline State *
@@ -89,9 +154,16 @@ get_state(PyObject *module)
 
 #define STATE_OBJECTS(X)                                                                     \
     X(src_keys) X(dst_keys) X(key_frags) X(special) X(formatter) X(record) X(size) X(context) \
-    X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(s_msg) X(s_args)      \
+    X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(context_var)          \
+    X(span_source) X(head_set) X(loads) X(otel_var) X(span_ids) X(s_msg) X(s_args)           \
     X(s_exc_info) X(s_stack_info) X(s_message) X(s_time) X(s_level) X(s_logger) X(s_blank)   \
-    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event)
+    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event) X(s_trace_id)  \
+    X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)   \
+    X(method_levels) X(structlog_skip) X(now) X(loguru_head) X(level_number) X(s_put)        \
+    X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower) X(key_json)      \
+    X(otel_texts) X(otel_numbers) X(otel_exception) X(otel_code) X(s_observed)               \
+    X(s_severity_text) X(s_severity_number) X(s_value) X(s_body) X(s_event_name)             \
+    X(s_attributes) X(s_dict) X(s_032x) X(s_016x)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -104,7 +176,42 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
 #undef VISIT
     for (Py_ssize_t i = 0; st->head_cache != NULL && i < st->n_fields; i++)
         Py_VISIT(st->head_cache[i].str);
+    for (int i = 0; st->ctx_cache != NULL && i < CTX_CACHE; i++) {
+        CtxEntry *e = &st->ctx_cache[i];
+        Py_VISIT(e->fields);
+        Py_VISIT(e->checked);
+        Py_VISIT(e->checked_flat);
+        Py_VISIT(e->trace);
+        for (Py_ssize_t k = 0; k < e->n; k++)
+            Py_VISIT(e->keys[k]);
+    }
+    for (int i = 0; st->span_cache != NULL && i < SPAN_CACHE; i++)
+        Py_VISIT(st->span_cache[i].context);
     return 0;
+}
+
+static void
+ctx_entry_clear(CtxEntry *e)
+{
+    Py_CLEAR(e->fields);
+    Py_CLEAR(e->checked);
+    Py_CLEAR(e->checked_flat);
+    Py_CLEAR(e->trace);
+    for (Py_ssize_t k = 0; k < e->n; k++)
+        Py_CLEAR(e->keys[k]);
+    e->n = 0;
+    e->writable = 0;
+    PyMem_Free(e->json);
+    e->json = NULL;
+}
+
+static void
+clear_caches(State *st)
+{
+    for (int i = 0; st->ctx_cache != NULL && i < CTX_CACHE; i++)
+        ctx_entry_clear(&st->ctx_cache[i]);
+    for (int i = 0; st->span_cache != NULL && i < SPAN_CACHE; i++)
+        Py_CLEAR(st->span_cache[i].context);
 }
 
 static void
@@ -127,6 +234,13 @@ module_clear(PyObject *module)
     STATE_OBJECTS(CLEAR)
 #undef CLEAR
     clear_head_cache(st);
+    clear_caches(st);
+    PyMem_Free(st->ctx_cache);
+    st->ctx_cache = NULL;
+    PyMem_Free(st->span_cache);
+    st->span_cache = NULL;
+    PyMem_Free(st->last_compose);
+    st->last_compose = NULL;
     return 0;
 }
 
@@ -349,7 +463,7 @@ out_reserve(Out *o, Py_ssize_t more)
     return 0;
 }
 
-static inline int
+static ALWAYS_INLINE int
 out_put(Out *o, const char *s, Py_ssize_t n)
 {
     if (n > o->cap - o->len && out_reserve(o, n) < 0)
@@ -612,154 +726,1165 @@ put_head(State *st, Out *o, Py_ssize_t field, PyObject *v)
     return 0;
 }
 
+/* Two exact str equal? (Keys of ours are interned: most compare by identity; others by length
+ * first.) */
+static ALWAYS_INLINE int
+same_str(PyObject *a, PyObject *b)
+{
+    return a == b || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+                      PyUnicode_Compare(a, b) == 0);
+}
+
+/* A member's start, ,"key": for an exact str key, as written once (the same keys come event
+ * after event: their JSON is kept, for up to 4,096 keys of at most 64 characters). */
+static int
+put_key(State *st, Out *o, PyObject *key)
+{
+    PyObject *json = PyDict_GetItemWithError(st->key_json, key);
+    if (json != NULL)
+        return out_put(o, PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json));
+    if (PyErr_Occurred())
+        return -1;
+    Py_ssize_t start = o->len;
+    if (out_put(o, ",", 1) < 0 || put_str(o, key) < 0 || out_put(o, ":", 1) < 0)
+        return -1;
+    if (PyDict_GET_SIZE(st->key_json) < 4096 && PyUnicode_GET_LENGTH(key) <= 64) {
+        json = PyBytes_FromStringAndSize(o->data + start, o->len - start);
+        if (json == NULL || PyDict_SetItem(st->key_json, key, json) < 0) {
+            Py_XDECREF(json);
+            return -1;
+        }
+        Py_DECREF(json);
+    }
+    return 0;
+}
+
 static int format_time(State *st, double created, char out[28]);
 
-/* The wire item of a plain record, its message given or not (NULL: written from msg and args
- * when that runs no application code; *want_message set when the message must be made
- * first): a new bytes object, or NULL (not this path's case; the dict path decides; an error
- * may be set). wire: (fragment, static keys, clean keys | None, learn | None), from
- * Shipper.wire: its fields= as JSON (",\"k\":v..."), their names, the scrubber's set of keys it
- * has nothing to do for, and its learn(key) -> bool, which adds a key to that set unless it is
- * a secret's. */
+/* ------------------------------------------------------------------ 5. the caller's context
+ *
+ * What a loghandler.context and the current OpenTelemetry span add to an event (events.py
+ * merge_context, on the flusher, for an event dict): the span's trace_id and span_id, then the
+ * context's fields, each where the event lacks it. Written into the wire item on the caller's
+ * thread instead, from JSON made once per context and once per span: a context's merged dict is
+ * never changed (context.py), and an OpenTelemetry context is immutable (a new span makes a new
+ * one), so each is a cache's key, held by a strong reference (its address cannot be another's
+ * while it is cached). A few entries each: the contexts and spans of the threads logging now. */
+
+/* The entry of a context's merged dict: found, or made (no code of the application's runs:
+ * exact str keys, plain values). NULL with an error set only for one to propagate. */
+static CtxEntry *
+ctx_entry(State *st, PyObject *fields)
+{
+    for (int i = 0; i < CTX_CACHE; i++)
+        if (st->ctx_cache[i].fields == fields)
+            return &st->ctx_cache[i];
+    CtxEntry *e = &st->ctx_cache[st->ctx_next];
+    st->ctx_next = (st->ctx_next + 1) % CTX_CACHE;
+    /* What the slot held goes last (its dict may be the last reference to plain values). */
+    PyObject *old = e->fields;
+    e->fields = NULL;
+    ctx_entry_clear(e);
+    e->fields = Py_NewRef(fields);
+    Py_ssize_t n = PyDict_GET_SIZE(fields);
+    Out o;
+    out_init(&o, st->fast_item);
+    if (n <= CTX_MEMBERS) {
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        int ok = 1;
+        while (ok && PyDict_Next(fields, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                ok = 0;
+                break;
+            }
+            e->keys[i] = Py_NewRef(key);
+            e->n = i + 1;
+            int head = PySet_Contains(st->head_set, key);
+            int special = PySet_Contains(st->special, key);
+            int trace = same_str(key, st->s_trace_id);
+            int span = same_str(key, st->s_span_id);
+            int time_level = same_str(key, st->s_time) || same_str(key, st->s_level);
+            if (head < 0 || special < 0 || PyErr_Occurred()) {
+                ok = 0;
+                break;
+            }
+            e->flags[i] = (unsigned char)((head ? CTX_HEAD : 0) | (special ? CTX_SPECIAL : 0) |
+                                          (trace || span ? CTX_TRACE : 0) |
+                                          (time_level ? CTX_TIME_LEVEL : 0));
+            if (trace)
+                Py_XSETREF(e->trace, Py_NewRef(value));
+            e->at[i] = o.len;
+            if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
+                put_value(&o, value) < 0)
+                ok = 0;
+            i++;
+        }
+        if (ok) {
+            e->at[i] = o.len;
+            e->json = PyMem_Malloc(o.len > 0 ? (size_t)o.len : 1);
+            if (e->json != NULL) {
+                memcpy(e->json, o.data, o.len);
+                e->writable = 1;
+            }
+        }
+    }
+    out_free(&o);
+    Py_XDECREF(old);
+    if (!clear_if_exception())
+        return NULL;
+    return e;
+}
+
+/* The current span, from OpenTelemetry's context (its default runtime context keeps it in a
+ * ContextVar: context.span_source): 1: *out is the span (out->valid 0: none); 0: not this
+ * path's to say (OpenTelemetry not ready, another runtime context, an error): the Python path
+ * asks context.snapshot; -1: an error to propagate. */
+static int
+span_lookup(State *st, SpanEntry *out)
+{
+    if (st->span_source_off)
+        return 0;
+    if (st->otel_var == NULL) {
+        PyObject *r = PyObject_CallNoArgs(st->span_source);
+        if (r == NULL)
+            return clear_if_exception() ? 0 : -1;
+        if (r == Py_False)
+            st->span_source_off = 1;
+        else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 2 &&
+                 PyContextVar_CheckExact(PyTuple_GET_ITEM(r, 0))) {
+            st->otel_var = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+            st->span_ids = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+        }
+        Py_DECREF(r);
+        if (st->otel_var == NULL)
+            return 0;
+    }
+    PyObject *context;
+    if (PyContextVar_Get(st->otel_var, NULL, &context) < 0)
+        return clear_if_exception() ? 0 : -1;
+    if (context == NULL)
+        return 0;
+    for (int i = 0; i < SPAN_CACHE; i++) {
+        if (st->span_cache[i].context == context) {
+            *out = st->span_cache[i];
+            out->context = NULL; /* a copy: the cache holds the reference */
+            Py_DECREF(context);
+            return 1;
+        }
+    }
+    /* Not seen yet: its ids, read once (context.span_ids: OpenTelemetry's code). */
+    PyObject *ids = PyObject_CallOneArg(st->span_ids, context);
+    if (ids == NULL) {
+        Py_DECREF(context);
+        return clear_if_exception() ? 0 : -1;
+    }
+    SpanEntry made = {0};
+    made.context = context; /* stolen below, by the cache */
+    int ok = 1;
+    if (ids != Py_None) {
+        PyObject *hex[2] = {NULL, NULL};
+        ok = PyTuple_CheckExact(ids) && PyTuple_GET_SIZE(ids) == 2 &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(ids, 0)) &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(ids, 1));
+        static const char *names[2] = {",\"trace_id\":\"", ",\"span_id\":\""};
+        static const char *forms[2] = {"032x", "016x"};
+        for (int k = 0; ok && k < 2; k++) {
+            /* format(id, "032x"), as merge_context writes it */
+            PyObject *spec = PyUnicode_FromString(forms[k]);
+            hex[k] = spec == NULL ? NULL : PyObject_Format(PyTuple_GET_ITEM(ids, k), spec);
+            Py_XDECREF(spec);
+            Py_ssize_t len = hex[k] == NULL ? 0 : PyUnicode_GET_LENGTH(hex[k]);
+            char *dst = k == 0 ? made.trace_json : made.span_json;
+            Py_ssize_t room = k == 0 ? (Py_ssize_t)sizeof(made.trace_json)
+                                     : (Py_ssize_t)sizeof(made.span_json);
+            Py_ssize_t head = (Py_ssize_t)strlen(names[k]);
+            if (hex[k] == NULL || !PyUnicode_IS_ASCII(hex[k]) || head + len + 1 > room) {
+                ok = 0;
+                break;
+            }
+            memcpy(dst, names[k], head);
+            memcpy(dst + head, PyUnicode_DATA(hex[k]), len);
+            dst[head + len] = '"';
+            if (k == 0)
+                made.trace_len = head + len + 1;
+            else
+                made.span_len = head + len + 1;
+        }
+        Py_XDECREF(hex[0]);
+        Py_XDECREF(hex[1]);
+        if (ok) {
+            unsigned long long low = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(ids, 0));
+            ok = !(low == (unsigned long long)-1 && PyErr_Occurred());
+            made.fraction = (double)low / 18446744073709551616.0; /* 2**64 */
+            made.valid = 1;
+        }
+    }
+    Py_DECREF(ids);
+    if (!ok) {
+        Py_DECREF(context);
+        return clear_if_exception() ? 0 : -1;
+    }
+    SpanEntry *slot = &st->span_cache[st->span_next];
+    st->span_next = (st->span_next + 1) % SPAN_CACHE;
+    PyObject *old = slot->context;
+    *slot = made;
+    *out = made;
+    out->context = NULL;
+    Py_XDECREF(old); /* last: it may free a span */
+    return 1;
+}
+
+/* ------------------------------------------------------------------ 6. the caller's policies
+ *
+ * A front end's policy (_compiled.py, fast_path's fourth item): (trace_context, sample, hold).
+ * sample: sampling.Sampler's tables, (levels, loggers, rand, trace_key, static fraction, drop,
+ * trace_fraction, keep_level, kept_levels, kept); hold: (hold.level, hold.take). Sampling is decided before the event is
+ * built (sampling.py): the level and logger give the rate; below 1, the trace id the event
+ * would ship with, else the random source. */
+
+/* sampling.trace_fraction(value): a str whose last 16 characters are hex digits, computed
+ * here; any other str is the Python function's to read; a value that is no str has none.
+ * 1: *out set; 0: none; -1: failed. */
+static int
+trace_fraction(PyObject *sample, PyObject *value, double *out)
+{
+    if (!PyUnicode_CheckExact(value))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (n < 16)
+        return 0;
+    if (unicode_ready(value) < 0)
+        return -1;
+    int kind = PyUnicode_KIND(value);
+    const void *data = PyUnicode_DATA(value);
+    unsigned long long x = 0;
+    int plain = 1;
+    for (Py_ssize_t i = n - 16; i < n && plain; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int v = c >= '0' && c <= '9' ? (int)(c - '0') : c >= 'a' && c <= 'f' ? (int)(c - 'a' + 10)
+              : c >= 'A' && c <= 'F' ? (int)(c - 'A' + 10) : -1;
+        if (v < 0)
+            plain = 0;
+        x = x << 4 | (unsigned long long)v;
+    }
+    if (plain) {
+        *out = (double)x / 18446744073709551616.0;
+        return 1;
+    }
+    PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 6), value);
+    if (r == NULL)
+        return -1;
+    int got = PyFloat_CheckExact(r);
+    if (got)
+        *out = PyFloat_AS_DOUBLE(r);
+    Py_DECREF(r);
+    return got;
+}
+
+/* The rate of events of this level and logger (Sampler.rate). */
+static double
+sample_rate(PyObject *sample, PyObject *level, PyObject *logger)
+{
+    double rate = 1.0;
+    PyObject *levels = PyTuple_GET_ITEM(sample, 0), *loggers = PyTuple_GET_ITEM(sample, 1);
+    if (PyDict_GET_SIZE(levels) > 0 && PyUnicode_CheckExact(level)) {
+        PyObject *r = PyDict_GetItemWithError(levels, level);
+        if (r != NULL && PyFloat_CheckExact(r))
+            rate = PyFloat_AS_DOUBLE(r);
+    }
+    if (PyTuple_GET_SIZE(loggers) > 0 && PyUnicode_CheckExact(logger)) {
+        Py_ssize_t ln = PyUnicode_GET_LENGTH(logger);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loggers); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(loggers, i);
+            PyObject *prefix = PyTuple_GET_ITEM(pr, 0), *r = PyTuple_GET_ITEM(pr, 1);
+            Py_ssize_t pn = PyUnicode_GET_LENGTH(prefix);
+            int match = ln == pn ? PyUnicode_Compare(logger, prefix) == 0
+                                 : ln > pn && PyUnicode_READ_CHAR(logger, pn) == '.' &&
+                                       PyUnicode_Tailmatch(logger, prefix, 0, pn, -1) == 1;
+            if (match) {
+                double v = PyFloat_AS_DOUBLE(r);
+                if (v < rate)
+                    rate = v;
+                break;
+            }
+        }
+    }
+    return rate;
+}
+
+/* Does sampling keep the event? The trace id it would ship with: its own (own: borrowed or
+ * NULL), else the span's, else the context's (ctx_trace), else fields='s. 1: keep; 0: drop;
+ * -1: failed (the caller leaves the decision to the Python path). */
+static int
+sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
+            const SpanEntry *span, PyObject *ctx_trace)
+{
+    double rate = sample_rate(sample, level, logger);
+    if (PyErr_Occurred())
+        return -1;
+    if (rate >= 1.0)
+        return 1;
+    if (PyTuple_GET_ITEM(sample, 7) != Py_None) {
+        /* sample_keep_level: a level name's verdict, cached by Sampler.kept */
+        PyObject *kept = PyDict_GetItemWithError(PyTuple_GET_ITEM(sample, 8), level);
+        int keep;
+        if (kept != NULL)
+            keep = kept == Py_True;
+        else if (PyErr_Occurred())
+            return -1;
+        else {
+            PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 9), level);
+            if (r == NULL)
+                return -1;
+            keep = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (keep < 0)
+                return -1;
+        }
+        if (keep)
+            return 1;
+    }
+    double u = 0;
+    int have = 0;
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(sample, 3)) == 1) {
+        if (own != NULL)
+            have = trace_fraction(sample, own, &u);
+        else if (span != NULL && span->valid) {
+            u = span->fraction;
+            have = 1;
+        }
+        else if (ctx_trace != NULL)
+            have = trace_fraction(sample, ctx_trace, &u);
+        else if (PyFloat_CheckExact(PyTuple_GET_ITEM(sample, 4))) {
+            u = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(sample, 4));
+            have = 1;
+        }
+        if (have < 0)
+            return -1;
+    }
+    if (!have) {
+        PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, 2));
+        if (r == NULL)
+            return -1;
+        u = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (u == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    return u < rate;
+}
+
+/* The policy's tuples checked once per call: 1 usable; 0 not (the Python path). */
+static int
+policy_ok(PyObject *policy)
+{
+    if (!PyTuple_CheckExact(policy) || PyTuple_GET_SIZE(policy) != 3)
+        return 0;
+    PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
+    if (sample != Py_None &&
+        (!PyTuple_CheckExact(sample) || PyTuple_GET_SIZE(sample) != 10 ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 0)) ||
+         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, 1)) ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 8))))
+        return 0;
+    if (sample != Py_None) {
+        PyObject *loggers = PyTuple_GET_ITEM(sample, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loggers); i++) {
+            PyObject *pr = PyTuple_GET_ITEM(loggers, i);
+            if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pr, 0)) ||
+                !PyFloat_CheckExact(PyTuple_GET_ITEM(pr, 1)))
+                return 0;
+        }
+    }
+    if (hold != Py_None && (!PyTuple_CheckExact(hold) || PyTuple_GET_SIZE(hold) != 2 ||
+                            !PyLong_CheckExact(PyTuple_GET_ITEM(hold, 0))))
+        return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ 7. wire items of records */
+
+/* What a wire item is made with: the shipper's wire (Shipper.wire: fields= as JSON, their
+ * names, the scrubber's clean keys and learn, the excluded fields, a bit per head field
+ * excluded) and the caller's context. */
+typedef struct Compose {
+    PyObject *wire;                /* the tuple (borrowed) */
+    PyObject *fragment, *statics;  /* borrowed */
+    PyObject *clean, *learn;       /* borrowed; NULL: no scrubber */
+    PyObject *exclude;             /* borrowed; NULL: nothing excluded */
+    unsigned long head_skip;
+    /* field_names: each new name's ,"name": in order (borrowed); the rename of each head
+     * field, by its place in the event, and of the span's two ids (-1: none); every name
+     * renamed or renamed to (NULL: no renames). */
+    PyObject *renames, *moved; /* moved: each rename of a fields= field, (old, member), or None */
+    PyObject *rename_index;    /* old name -> its rename's index */
+    PyObject *members;         /* fields= as ((key, member), ...): a flat event's, key by key */
+    Py_ssize_t n_renames;
+    signed char head_rename[17], span_rename[2];
+    PyObject *renamed;
+    PyObject *fields;              /* borrowed: the context's merged dict, not empty; or NULL */
+    const SpanEntry *span;         /* the current span, or NULL: none */
+} Compose;
+
+static int read_wire(State *st, PyObject *wire, Compose *c);
+
+/* 1: wire is a wire tuple, read into c; 0: not one. The last one read is kept (a strong
+ * reference: its items stay alive), as one shipper's events come one after another. */
+static int
+compose_wire(State *st, PyObject *wire, Compose *c)
+{
+    if (wire == st->last_wire && st->last_compose != NULL) {
+        *c = *st->last_compose;
+        return 1;
+    }
+    int ok = read_wire(st, wire, c);
+    if (ok && st->last_compose != NULL) {
+        PyObject *old = st->last_wire;
+        st->last_wire = Py_NewRef(wire);
+        *st->last_compose = *c;
+        Py_XDECREF(old);
+    }
+    return ok;
+}
+
+/* A tuple of ints in [-1, bound): into out (n of them). 1, or 0 when it is not one. */
+static int
+read_indexes(PyObject *t, Py_ssize_t n, Py_ssize_t bound, signed char *out)
+{
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(t, i);
+        long x = PyLong_CheckExact(v) ? PyLong_AsLong(v) : -2;
+        if (x < -1 || x >= bound) {
+            PyErr_Clear(); /* (an int too large: no index of ours) */
+            return 0;
+        }
+        out[i] = (signed char)x;
+    }
+    return 1;
+}
+
+static int
+read_wire(State *st, PyObject *wire, Compose *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 13 || st->n_fields + 1 > 17)
+        return 0;
+    c->wire = wire;
+    c->fragment = PyTuple_GET_ITEM(wire, 0);
+    c->statics = PyTuple_GET_ITEM(wire, 1);
+    c->clean = PyTuple_GET_ITEM(wire, 2);
+    c->learn = PyTuple_GET_ITEM(wire, 3);
+    c->exclude = PyTuple_GET_ITEM(wire, 4);
+    PyObject *skip = PyTuple_GET_ITEM(wire, 5);
+    if (!PyBytes_CheckExact(c->fragment) || !PyAnySet_CheckExact(c->statics) ||
+        (c->clean != Py_None && !PyAnySet_CheckExact(c->clean)) ||
+        !PyAnySet_CheckExact(c->exclude) || !PyLong_CheckExact(skip))
+        return 0;
+    c->head_skip = PyLong_AsUnsignedLongMask(skip);
+    if (c->head_skip == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* an int: only an overflow, which is no wire of ours */
+        return 0;
+    }
+    if (c->clean == Py_None)
+        c->clean = c->learn = NULL;
+    else if (c->learn == Py_None)
+        c->learn = NULL;
+    if (PySet_GET_SIZE(c->exclude) == 0)
+        c->exclude = NULL;
+    c->renames = PyTuple_GET_ITEM(wire, 6);
+    c->renamed = PyTuple_GET_ITEM(wire, 9);
+    if (!PyTuple_CheckExact(c->renames) || PyTuple_GET_SIZE(c->renames) > 16 ||
+        !PyAnySet_CheckExact(c->renamed))
+        return 0;
+    c->n_renames = PyTuple_GET_SIZE(c->renames);
+    c->moved = PyTuple_GET_ITEM(wire, 10);
+    if (!PyTuple_CheckExact(c->moved) || PyTuple_GET_SIZE(c->moved) != c->n_renames)
+        return 0;
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(c->renames, r)) ||
+            (m != Py_None && !(PyTuple_CheckExact(m) && PyTuple_GET_SIZE(m) == 2 &&
+                               PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))))
+            return 0;
+    }
+    c->rename_index = PyTuple_GET_ITEM(wire, 11);
+    c->members = PyTuple_GET_ITEM(wire, 12);
+    if (!PyDict_CheckExact(c->rename_index) || !PyTuple_CheckExact(c->members))
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
+        PyObject *m = PyTuple_GET_ITEM(c->members, k);
+        if (!PyTuple_CheckExact(m) || PyTuple_GET_SIZE(m) != 2 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(m, 0)) ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))
+            return 0;
+    }
+    if (!read_indexes(PyTuple_GET_ITEM(wire, 7), st->n_fields + 1, c->n_renames, c->head_rename) ||
+        !read_indexes(PyTuple_GET_ITEM(wire, 8), 2, c->n_renames, c->span_rename))
+        return 0;
+    if (PySet_GET_SIZE(c->renamed) == 0)
+        c->renamed = NULL;
+    return 1;
+}
+
+static ALWAYS_INLINE int
+renamed(const Compose *c, PyObject *key)
+{
+    return c->renamed == NULL ? 0 : PySet_Contains(c->renamed, key);
+}
+
+static ALWAYS_INLINE int
+excluded(const Compose *c, PyObject *key)
+{
+    return c->exclude == NULL ? 0 : PySet_Contains(c->exclude, key);
+}
+
+/* A key the event is written with, for the scrubber: 1 known clean; 0 not (a secret's, or
+ * unknown past the bound): the dict path; 2: taught now (Python ran: the caller starts over);
+ * -1 failed. */
+#define LEARNED 2
+static int
+key_clean(const Compose *c, PyObject *key, int *learned)
+{
+    if (c->clean == NULL)
+        return 1;
+    int known = PySet_Contains(c->clean, key);
+    if (known != 0)
+        return known;
+    if (c->learn == NULL || *learned >= 64 || PyUnicode_GET_LENGTH(key) > 256)
+        return 0;
+    /* A key's first use: the scrubber decides now whether it is a secret's, once (our code; it
+     * adds a clean key to the set). Any code may run meanwhile (a collection's finalizers): the
+     * caller walks everything again after it. */
+    Py_INCREF(key);
+    PyObject *r = PyObject_CallOneArg(c->learn, key);
+    Py_DECREF(key);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (r != Py_True)
+        return 0;
+    (*learned)++;
+    return LEARNED;
+}
+
+/* The context's and the span's members, checked for this event and this wire: 1 fine; 0 not
+ * this path's case; LEARNED: start over; -1 failed. (trace_in, span_in: the event has its own
+ * trace_id, span_id.) */
+static int
+check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, int *learned,
+              int flat)
+{
+    *ctx = NULL;
+    if (c->span != NULL) {
+        int a = PySet_Contains(c->statics, st->s_trace_id);
+        int b = a != 0 ? a : PySet_Contains(c->statics, st->s_span_id);
+        if (b != 0)
+            return b < 0 ? -1 : 0; /* fields= names an id: merged on the flusher */
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id};
+        int in[2] = {trace_in, span_in};
+        for (int k = 0; k < 2; k++) {
+            if (in[k])
+                continue;
+            if (c->span_rename[k] < 0) {
+                int rn = renamed(c, ids[k]); /* another field renamed to it */
+                if (rn != 0)
+                    return rn < 0 ? -1 : 0;
+            }
+            int ex = excluded(c, ids[k]);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                continue;
+            }
+            int r = key_clean(c, ids[k], learned);
+            if (r != 1)
+                return r;
+        }
+    }
+    if (c->fields == NULL)
+        return 1;
+    CtxEntry *e = ctx_entry(st, c->fields);
+    if (e == NULL)
+        return -1;
+    if (!e->writable)
+        return 0;
+    if ((flat ? e->checked_flat : e->checked) != c->wire) {
+        int all = 1;
+        for (Py_ssize_t k = 0; k < e->n; k++) {
+            /* The head's field wins: never written (a flat event has its own _time and level
+             * only). */
+            if (e->flags[k] & (flat ? CTX_TIME_LEVEL : CTX_HEAD))
+                continue;
+            PyObject *key = e->keys[k];
+            int in = PySet_Contains(c->statics, key);
+            if (in == 0)
+                in = renamed(c, key);
+            if (in != 0)
+                return in < 0 ? -1 : 0; /* fields= names it too, or field_names: the flusher's */
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                all = 0;
+                continue;
+            }
+            int r = key_clean(c, key, learned);
+            if (r != 1)
+                return r;
+        }
+        if (all) {
+            PyObject **slot = flat ? &e->checked_flat : &e->checked;
+            PyObject *old = *slot;
+            *slot = Py_NewRef(c->wire);
+            Py_XDECREF(old);
+            /* (a wire tuple's last reference holds no code to run) */
+            e = ctx_entry(st, c->fields);
+            if (e == NULL)
+                return -1;
+        }
+    }
+    *ctx = e;
+    return 1;
+}
+
+/* The span's and the context's members into the item (no code of the application's runs). */
+/* The renamed fields (field_names), written aside (tail) and appended in the renames' order
+ * at the end, as the Finisher's rename moves them there. */
+typedef struct {
+    Out tail;
+    Py_ssize_t at[16][2];
+} Renamed;
+
+/* The start of a member: its ,"key": (or the new name's, written aside); *dst where its value
+ * goes. -1 on failure. */
+static ALWAYS_INLINE int
+member(Out *o, Renamed *rn, const Compose *c, int r, const char *frag, Py_ssize_t len,
+       Out **dst)
+{
+    if (r < 0) {
+        *dst = o;
+        return out_put(o, frag, len);
+    }
+    PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+    rn->at[r][0] = rn->tail.len;
+    *dst = &rn->tail;
+    return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+}
+
+static ALWAYS_INLINE void
+member_end(Renamed *rn, int r)
+{
+    if (r >= 0)
+        rn->at[r][1] = rn->tail.len;
+}
+
+/* (d: where the event's own fields are looked up: a record's dict, whose record attributes
+ * (special keys) are no fields; loguru's extra; a flat event dict, head: 0, which has no head
+ * of its own.) */
+/* The renamed fields, in the renames' order: the event's own (written aside), else a field of
+ * fields= renamed (unless the flat event holds its old name: then its own was renamed). */
+static int
+put_renamed(Out *o, Renamed *rn, const Compose *c, PyObject *flat)
+{
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        if (rn->at[r][0] >= 0) {
+            if (out_put(o, rn->tail.data + rn->at[r][0], rn->at[r][1] - rn->at[r][0]) < 0)
+                return -1;
+            continue;
+        }
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (m == Py_None)
+            continue;
+        if (flat != NULL) {
+            int in = PyDict_Contains(flat, PyTuple_GET_ITEM(m, 0));
+            if (in != 0) {
+                if (in < 0)
+                    return -1;
+                continue;
+            }
+        }
+        PyObject *member = PyTuple_GET_ITEM(m, 1);
+        if (out_put(o, PyBytes_AS_STRING(member), PyBytes_GET_SIZE(member)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Is key among the event's own fields? (has(src, key): 1, 0, or -1 on failure) */
+typedef int (*HasKey)(const void *src, PyObject *key);
+
+static int
+dict_has(const void *d, PyObject *key)
+{
+    return PyDict_Contains((PyObject *)d, key);
+}
+
+static int
+put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, HasKey has,
+            const void *src, int record, int flat, int trace_in, int span_in)
+{
+    if (c->span != NULL) {
+        /* ,"trace_id":"<hex>": the member's key is its first 12 bytes (11 for the span's) */
+        const char *json[2] = {c->span->trace_json, c->span->span_json};
+        Py_ssize_t len[2] = {c->span->trace_len, c->span->span_len}, head[2] = {12, 11};
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id};
+        int in[2] = {trace_in, span_in};
+        for (int k = 0; k < 2; k++) {
+            if (in[k])
+                continue;
+            int ex = excluded(c, ids[k]);
+            if (ex < 0)
+                return -1;
+            if (ex)
+                continue;
+            Out *dst;
+            if (member(o, rn, c, c->span_rename[k], json[k], head[k], &dst) < 0 ||
+                out_put(dst, json[k] + head[k], len[k] - head[k]) < 0)
+                return -1;
+            member_end(rn, c->span_rename[k]);
+        }
+    }
+    if (ctx == NULL)
+        return 0;
+    int checked = (flat ? ctx->checked_flat : ctx->checked) == c->wire;
+    for (Py_ssize_t k = 0; k < ctx->n; k++) {
+        unsigned char f = ctx->flags[k];
+        if (f & (flat ? CTX_TIME_LEVEL : CTX_HEAD))
+            continue; /* the head's field wins */
+        if ((f & CTX_TRACE) && c->span != NULL)
+            continue; /* the span's ids win */
+        PyObject *key = ctx->keys[k];
+        if (!record || !(f & CTX_SPECIAL)) {
+            /* A key no record attribute has: in the record's dict, it is an extra, which
+             * wins (in loguru's extra, or a flat event, any key is the event's). */
+            int in = has(src, key);
+            if (in != 0) {
+                if (in < 0)
+                    return -1;
+                continue;
+            }
+        }
+        if (!checked) {
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    return -1;
+                continue;
+            }
+        }
+        if (out_put(o, ctx->json + ctx->at[k], ctx->at[k + 1] - ctx->at[k]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Where a head event's fields come from: a LogRecord's dict (its extras after its first n_init
+ * items: a special key is the careful path's, a formatter's attribute no extra), or a loguru
+ * record's (the head's values read by the caller, its extras loguru's extra dict: a head key
+ * among them is the careful path's). */
+typedef struct {
+    PyObject *d;           /* the record's dict, or loguru's extra dict */
+    Py_ssize_t start;      /* where the extras begin among its items */
+    int record;            /* 1: a LogRecord's dict; 0: loguru's */
+    PyObject *vals[16];    /* loguru: the head's values by record attribute, the level mapped */
+} Head;
+
+/* The wire item of a plain record (h: its dict, or loguru's record read), its message given or
+ * not (NULL: written from msg and args when that runs no application code; *want_message set
+ * when the message must be made first): a new bytes object, or NULL (not this path's case;
+ * the dict path decides; an error may be set). The event's members, as item_events and the
+ * encoder would order them: the head (less the excluded fields), the extras, the span's ids,
+ * the context's fields, fields=, then the renamed fields; the first comma becomes the opening
+ * brace. */
 static PyObject *
-build_wire(State *st, PyObject *d, PyObject *message, PyObject *wire, Py_ssize_t *out_size,
+build_wire(State *st, Head *h, PyObject *message, Compose *c, Py_ssize_t *out_size,
            int *want_message)
 {
-    if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 4 ||
-        st->n_fields > 16 || st->message_at > st->n_fields)
+    PyObject *d = h->d;
+    if (!PyDict_CheckExact(d) || st->n_fields > 16 || st->message_at > st->n_fields)
         return NULL;
-    PyObject *fragment = PyTuple_GET_ITEM(wire, 0), *statics = PyTuple_GET_ITEM(wire, 1);
-    PyObject *clean = PyTuple_GET_ITEM(wire, 2), *learn = PyTuple_GET_ITEM(wire, 3);
-    if (!PyBytes_CheckExact(fragment) || !PyAnySet_CheckExact(statics) ||
-        (clean != Py_None && !PyAnySet_CheckExact(clean)))
-        return NULL;
-    /* The extras first (only keys, and value types): a key the scrubber has not cleared yet
-     * costs the dict path little. As build_event walks them; only keys the scrubber cleared
-     * and the shipper's fields do not name (the flusher would check or merge those). */
+    /* First what may run Python (the scrubber learning a key): the extras (only keys, and
+     * value types), the span's and the context's keys; only keys the scrubber cleared and the
+     * shipper's fields do not name (the flusher would check or merge those). After Python ran,
+     * everything is looked at again. */
     Py_ssize_t n, extras;
     int formatted; /* a formatter's attribute among them, to leave out */
-    int learned = 0;
+    int learned = 0, trace_in = 0, span_in = 0;
+    CtxEntry *ctx = NULL;
 restart:
     n = PyDict_GET_SIZE(d);
     extras = 0;
     formatted = 0;
-    if (n > st->n_init) {
-        Py_ssize_t pos = st->n_init, seen = 0;
+    if (n > h->start) {
+        Py_ssize_t pos = h->start, seen = 0;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             seen++;
             if (!PyUnicode_CheckExact(key))
                 return NULL;
-            int special = PySet_Contains(st->special, key);
+            int special = PySet_Contains(h->record ? st->special : st->head_set, key);
             if (special != 0) {
-                if (special > 0 && PySet_Contains(st->formatter, key) == 1) {
+                if (h->record && special > 0 && PySet_Contains(st->formatter, key) == 1) {
                     formatted = 1;
                     continue;
                 }
                 return NULL;
             }
-            if (!is_plain(value) || PySet_Contains(statics, key) != 0)
+            if (!is_plain(value) || PySet_Contains(c->statics, key) != 0 || renamed(c, key) != 0)
                 return NULL;
-            int known = clean == Py_None ? 1 : PySet_Contains(clean, key);
-            if (known == 0 && learn != Py_None && learned < 64 &&
-                PyUnicode_GET_LENGTH(key) <= 256) {
-                /* A key's first use: the scrubber decides now whether it is a secret's, once
-                 * (our code; it adds a clean key to the set). Any code may run meanwhile (a
-                 * collection's finalizers): the record is walked again after it. */
-                Py_INCREF(key);
-                PyObject *r = PyObject_CallOneArg(learn, key);
-                Py_DECREF(key);
-                if (r == NULL)
+            int ex = excluded(c, key);
+            if (ex < 0)
+                return NULL;
+            if (!ex) {
+                int r = key_clean(c, key, &learned);
+                if (r == LEARNED)
+                    goto restart;
+                if (r != 1)
                     return NULL;
-                Py_DECREF(r);
-                if (r != Py_True)
-                    return NULL;
-                learned++;
-                goto restart;
             }
-            if (known != 1)
-                return NULL;
             extras++;
         }
-        if (seen != n - st->n_init)
+        if (seen != n - h->start)
             return NULL;
     }
+    if (c->span != NULL) {
+        trace_in = PyDict_Contains(d, st->s_trace_id);
+        span_in = PyDict_Contains(d, st->s_span_id);
+        if (trace_in < 0 || span_in < 0)
+            return NULL;
+    }
+    if (c->span != NULL || c->fields != NULL) {
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 0);
+        if (r == LEARNED)
+            goto restart;
+        if (r != 1)
+            return NULL;
+    }
+    /* From here on no Python runs. */
     PyObject *vals[16];
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
-            return NULL;
-    PyObject *msg = NULL, *fargs = NULL;
-    if (message == NULL) {
-        /* The message written straight from msg and args (put_message) when nothing about
-         * them can run the application's code: no exception, no stack, an exact str. */
-        msg = PyDict_GetItemWithError(d, st->s_msg);
-        fargs = PyDict_GetItemWithError(d, st->s_args);
-        PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
-        PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
-        if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
-            (exc != Py_None && exc != Py_False) || stack != Py_None) {
-            *want_message = 1;
-            return NULL;
+    PyObject *msg = NULL, *fargs = NULL, *level;
+    if (h->record) {
+        for (Py_ssize_t i = 0; i < st->n_fields; i++)
+            if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) ==
+                NULL)
+                return NULL;
+        if (message == NULL) {
+            /* The message written straight from msg and args (put_message) when nothing about
+             * them can run the application's code: no exception, no stack, an exact str. */
+            msg = PyDict_GetItemWithError(d, st->s_msg);
+            fargs = PyDict_GetItemWithError(d, st->s_args);
+            PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
+            PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
+            if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
+                (exc != Py_None && exc != Py_False) || stack != Py_None) {
+                *want_message = 1;
+                return NULL;
+            }
         }
+        level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
+                                              : NULL;
     }
-    /* The head's _time (a float) and level (a name of the level table) come first, in that
+    else {
+        memcpy(vals, h->vals, sizeof(vals));
+        level = vals[1];
+    }
+    /* The head's _time (a float) and level (the event's level name) come first, in that
      * order, as model.HEAD has them. */
-    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || !PyUnicode_CheckExact(vals[1]))
-        return NULL;
-    PyObject *level = PyDict_GetItemWithError(st->levels, vals[1]);
     char ts[28];
-    if (level == NULL || !PyUnicode_CheckExact(level) ||
-        format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || level == NULL ||
+        !PyUnicode_CheckExact(level) || format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
+    Renamed rn;
     out_init(&o, st->fast_item);
+    out_init(&rn.tail, st->fast_item);
+    for (Py_ssize_t r = 0; r < c->n_renames; r++)
+        rn.at[r][0] = -1;
     PyObject *result = NULL;
-    if (out_put(&o, "{\"_time\":\"", 10) < 0 || out_put(&o, ts, 27) < 0 ||
-        out_put(&o, "\",\"level\":", 10) < 0 || put_str(&o, level) < 0)
-        goto done;
+    Out *dst;
+    /* The head, in the event's order: _time, level, then the record attributes with the
+     * message at its place; event position p of a field, its bit in head_skip, its rename. */
+    if (!(c->head_skip & 1UL)) {
+        if (member(&o, &rn, c, c->head_rename[0], ",\"_time\":", 9, &dst) < 0 ||
+            out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 || out_put(dst, "\"", 1) < 0)
+            goto done;
+        member_end(&rn, c->head_rename[0]);
+    }
+    if (!(c->head_skip & 2UL)) {
+        if (member(&o, &rn, c, c->head_rename[1], ",\"level\":", 9, &dst) < 0 ||
+            put_str(dst, level) < 0)
+            goto done;
+        member_end(&rn, c->head_rename[1]);
+    }
     for (Py_ssize_t i = 2; i <= st->n_fields; i++) {
-        if (i == st->message_at) {
-            if (out_put(&o, ",\"message\":", 11) < 0)
+        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
+            if (member(&o, &rn, c, c->head_rename[i], ",\"message\":", 11, &dst) < 0)
                 goto done;
-            if (message != NULL ? put_str(&o, message) < 0 : put_message(&o, msg, fargs) != 0) {
+            if (message != NULL ? put_str(dst, message) < 0 : put_message(dst, msg, fargs) != 0) {
                 /* not put_message's case: with the message made */
                 *want_message = message == NULL;
                 goto done;
             }
+            member_end(&rn, c->head_rename[i]);
         }
         if (i == st->n_fields)
             break;
+        /* The head's fields after the message: key_frags[i] is the i-th record attribute's
+         * event key; its place in the event is i, or i + 1 after the message's. */
+        Py_ssize_t p = i < st->message_at ? i : i + 1;
+        if (c->head_skip & (1UL << p))
+            continue;
         PyObject *frag = PyTuple_GET_ITEM(st->key_frags, i);
-        if (out_put(&o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag)) < 0 ||
-            (PyUnicode_CheckExact(vals[i]) ? put_head(st, &o, i, vals[i])
-                                           : put_value(&o, vals[i])) < 0)
+        if (member(&o, &rn, c, c->head_rename[p], PyBytes_AS_STRING(frag),
+                   PyBytes_GET_SIZE(frag), &dst) < 0 ||
+            (PyUnicode_CheckExact(vals[i]) ? put_head(st, dst, i, vals[i])
+                                           : put_value(dst, vals[i])) < 0)
             goto done;
+        member_end(&rn, c->head_rename[p]);
     }
     if (extras) {
-        Py_ssize_t pos = st->n_init;
+        Py_ssize_t pos = h->start;
         PyObject *key, *value;
         while (PyDict_Next(d, &pos, &key, &value)) {
             if (formatted && PySet_Contains(st->formatter, key) == 1)
                 continue;
-            if (out_put(&o, ",", 1) < 0 || put_str(&o, key) < 0 || out_put(&o, ":", 1) < 0 ||
-                put_value(&o, value) < 0)
+            int ex = excluded(c, key);
+            if (ex != 0) {
+                if (ex < 0)
+                    goto done;
+                continue;
+            }
+            if (put_key(st, &o, key) < 0 || put_value(&o, value) < 0)
                 goto done;
         }
     }
-    if (out_put(&o, PyBytes_AS_STRING(fragment), PyBytes_GET_SIZE(fragment)) < 0 ||
-        out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+    if (put_context(st, &o, &rn, c, ctx, dict_has, d, h->record, 0, trace_in, span_in) < 0 ||
+        out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
         goto done;
-    result = PyBytes_FromStringAndSize(o.data, o.len);
-    *out_size = o.len + st->wire_item;
+    if (c->n_renames > 0 && put_renamed(&o, &rn, c, NULL) < 0)
+        goto done;
+    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+        goto done;
+    if (o.len == 1)
+        result = PyBytes_FromStringAndSize("{}", 2);
+    else {
+        o.data[0] = '{';
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    }
+    *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
 done:
     out_free(&o);
+    out_free(&rn.tail);
     return result;
 }
 
-/* ------------------------------------------------------------------ 5. record_put */
+/* A flat event (structlog's event dict; an OpenTelemetry record's event) as its members, in
+ * order: a key (exact str) and its value, written as the encoders write it (M_VALUE: a plain
+ * value; M_JSON: bytes, the JSON already; M_TIME: a float of epoch seconds, written in RFC
+ * 3339). Both hold strong references (what the members were read from may change while
+ * Python runs). */
+enum { M_VALUE, M_JSON, M_TIME };
+#define FLAT_MEMBERS 64
+typedef struct {
+    PyObject *key, *value;
+    int kind;
+} Member;
 
-/* The item with its size, as a pair (for the caller's slow put or context); steals item.
- * None when the pair cannot be made (the careful path); NULL to propagate. */
+typedef struct {
+    Member m[FLAT_MEMBERS];
+    Py_ssize_t n;
+} Members;
+
+static void
+members_clear(Members *ms)
+{
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        Py_DECREF(ms->m[i].key);
+        Py_DECREF(ms->m[i].value);
+    }
+    ms->n = 0;
+}
+
+/* Appends a member (new references taken). 0, or -1 when there are too many (not this path's
+ * case). */
+static int
+members_add(Members *ms, PyObject *key, PyObject *value, int kind)
+{
+    if (ms->n >= FLAT_MEMBERS)
+        return -1;
+    ms->m[ms->n].key = Py_NewRef(key);
+    ms->m[ms->n].value = Py_NewRef(value);
+    ms->m[ms->n].kind = kind;
+    ms->n++;
+    return 0;
+}
+
+/* Is key among the members? */
+static int
+members_have(const Members *ms, PyObject *key)
+{
+    for (Py_ssize_t i = 0; i < ms->n; i++)
+        if (same_str(ms->m[i].key, key))
+            return 1;
+    return 0;
+}
+
+static int
+members_has(const void *ms, PyObject *key)
+{
+    return members_have((const Members *)ms, key);
+}
+
+/* The flat event's wire item: its members, the span's ids and the context's fields it lacks,
+ * fields= where it lacks them, then the renamed fields (field_names), as item_events, the
+ * Finisher and the encoder make of its dict. A new bytes object, or NULL (the dict path's; an
+ * error may be set). */
+static PyObject *
+build_flat_wire(State *st, Members *ms, Compose *c, Py_ssize_t *out_size)
+{
+    int learned = 0, trace_in = 0, span_in = 0;
+    CtxEntry *ctx = NULL;
+restart:
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
+        if (!PyUnicode_CheckExact(key) ||
+            (ms->m[i].kind == M_VALUE && !is_plain(value)) ||
+            (ms->m[i].kind == M_JSON && !PyBytes_CheckExact(value)) ||
+            (ms->m[i].kind == M_TIME && !PyFloat_CheckExact(value)))
+            return NULL;
+        if (c->renamed != NULL) {
+            PyObject *r = PyDict_GetItemWithError(c->rename_index, key);
+            if (r == NULL && (PyErr_Occurred() || renamed(c, key) != 0))
+                return NULL; /* (renamed to: another field's new name) */
+        }
+        int ex = excluded(c, key);
+        if (ex < 0)
+            return NULL;
+        if (!ex) {
+            int r = key_clean(c, key, &learned);
+            if (r == LEARNED)
+                goto restart;
+            if (r != 1)
+                return NULL;
+        }
+    }
+    if (c->span != NULL) {
+        trace_in = members_have(ms, st->s_trace_id);
+        span_in = members_have(ms, st->s_span_id);
+    }
+    if (c->span != NULL || c->fields != NULL) {
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 1);
+        if (r == LEARNED)
+            goto restart;
+        if (r != 1)
+            return NULL;
+    }
+    /* From here on no Python runs. */
+    Out o;
+    Renamed rn;
+    out_init(&o, st->fast_item);
+    out_init(&rn.tail, st->fast_item);
+    for (Py_ssize_t r = 0; r < c->n_renames; r++)
+        rn.at[r][0] = -1;
+    PyObject *result = NULL;
+    Out *dst;
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
+        int ex = excluded(c, key);
+        if (ex != 0) {
+            if (ex < 0)
+                goto done;
+            continue;
+        }
+        long r = -1;
+        if (c->renamed != NULL) {
+            PyObject *index = PyDict_GetItemWithError(c->rename_index, key);
+            r = index == NULL ? -1 : PyLong_AsLong(index);
+            if (r >= 16 || PyErr_Occurred())
+                goto done;
+        }
+        if (r >= 0) {
+            /* renamed: aside, under its new name */
+            PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+            dst = &rn.tail;
+            rn.at[r][0] = rn.tail.len;
+            if (out_put(dst, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) < 0)
+                goto done;
+        }
+        else {
+            dst = &o;
+            if (put_key(st, dst, key) < 0)
+                goto done;
+        }
+        if (ms->m[i].kind == M_TIME) {
+            char ts[28];
+            if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
+                out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
+                out_put(dst, "\"", 1) < 0)
+                goto done;
+        }
+        else if (ms->m[i].kind == M_JSON) {
+            if (out_put(dst, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0)
+                goto done;
+        }
+        else if (put_value(dst, value) < 0)
+            goto done;
+        if (r >= 0)
+            rn.at[r][1] = rn.tail.len;
+    }
+    if (put_context(st, &o, &rn, c, ctx, members_has, ms, 0, 1, trace_in, span_in) < 0)
+        goto done;
+    /* fields= where the event lacks them */
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
+        PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
+        int in = members_have(ms, name);
+        if (!in && c->span != NULL)
+            in = (!trace_in && same_str(name, st->s_trace_id)) ||
+                 (!span_in && same_str(name, st->s_span_id));
+        if (in)
+            continue;
+        PyObject *bytes = PyTuple_GET_ITEM(m, 1);
+        if (out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
+            goto done;
+    }
+    /* The renamed fields: the event's own, else a field of fields= renamed (unless the event
+     * holds its old name: then its own was renamed). */
+    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        if (rn.at[r][0] >= 0) {
+            if (out_put(&o, rn.tail.data + rn.at[r][0], rn.at[r][1] - rn.at[r][0]) < 0)
+                goto done;
+            continue;
+        }
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
+        if (m == Py_None || members_have(ms, PyTuple_GET_ITEM(m, 0)))
+            continue;
+        PyObject *member_json = PyTuple_GET_ITEM(m, 1);
+        if (out_put(&o, PyBytes_AS_STRING(member_json), PyBytes_GET_SIZE(member_json)) < 0)
+            goto done;
+    }
+    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
+        goto done;
+    if (o.len == 1)
+        result = PyBytes_FromStringAndSize("{}", 2);
+    else {
+        o.data[0] = '{';
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    }
+    *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
+done:
+    out_free(&o);
+    out_free(&rn.tail);
+    return result;
+}
+
+/* ------------------------------------------------------------------ 8. a record's way */
+
+/* The item with its size, as a pair; steals item. None when the pair cannot be made (the
+ * careful path); NULL to propagate. */
 static PyObject *
 pair(PyObject *item, Py_ssize_t size)
 {
@@ -775,56 +1900,63 @@ pair(PyObject *item, Py_ssize_t size)
     return result;
 }
 
-/* The record's queue item: its wire item (bytes) when ``wire`` is a wire and the record is its
- * case, else the fast path's event with its SIZE; then, with a gate, the ledger contract's
- * lock-free append. True: queued. (item, size): for the caller to queue (the gate said no, or
- * there is none). None: the careful path's. NULL: an error to propagate. */
-static PyObject *
-put_record(State *st, PyObject *d, PyObject *gate, PyObject *wire)
+/* The record's queue item: its wire item (bytes) when c is given and the record is its case,
+ * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
+ * path's; -1: an error to propagate. */
+static int
+record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *size)
 {
-    Py_ssize_t size = 0;
-    PyObject *message = NULL, *item = NULL;
+    PyObject *message = NULL;
     int want_message = 0;
-    if (wire != Py_None) {
+    *item = NULL;
+    Head h;
+    h.d = d;
+    h.start = st->n_init;
+    h.record = 1;
+    if (c != NULL) {
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        item = build_wire(st, d, NULL, wire, &size, &want_message);
-        if (item == NULL && !clear_if_exception())
-            return NULL;
+        *item = build_wire(st, &h, NULL, c, size, &want_message);
+        if (*item != NULL)
+            return 1;
+        if (!clear_if_exception())
+            return -1;
     }
-    if (item == NULL) {
-        int got = record_message(st, d, &message);
-        if (got < 0)
-            return NULL;
-        if (got == 0)
-            Py_RETURN_NONE;
-        if (want_message) {
-            want_message = 0;
-            item = build_wire(st, d, message, wire, &size, &want_message);
-            if (item == NULL && !clear_if_exception()) {
-                Py_DECREF(message);
-                return NULL;
-            }
+    int got = record_message(st, d, &message);
+    if (got <= 0)
+        return got;
+    if (want_message) {
+        want_message = 0;
+        *item = build_wire(st, &h, message, c, size, &want_message);
+        if (*item == NULL && !clear_if_exception()) {
+            Py_DECREF(message);
+            return -1;
         }
-        if (item == NULL) {
-            item = build_event(st, d, message, &size);
-            PyObject *size_obj = item == NULL ? NULL : PyLong_FromSsize_t(size);
-            if (size_obj == NULL || PyDict_SetItem(item, st->size, size_obj) < 0) {
-                Py_XDECREF(size_obj);
-                Py_XDECREF(item);
-                Py_DECREF(message);
-                if (!clear_if_exception())
-                    return NULL;
-                Py_RETURN_NONE;
-            }
-            Py_DECREF(size_obj);
-        }
-        Py_DECREF(message);
     }
-    /* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
-     * writes; append without the lock only while len(queue) < fast_len, and only items of at
-     * most FAST_ITEM_BYTES (Intake.offer's test). */
+    if (*item == NULL) {
+        *item = build_event(st, d, message, size);
+        PyObject *size_obj = *item == NULL ? NULL : PyLong_FromSsize_t(*size);
+        if (size_obj == NULL || PyDict_SetItem(*item, st->size, size_obj) < 0) {
+            Py_XDECREF(size_obj);
+            Py_CLEAR(*item);
+            Py_DECREF(message);
+            return clear_if_exception() ? 0 : -1;
+        }
+        Py_DECREF(size_obj);
+    }
+    Py_DECREF(message);
+    return 1;
+}
+
+/* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
+ * writes; append without the lock only while len(queue) < fast_len, and only items of at most
+ * FAST_ITEM_BYTES (Intake.offer's test); anything else is put(item, size), locked. 0: done;
+ * -1: an error to propagate (an Exception from put is the caller's: *failed set). */
+static int
+offer(State *st, PyObject *gate, PyObject *put, PyObject *item, Py_ssize_t size, int *failed)
+{
+    *failed = 0;
     if (PyList_CheckExact(gate) && PyList_GET_SIZE(gate) == 2 && size <= st->fast_item) {
         PyObject *queue = PyList_GET_ITEM(gate, 0), *limit_obj = PyList_GET_ITEM(gate, 1);
         Py_INCREF(queue);
@@ -839,16 +1971,298 @@ put_record(State *st, PyObject *d, PyObject *gate, PyObject *wire)
         }
         Py_DECREF(queue);
         Py_DECREF(limit_obj);
-        if (appended) {
-            Py_DECREF(item);
-            Py_RETURN_TRUE;
+        if (appended)
+            return 0;
+        if (!clear_if_exception())
+            return -1;
+    }
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    PyObject *r = NULL;
+    if (size_obj != NULL) {
+        PyObject *args[2] = {item, size_obj};
+        r = PyObject_Vectorcall(put, args, 2, NULL);
+        Py_DECREF(size_obj);
+    }
+    if (r == NULL) {
+        if (!clear_if_exception())
+            return -1;
+        *failed = 1;
+        return 0;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* self.<name>(*args), a front end's own method (its Python path's steps, which catch what
+ * they raise). 0, or -1 with the error set. */
+static int
+call_front(PyObject *self, PyObject *name, PyObject **args, Py_ssize_t nargs)
+{
+    PyObject *all[6] = {self, NULL, NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
+        all[i + 1] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, all, (size_t)(nargs + 1), NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* An Exception from one of our own steps (take, drop, put), as the Python path's
+ * `except Exception` meets it: the event counted invalid. 0, or -1 to propagate. */
+static int
+step_failed(State *st, PyObject *self)
+{
+    if (!clear_if_exception())
+        return -1;
+    if (call_front(self, st->s_invalid, NULL, 0) < 0)
+        return clear_if_exception() ? 0 : -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the way of an event
+ *
+ * What every front end's compiled call does after reading its event, as its Python path does
+ * (FrontEnd._queue): the caller's context, sampling, the item, hold-until-error, the queue.
+ * fast: the front end's (gate, wire, put, policy). */
+typedef struct {
+    PyObject *self, *gate, *put, *sample, *hold;  /* borrowed (the caller holds fast) */
+    Compose c;
+    int wired;       /* c is a wire: items may be wire items */
+    int contextual;  /* a context was ever entered, or OpenTelemetry is imported */
+    int native;      /* the context and sampling are this path's to read */
+    int sampled;     /* sampling kept it (so the Python path must not decide again) */
+    PyObject *fields;  /* strong: the context's merged dict, not empty; or NULL */
+    SpanEntry span;    /* the current span's (c.span points here when there is one) */
+} Way;
+
+/* 1: started; 0: fast is no fast path of ours (nothing done); -1: an error to propagate.
+ * trace: the front end looks up the current span (OpenTelemetry's records carry their own). */
+static int
+way_begin(State *st, Way *w, PyObject *self, PyObject *fast, int trace)
+{
+    w->fields = NULL;
+    w->sampled = 0;
+    w->span.valid = 0;
+    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 4)
+        return 0;
+    PyObject *wire = PyTuple_GET_ITEM(fast, 1), *policy = PyTuple_GET_ITEM(fast, 3);
+    if (!policy_ok(policy))
+        return 0;
+    w->self = self;
+    w->gate = PyTuple_GET_ITEM(fast, 0);
+    w->put = PyTuple_GET_ITEM(fast, 2);
+    w->sample = PyTuple_GET_ITEM(policy, 1);
+    w->hold = PyTuple_GET_ITEM(policy, 2);
+    w->wired = wire != Py_None && compose_wire(st, wire, &w->c);
+    if (!w->wired)
+        memset(&w->c, 0, sizeof(w->c));
+    w->native = 1;
+    /* The caller's context, as FrontEnd._queue reads it: a context was ever entered, or
+     * OpenTelemetry is imported. */
+    int in_use = PyList_GET_ITEM(st->in_use, 0) == Py_True;
+    int otel = trace ? PyDict_Contains(st->modules, st->otel) : 0;
+    if (otel < 0)
+        return clear_if_exception() ? 0 : -1;
+    w->contextual = in_use || otel;
+    if (in_use) {
+        if (PyContextVar_Get(st->context_var, NULL, &w->fields) < 0) {
+            if (!clear_if_exception())
+                return -1;
+            w->native = 0;
         }
-        if (!clear_if_exception()) {
-            Py_DECREF(item);
-            return NULL;
+        if (w->fields != NULL &&
+            (!PyDict_CheckExact(w->fields) || PyDict_GET_SIZE(w->fields) == 0))
+            Py_CLEAR(w->fields);
+    }
+    w->c.fields = w->fields;
+    if (otel && PyTuple_GET_ITEM(policy, 0) == Py_True) {
+        int r = span_lookup(st, &w->span);
+        if (r < 0) {
+            Py_CLEAR(w->fields);
+            return -1;
+        }
+        w->native = w->native && r;
+        if (r && w->span.valid)
+            w->c.span = &w->span;
+    }
+    return 1;
+}
+
+static void
+way_end(Way *w)
+{
+    Py_CLEAR(w->fields);
+}
+
+/* Sampling (sampling.py), before the item is made: level, the event's level name (NULL: not
+ * this path's to read: the Python path decides); logger; own, its own trace id (NULL: none).
+ * 1: go on; 0: sampled out (dropped and counted: done); -1: an error to propagate. */
+static int
+way_sample(State *st, Way *w, PyObject *level, PyObject *logger, PyObject *own)
+{
+    if (w->sample == Py_None || !w->native)
+        return 1;
+    if (level == NULL || logger == NULL) {
+        w->native = 0;
+        return 1;
+    }
+    /* Strong references across the calls into Python (rand, the keep level's verdict). */
+    PyObject *ctx_trace = NULL;
+    Py_INCREF(level);
+    Py_INCREF(logger);
+    Py_XINCREF(own);
+    if (own == NULL && w->fields != NULL) {
+        CtxEntry *e = ctx_entry(st, w->fields);
+        ctx_trace = e == NULL ? NULL : Py_XNewRef(e->trace);
+    }
+    int keep = PyErr_Occurred() ? -1 : sample_keep(w->sample, level, logger, own, w->c.span,
+                                                   ctx_trace);
+    Py_DECREF(level);
+    Py_DECREF(logger);
+    Py_XDECREF(own);
+    Py_XDECREF(ctx_trace);
+    if (keep < 0) {
+        if (!clear_if_exception())
+            return -1;
+        w->native = 0; /* the Python path decides */
+        return 1;
+    }
+    if (keep) {
+        w->sampled = 1;
+        return 1;
+    }
+    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(w->sample, 5)); /* drop() */
+    if (r == NULL)
+        return step_failed(st, w->self) < 0 ? -1 : 0;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A wire item's last steps: hold-until-error's level test, then take; else the queue.
+ * levelno: the event's level number (NULL: none needed, no hold). 0 or -1. */
+static int
+way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno,
+           PyObject *careful, PyObject *const *careful_args, Py_ssize_t careful_nargs)
+{
+    if (w->hold != Py_None && w->contextual && levelno != NULL) {
+        /* Hold-until-error's level test first (Hold.take): an event above the held level and
+         * below an error's is never held, and releases nothing. */
+        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(w->hold, 0));
+        long level_number = PyLong_AsLong(levelno);
+        if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
+            return -1;
+        if (!(held_level < level_number && level_number < 40)) {
+            PyObject *size_obj = PyLong_FromSsize_t(size);
+            PyObject *r = NULL;
+            if (size_obj != NULL) {
+                PyObject *args[3] = {item, size_obj, levelno};
+                r = PyObject_Vectorcall(PyTuple_GET_ITEM(w->hold, 1), args, 3, NULL);
+                Py_DECREF(size_obj);
+            }
+            if (r == NULL)
+                return step_failed(st, w->self);
+            int taken = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (taken != 0)
+                return taken < 0 ? step_failed(st, w->self) : 0;
         }
     }
-    return pair(item, size);
+    int failed;
+    if (offer(st, w->gate, w->put, item, size, &failed) < 0)
+        return -1;
+    if (failed) {
+        /* put raised (it does not: it counts what it drops): the careful path, as the Python
+         * path's `except Exception` does. */
+        if (call_front(w->self, careful, (PyObject **)careful_args, careful_nargs) < 0 &&
+            !clear_if_exception())
+            return -1;
+    }
+    return 0;
+}
+
+/* An event dict to queue with a context or a policy in play: FrontEnd._queue attaches the
+ * caller's context (snapshot) and decides the rest, as on the Python path (told whether
+ * sampling kept it already). 0 or -1. */
+static int
+way_queue(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *level, int trace)
+{
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    if (size_obj == NULL)
+        return step_failed(st, w->self);
+    PyObject *args[5] = {item, size_obj, level, trace ? Py_True : Py_False,
+                         w->sampled ? Py_True : Py_False};
+    int r = call_front(w->self, st->s_queue, args, 5);
+    Py_DECREF(size_obj);
+    return r < 0 ? step_failed(st, w->self) : 0;
+}
+
+/* The record's whole way on the compiled path (IngestHandler's emit, then FrontEnd._queue when
+ * a context or a policy is in play): sampling, the item (a wire item with the span's and the
+ * context's members, or the event dict), hold-until-error, the queue. 1: done (queued, held,
+ * or dropped and counted; the careful path called when it is its record); 0: nothing done,
+ * not this path's (the caller hands the record to the careful path); -1: an error to
+ * propagate. */
+static int
+record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *fast)
+{
+    if (!PyDict_CheckExact(d))
+        return 0;
+    Way w;
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r <= 0)
+        return r;
+    PyObject *item = NULL, *levelno = NULL;
+    Py_ssize_t size = 0;
+    int result = -1;
+    if (w.sample != Py_None && w.native) {
+        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
+        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
+                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
+        PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
+        PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
+        if (PyErr_Occurred() && !clear_if_exception())
+            goto out;
+        r = way_sample(st, &w, level, logger, own); /* (no level: the Python path's) */
+        if (r <= 0) {
+            result = r < 0 ? -1 : 1;
+            goto out;
+        }
+    }
+    int got = record_item(st, d, w.wired && w.native ? &w.c : NULL, &item, &size);
+    if (got < 0)
+        goto out;
+    /* An event dict with a context or a policy in play is FrontEnd._queue's. */
+    int queue_dict = got == 1 && !PyBytes_CheckExact(item) &&
+                     (w.contextual || w.sample != Py_None);
+    if (queue_dict || (got == 1 && w.hold != Py_None && w.contextual)) {
+        /* The level number, for FrontEnd._queue or hold's test (a strong reference). */
+        levelno = PyDict_GetItemWithError(d, st->s_levelno);
+        if (levelno == NULL || !PyLong_CheckExact(levelno)) {
+            if (!clear_if_exception())
+                goto out;
+            levelno = NULL;
+        }
+        Py_XINCREF(levelno);
+    }
+    PyObject *careful[2] = {record, w.sampled ? Py_True : Py_False};
+    if (got == 0 || (queue_dict && levelno == NULL)) {
+        /* The careful path's record (told whether sampling kept it already). */
+        if (call_front(self, st->s_put_event, careful, 2) < 0 && !clear_if_exception())
+            goto out;
+        result = 1;
+        goto out;
+    }
+    if (queue_dict) {
+        result = way_queue(st, &w, item, size, levelno, 1) < 0 ? -1 : 1;
+        goto out;
+    }
+    result = way_finish(st, &w, item, size, levelno, st->s_put_event, careful, 2) < 0 ? -1 : 1;
+out:
+    Py_XDECREF(item);
+    Py_XDECREF(levelno);
+    way_end(&w);
+    return result;
 }
 
 static PyObject *
@@ -859,21 +2273,53 @@ not_configured(void)
     return NULL;
 }
 
-/* record_put(d, gate, wire=None) -> True | (item, size) | None */
+/* record_put(self, d, fast) -> bool: the record's way (record_way) for the handler's Python
+ * handle (a record its filters passed); False: nothing done, the careful path's. */
 static PyObject *
 record_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "record_put(d, gate, wire=None)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_put(handler, record, fast)");
         return NULL;
     }
-    return put_record(st, args[0], args[1], nargs == 3 ? args[2] : Py_None);
+    PyObject *d = PyObject_GenericGetDict(args[1], NULL);
+    if (d == NULL)
+        return clear_if_exception() ? Py_NewRef(Py_False) : NULL;
+    int r = record_way(st, args[0], args[1], d, args[2]);
+    Py_DECREF(d);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
 }
 
-/* ------------------------------------------------------------------ 6. the flusher's path */
+/* record_item(d, wire=None) -> (item, size) | None: the queue item alone (no context, no
+ * policy), as the tests compare it with the Python path's. */
+static PyObject *
+record_item_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 1 && nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record_item(d, wire=None)");
+        return NULL;
+    }
+    Compose c;
+    int wired = nargs == 2 && args[1] != Py_None && compose_wire(st, args[1], &c);
+    PyObject *item;
+    Py_ssize_t size = 0;
+    int got = record_item(st, args[0], wired ? &c : NULL, &item, &size);
+    if (got < 0)
+        return NULL;
+    if (got == 0)
+        Py_RETURN_NONE;
+    return pair(item, size);
+}
+
+/* ------------------------------------------------------------------ 9. the flusher's path */
 
 /* Days since 1970-01-01 as a proleptic Gregorian date (days >= 0): the civil-from-days
  * algorithm of eras of 400 years (146,097 days each), as gmtime computes it. */
@@ -1178,14 +2624,459 @@ items_size(PyObject *module, PyObject *items)
     return PyLong_FromSsize_t(total);
 }
 
-/* ------------------------------------------------------------------ 7. handle
+/* wire_view's fallback, the reference itself: the item decoded whole, the names picked. */
+static PyObject *
+view_whole(State *st, PyObject *item, PyObject *names)
+{
+    PyObject *event = PyObject_CallOneArg(st->loads, item);
+    if (event == NULL)
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out != NULL && PyDict_CheckExact(event)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            PyObject *v = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, i));
+            if ((v == NULL && PyErr_Occurred()) ||
+                (v != NULL && PyDict_SetItem(out, PyTuple_GET_ITEM(names, i), v) < 0)) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
+    }
+    Py_DECREF(event);
+    return out;
+}
+
+/* The end of the JSON string that starts at s[i] (a '"'): the index past its closing quote,
+ * or -1; *escaped set when it holds an escape. */
+static Py_ssize_t
+string_end(const char *s, Py_ssize_t i, Py_ssize_t n, int *escaped)
+{
+    Py_ssize_t start = i + 1;
+    for (i = start; i < n;) {
+        const char *q = memchr(s + i, '"', (size_t)(n - i));
+        if (q == NULL)
+            return -1;
+        Py_ssize_t j = q - s, b = j;
+        while (b > start && s[b - 1] == '\\')
+            b--;
+        if ((j - b) % 2 == 0) { /* not escaped itself */
+            *escaped = memchr(s + start, '\\', (size_t)(j - start)) != NULL;
+            return j + 1;
+        }
+        i = j + 1;
+    }
+    return -1;
+}
+
+/* wire_view(item, names) -> dict: the fields of a wire item among names, decoded (what the
+ * flusher's selector reads of it: events.wire_view, whose reference decodes it whole). A wire
+ * item is a flat JSON object (its values are plain): the members are walked, and only the
+ * values asked for are decoded; anything unexpected is the reference's. */
+static PyObject *
+wire_view(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "wire_view(item: bytes, names: tuple)");
+        return NULL;
+    }
+    PyObject *item = args[0], *names = args[1];
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    const char *wanted[8];
+    Py_ssize_t wanted_len[8];
+    if (count > 8)
+        return view_whole(st, item, names);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_CheckExact(name) ||
+            (wanted[k] = PyUnicode_AsUTF8AndSize(name, &wanted_len[k])) == NULL) {
+            PyErr_Clear();
+            return view_whole(st, item, names);
+        }
+    }
+    const char *s = PyBytes_AS_STRING(item);
+    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
+        goto whole;
+    if (n == 2)
+        return out;
+    for (;;) {
+        int escaped;
+        if (i >= n || s[i] != '"')
+            goto whole;
+        Py_ssize_t key_end = string_end(s, i, n, &escaped);
+        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
+            goto whole;
+        const char *key = s + i + 1;
+        Py_ssize_t key_len = key_end - i - 2;
+        Py_ssize_t v = key_end + 1, v_end;
+        int value_escaped = 0, is_str = v < n && s[v] == '"';
+        if (is_str)
+            v_end = string_end(s, v, n, &value_escaped);
+        else {
+            v_end = v;
+            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
+                v_end++;
+        }
+        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
+            goto whole;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (wanted_len[k] != key_len || memcmp(wanted[k], key, key_len) != 0)
+                continue;
+            PyObject *value;
+            if (is_str && !value_escaped)
+                value = PyUnicode_DecodeUTF8(s + v + 1, v_end - v - 2, NULL);
+            else {
+                PyObject *raw = PyBytes_FromStringAndSize(s + v, v_end - v);
+                value = raw == NULL ? NULL : PyObject_CallOneArg(st->loads, raw);
+                Py_XDECREF(raw);
+            }
+            if (value == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    goto error;
+                PyErr_Clear();
+                goto whole;
+            }
+            int r = PyDict_SetItem(out, PyTuple_GET_ITEM(names, k), value);
+            Py_DECREF(value);
+            if (r < 0)
+                goto error;
+        }
+        if (s[v_end] == '}')
+            return v_end == n - 1 ? out : (Py_DECREF(out), view_whole(st, item, names));
+        i = v_end + 1;
+    }
+whole:
+    Py_DECREF(out);
+    return view_whole(st, item, names);
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* A JSON string's value (s[v] is its opening quote, s[v_end - 1] its closing one) or another
+ * value's, decoded; prev/prev_raw: the last one decoded at this place, reused when its bytes
+ * are the same (a logger's name, a level: they repeat from event to event). New reference. */
+static PyObject *
+decode_value(State *st, const char *s, Py_ssize_t v, Py_ssize_t v_end, int escaped,
+             PyObject **prev, PyObject **prev_raw)
+{
+    const char *raw = s + v;
+    Py_ssize_t len = v_end - v;
+    if (prev != NULL && *prev_raw != NULL && PyBytes_GET_SIZE(*prev_raw) == len &&
+        memcmp(PyBytes_AS_STRING(*prev_raw), raw, len) == 0)
+        return Py_NewRef(*prev);
+    PyObject *value;
+    if (s[v] == '"' && !escaped)
+        value = PyUnicode_DecodeUTF8(raw + 1, len - 2, NULL);
+    else {
+        PyObject *bytes = PyBytes_FromStringAndSize(raw, len);
+        value = bytes == NULL ? NULL : PyObject_CallOneArg(st->loads, bytes);
+        Py_XDECREF(bytes);
+    }
+    if (value != NULL && prev != NULL && len <= 256) {
+        PyObject *keep = PyBytes_FromStringAndSize(raw, len);
+        if (keep == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        Py_XSETREF(*prev_raw, keep);
+        Py_XSETREF(*prev, Py_NewRef(value));
+    }
+    return value;
+}
+
+/* The repeat key of a wire item, Selector._admit's (logger, level, message), message being the
+ * "message" field, else "event" (names: those, then the logger's and the level's names): 1:
+ * *key set (new); 0: none (the message is no str: admitted); -1: failed. */
+static int
+wire_repeat_key(State *st, PyObject *item, PyObject *names, const char **wanted,
+                Py_ssize_t *wanted_len, PyObject **cache, PyObject **key)
+{
+    const char *s = PyBytes_AS_STRING(item);
+    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
+    Py_ssize_t at[4][2] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
+    int esc[4] = {0, 0, 0, 0};
+    *key = NULL;
+    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
+        goto whole;
+    while (n > 2) {
+        int escaped;
+        if (i >= n || s[i] != '"')
+            goto whole;
+        Py_ssize_t key_end = string_end(s, i, n, &escaped);
+        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
+            goto whole;
+        Py_ssize_t key_len = key_end - i - 2, v = key_end + 1, v_end;
+        int value_escaped = 0;
+        if (v < n && s[v] == '"')
+            v_end = string_end(s, v, n, &value_escaped);
+        else {
+            v_end = v;
+            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
+                v_end++;
+        }
+        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
+            goto whole;
+        for (int k = 0; k < 4; k++) {
+            if (wanted_len[k] == key_len && memcmp(wanted[k], s + i + 1, key_len) == 0) {
+                at[k][0] = v;
+                at[k][1] = v_end;
+                esc[k] = value_escaped;
+            }
+        }
+        if (s[v_end] == '}') {
+            if (v_end != n - 1)
+                goto whole;
+            break;
+        }
+        i = v_end + 1;
+    }
+    /* message = event.get("message", event.get("event")) */
+    int m = at[0][0] >= 0 ? 0 : 1;
+    if (at[m][0] < 0 || s[at[m][0]] != '"')
+        return 0; /* absent, or no str (a str decodes from a JSON string only) */
+    PyObject *parts[3] = {NULL, NULL, NULL}; /* logger, level, message */
+    int from[3] = {2, 3, m};
+    for (int k = 0; k < 3; k++) {
+        if (at[from[k]][0] < 0)
+            parts[k] = Py_NewRef(Py_None);
+        else
+            parts[k] = decode_value(st, s, at[from[k]][0], at[from[k]][1], esc[from[k]],
+                                    k < 2 ? &cache[2 * k] : NULL, k < 2 ? &cache[2 * k + 1] : NULL);
+        if (parts[k] == NULL) {
+            for (int j = 0; j < k; j++)
+                Py_DECREF(parts[j]);
+            return -1;
+        }
+    }
+    if (!PyUnicode_CheckExact(parts[2])) {
+        for (int j = 0; j < 3; j++)
+            Py_DECREF(parts[j]);
+        return 0;
+    }
+    *key = PyTuple_New(3);
+    if (*key == NULL) {
+        for (int j = 0; j < 3; j++)
+            Py_DECREF(parts[j]);
+        return -1;
+    }
+    for (int j = 0; j < 3; j++)
+        PyTuple_SET_ITEM(*key, j, parts[j]);
+    return 1;
+whole:;
+    /* Not the flat object the writer makes: the reference's reading (wire_view's). */
+    PyObject *view = view_whole(st, item, names);
+    if (view == NULL)
+        return -1;
+    PyObject *msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 0));
+    if (msg == NULL && !PyErr_Occurred())
+        msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 1));
+    PyObject *logger = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 2));
+    PyObject *level = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 3));
+    int r = PyErr_Occurred() ? -1 : 0;
+    if (r == 0 && msg != NULL && PyUnicode_CheckExact(msg)) {
+        *key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None, msg);
+        r = *key == NULL ? -1 : 1;
+    }
+    Py_DECREF(view);
+    return r;
+}
+
+/* admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, ended)
  *
- * IngestHandler.handle for the common record: the Python handle's fast path (the handler's
- * _handle_python, which it stands in for), without its bytecode. It reads, from the handler's
- * own __dict__, ``filters`` and ``_fast_path`` (_compiled.fast_path's (gate, wire, put)), and
- * nothing else. Anything else -- a thread inside loghandler's own sending, filters, a record of
- * another class, a handler without a fast path (a subclass's emit, a formatter), a context or
- * an OpenTelemetry span -- is _handle_python's, called as it is. */
+ * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
+ * equal): each event's key (logger, level, message) counted in its window in ``seen``; past
+ * ``limit`` it is suppressed (the entry keeps the last one), a window that ended or an entry
+ * evicted for room with suppressions is in ``ended`` as (key, entry), for its summary. Wire
+ * items' keys are read from their JSON; names: ("message", "event", "logger", "level"). */
+static PyObject *
+admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2]) || !PyFloat_CheckExact(args[3]) ||
+        !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) ||
+        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, now: float, "
+                                         "window: float, limit: int, max_keys: int, names)");
+        return NULL;
+    }
+    PyObject *events = args[0], *seen = args[1], *names = args[6];
+    double now = PyFloat_AS_DOUBLE(args[2]), window = PyFloat_AS_DOUBLE(args[3]);
+    long limit = PyLong_AsLong(args[4]);
+    Py_ssize_t max_keys = PyLong_AsSsize_t(args[5]);
+    if ((limit == -1 || max_keys == -1) && PyErr_Occurred())
+        return NULL;
+    const char *wanted[4];
+    Py_ssize_t wanted_len[4];
+    for (int k = 0; k < 4; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (!PyUnicode_CheckExact(name) ||
+            (wanted[k] = PyUnicode_AsUTF8AndSize(name, &wanted_len[k])) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "admit_repeats: names must be str");
+            return NULL;
+        }
+    }
+    PyObject *kept = PyList_New(0), *ended = PyList_New(0), *one = PyLong_FromLong(1);
+    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[2];
+    Py_ssize_t suppressed = 0;
+    if (kept == NULL || ended == NULL || one == NULL)
+        goto error;
+    /* The list is not ours: a strong reference to each event while it is looked at. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = Py_NewRef(PyList_GET_ITEM(events, i)), *key = NULL;
+        int r;
+        if (PyBytes_CheckExact(event))
+            r = wire_repeat_key(st, event, names, wanted, wanted_len, cache, &key);
+        else {
+            /* event.get("message", event.get("event")), then the key, as _admit reads it */
+            PyObject *message = NULL, *logger = NULL, *level = NULL;
+            r = -1;
+            if (!PyDict_Check(event))
+                PyErr_SetString(PyExc_TypeError, "admit_repeats: an event is a dict or bytes");
+            else if ((message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 0))) ==
+                         NULL && !PyErr_Occurred())
+                message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 1));
+            if (!PyErr_Occurred() && message != NULL && PyUnicode_CheckExact(message)) {
+                Py_INCREF(message);
+                logger = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 2));
+                level = logger == NULL && PyErr_Occurred() ? NULL
+                        : PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 3));
+                if (!PyErr_Occurred()) {
+                    key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None,
+                                       message);
+                    r = key == NULL ? -1 : 1;
+                }
+                Py_DECREF(message);
+            }
+            else if (!PyErr_Occurred())
+                r = 0;
+        }
+        if (r <= 0) {
+            if (r == 0 && PyList_Append(kept, event) == 0)
+                r = 1;
+            Py_DECREF(event);
+            if (r < 0)
+                goto error;
+            continue;
+        }
+        /* Selector._admit */
+        PyObject *entry = PyDict_GetItemWithError(seen, key);
+        int admit = 1;
+        if (entry == NULL && PyErr_Occurred())
+            goto error_event;
+        Py_XINCREF(entry);
+        if (entry != NULL && (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3 ||
+                              !PyFloat_CheckExact(PyList_GET_ITEM(entry, 0)) ||
+                              !PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))) {
+            PyErr_SetString(PyExc_TypeError, "admit_repeats: an entry of seen is not ours");
+            goto error_entry;
+        }
+        if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
+            long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+            if (count == -1 && PyErr_Occurred())
+                goto error_entry;
+            PyObject *next = PyLong_FromLong(count + 1);
+            if (next == NULL)
+                goto error_entry;
+            PyList_SetItem(entry, 1, next); /* steals next */
+            if (count + 1 > limit) {
+                Py_INCREF(event);
+                PyList_SetItem(entry, 2, event);
+                admit = 0;
+            }
+        }
+        else {
+            if (entry != NULL) {
+                if (PyDict_DelItem(seen, key) < 0)
+                    goto error_entry;
+                long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+                if (count > limit) {
+                    PyObject *pair = PyTuple_Pack(2, key, entry);
+                    if (pair == NULL || PyList_Append(ended, pair) < 0) {
+                        Py_XDECREF(pair);
+                        goto error_entry;
+                    }
+                    Py_DECREF(pair);
+                }
+            }
+            else if (PyDict_GET_SIZE(seen) >= max_keys) {
+                Py_ssize_t pos = 0;
+                PyObject *oldest, *gone;
+                if (PyDict_Next(seen, &pos, &oldest, &gone)) {
+                    Py_INCREF(oldest);
+                    Py_INCREF(gone);
+                    int bad = PyDict_DelItem(seen, oldest) < 0;
+                    long count = bad || !PyList_CheckExact(gone) || PyList_GET_SIZE(gone) != 3
+                                 ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
+                    if (!bad && count > limit) {
+                        PyObject *pair = PyTuple_Pack(2, oldest, gone);
+                        bad = pair == NULL || PyList_Append(ended, pair) < 0;
+                        Py_XDECREF(pair);
+                    }
+                    Py_DECREF(oldest);
+                    Py_DECREF(gone);
+                    if (bad || PyErr_Occurred())
+                        goto error_entry;
+                }
+            }
+            PyObject *made = PyList_New(3);
+            if (made == NULL)
+                goto error_entry;
+            PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
+            PyList_SET_ITEM(made, 1, Py_NewRef(one));
+            PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
+            int bad = PyDict_SetItem(seen, key, made) < 0;
+            Py_DECREF(made);
+            if (bad)
+                goto error_entry;
+        }
+        Py_XDECREF(entry);
+        Py_DECREF(key);
+        if (admit ? PyList_Append(kept, event) < 0 : (suppressed++, 0)) {
+            Py_DECREF(event);
+            goto error;
+        }
+        Py_DECREF(event);
+        continue;
+error_entry:
+        Py_XDECREF(entry);
+error_event:
+        Py_DECREF(key);
+        Py_DECREF(event);
+        goto error;
+    }
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(cache[k]);
+    Py_DECREF(one);
+    PyObject *result = Py_BuildValue("(NnN)", kept, suppressed, ended);
+    return result;
+error:
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(cache[k]);
+    Py_XDECREF(one);
+    Py_XDECREF(kept);
+    Py_XDECREF(ended);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ 10. handle
+ *
+ * IngestHandler.handle for the common record: the Python handle (the handler's
+ * _handle_python, which it stands in for) and the record's way (record_way), without their
+ * bytecode. It reads, from the handler's own __dict__, ``filters`` and ``_fast_path``
+ * (_compiled.fast_path's (gate, wire, put, policy)), and nothing else. Anything else -- a thread
+ * inside loghandler's own sending, filters, a record of another class, a handler without a
+ * fast path (a subclass's emit, a formatter) -- is _handle_python's, called as it is. */
 
 static PyObject *
 handle_done(State *st, PyObject *record)
@@ -1193,14 +3084,6 @@ handle_done(State *st, PyObject *record)
     if (st->returns_record)
         return Py_NewRef(record);
     Py_RETURN_TRUE;
-}
-
-/* The careful path's: self._put_event(record), which accounts for what it drops. */
-static PyObject *
-put_event(State *st, PyObject *self, PyObject *record)
-{
-    PyObject *call_args[2] = {self, record};
-    return PyObject_VectorcallMethod(st->s_put_event, call_args, 2, NULL);
 }
 
 static PyObject *
@@ -1215,24 +3098,17 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *self = args[0], *record = args[1];
     /* Borrowed reads only, and none that runs code of the application's. */
-    if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type ||
-        PyList_GET_SIZE(st->in_use) < 1 || PyList_GET_ITEM(st->in_use, 0) != Py_False)
+    if (PyDict_GET_SIZE(st->senders) != 0 || Py_TYPE(record) != (PyTypeObject *)st->record_type)
         goto python;
-    int otel = PyDict_Contains(st->modules, st->otel);
-    if (otel != 0) {
-        if (otel < 0 && !clear_if_exception())
-            return NULL;
-        goto python;
-    }
     PyObject *self_dict = PyObject_GenericGetDict(self, NULL);
     if (self_dict == NULL)
         goto python_after_error;
     PyObject *filters = PyDict_GetItemWithError(self_dict, st->s_filters);
     PyObject *fast = filters == NULL ? NULL : PyDict_GetItemWithError(self_dict, st->s_fast_path);
     int ours = fast != NULL && PyList_CheckExact(filters) && PyList_GET_SIZE(filters) == 0 &&
-               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 3;
+               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 4;
     if (ours)
-        Py_INCREF(fast); /* holds gate, wire and put while code runs */
+        Py_INCREF(fast); /* holds gate, wire, put and policy while code runs */
     Py_DECREF(self_dict);
     if (!ours)
         goto python_after_error;
@@ -1243,24 +3119,17 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(self);
     Py_INCREF(record);
-    PyObject *got = put_record(st, d, PyTuple_GET_ITEM(fast, 0), PyTuple_GET_ITEM(fast, 1));
+    int r = record_way(st, self, record, d, fast);
     Py_DECREF(d);
-    PyObject *r = NULL;
-    if (got == Py_True)
-        r = Py_NewRef(Py_True);
-    else if (got == Py_None)
-        r = put_event(st, self, record);
-    else if (got != NULL) {
-        /* What the gate did not take: the intake's locked slow path. */
-        PyObject *put_args[2] = {PyTuple_GET_ITEM(got, 0), PyTuple_GET_ITEM(got, 1)};
-        r = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 2), put_args, 2, NULL);
-        if (r == NULL && clear_if_exception())
-            r = put_event(st, self, record); /* as the Python handle's `except Exception` */
-    }
-    Py_XDECREF(got);
     Py_DECREF(fast);
-    PyObject *done = r == NULL ? NULL : handle_done(st, record);
-    Py_XDECREF(r);
+    if (r == 0) {
+        /* Nothing done: the careful path's, self._put_event(record). */
+        PyObject *call_args[3] = {self, record, Py_False};
+        PyObject *got = PyObject_VectorcallMethod(st->s_put_event, call_args, 3, NULL);
+        r = got == NULL ? -1 : 1;
+        Py_XDECREF(got);
+    }
+    PyObject *done = r < 0 ? NULL : handle_done(st, record);
     Py_DECREF(self);
     Py_DECREF(record);
     return done;
@@ -1272,7 +3141,636 @@ python:;
     return PyObject_VectorcallMethod(st->s_handle_python, call_args, 2, NULL);
 }
 
-/* ------------------------------------------------------------------ 8. the module */
+/* ------------------------------------------------------------------ 12. the other front ends
+ *
+ * IngestProcessor.__call__ (structlog), IngestSink.__call__ (loguru) and the queueing of an
+ * OpenTelemetry record's event (IngestLogRecordProcessor), compiled: each reads its event the
+ * way its Python path does, then takes the way of an event above (sampling, a wire item,
+ * hold, the queue). What they do not take is their Python path's, called as it is: ``_put``
+ * (told whether sampling kept the event already). Their fast path is the front end's
+ * ``_fast_path`` attribute (a slot), as the handler's. */
+
+/* self._fast_path: a new reference, or NULL (none, or not readable: the Python path). */
+static PyObject *
+front_fast(State *st, PyObject *self)
+{
+    PyObject *fast = PyObject_GetAttr(self, st->s_fast_path);
+    if (fast == NULL) {
+        PyErr_Clear(); /* (an AttributeError: no fast path) */
+        return NULL;
+    }
+    if (fast == Py_None) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    return fast;
+}
+
+/* self._put(*args, sampled): the Python path. A new reference, or NULL. */
+static PyObject *
+python_put(State *st, PyObject *self, PyObject *const *args, Py_ssize_t nargs, int sampled)
+{
+    PyObject *all[5] = {self, NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
+        all[i + 1] = args[i];
+    all[nargs + 1] = sampled ? Py_True : Py_False;
+    return PyObject_VectorcallMethod(st->s_put, all, (size_t)(nargs + 2), NULL);
+}
+
+/* The end of a front end's compiled call: the item queued (or the Python path's when there is
+ * none), its way's state released. 0 or -1. */
+static int
+front_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno,
+             PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *all[4] = {NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
+        all[i] = args[i];
+    all[nargs] = w->sampled ? Py_True : Py_False;
+    if (item == NULL) {
+        if (!clear_if_exception())
+            return -1;
+        if (call_front(w->self, st->s_put, all, nargs + 1) < 0)
+            return clear_if_exception() ? 0 : -1;
+        return 0;
+    }
+    return way_finish(st, w, item, size, levelno, st->s_put, all, nargs + 1);
+}
+
+/* The level number of a level name, for hold's test (hold.level_number). New reference. */
+static PyObject *
+level_number(State *st, Way *w, PyObject *level)
+{
+    if (w->hold == Py_None || !w->contextual)
+        return NULL;
+    return PyObject_CallOneArg(st->level_number, level);
+}
+
+/* IngestProcessor.__call__(self, logger, method_name, event_dict) -> event_dict */
+static PyObject *
+processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "IngestProcessor(logger, method_name, event_dict)");
+        return NULL;
+    }
+    PyObject *self = args[0], *method = args[2], *event = args[3];
+    PyObject *fast = NULL, *add_time = NULL, *levelno = NULL, *item = NULL;
+    Way w;
+    int begun = 0, failed = 1;
+    if (PyDict_GET_SIZE(st->senders) != 0 || !PyDict_CheckExact(event) ||
+        (fast = front_fast(st, self)) == NULL)
+        goto python;
+    Py_INCREF(self);
+    Py_INCREF(event);
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r < 0)
+        goto out;
+    if (r == 0)
+        goto python_out;
+    begun = 1;
+    /* The event's level and _time, as event_dict_to_event makes them where it lacks them. */
+    PyObject *level = PyDict_GetItemWithError(event, st->s_level), *add_level = NULL;
+    if (level == NULL) {
+        if (PyErr_Occurred() || !PyUnicode_CheckExact(method))
+            goto python_out;
+        add_level = PyDict_GetItemWithError(st->method_levels, method);
+        if (add_level == NULL && PyErr_Occurred())
+            goto python_out;
+        level = add_level = add_level == NULL ? method : add_level;
+    }
+    Py_INCREF(level);
+    int has_time = PyDict_Contains(event, st->s_time);
+    if (has_time < 0)
+        goto level_out;
+    if (!has_time) {
+        PyObject *stamp = PyDict_GetItemWithError(event, st->s_timestamp);
+        if (stamp != NULL && PyUnicode_CheckExact(stamp) && PyUnicode_IS_ASCII(stamp) &&
+            PyUnicode_GET_LENGTH(stamp) == 27) {
+            const char *s = (const char *)PyUnicode_DATA(stamp);
+            if (s[26] == 'Z' && s[10] == 'T' && s[19] == '.')
+                add_time = Py_NewRef(stamp); /* the form already (time_from) */
+        }
+        else if (stamp == NULL && !PyErr_Occurred()) {
+            /* no timestamp: now */
+            PyObject *now = PyObject_CallNoArgs(st->now);
+            char ts[28];
+            if (now != NULL && PyFloat_CheckExact(now) &&
+                format_time(st, PyFloat_AS_DOUBLE(now), ts) == 0)
+                add_time = PyUnicode_FromStringAndSize(ts, 27);
+            Py_XDECREF(now);
+        }
+        if (add_time == NULL)
+            goto level_out; /* another form of time: time_from's */
+    }
+    PyObject *logger = PyDict_GetItemWithError(event, st->s_logger);
+    PyObject *own = logger == NULL && PyErr_Occurred() ? NULL
+                    : PyDict_GetItemWithError(event, st->s_trace_id);
+    if (PyErr_Occurred())
+        goto level_out;
+    r = way_sample(st, &w, level, logger == NULL ? Py_None : logger, own);
+    if (r <= 0) {
+        Py_DECREF(level);
+        failed = r < 0;
+        goto out;
+    }
+    Py_ssize_t size = 0;
+    if (w.wired && w.native) {
+        /* event_dict_to_event's event: the dict's items, then _time and level where absent
+         * (exc_info and ProcessorFormatter's bookkeeping: the careful path's) */
+        Members ms;
+        ms.n = 0;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        int ok = 1;
+        while (ok && PyDict_Next(event, &pos, &key, &value))
+            ok = PyUnicode_CheckExact(key) && PySet_Contains(st->structlog_skip, key) == 0 &&
+                 members_add(&ms, key, value, M_VALUE) == 0;
+        if (ok && add_time != NULL)
+            ok = members_add(&ms, st->s_time, add_time, M_VALUE) == 0;
+        if (ok && add_level != NULL)
+            ok = members_add(&ms, st->s_level, add_level, M_VALUE) == 0;
+        if (ok)
+            item = build_flat_wire(st, &ms, &w.c, &size);
+        members_clear(&ms);
+    }
+    if (item != NULL && w.hold != Py_None && w.contextual &&
+        (levelno = level_number(st, &w, level)) == NULL && !clear_if_exception()) {
+        Py_DECREF(level);
+        goto out;
+    }
+    Py_DECREF(level);
+    failed = front_finish(st, &w, item, size, levelno, args + 1, 3) < 0;
+    goto out;
+level_out:
+    Py_DECREF(level);
+python_out:
+    if (!clear_if_exception())
+        goto out;
+    {
+        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+out:
+    if (begun)
+        way_end(&w);
+    Py_XDECREF(item);
+    Py_XDECREF(levelno);
+    Py_XDECREF(add_time);
+    Py_DECREF(fast);
+    Py_DECREF(self);
+    if (failed) {
+        Py_DECREF(event);
+        return NULL;
+    }
+    return event; /* the processor returns the event dict unchanged */
+python:
+    if (PyErr_Occurred() && !clear_if_exception())
+        return NULL;
+    Py_XDECREF(fast);
+    {
+        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        if (got == NULL)
+            return NULL;
+        Py_DECREF(got);
+    }
+    return Py_NewRef(event);
+}
+
+/* IngestSink.__call__(self, message): loguru's record (message.record), read as loguru_head
+ * reads it (model.HEAD's loguru columns). */
+static PyObject *
+sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "IngestSink(message)");
+        return NULL;
+    }
+    PyObject *self = args[0], *message = args[1];
+    PyObject *fast = NULL, *record = NULL, *levelno = NULL, *item = NULL;
+    Head h = {NULL, 0, 0, {NULL}};
+    Way w;
+    int begun = 0, failed = 1;
+    if (PyDict_GET_SIZE(st->senders) != 0 || (fast = front_fast(st, self)) == NULL)
+        goto python;
+    Py_INCREF(self);
+    Py_INCREF(message);
+    record = PyObject_GetAttr(message, st->s_record);
+    if (record == NULL || !PyDict_CheckExact(record))
+        goto python_out;
+    PyObject *exc = PyDict_GetItemWithError(record, st->s_exception);
+    PyObject *text = PyDict_GetItemWithError(record, st->s_message);
+    h.d = PyDict_GetItemWithError(record, st->s_extra);
+    if (exc != Py_None || text == NULL || !PyUnicode_CheckExact(text) || h.d == NULL ||
+        !PyDict_CheckExact(h.d))
+        goto python_out;
+    Py_INCREF(text);
+    Py_INCREF(h.d);
+    /* The head's values (strong references): _time is the record's time's timestamp(); the
+     * level its name, mapped as item_events maps it. */
+    for (Py_ssize_t i = 0; i < st->n_fields; i++) {
+        PyObject *kv = PyTuple_GET_ITEM(st->loguru_head, i);
+        PyObject *v = PyDict_GetItemWithError(record, PyTuple_GET_ITEM(kv, 0));
+        PyObject *attr = PyTuple_GET_ITEM(kv, 1);
+        if (v == NULL)
+            goto values_out;
+        if (i == 0)
+            v = PyObject_CallMethodNoArgs(v, st->s_timestamp);
+        else if (attr != Py_None)
+            v = PyObject_GetAttr(v, attr);
+        else
+            Py_INCREF(v);
+        h.vals[i] = v;
+        if (v == NULL || (i == 0 && !PyFloat_CheckExact(v)))
+            goto values_out;
+    }
+    if (!PyUnicode_CheckExact(h.vals[1]))
+        goto values_out;
+    PyObject *mapped = PyDict_GetItemWithError(st->levels, h.vals[1]);
+    if (mapped != NULL)
+        Py_INCREF(mapped);
+    else if (!PyErr_Occurred())
+        mapped = PyObject_CallMethodNoArgs(h.vals[1], st->s_lower);
+    if (mapped == NULL)
+        goto values_out;
+    Py_SETREF(h.vals[1], mapped);
+    PyObject *level_obj = PyDict_GetItemWithError(record, st->s_level);
+    levelno = level_obj == NULL ? NULL : PyObject_GetAttr(level_obj, st->s_no);
+    if (levelno == NULL || !PyLong_CheckExact(levelno))
+        goto values_out;
+    int r = way_begin(st, &w, self, fast, 1);
+    if (r <= 0) {
+        if (r < 0)
+            goto values_failed;
+        goto values_out;
+    }
+    begun = 1;
+    PyObject *own = PyDict_GetItemWithError(h.d, st->s_trace_id);
+    if (own == NULL && PyErr_Occurred())
+        goto values_out;
+    r = way_sample(st, &w, h.vals[1], h.vals[2], own);
+    if (r <= 0) {
+        failed = r < 0;
+        goto values_done;
+    }
+    Py_ssize_t size = 0;
+    int want_message = 0;
+    if (w.wired && w.native)
+        item = build_wire(st, &h, text, &w.c, &size, &want_message);
+    failed = front_finish(st, &w, item, size, levelno, args + 1, 1) < 0;
+    goto values_done;
+values_out:
+    if (!clear_if_exception())
+        goto values_failed;
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, begun && w.sampled);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+    goto values_done;
+values_failed:
+    failed = 1;
+values_done:
+    Py_XDECREF(text);
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_XDECREF(h.vals[i]);
+    Py_XDECREF(h.d);
+    goto out;
+python_out:
+    if (!clear_if_exception())
+        goto out;
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        failed = got == NULL;
+        Py_XDECREF(got);
+    }
+out:
+    if (begun)
+        way_end(&w);
+    Py_XDECREF(item);
+    Py_XDECREF(levelno);
+    Py_XDECREF(record);
+    Py_DECREF(fast);
+    Py_DECREF(self);
+    Py_DECREF(message);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+python:
+    if (PyErr_Occurred() && !clear_if_exception())
+        return NULL;
+    Py_XDECREF(fast);
+    {
+        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        if (got == NULL)
+            return NULL;
+        Py_DECREF(got);
+    }
+    Py_RETURN_NONE;
+}
+
+/* getattr(obj, name, None) as a new reference (an AttributeError is None; another error is
+ * NULL, set). */
+static PyObject *
+attr_or_none(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        v = Py_NewRef(Py_None);
+    }
+    return v;
+}
+
+/* Is an exact int zero? */
+static int
+int_is_zero(PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && x == 0;
+}
+
+/* An OpenTelemetry record's event as otel_event makes it (loghandler/_front/otel.py: the
+ * reference), read into members: 1 done; 0: not this path's (a body or an attribute that is
+ * no plain value, an exception, a clash: otel_event's careful steps); -1: failed. *level and
+ * *levelno set (new references). */
+static int
+otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyObject *known,
+             Members *ms, PyObject **level, PyObject **levelno)
+{
+    PyObject *v = NULL, *w = NULL;
+    int result = -1;
+    *level = *levelno = NULL;
+    /* _time: the record's timestamp, else its observed one, in ns; else now */
+    v = PyObject_GetAttr(record, st->s_timestamp);
+    if (v == NULL)
+        goto no_or_error; /* (what otel_event reads directly, missing: its careful path's) */
+    if (v != Py_None && !PyLong_CheckExact(v))
+        goto no; /* (its truth is otel_event's to ask) */
+    if (v == Py_None || int_is_zero(v)) {
+        Py_SETREF(v, PyObject_GetAttr(record, st->s_observed));
+        if (v == NULL)
+            goto out;
+    }
+    double when;
+    if (PyLong_CheckExact(v)) {
+        when = PyLong_AsDouble(v);
+        if (when == -1.0 && PyErr_Occurred())
+            goto out;
+        when /= 1e9;
+    }
+    else {
+        Py_SETREF(v, PyObject_CallNoArgs(st->now));
+        if (v == NULL || !PyFloat_CheckExact(v))
+            goto no;
+        when = PyFloat_AS_DOUBLE(v);
+    }
+    Py_SETREF(v, PyFloat_FromDouble(when));
+    if (v == NULL || members_add(ms, st->s_time, v, M_TIME) < 0)
+        goto out;
+    /* level: _level() (the severity text lowercased, as IngestHandler names it; else the
+     * severity number's range; else info) */
+    Py_SETREF(v, attr_or_none(record, st->s_severity_text));
+    if (v == NULL)
+        goto out;
+    if (PyUnicode_Check(v) && !PyUnicode_CheckExact(v))
+        goto no;
+    if (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0) {
+        w = PyObject_CallMethodNoArgs(v, st->s_lower);
+        if (w == NULL)
+            goto out;
+        PyObject *mapped = PyDict_GetItemWithError(st->otel_texts, w);
+        *level = Py_NewRef(mapped != NULL ? mapped : w);
+        Py_CLEAR(w);
+    }
+    else {
+        Py_SETREF(v, attr_or_none(record, st->s_severity_number));
+        w = v == NULL ? NULL : attr_or_none(v, st->s_value);
+        if (w == NULL)
+            goto out;
+        long number = 0;
+        if (PyLong_CheckExact(w)) {
+            int overflow;
+            number = PyLong_AsLongAndOverflow(w, &overflow);
+            if (overflow > 0)
+                number = 25; /* past every range: info */
+        }
+        static const char *names[6] = {"trace", "debug", "info", "warning", "error", "critical"};
+        const char *name = "info";
+        for (int k = 0; number > 0 && k < 6; k++)
+            if (number <= 4 * (k + 1)) {
+                name = names[k];
+                break;
+            }
+        Py_CLEAR(w);
+        *level = PyUnicode_InternFromString(name);
+    }
+    if (*level == NULL || members_add(ms, st->s_level, *level, M_VALUE) < 0)
+        goto out;
+    PyObject *number = PyDict_GetItemWithError(st->otel_numbers, *level);
+    *levelno = number != NULL ? Py_NewRef(number) : PyLong_FromLong(20);
+    if (*levelno == NULL)
+        goto out;
+    /* body: a str is the message (anything else is otel_event's) */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_body));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        if (!PyUnicode_CheckExact(v))
+            goto no;
+        if (members_add(ms, st->s_message, v, M_VALUE) < 0)
+            goto no;
+    }
+    /* the scope's name is the logger */
+    if (scope != Py_None) {
+        Py_SETREF(v, PyObject_GetAttr(scope, st->s_name));
+        if (v == NULL)
+            goto out;
+        if (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0 &&
+            members_add(ms, st->s_logger, v, M_VALUE) < 0)
+            goto no;
+    }
+    Py_SETREF(v, attr_or_none(record, st->s_event_name));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        if (!PyUnicode_CheckExact(v))
+            goto no;
+        if (PyUnicode_GET_LENGTH(v) > 0 && members_add(ms, st->s_event_name, v, M_VALUE) < 0)
+            goto no;
+    }
+    /* attributes (BoundedAttributes keeps a plain dict): as they are, code.* renamed */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_attributes));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None) {
+        w = attr_or_none(v, st->s_dict);
+        if (w == NULL)
+            goto out;
+        if (!PyDict_CheckExact(w))
+            goto no;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(w, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key) || !is_plain(value))
+                goto no;
+            int exc = PySet_Contains(st->otel_exception, key);
+            if (exc != 0)
+                goto no_or_error;
+            PyObject *renamed_key = PyDict_GetItemWithError(st->otel_code, key);
+            if (renamed_key == NULL && PyErr_Occurred())
+                goto out;
+            if (renamed_key != NULL)
+                key = renamed_key;
+            if (members_have(ms, key) || members_add(ms, key, value, M_VALUE) < 0)
+                goto no;
+        }
+        Py_CLEAR(w);
+    }
+    Py_SETREF(v, attr_or_none(record, st->s_exception));
+    if (v == NULL)
+        goto out;
+    if (v != Py_None)
+        goto no;
+    /* the record's own span */
+    Py_SETREF(v, PyObject_GetAttr(record, st->s_trace_id));
+    if (v == NULL)
+        goto out;
+    if (PyLong_CheckExact(v) && !int_is_zero(v) && !members_have(ms, st->s_trace_id)) {
+        PyObject *ids[2] = {st->s_trace_id, st->s_span_id}, *forms[2] = {st->s_032x, st->s_016x};
+        for (int k = 0; k < 2; k++) {
+            if (k == 1) {
+                Py_SETREF(v, PyObject_GetAttr(record, st->s_span_id));
+                if (v == NULL)
+                    goto out;
+                if (!PyLong_CheckExact(v) || int_is_zero(v) || members_have(ms, st->s_span_id))
+                    break;
+            }
+            w = PyObject_Format(v, forms[k]);
+            if (w == NULL || members_add(ms, ids[k], w, M_VALUE) < 0)
+                goto out;
+            Py_CLEAR(w);
+        }
+    }
+    /* the resource's fields, where the event lacks them (known: the JSON of those that are no
+     * plain values) */
+    if (fields != Py_None) {
+        if (!PyDict_CheckExact(fields) || !PyTuple_CheckExact(known))
+            goto no;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(fields, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key))
+                goto no;
+            if (members_have(ms, key))
+                continue;
+            int kind = M_VALUE;
+            if (!is_plain(value)) {
+                PyObject *json = NULL;
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(known); i++) {
+                    PyObject *pair = PyTuple_GET_ITEM(known, i);
+                    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+                        PyTuple_GET_ITEM(pair, 0) == value)
+                        json = PyTuple_GET_ITEM(pair, 1);
+                }
+                if (json == NULL || !PyBytes_CheckExact(json))
+                    goto no;
+                value = json;
+                kind = M_JSON;
+            }
+            if (members_add(ms, key, value, kind) < 0)
+                goto no;
+        }
+    }
+    result = 1;
+    goto out;
+no_or_error:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+        goto out;
+    PyErr_Clear();
+no:
+    result = 0;
+out:
+    Py_XDECREF(v);
+    Py_XDECREF(w);
+    if (result != 1) {
+        Py_CLEAR(*level);
+        Py_CLEAR(*levelno);
+        if (result == 0 || clear_if_exception())
+            result = 0;
+    }
+    return result;
+}
+
+/* otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an OpenTelemetry
+ * record on its way (its own span ids in it: no span is looked up), read as otel_event reads
+ * it (fields, known: its resource's fields and the JSON of those that are no plain values):
+ * True when done (queued, held, dropped and counted, or handed to the front end's _put);
+ * False: nothing done, the Python path's. */
+static PyObject *
+otel_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (!st->configured)
+        return not_configured();
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "otel_put(front, log_record, record, scope, fields, known, fast)");
+        return NULL;
+    }
+    PyObject *self = args[0], *level = NULL, *levelno = NULL, *item = NULL, *result = NULL;
+    Members ms;
+    ms.n = 0;
+    Way w;
+    int begun = 0;
+    int r = otel_members(st, args[2], args[3], args[4], args[5], &ms, &level, &levelno);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_False);
+        goto out;
+    }
+    r = way_begin(st, &w, self, args[6], 0);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_False);
+        goto out;
+    }
+    begun = 1;
+    PyObject *logger = Py_None, *own = NULL;
+    for (Py_ssize_t i = 0; i < ms.n; i++) {
+        if (same_str(ms.m[i].key, st->s_logger))
+            logger = ms.m[i].value;
+        else if (same_str(ms.m[i].key, st->s_trace_id))
+            own = ms.m[i].value;
+    }
+    r = way_sample(st, &w, level, logger, own);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_NewRef(Py_True);
+        goto out;
+    }
+    Py_ssize_t size = 0;
+    if (w.wired && w.native)
+        item = build_flat_wire(st, &ms, &w.c, &size);
+    PyObject *careful[1] = {args[1]};
+    r = front_finish(st, &w, item, size, levelno, careful, 1);
+    result = r < 0 ? NULL : Py_NewRef(Py_True);
+out:
+    members_clear(&ms);
+    if (begun)
+        way_end(&w);
+    Py_XDECREF(item);
+    Py_XDECREF(level);
+    Py_XDECREF(levelno);
+    return result;
+}
+
+/* ------------------------------------------------------------------ 11. the module */
 
 static int
 intern_into(PyObject **slot, const char *text)
@@ -1338,6 +3836,18 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         {&st->modules, "modules", &PyDict_Type},
         {&st->in_use, "context_in_use", &PyList_Type},
         {&st->otel, "otel_module", &PyUnicode_Type},
+        {&st->context_var, "context_var", &PyContextVar_Type},
+        {&st->span_source, "span_source", NULL},
+        {&st->loads, "loads", NULL},
+        {&st->method_levels, "method_levels", &PyDict_Type},
+        {&st->structlog_skip, "structlog_skip", &PyFrozenSet_Type},
+        {&st->now, "now", NULL},
+        {&st->loguru_head, "loguru_head", &PyTuple_Type},
+        {&st->level_number, "level_number", NULL},
+        {&st->otel_texts, "otel_texts", &PyDict_Type},
+        {&st->otel_numbers, "otel_numbers", &PyDict_Type},
+        {&st->otel_exception, "otel_exception", &PyFrozenSet_Type},
+        {&st->otel_code, "otel_code", &PyDict_Type},
     };
     for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++) {
         PyObject *value = table_item(table, objects[i].name, objects[i].type);
@@ -1358,8 +3868,16 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         table_size(table, "wire_item", &st->wire_item) < 0)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(st->src_keys);
+    int loguru_ok = PyTuple_GET_SIZE(st->loguru_head) == n;
+    for (Py_ssize_t i = 0; loguru_ok && i < n; i++) {
+        PyObject *kv = PyTuple_GET_ITEM(st->loguru_head, i);
+        loguru_ok = PyTuple_CheckExact(kv) && PyTuple_GET_SIZE(kv) == 2 &&
+                    PyUnicode_CheckExact(PyTuple_GET_ITEM(kv, 0)) &&
+                    (PyTuple_GET_ITEM(kv, 1) == Py_None ||
+                     PyUnicode_CheckExact(PyTuple_GET_ITEM(kv, 1)));
+    }
     if (n != PyTuple_GET_SIZE(st->dst_keys) || n < 2 || n > 16 || st->message_at < 0 ||
-        st->message_at > n || PyList_GET_SIZE(st->in_use) < 1) {
+        st->message_at > n || PyList_GET_SIZE(st->in_use) < 1 || !loguru_ok) {
         PyErr_SetString(PyExc_ValueError, "configure(): the head's tables do not match");
         return NULL;
     }
@@ -1393,10 +3911,23 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         }
         PyTuple_SET_ITEM(frags, i, frag);
     }
+    /* The head's event keys: the record attributes' and the message's. */
+    PyObject *head_set = PyFrozenSet_New(dst);
+    if (head_set == NULL)
+        goto fail;
+    if (PySet_Add(head_set, st->s_message) < 0) { /* (a new frozenset takes one) */
+        Py_DECREF(head_set);
+        goto fail;
+    }
+    Py_XSETREF(st->head_set, head_set);
     Py_SETREF(st->src_keys, src);
     Py_SETREF(st->dst_keys, dst);
     Py_XSETREF(st->key_frags, frags);
     clear_head_cache(st);
+    clear_caches(st);
+    Py_CLEAR(st->otel_var);
+    Py_CLEAR(st->span_ids);
+    st->span_source_off = 0;
     st->n_fields = n;
     st->head_cache = PyMem_Calloc((size_t)n, sizeof(HeadCache));
     if (st->head_cache == NULL) {
@@ -1417,8 +3948,19 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**table): the event model and what handle() reads (loghandler/_compiled.py)."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
-     "record_put(d, gate, wire=None) -> True | (item, size) | None: a plain record's queue "
-     "item (a wire item or the fast path's event), appended through the gate when it allows."},
+     "record_put(handler, record, fast) -> bool: the record's way on the compiled path "
+     "(sampling, its item, hold, the queue); False: nothing done, the careful path's."},
+    {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
+     "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
+     "item or the fast path's event), no context, no policy."},
+    {"otel_put", (PyCFunction)(void (*)(void))otel_put, METH_FASTCALL,
+     "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
+     "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
+    {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
+     "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
+     "ended): Selector._admit over a batch (shaping.py)."},
+    {"wire_view", (PyCFunction)(void (*)(void))wire_view, METH_FASTCALL,
+     "wire_view(item, names) -> dict: the fields of a wire item among names, decoded."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,
@@ -1427,6 +3969,15 @@ static PyMethodDef methods[] = {
      "format_record(event) -> bool: _time and level of a fast-path event formatted."},
     {NULL, NULL, 0, NULL},
 };
+
+static PyMethodDef processor_def = {
+    "processor_call", (PyCFunction)(void (*)(void))processor_call, METH_FASTCALL,
+    "IngestProcessor.__call__(self, logger, method_name, event_dict), compiled: its Python "
+    "path is _put."};
+
+static PyMethodDef sink_def = {
+    "sink_call", (PyCFunction)(void (*)(void))sink_call, METH_FASTCALL,
+    "IngestSink.__call__(self, message), compiled: its Python path is _put."};
 
 static PyMethodDef handle_def = {
     "handle", (PyCFunction)(void (*)(void))handle, METH_FASTCALL,
@@ -1447,8 +3998,35 @@ module_exec(PyObject *module)
         intern_into(&st->s_append, "append") < 0 || intern_into(&st->s_filters, "filters") < 0 ||
         intern_into(&st->s_fast_path, "_fast_path") < 0 ||
         intern_into(&st->s_handle_python, "_handle_python") < 0 ||
-        intern_into(&st->s_put_event, "_put_event") < 0)
+        intern_into(&st->s_put_event, "_put_event") < 0 ||
+        intern_into(&st->s_trace_id, "trace_id") < 0 || intern_into(&st->s_span_id, "span_id") < 0 ||
+        intern_into(&st->s_levelno, "levelno") < 0 ||
+        intern_into(&st->s_levelname, "levelname") < 0 || intern_into(&st->s_name, "name") < 0 ||
+        intern_into(&st->s_queue, "_queue") < 0 || intern_into(&st->s_invalid, "_invalid") < 0 ||
+        intern_into(&st->s_put, "_put") < 0 || intern_into(&st->s_record, "record") < 0 ||
+        intern_into(&st->s_timestamp, "timestamp") < 0 ||
+        intern_into(&st->s_exception, "exception") < 0 ||
+        intern_into(&st->s_extra, "extra") < 0 || intern_into(&st->s_no, "no") < 0 ||
+        intern_into(&st->s_lower, "lower") < 0 ||
+        intern_into(&st->s_observed, "observed_timestamp") < 0 ||
+        intern_into(&st->s_severity_text, "severity_text") < 0 ||
+        intern_into(&st->s_severity_number, "severity_number") < 0 ||
+        intern_into(&st->s_value, "value") < 0 || intern_into(&st->s_body, "body") < 0 ||
+        intern_into(&st->s_event_name, "event_name") < 0 ||
+        intern_into(&st->s_attributes, "attributes") < 0 ||
+        intern_into(&st->s_dict, "_dict") < 0 || intern_into(&st->s_032x, "032x") < 0 ||
+        intern_into(&st->s_016x, "016x") < 0)
         return -1;
+    st->key_json = PyDict_New();
+    if (st->key_json == NULL)
+        return -1;
+    st->ctx_cache = PyMem_Calloc(CTX_CACHE, sizeof(CtxEntry));
+    st->span_cache = PyMem_Calloc(SPAN_CACHE, sizeof(SpanEntry));
+    st->last_compose = PyMem_Calloc(1, sizeof(struct Compose));
+    if (st->ctx_cache == NULL || st->span_cache == NULL || st->last_compose == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     /* handle as a method: bound to the handler it is read on, as a Python function is. */
     PyObject *func = PyCFunction_NewEx(&handle_def, module, NULL);
     PyObject *method = func == NULL ? NULL : PyInstanceMethod_New(func);
@@ -1457,6 +4035,17 @@ module_exec(PyObject *module)
         return -1;
     int r = PyModule_AddObjectRef(module, "handle", method);
     Py_DECREF(method);
+    /* The other front ends' calls, as methods too. */
+    PyMethodDef *defs[2] = {&processor_def, &sink_def};
+    for (int k = 0; r == 0 && k < 2; k++) {
+        func = PyCFunction_NewEx(defs[k], module, NULL);
+        method = func == NULL ? NULL : PyInstanceMethod_New(func);
+        Py_XDECREF(func);
+        if (method == NULL)
+            return -1;
+        r = PyModule_AddObjectRef(module, defs[k]->ml_name, method);
+        Py_DECREF(method);
+    }
     return r;
 }
 

@@ -5,11 +5,13 @@
 Not part of the pytest run (it compiles with sanitizers and preloads their runtimes, which the
 rest of the suite must not run under). It copies the package to a temporary directory, builds
 ``_speedups.c`` and ``_gzip.c`` there with ``-fsanitize=address,undefined``, then, with the
-sanitizers' runtimes preloaded: runs ``tests/test_speedups.py`` and the event-model tests
-against that build, and fuzzes the extension's functions directly with hypothesis (arbitrary
-record dicts: any keys, nested values, formats that fail, non-dicts; wire items with and
-without a scrubber). Any report aborts with a non-zero exit. Needs gcc and its sanitizer
-runtimes (Debian's gcc has them).
+sanitizers' runtimes preloaded: runs ``tests/test_speedups.py``, ``test_speedups_fronts.py``
+and the event-model tests against that build, and fuzzes the extension's functions directly
+with hypothesis (arbitrary record dicts: any keys, nested values, formats that fail, non-dicts;
+wire items of real shippers of every kind and malformed ones; contexts; the handler's and the
+structlog processor's compiled calls with every policy; wire_view and admit_repeats). Any
+report aborts with a non-zero exit. Needs gcc and its sanitizer runtimes (Debian's gcc has
+them).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FUZZ = r"""
 import collections, logging, sys
 from hypothesis import HealthCheck, given, settings, strategies as st
+import loghandler
 from loghandler import _compiled
 
 ext = _compiled.extension()
@@ -50,28 +53,75 @@ def learn(key):
     return True
 
 
+WIRES = []
+
+
+def wires():
+    # Real wires (Shipper.wire) of shippers of every kind: plain, fields=, exclusions,
+    # field_names, no scrubber; and malformed ones.
+    if not WIRES:
+        from loghandler import Shipper
+        from loghandler.testing import MemoryTransport
+        for opts in ({}, {"fields": {"service": "s", "n": 1}},
+                     {"exclude_fields": ["module", "x"], "scrub_keys": ["k"]},
+                     {"field_names": {"message": "msg", "level": "logger", "logger": "l2",
+                                      "trace_id": "t", "x": "y"}},
+                     {"scrub": False, "identity": False}):
+            s = Shipper(None, "ds", transport=MemoryTransport(), flush_interval=3600,
+                        handle_sigterm=False, **opts)
+            WIRES.append((s, s.wire()))
+    return [w for _, w in WIRES] + [None, (b"", frozenset()), ("x",) * 13, (1,) * 6]
+
+
 @settings(max_examples=int(sys.argv[1]), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(keys, values, max_size=8), st.booleans(),
-       st.sampled_from(["m", "m %s", "%d %d", "%(a)s", 5]))
-def fuzz(extra, keep_base, msg):
+       st.sampled_from(["m", "m %s", "%d %d", "%(a)s", 5]), st.integers(0, 8),
+       st.dictionaries(st.text(max_size=4), leaf, max_size=4))
+def fuzz(extra, keep_base, msg, which, context_fields):
+    import loghandler
     d = dict(base) if keep_base else {}
     d["msg"] = msg
     d.update(extra)
-    got = ext.record_put(d, None)
+    all_wires = wires()
+    wire = all_wires[which % len(all_wires)]
+    got = ext.record_item(d)
+    ext.record_item(d, wire)
+    # The whole way (sampling, context, span, hold, the queue) through real front ends.
+    front = FRONTS[which % len(FRONTS)]
+    record = logging.LogRecord("a", 20, "/p.py", 1, "m %s", ("x",), None)
+    record.__dict__.update({k: v for k, v in extra.items() if isinstance(k, str)})
+    with loghandler.context(**{k: v for k, v in context_fields.items() if k.isidentifier()}):
+        front.handle(record)
+        ext.record_put(front, record, front._fast_path or ())
+        ext.record_put(front, record, (None, wire, None, (True, None, None)))
+        PROC(None, "info", {k: v for k, v in extra.items() if isinstance(k, str)})
+        PROC(None, "info", dict(extra))
     queue = collections.deque()
-    ext.record_put(d, [queue, 10])
-    ext.record_put(d, [queue, "not a number"])
-    ext.record_put(d, [queue])
-    # Wire items: with a scrubber's set and learn(), without, and malformed wires.
-    ext.record_put(d, [queue, 10], (b',"f":1', frozenset({"f"}), clean, learn))
-    ext.record_put(d, None, (b"", frozenset(), None, None))
-    ext.record_put(d, [queue, 10], (b"", frozenset()))
-    ext.record_put(d, [queue, 10], ("x", 1, 2, 3))
-    ext.items_size([i for i in queue if type(i) is bytes])
+    ext.items_size([i for i in front.shipper.intake.queue if type(i) is bytes])
     if got is not None:
         ext.format_record({k: v for k, v in got[0].items() if isinstance(k, str)})
     ext.format_record(extra)
     ext.format_items([d, extra, 1, None], (("k", 1),), True, None, None, lambda i: i, 0)
+    items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
+    for item in items + [b"{}", b'{"a":', b'{"message":"x\\"y","level":1}', b"[]"]:
+        try:
+            ext.wire_view(item, ("message", "event", "logger", "level", "_time"))
+        except ValueError:
+            pass
+    ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
+                      else items, {}, 1.0, 60.0, 1, 2, ("message", "event", "logger", "level"))
+    queue.clear()
+
+
+FRONTS = []
+for opts in ({}, {"sample_levels": {"info": 0.5}, "repeat_limit": 2, "hold_level": "info",
+                  "exclude_fields": ["file"], "field_names": {"message": "msg"}}):
+    h = loghandler.IngestHandler("ds", url="http://127.0.0.1:9", token="t", flush_interval=3600,
+                                 handle_sigterm=False, shutdown_timeout=0.1, **opts)
+    FRONTS.append(h)
+PROC = loghandler.IngestProcessor("ds", url="http://127.0.0.1:9", token="t",
+                                  flush_interval=3600, handle_sigterm=False,
+                                  shutdown_timeout=0.1)
 
 
 fuzz()
@@ -107,8 +157,8 @@ def main(argv: list[str]) -> int:
                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
                "LOGHANDLER_PURE_PYTHON": "0"}
         tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                "tests/test_speedups.py", "tests/test_event_model.py"],
-                               cwd=src, env=env)
+                                "tests/test_speedups.py", "tests/test_speedups_fronts.py",
+                                "tests/test_event_model.py"], cwd=src, env=env)
         fuzz = subprocess.run([sys.executable, "-c", FUZZ, str(args.examples), str(target)],
                               cwd=src, env=env)
         return tests.returncode or fuzz.returncode

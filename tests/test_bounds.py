@@ -122,6 +122,59 @@ class TestInterrupts:
             assert st.dropped_queue_full > 0
         assert balanced(st), st
 
+    def test_an_interrupt_inside_a_lock_taken_in_python_hangs_nothing(self, receiver):
+        """A Ctrl+C that lands just after a Python-level lock was taken (threading.Event's
+        Condition.__enter__) leaves that lock held for ever: if the logging call woke the
+        flusher with such an event, every later flush and close hung (seen once in 60,000
+        interrupted calls). Here the interrupt lands exactly there, every time such a lock is
+        entered to set an event on the logging thread: the events still flush and close
+        returns."""
+        code = textwrap.dedent(f"""
+            import logging, sys, threading, loghandler
+            enter = threading.Condition.__enter__.__code__
+            event_set = threading.Event.set.__code__
+            interrupts = 0
+
+            def at_return(frame, event, arg):
+                global interrupts
+                if event == "return":
+                    interrupts += 1
+                    raise KeyboardInterrupt  # the lock is taken: the worst moment
+                return at_return
+
+            def tracer(frame, event, arg):
+                # An event set by the logging call (to wake the flusher, say).
+                if frame.f_code is enter and frame.f_back.f_code is event_set:
+                    return at_return
+                return None
+
+            h = loghandler.IngestHandler("ds", url={receiver.url!r}, token={TOKEN!r},
+                                         batch_size=10, flush_interval=60,
+                                         shutdown_timeout=5)
+            log = logging.getLogger("x")
+            log.addHandler(h)
+            log.propagate = False
+            for i in range(100):
+                sys.settrace(tracer)  # a trace function that raises is removed: set it again
+                try:
+                    log.warning("event %d", i)
+                except KeyboardInterrupt:
+                    pass
+                finally:
+                    sys.settrace(None)
+            print("flushed", h.flush(10), "interrupts", interrupts, flush=True)
+            h.close()
+            st = h.stats()
+            print("delivered", st.delivered, "submitted", st.submitted, flush=True)
+        """)
+        # A hang is what this checks: 30 s is far beyond the second the run takes.
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert "flushed True" in proc.stdout, proc.stdout + proc.stderr
+        assert "delivered 100 submitted 100" in proc.stdout, proc.stdout + proc.stderr
+        assert len(receiver.events) == 100
+
 
 class TestCallbacks:
     def test_on_error_raising_keyboard_interrupt_is_one_line(self, receiver):

@@ -59,9 +59,9 @@ class PythonHandler(IngestHandler):
         super().emit(record)
 
 
-# Event dicts, not wire items: an exclusion gives the flusher work per event, so the shipper
-# offers no wire (wire items are compared byte for byte in test_wire_*).
-DICTS = {"exclude_fields": ["not_a_field"]}
+# Event dicts, not wire items: scanning text for secrets gives the flusher work per event, so
+# the shipper offers no wire (wire items are compared byte for byte in test_wire_*).
+DICTS = {"scrub": "all"}
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +91,11 @@ def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool 
 
 
 def compiled_item(record: logging.LogRecord) -> Any:
-    """The queue item the extension makes of ``record`` (record_put, no gate), or, for what
+    """The queue item the extension makes of ``record`` (record_item: no wire), or, for what
     it leaves to the careful path, that path's (record_to_event), as the compiled handle does.
     In both runs: the extension is compared with the Python path whether it is in use or not.
     (A record of another class never reaches it: the compiled handle checks the type.)"""
-    got = EXT.record_put(record.__dict__, None) if type(record) is logging.LogRecord else None
+    got = EXT.record_item(record.__dict__) if type(record) is logging.LogRecord else None
     if got is None:
         event, size = record_to_event(record)
         event[SIZE] = size
@@ -119,7 +119,7 @@ def same_item(a: dict[Any, Any], b: dict[Any, Any]) -> None:
 @given(record=records(), via_emit=st.booleans())
 def test_compiled_item_is_the_python_item(handlers: tuple[IngestHandler, IngestHandler],
                                           record: logging.LogRecord, via_emit: bool) -> None:
-    """The extension's queue item (record_put) is the Python path's, key for key (in order)
+    """The extension's queue item (record_item) is the Python path's, key for key (in order)
     and size for size; and so is the item the plain handler queues (the compiled handle on
     the compiled path)."""
     fast, pure = handlers
@@ -249,7 +249,7 @@ def test_hostile_records_never_crash_and_match_python(
     queues ships as the Python path's event."""
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    EXT.record_put(record.__dict__, None)  # must neither crash nor raise
+    EXT.record_item(record.__dict__)  # must neither crash nor raise
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     fast_item = queued_or_none(fast, record)  # nor as handle()
@@ -270,16 +270,24 @@ def test_hostile_records_never_crash_and_match_python(
     assert shipped[0] == shipped[1]
 
 
-def test_record_put_refuses_what_it_does_not_know() -> None:
+def test_record_item_refuses_what_it_does_not_know() -> None:
     """Called with anything but a record's dict, it answers None (the careful path), not an
-    error or a crash; called wrongly, a TypeError."""
+    error or a crash; called wrongly, a TypeError. record_put, handed no fast path of ours,
+    does nothing and says so (False: the careful path's)."""
     _speedups = EXT
+    wire = (b"", frozenset(), None, None, frozenset(), 0)
     for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
-        assert _speedups.record_put(bad, None) is None
-        assert _speedups.record_put(bad, [collections.deque(), 10]) is None
-        assert _speedups.record_put(bad, None, (b"", frozenset(), None, None)) is None
+        assert _speedups.record_item(bad) is None
+        assert _speedups.record_item(bad, wire) is None
+        assert _speedups.record_item(bad, ("x", 1, 2, 3)) is None
+    record = _plain()
+    for fast in (None, (), ([collections.deque(), 10], None, None), (1, 2, 3, 4),
+                 ([collections.deque(), 10], None, None, (True, "x", None))):
+        assert _speedups.record_put(object(), record, fast) is False
     with pytest.raises(TypeError):
         _speedups.record_put()
+    with pytest.raises(TypeError):
+        _speedups.record_item()
     for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
         assert _speedups.format_record(bad) is False
 
@@ -296,7 +304,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
     spec.loader.exec_module(other)  # a second instance, with its own (empty) state
     assert other is not EXT
     with pytest.raises(RuntimeError, match="not configured"):
-        other.record_put({}, None)
+        other.record_item({})
     table = _compiled.table()
     with pytest.raises(TypeError, match="levels"):
         other.configure(**{**table, "levels": [("INFO", "info")]})
@@ -306,7 +314,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
         other.configure(**missing)
     other.configure(**table)
     record = _plain(extra_key="v")
-    assert other.record_put(record.__dict__, None)[0] == EXT.record_put(record.__dict__, None)[0]
+    assert other.record_item(record.__dict__)[0] == EXT.record_item(record.__dict__)[0]
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -449,6 +457,14 @@ WIRE_SHIPPERS = {
     "defaults": {},
     "fields": {"fields": {"service": "checkout", "region": "eu", "n": 3, "message": "never"}},
     "no scrubbing, no identity": {"scrub": False, "identity": False},
+    # Exclusions: the writer leaves the fields out (the head's, extras, the context's).
+    "exclusions": {"exclude_fields": ["module", "file", "request_id", "tenant", "_time"],
+                   "scrub_keys": ["patient_id"]},
+    # field_names: the head's fields and the span's ids renamed (last, in the mapping's
+    # order), one chained, one renamed to a name an extra or a context field may hold.
+    "names": {"field_names": {"message": "msg", "level": "severity", "logger": "level",
+                              "trace_id": "trace.id", "host": "host.name", "region": "zone"},
+              "exclude_fields": ["function"]},
 }
 
 
@@ -486,7 +502,8 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
     twin = pair[1]
     item = last_item(twin, record, via_emit=True)
     o = twin.shipper.options
-    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns)
+    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns,
+                           o.field_names)
     fast = encode(formatted(item, False, o.fields, finish))
     with without_orjson():
         std = encode(formatted(item, False, o.fields, finish))
@@ -494,10 +511,10 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
 
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
-    """record_put's item for ``record`` with the shipper's wire (queued nowhere)."""
+    """record_item's item for ``record`` with the shipper's wire (queued nowhere)."""
     wire = handler.shipper.wire()
     assert wire is not None
-    got = EXT.record_put(record.__dict__, None, wire)
+    got = EXT.record_item(record.__dict__, wire)
     return None if got is None else got[0]
 
 
@@ -556,6 +573,269 @@ def test_wire_item_is_what_the_python_path_ships(
     assert got == std
     if encoding_has_orjson():
         assert got == fast
+
+
+def shipped(item: Any, handler: IngestHandler) -> bytes:
+    """The JSON the flusher makes of a queue item of ``handler``'s (a wire item is it)."""
+    if type(item) is bytes:
+        return item
+    o = handler.shipper.options
+    finish = make_finisher(o.exclude_fields, o.scrub, o.scrub_keys, o.scrub_patterns,
+                           o.field_names)
+    return encode(formatted(item, False, o.fields, finish))
+
+
+@contextlib.contextmanager
+def caller_context(contexts: list[dict[str, Any]], span: tuple[int, int] | None
+                   ) -> Iterator[None]:
+    """Nested ``loghandler.context``s (the inner wins on a shared key), inside an
+    OpenTelemetry span (``span``: its ids; (0, 0): an invalid one; None: no span)."""
+    import loghandler
+
+    with contextlib.ExitStack() as stack:
+        if span is not None:
+            from opentelemetry import trace
+
+            ctx = trace.SpanContext(trace_id=span[0], span_id=span[1], is_remote=False,
+                                    trace_flags=trace.TraceFlags(1))
+            stack.enter_context(trace.use_span(trace.NonRecordingSpan(ctx)))
+        for fields in contexts:
+            stack.enter_context(loghandler.context(**fields))
+        yield
+
+
+CONTEXT_KEYS = st.one_of(
+    st.text(min_size=1, max_size=8),
+    # A head field's name (the head wins), the span's ids' (the span wins), fields=' and
+    # identity's (merged on the flusher), an extra's (the extra wins), a secret's, a record
+    # attribute's, one to exclude, one that needs escaping.
+    st.sampled_from(["logger", "message", "trace_id", "span_id", "host", "service", "region",
+                     "request_id", "password", "name", "args", "tenant", "module", "é", "a\"b"]))
+CONTEXTS = st.lists(st.dictionaries(CONTEXT_KEYS, st.one_of(
+    PLAIN_VALUES, st.just({"nested": [1, "x"]})), max_size=5), max_size=3)
+SPANS = st.one_of(st.none(), st.just((0, 0)),
+                  st.tuples(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1)))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=st.one_of(plain_records(), records()), contexts=CONTEXTS, span=SPANS,
+       shipper=st.sampled_from(sorted(WIRE_SHIPPERS)))
+def test_wire_item_in_a_context_is_what_the_python_path_ships(
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]],
+        record: logging.LogRecord, contexts: list[dict[str, Any]],
+        span: tuple[int, int] | None, shipper: str) -> None:
+    """Inside contexts (nested, with keys of every kind of clash) and spans, what the compiled
+    handle queues (a wire item with the span's ids and the context's fields written into it,
+    or an event dict) ships as the very bytes the Python path's event does: the span's ids,
+    then the context's fields, each where the event lacks it."""
+    fast, twin = wire_handlers[shipper]
+    snapshot = dict(record.__dict__)
+    with caller_context(contexts, span):
+        got = last_item(fast, record)
+        record.__dict__.clear()
+        record.__dict__.update(snapshot)
+        want = last_item(twin, record, via_emit=True)
+    assert shipped(got, fast) == shipped(want, twin)
+
+
+def test_a_plain_context_and_a_span_keep_wire_items(
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
+    """Inside a context of plain values and a span, a plain record is still a wire item: the
+    context's fields and the span's ids are in it, as they ship."""
+    fast, _ = wire_handlers["defaults"]
+    with caller_context([{"user_id": 7, "tenant": "acme"}], (0x4BF92F3577B34DA6A3CE929D0E0E4736,
+                                                             0x00F067AA0BA902B7)):
+        item = last_item(fast, _plain(request_id="r-1"))
+    assert (type(item) is bytes) is (not PURE)
+    event = json.loads(shipped(item, fast))
+    assert event["user_id"] == 7 and event["tenant"] == "acme"
+    assert event["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert event["span_id"] == "00f067aa0ba902b7"
+    assert list(event)[-5:] == ["trace_id", "span_id", "user_id", "tenant", "host"]
+
+
+def test_context_json_is_made_once_per_context_and_kept_for_a_few() -> None:
+    """Contexts alternating between threads (more than the compiled path keeps at once), a
+    context changed by a nested one, a span replaced: every event still ships with its own
+    caller's fields and ids."""
+    import threading
+
+    import loghandler
+
+    h = IngestHandler("ds", **PARKED)
+    twin = PythonHandler("ds", **PARKED)
+    try:
+        got: list[tuple[Any, Any]] = []
+        lock = threading.Lock()
+
+        def work(n: int) -> None:
+            with loghandler.context(worker=n, tenant=f"t{n}"):
+                for i in range(30):
+                    step = loghandler.context(step=i) if i % 3 == 0 else contextlib.nullcontext()
+                    with step, lock:
+                        a = last_item(h, _plain("w %s", (n,)))
+                        b = last_item(twin, _plain("w %s", (n,)), via_emit=True)
+                        got.append((shipped(a, h), shipped(b, twin)))
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(7)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 210
+        for a, b in got:
+            assert json.loads(a).keys() - {"_time"} == json.loads(b).keys() - {"_time"}
+            x, y = json.loads(a), json.loads(b)
+            x.pop("_time"), y.pop("_time")
+            assert x == y and "worker" in x and x["tenant"] == f"t{x['worker']}"
+    finally:
+        h.close()
+        twin.close()
+
+
+@pytest.mark.usefixtures("fresh_process")
+def test_an_opentelemetry_that_fails_or_is_not_its_own_leaves_no_ids(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tracer whose span raises, or an OpenTelemetry whose runtime context is not the
+    default one: events ship (without ids, as on the Python path), nothing raises."""
+    import types
+
+    class Broken:
+        def get_span_context(self) -> Any:
+            raise RuntimeError("no")
+
+    fake = types.ModuleType("opentelemetry.trace")
+    fake.get_current_span = lambda context=None: Broken()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", fake)
+    EXT.configure(**_compiled.table())  # (forgets what it found of the real one)
+    try:
+        h = IngestHandler("ds", **PARKED)
+        try:
+            item = last_item(h, _plain())
+            event = json.loads(shipped(item, h))
+            assert "trace_id" not in event and event["message"] == "m x"
+        finally:
+            h.close()
+    finally:
+        monkeypatch.undo()
+        EXT.configure(**_compiled.table())
+
+
+def sampled_pair(**opts: Any) -> tuple[IngestHandler, IngestHandler]:
+    """A compiled handler and its Python twin whose samplers draw the same random numbers."""
+    import random
+
+    from loghandler import Shipper
+    from loghandler.testing import MemoryTransport
+
+    pair = []
+    for cls in (IngestHandler, PythonHandler):
+        shipper = Shipper(None, "ds", transport=MemoryTransport(), flush_interval=3600,
+                          batch_size=10_000, handle_sigterm=False, **opts)
+        assert shipper.sampler is not None
+        shipper.sampler.rand = random.Random(11).random
+        pair.append(cls(shipper=shipper))
+    return pair[0], pair[1]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rates=st.dictionaries(st.sampled_from(["debug", "info", "warning", "error", "level 5"]),
+                             st.sampled_from([0.0, 0.3, 0.5, 1.0]), max_size=3),
+       loggers=st.dictionaries(st.sampled_from(["app", "app.db", "wire", "ünï"]),
+                               st.sampled_from([0.0, 0.25, 1.0]), max_size=2),
+       calls=st.lists(st.tuples(
+           plain_records(),
+           st.one_of(st.none(), st.text(max_size=20),
+                     st.integers(0, 2**128).map(lambda i: f"{i:032x}"),
+                     st.sampled_from(["0x0123456789abcdef", " 1234567890abcdef", "x" * 20])),
+           CONTEXTS, SPANS), min_size=1, max_size=12))
+def test_sampling_decides_on_both_paths_alike(
+        rates: dict[str, float], loggers: dict[str, float],
+        calls: list[tuple[logging.LogRecord, Any, list[dict[str, Any]], Any]]) -> None:
+    """Sampling on the caller's thread: the compiled decision (by level, logger, and the trace
+    id the event ships with: its own, the span's, the context's) is the Python one's, event
+    for event, with the same random numbers."""
+    if not rates and not loggers:
+        rates = {"info": 0.5}
+    fast, twin = sampled_pair(sample_levels=rates, sample_loggers=loggers)
+    try:
+        for record, trace, contexts, span in calls:
+            if trace is not None:
+                record.trace_id = trace
+            snapshot = dict(record.__dict__)
+            with caller_context(contexts, span):
+                fast.handle(record)
+                record.__dict__.clear()
+                record.__dict__.update(snapshot)
+                twin.emit(record)
+        a = [shipped(i, fast) for i in fast.shipper.intake.queue]
+        b = [shipped(i, twin) for i in twin.shipper.intake.queue]
+        strip = [[{k: v for k, v in json.loads(x).items() if k != "_time"} for x in q]
+                 for q in (a, b)]
+        assert strip[0] == strip[1]
+        assert fast.stats().dropped_sampled == twin.stats().dropped_sampled
+    finally:
+        fast.close()
+        twin.close()
+
+
+REPEAT_EVENTS = st.lists(st.tuples(
+    st.sampled_from(["a", "b", "c", 'q"uote', "é"]), st.sampled_from(["info", "error", None]),
+    st.sampled_from(["app", "db", None]), st.booleans(), st.booleans(),
+    st.floats(0, 5)), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(events=REPEAT_EVENTS, limit=st.integers(1, 3), window=st.sampled_from([1.0, 2.5]),
+       max_keys=st.integers(1, 4))
+def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
+        events: list[tuple[Any, ...]], limit: int, window: float, max_keys: int) -> None:
+    """The compiled repeat loop (admit_repeats) keeps, suppresses, summarizes and leaves its
+    windows as Selector's Python loop does, for event dicts and wire items alike (a wire
+    item's key is read from its JSON), through windows that end and keys evicted for room."""
+    from loghandler._engine.shaping import Selector
+
+    def batch(k: int) -> list[Any]:
+        out: list[Any] = []
+        for message, level, logger, as_event, wire, _ in events[k::3]:
+            e: dict[str, Any] = {"_time": "2024-01-01T00:00:00.000000Z"}
+            if level is not None:
+                e["level"] = level
+            if logger is not None:
+                e["logger"] = logger
+            e["event" if as_event else "message"] = message
+            out.append(encode(e) if wire else e)
+        return out
+
+    runs = []
+    for admit in (EXT.admit_repeats, None):
+        sel = Selector(None, None, limit, window, max_keys=max_keys)
+        got = []
+        for k, now in enumerate((0.0, 1.0, 3.0)):
+            got.append(sel.select(batch(k), now, admit=admit))
+        got.append(sel.flush_all())
+        runs.append(got)
+    assert runs[0] == runs[1]
+
+
+@settings(max_examples=500, deadline=None)
+@given(event=st.dictionaries(st.one_of(st.text(max_size=6), st.sampled_from(
+    ["message", "event", "logger", "level", "_time"])), PLAIN_VALUES, max_size=8),
+       names=st.lists(st.sampled_from(["message", "event", "logger", "level", "_time", "x",
+                                       "é"]), max_size=5, unique=True))
+def test_wire_view_reads_what_the_json_holds(event: dict[str, Any], names: list[str]) -> None:
+    """wire_view (the selector's reading of a wire item) gives what decoding the whole JSON
+    gives, for the names asked; a value that is not a plain string too."""
+    from loghandler._engine.events import _wire_view
+
+    item = encode(event)
+    got = EXT.wire_view(item, tuple(names))
+    want = _wire_view(item, tuple(names))
+    assert got.keys() == want.keys()
+    for k in got:
+        assert got[k] == want[k] or (got[k] != got[k] and want[k] != want[k])
+    with pytest.raises(ValueError):  # not JSON: the reference's error
+        EXT.wire_view(b'{"a":1,}', ("a",))
 
 
 def test_nan_beside_non_ascii_ships_the_same_bytes_on_both_paths(
@@ -639,12 +919,11 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.usefixtures("fresh_process")
 def test_no_wire_when_the_flusher_has_work_per_event() -> None:
-    """Sampling or repeats, exclusions, scanning text for secrets, a json_default, a nested
-    or secret fields= value: the shipper offers no wire; a handler with a formatter takes the
-    careful path (its events are dicts)."""
-    for opts in ({"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
-                 {"exclude_fields": ["file"]}, {"scrub": "all"},
-                 {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
+    """Scanning text for secrets, a json_default, a nested or secret fields= value: the
+    shipper offers no wire; a handler with a formatter takes the careful path (its events are
+    dicts). Sampling (decided on the caller's thread), repeats (read from the wire item) and
+    exclusions (left out by the writer) keep wire items."""
+    for opts in ({"scrub": "all"}, {"json_default": str}, {"fields": {"deploy": {"sha": "abc"}}},
                  {"fields": {"api_key": "sk-1"}}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
@@ -653,16 +932,18 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
             assert type(h.shipper.intake.queue[-1]) is dict, opts
         finally:
             h.close()
-    h = IngestHandler("ds", **PARKED)
-    try:
-        assert h.shipper.wire() is not None
-        h.handle(_plain())
-        assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE)
-        h.setFormatter(logging.Formatter("%(message)s"))
-        h.handle(_plain())
-        assert type(h.shipper.intake.queue[-1]) is dict
-    finally:
-        h.close()
+    for opts in ({}, {"sample_levels": {"debug": 0.5}}, {"repeat_limit": 10},
+                 {"exclude_fields": ["file"]}):
+        h = IngestHandler("ds", **PARKED, **opts)
+        try:
+            assert h.shipper.wire() is not None
+            h.handle(_plain())
+            assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE), opts
+            h.setFormatter(logging.Formatter("%(message)s"))
+            h.handle(_plain())
+            assert type(h.shipper.intake.queue[-1]) is dict
+        finally:
+            h.close()
 
 
 @pytest.mark.usefixtures("fresh_process")

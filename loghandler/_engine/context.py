@@ -27,13 +27,15 @@ from .._encoding import to_jsonable
 from . import hold as _hold
 from .model import PLAIN
 
-__all__ = ["IN_USE", "OTEL_TRACE", "context", "snapshot"]
+__all__ = ["IN_USE", "OTEL_TRACE", "VAR", "context", "snapshot", "span_ids", "span_source"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _EMPTY: dict[str, Any] = {}  # shared, never written: the value outside any context
 _VAR: ContextVar[dict[str, Any]] = ContextVar("loghandler_context", default=_EMPTY)
 _get = _VAR.get
+# The variable itself, for the compiled path (_compiled.table): it reads the same merged dict.
+VAR = _VAR
 _TOKENS: ContextVar[tuple[tuple[Token[dict[str, Any]], Any], ...]] = ContextVar(
     "loghandler_context_tokens", default=())
 # Set once, by the first context() entered, and never cleared: until then the front ends skip the
@@ -126,3 +128,36 @@ def snapshot(trace: bool) -> tuple[dict[str, Any], int, int] | None:
     if trace_id or fields:
         return fields, trace_id, span_id
     return None
+
+
+def span_ids(context: Any) -> tuple[int, int] | None:
+    """The ids of the span current in ``context`` (an OpenTelemetry context), as ``snapshot``
+    reads them in the current one; None when there is none. Never raises."""
+    otel = _modules.get(OTEL_TRACE)
+    if otel is None:
+        return None
+    try:
+        span_context = otel.get_current_span(context).get_span_context()
+        if span_context.is_valid:
+            trace_id, span_id = span_context.trace_id, span_context.span_id
+            if type(trace_id) is int and type(span_id) is int:
+                return trace_id, span_id
+    except Exception:
+        pass
+    return None
+
+
+def span_source() -> tuple[Any, Any] | bool | None:
+    """For the compiled path: the ``ContextVar`` OpenTelemetry keeps its current context in
+    (its default runtime context), and ``span_ids``, so that a span's ids are read once per
+    OpenTelemetry context (contexts are immutable: a new span is a new context). False: the
+    application runs another runtime context, so ``snapshot`` is asked every time; None:
+    OpenTelemetry is not imported (yet)."""
+    context_module = _modules.get("opentelemetry.context")
+    runtime = getattr(context_module, "_RUNTIME_CONTEXT", None)
+    if _modules.get(OTEL_TRACE) is None or runtime is None:
+        return None
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ != "ContextVarsRuntimeContext" or type(var) is not ContextVar:
+        return False
+    return var, span_ids

@@ -80,13 +80,44 @@ from .model import (
 )
 
 __all__ = [
-    "CONTEXT", "FAST_EVENT_SIZE", "FAST_EXTRA_SIZE", "FAST_HEAD", "FIELD_SIZE", "FORMATTER",
-    "INIT_KEYS", "LEVELS", "METHOD_LEVELS", "PLAIN", "RECORD", "RECORD_EVENT_SIZE", "RESERVED",
-    "SIZE", "SPECIAL", "STANDARD", "STRUCTLOG_EVENT_SIZE", "SUBMIT_EVENT_SIZE",
-    "SUBMIT_FIELD_SIZE", "WIRE_ITEM_SIZE", "add_exception", "add_fields", "deep_size",
-    "exception_fields", "fast_head", "free_name", "item_events", "item_size", "items_size",
-    "known_clean", "loguru_head", "merge_context", "record_message", "record_to_event",
-    "rfc3339", "size_of",
+    "CONTEXT",
+    "FAST_EVENT_SIZE",
+    "FAST_EXTRA_SIZE",
+    "FAST_HEAD",
+    "FIELD_SIZE",
+    "FORMATTER",
+    "INIT_KEYS",
+    "LEVELS",
+    "METHOD_LEVELS",
+    "PLAIN",
+    "RECORD",
+    "RECORD_EVENT_SIZE",
+    "RESERVED",
+    "SIZE",
+    "SPECIAL",
+    "STANDARD",
+    "STRUCTLOG_EVENT_SIZE",
+    "SUBMIT_EVENT_SIZE",
+    "SUBMIT_FIELD_SIZE",
+    "WIRE_ITEM_SIZE",
+    "add_exception",
+    "add_fields",
+    "admit_repeats",
+    "deep_size",
+    "exception_fields",
+    "fast_head",
+    "free_name",
+    "item_events",
+    "item_size",
+    "items_size",
+    "known_clean",
+    "loguru_head",
+    "merge_context",
+    "record_message",
+    "record_to_event",
+    "rfc3339",
+    "size_of",
+    "wire_view",
 ]
 
 item_size = itemgetter(SIZE)
@@ -138,6 +169,26 @@ def _items_size(items: list[Any]) -> int:
 # _compiled chose it (it reads wire items too, which only that path makes).
 items_size: Callable[[list[Any]], int] = (
     _compiled.items_size if _compiled.items_size is not None else _items_size)
+
+
+def _wire_view(item: bytes, names: tuple[str, ...]) -> dict[str, Any]:
+    """The fields ``names`` a wire item has, decoded (the reference: its JSON read whole)."""
+    import json
+
+    event = json.loads(item)
+    return {name: event[name] for name in names if name in event}
+
+
+# wire_view(item, names): what the flusher's selector reads of a wire item (its repeat key):
+# the compiled twin reads only those fields of the JSON.
+wire_view: Callable[[bytes, tuple[str, ...]], dict[str, Any]] = (
+    _compiled.wire_view if _compiled.wire_view is not None else _wire_view)
+
+
+# admit_repeats(events, seen, now, window, limit, max_keys, names): the compiled twin of
+# shaping.Selector's repeat loop over a batch; None on the Python path.
+admit_repeats: Callable[..., tuple[list[Any], int, list[tuple[Any, list[Any]]]]] | None = (
+    _compiled.speedups.admit_repeats if _compiled.speedups is not None else None)
 
 
 def size_of(item: Any) -> int:

@@ -23,8 +23,9 @@ from typing import Any
 
 __all__ = [
     "CONTEXT", "COPIED_ATTRS", "FAST_HEAD", "FAST_ITEM_BYTES", "FORMATTER", "HEAD", "INIT_KEYS",
-    "LEVELS", "METHOD_LEVELS", "PLAIN", "RECORD", "RECORD_ATTRS", "RESERVED", "SIZE",
-    "SPECIAL", "STANDARD",
+    "LEVELS", "METHOD_LEVELS", "OTEL_CODE", "OTEL_EXCEPTION", "OTEL_NUMBERS", "OTEL_SEVERITY",
+    "OTEL_TEXTS", "PLAIN", "RECORD", "RECORD_ATTRS", "RESERVED", "SIZE", "SPECIAL", "STANDARD",
+    "STRUCTLOG_SKIP",
 ]
 
 # Plain object() instances: equal only to themselves, so no field name can be them, and not a GC
@@ -82,6 +83,24 @@ FORMATTER = STANDARD - frozenset(INIT_KEYS)
 # is the info-level method of PrintLogger and friends; "fatal" logs at critical).
 LEVELS = {name: name.lower() for name in logging._nameToLevel}
 METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
+# OpenTelemetry's log records (_front/otel.py): severity_number ranges (the log data model:
+# 1-4 trace ... 21-24 fatal); its texts for the stdlib's levels, named as IngestHandler names
+# them, so that a dataset fed by both reads one set of levels; the level numbers hold takes;
+# the code attributes, renamed to the event's fields; the exception attributes (the
+# exception object).
+OTEL_SEVERITY = ((4, "trace"), (8, "debug"), (12, "info"), (16, "warning"), (20, "error"),
+                 (24, "critical"))
+OTEL_TEXTS = {"warn": "warning", "fatal": "critical"}
+OTEL_NUMBERS = {"trace": 5, "debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40,
+                "fatal": 50, "critical": 50}
+OTEL_CODE = {"code.filepath": "file", "code.file.path": "file", "code.function": "function",
+             "code.function.name": "function", "code.lineno": "line",
+             "code.line.number": "line"}
+OTEL_EXCEPTION = frozenset({"exception.type", "exception.message", "exception.stacktrace"})
+# Keys of a structlog event dict that steer a processing step and carry no data of their own:
+# ``exc_info`` becomes the ``exception`` object; the other two are the bookkeeping
+# ProcessorFormatter adds to its copy (the processor's careful path reads them).
+STRUCTLOG_SKIP = frozenset({"exc_info", "_record", "_from_structlog"})
 
 # The memory model: rough bytes a queued event holds, for max_queue_bytes (about three times its
 # encoded JSON; measured with tracemalloc and RSS). The encoded size itself is measured on the

@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._encoding import free_name
-from .hold import level_number
+from .events import admit_repeats, wire_view
+from .sampling import Sampler, trace_fraction
 
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
@@ -291,6 +292,23 @@ class Finisher:
             return None
         return scrubber._clean
 
+    def wire_scrubber(self) -> tuple[set[Any] | None, Callable[[str], bool] | None] | None:
+        """For a writer that leaves the excluded fields out and renames the fields itself (the
+        compiled path's wire items, events.py): the scrubber's clean keys and its ``learn``
+        ((None, None): nothing to scrub); None when the scrubber must see every value
+        (scanning text)."""
+        scrubber = self._scrubber
+        if scrubber is None:
+            return None, None
+        if scrubber._scan:
+            return None
+        return scrubber._clean, scrubber.learn
+
+    @property
+    def renames(self) -> tuple[tuple[str, str], ...]:
+        """``field_names`` as (old, new) pairs, in their order."""
+        return self._renames
+
     def learn(self, key: str) -> bool:
         """``Scrubber.learn``: True when an event may hold ``key`` with nothing to do."""
         scrubber = self._scrubber
@@ -330,7 +348,7 @@ def rename_chained(event: dict[str, Any], renames: tuple[tuple[str, str], ...]) 
 
 def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterable[str],
                   scrub_patterns: Iterable[str],
-                  field_names: Mapping[str, str] | None = None) -> Callable[..., None] | None:
+                  field_names: Mapping[str, str] | None = None) -> Finisher | None:
     exclude = tuple(exclude)
     scrubber = (Scrubber(scrub_keys, scrub_patterns, text=scrub != "keys") if scrub
                 else None)
@@ -341,29 +359,16 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 
 # ------------------------------------------------------------------ selecting
 
-_LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40,
-                "critical": 50, "fatal": 50}
-
-
-def _trace_fraction(trace_id: Any) -> float | None:
-    # W3C trace ids are random in their low 64 bits: the same trace gets the same fraction in
-    # every process, so every shipper keeps or drops a trace's events together.
-    if type(trace_id) is not str or len(trace_id) < 16:
-        return None
-    try:
-        return int(trace_id[-16:], 16) / 2.0**64
-    except ValueError:
-        return None
-
 
 class Selector:
     """Decides, per batch on the flusher thread, which events ship (see the module docstring).
 
     ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
-    summaries are new events the caller submits (they are counted as submitted)."""
+    summaries are new events the caller submits (they are counted as submitted). The shippers'
+    flusher gives it repeats only: sampling is decided on the callers' threads
+    (``sampling.Sampler``, which this uses for the rates it is given)."""
 
-    __slots__ = ("_keep", "_kept_levels", "_level", "_levels", "_limit", "_logger",
-                 "_loggers", "_max_keys", "_message", "_rand", "_seen", "_trace", "_window")
+    __slots__ = ("_key", "_limit", "_max_keys", "_sampler", "_seen", "_trace", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
@@ -371,93 +376,69 @@ class Selector:
                  sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
                  repeat_window: float, rand: Callable[[], float] = random.random,
                  keep_level: int | None = None,
-                 field_names: Mapping[str, str] | None = None) -> None:
-        # The events reach the selector with their shipped names (Finisher ran first).
+                 field_names: Mapping[str, str] | None = None, *,
+                 max_keys: int = MAX_KEYS) -> None:
+        # The events reach the selector with their shipped names (Finisher ran first): a
+        # repeat's key is its message (else structlog's event), its logger and its level.
         names = field_names or {}
-        self._level = names.get("level", "level")
-        self._logger = names.get("logger", "logger")
-        self._message = names.get("message", "message")
+        self._key = (names.get("message", "message"), "event", names.get("logger", "logger"),
+                     names.get("level", "level"))
         self._trace = names.get("trace_id", "trace_id")
-        # Events at keep_level and above are never sampled away: a level's verdict, cached
-        # (level names are few; the cache is bounded all the same).
-        self._keep = keep_level
-        self._kept_levels: dict[str, bool] = {}
-        self._levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
-        # Longest prefix first: "app.db" wins over "app".
-        self._loggers = sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
-                               key=lambda kv: -len(kv[0]))
-        self._rand = rand
+        self._sampler = (Sampler(sample_levels, sample_loggers, rand, keep_level=keep_level)
+                         if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
         self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
-        self._max_keys = self.MAX_KEYS
+        self._max_keys = max_keys
 
-    def _rate(self, event: dict[str, Any]) -> float:
-        rate = 1.0
-        if self._levels:
-            level = event.get(self._level)
-            if type(level) is str:
-                r = self._levels.get(level)
-                if r is not None:
-                    rate = r
-        if self._loggers:
-            name = event.get(self._logger)
-            if type(name) is str:
-                for prefix, r in self._loggers:
-                    if name == prefix or name.startswith(prefix + "."):
-                        rate = min(rate, r)
-                        break
-        return rate
-
-    def select(self, events: list[dict[str, Any]], now: float | None = None
-               ) -> tuple[list[dict[str, Any]], int, int, list[dict[str, Any]]]:
+    def select(self, events: list[Any], now: float | None = None, *,
+               admit: Callable[..., Any] | None = admit_repeats
+               ) -> tuple[list[Any], int, int, list[dict[str, Any]]]:
+        """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
+        None for the Python reference (the property tests run both)."""
         now = time.monotonic() if now is None else now
-        sampling = bool(self._levels or self._loggers)
-        kept: list[dict[str, Any]] = []
+        sampler = self._sampler
+        kept: list[Any] = []
         sampled = repeats = 0
         summaries = self.expired(now) if self._limit is not None else []
+        if sampler is None and self._limit is not None and admit is not None:
+            # The compiled twin of the loop below (_admit), over the batch at once.
+            kept, repeats, ended = admit(events, self._seen, float(now), float(self._window),
+                                         self._limit, self._max_keys, self._key)
+            summaries += [self._summary(key, entry) for key, entry in ended]
+            return kept, 0, repeats, summaries
+        _, _, logger, level = self._key
         for event in events:
-            if sampling:
-                rate = self._rate(event)
-                if rate < 1.0 and not (self._keep is not None and self._kept(event)):
-                    u = _trace_fraction(event.get(self._trace))
-                    if (self._rand() if u is None else u) >= rate:
-                        sampled += 1
-                        continue
+            if sampler is not None and type(event) is dict:
+                rate = sampler.rate(event.get(level), event.get(logger))
+                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get(self._trace))):
+                    sampled += 1
+                    continue
             if self._limit is not None and not self._admit(event, now, summaries):
                 repeats += 1
                 continue
             kept.append(event)
         return kept, sampled, repeats, summaries
 
-    def _kept(self, event: dict[str, Any]) -> bool:
-        """The event's level is at or above sample_keep_level."""
-        level = event.get(self._level)
-        if type(level) is not str:
-            return False
-        verdict = self._kept_levels.get(level)
-        if verdict is None:
-            verdict = level_number(level) >= (self._keep or 0)
-            if len(self._kept_levels) < 256:
-                self._kept_levels[level] = verdict
-        return verdict
-
-    def _admit(self, event: dict[str, Any], now: float, summaries: list[dict[str, Any]]
-               ) -> bool:
+    def _admit(self, event: Any, now: float, summaries: list[dict[str, Any]]) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so
         # the oldest windows are always first: expiring and evicting cost O(1) per event.
-        message = event.get(self._message, event.get("event"))
+        item = event
+        if type(event) is bytes:  # a wire item: the fields read here, from its JSON
+            event = wire_view(event, self._key)
+        message_key, _, logger_key, level_key = self._key
+        message = event.get(message_key, event.get("event"))
         if type(message) is not str:
             return True
-        key = (event.get(self._logger), event.get(self._level), message)
+        key = (event.get(logger_key), event.get(level_key), message)
         seen = self._seen
         entry = seen.get(key)
         if entry is not None and now - entry[0] < self._window:
             entry[1] += 1
             if entry[1] <= (self._limit or 0):
                 return True
-            entry[2] = event
+            entry[2] = item
             return False
         if entry is not None:
             del seen[key]
@@ -496,7 +477,10 @@ class Selector:
     def _summary(self, key: tuple[Any, Any, Any], entry: list[Any]) -> dict[str, Any]:
         logger, level, message = key
         n = entry[1] - (self._limit or 0)
-        last = entry[2] or {}
+        last = entry[2]
+        if type(last) is bytes:  # a wire item
+            last = wire_view(last, ("_time",))
+        last = last or {}
         event: dict[str, Any] = {
             "level": level,
             "message": f"{message} (repeated {n:,} more time{'s' if n != 1 else ''} in "

@@ -50,6 +50,7 @@ from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
+from .sampling import Sampler, trace_fraction
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -116,6 +117,11 @@ class Shipper:
         # Hold-until-error (hold.py): the front ends look here inside a context only.
         self._hold = (Hold(o.hold_level, o.hold_size, o.hold_total, self._ledger)
                       if o.hold_level else None)
+        # Sampling (sampling.py), decided by the front ends on the callers' threads.
+        self._sampler = (Sampler(o.sample_levels, o.sample_loggers,
+                                 trace_key="trace_id" not in o.exclude_fields, fields=o.fields,
+                                 keep_level=o.keep_level)
+                         if o.sample_levels or o.sample_loggers else None)
         flusher.hold = self._hold  # what it holds is counted when the shipper closes
         lifecycle.register(flusher, o.handle_sigterm)
         finalizer = weakref.finalize(self, flusher.orphaned)
@@ -151,7 +157,13 @@ class Shipper:
         when not configured."""
         return self._hold
 
-    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
+    @property
+    def sampler(self) -> Sampler | None:
+        """Sampling (``sample_levels``, ``sample_loggers``), which a front end decides before
+        queueing; None when not configured."""
+        return self._sampler
+
+    def wire(self) -> tuple[Any, ...] | None:
         """What the compiled fast path needs to queue events as their final JSON (events.py
         "Wire items"), or None when the flusher has work to do per event."""
         return self._sender.wire()
@@ -176,6 +188,12 @@ class Shipper:
                 event = event.copy()
             size = _estimate(event)
             event[_SIZE] = size
+            sampler = self._sampler
+            if sampler is not None:
+                rate = sampler.rate(event.get("level"), event.get("logger"))
+                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event["trace_id"])
+                                                   if "trace_id" in event else sampler.static):
+                    return self._ledger.drop(Fate.DROPPED_SAMPLED)
             hold = self._hold
             if hold is not None and hold.take(event, size, level_number(event.get("level"))):
                 return True
@@ -305,14 +323,17 @@ class Flusher:
             return
         thread = threading.Thread(target=self.worker.run,
                                   name=f"loghandler-flusher:{self.dataset}", daemon=True)
+        # Known before it starts: a Ctrl+C inside start() (which waits for the thread) must not
+        # leave it running unknown, for the next event to start a second one beside it.
+        self.thread = thread
         try:
             thread.start()
         except RuntimeError:
             # "can't create new thread at interpreter shutdown": the exit hook sends what is
             # queued on its own thread instead.
+            self.thread = None
             self.thread_failed = True
         else:
-            self.thread = thread
             _warn_if_uwsgi_without_threads()
 
     def _thread_for_flush_locked(self) -> bool:

@@ -238,11 +238,9 @@ class Spiller:
                   else "give close() more time")
         if fate is Fate.UNCONFIRMED:
             self.reporter.report_or_defer(
-                Cause.CLOSED_UNCONFIRMED, f"closed (close() or a logging reload) before the "
-                                          f"service answered a request of "
-                                          f"{plural(n, 'event')} within {bound}: it may have "
-                                          f"stored them (counted in stats().unconfirmed, not "
-                                          f"as lost): {advice}")
+                Cause.CLOSED_UNCONFIRMED, f"closed with {plural(n, 'event')} not answered "
+                                          f"within {bound}: maybe stored "
+                                          f"(stats().unconfirmed): {advice}")
             return
         self.reporter.report_or_defer(
             Cause.CLOSED_LOSING, f"closed (close() or a logging reload) with "

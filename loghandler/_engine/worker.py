@@ -18,7 +18,7 @@ from .._errors import Error, PartialIngestError
 from .._output import clip, printable
 from .batches import Chunk, Cutter, Item, encode_each
 from .bisector import bisect, conclude
-from .events import FAST_HEAD, PLAIN, SIZE, item_events, known_clean, rfc3339
+from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
@@ -61,11 +61,11 @@ class Worker:
         # What ships (shaping.py): None when not configured, so the flusher pays one test.
         self.finish = make_finisher(opts.exclude_fields, opts.scrub, opts.scrub_keys,
                                     opts.scrub_patterns, opts.field_names)
-        self.selector = (Selector(opts.sample_levels, opts.sample_loggers, opts.repeat_limit,
-                                  opts.repeat_window, keep_level=opts.keep_level,
+        # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
+        # threads (sampling.py), before an event is queued.
+        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window,
                                   field_names=opts.field_names)
-                         if opts.sample_levels or opts.sample_loggers or opts.repeat_limit
-                         else None)
+                         if opts.repeat_limit else None)
         # The selector's state (repeat windows) is shared with application threads that spill
         # a full queue (spill_from_caller): held only for its CPU work, never across I/O.
         self.select_lock = threading.Lock()
@@ -82,32 +82,69 @@ class Worker:
         self.poster.reset()
         self.spiller.reset()
 
-    def wire(self) -> tuple[bytes, frozenset[str], set[Any] | None, Any] | None:
-        """What the handler's compiled fast path needs to queue its events as their final
-        JSON (events.py "Wire items"): ``fields=`` as JSON text to append, their names, the
-        scrubber's set of keys it has nothing to do for and its ``learn`` (None, None: no
-        scrubber). None when the flusher has work to do per event: a sampling or repeat
-        policy, exclusions, field names, scanning text for secrets, a ``fields=`` value that is
-        not plain or whose name is a secret's."""
-        if self.selector is not None or self.options.json_default is not None:
+    def wire(self) -> tuple[Any, ...] | None:
+        """What the compiled fast paths need to queue their events as their final JSON
+        (events.py "Wire items"): ``(fragment, statics, clean, learn, exclude, head_skip,
+        renames, head_renames, span_renames, renamed, moved, rename_index, members)``:
+        ``fields=`` as JSON text to append,
+        their names, the scrubber's set of keys it has nothing to do for and its ``learn``
+        (None, None: no scrubber), the excluded fields and a bit per head field excluded;
+        ``field_names`` as each new name's ``,"name":`` in order, the index of the rename of
+        each head field and of the span's two ids (-1: none), and every name renamed or
+        renamed to (an event holding one elsewhere is the flusher's to rename), each rename of
+        a ``fields=`` field as (its name, its whole member), each rename's index by old name,
+        and ``fields=`` member by member (for events with no head of their own). None when the
+        flusher must see each event: a ``json_default``, scanning text for secrets, a
+        ``fields=`` value that is not plain or whose name is a secret's or a new name, a field
+        renamed to the name of a head field that stays. (Repeats read wire items too:
+        ``events.wire_view``.)"""
+        opts = self.options
+        if opts.json_default is not None:
             return None
-        if self.options.field_names:  # renamed by the flusher (the C writer knows no names)
-            return None
-        static = dict(self.options.fields or {})
+        static = dict(opts.fields or {})
         if any(type(v) not in PLAIN for v in static.values()):
+            return None
+        exclude = frozenset(opts.exclude_fields)
+        renames = tuple((opts.field_names or {}).items())
+        olds = {old for old, _ in renames}
+        news = {new for _, new in renames}
+        if news & static.keys() or any(new in FAST_HEAD and new not in olds
+                                       and new not in exclude for _, new in renames):
             return None
         clean: set[Any] | None = None
         learn = None
-        finish = self.finish
-        if finish is not None:
-            clean = known_clean(finish, tuple(static.items()), True)
-            if clean is None or not clean.issuperset(FAST_HEAD):
+        if self.finish is not None:
+            scrub = self.finish.wire_scrubber()
+            if scrub is None:
                 return None
-            learn = getattr(finish, "learn", None)
-        # The event's own fields win over fields= (item_events): the head's always do.
+            clean, learn = scrub
+            # The head's, the span's and fields='s keys taught now (a secret's name among
+            # fields= keeps every event a dict, scrubbed on the flusher).
+            if learn is not None and not all(
+                    learn(key) for key in (*FAST_HEAD, "trace_id", "span_id", *static)
+                    if key not in exclude):
+                return None
+        head_skip = sum(1 << i for i, key in enumerate(FAST_HEAD) if key in exclude)
+        index = {old: i for i, (old, _) in enumerate(renames)}
+        # The event's own fields win over fields= (item_events): the head's always do. A
+        # field of fields= renamed goes last, at its rename's place.
         fragment = b"".join(b"," + encoding.encode(key) + b":" + encoding.encode(value)
-                            for key, value in static.items() if key not in FAST_HEAD)
-        return fragment, frozenset(static), clean, learn
+                            for key, value in static.items()
+                            if key not in FAST_HEAD and key not in exclude and key not in olds)
+        moved = tuple((old, b"," + encoding.encode(new) + b":" + encoding.encode(static[old]))
+                      if old in static and old not in FAST_HEAD and old not in exclude else None
+                      for old, new in renames)
+        # (a field of fields= renamed is the writer's; its old name elsewhere, the flusher's)
+        renamed = frozenset((olds | news) - {old for old in olds if old in static})
+        # fields= member by member, for an event with no head of its own (structlog's, an
+        # OpenTelemetry record's): each where the event lacks it.
+        members = tuple((key, b"," + encoding.encode(key) + b":" + encoding.encode(value))
+                        for key, value in static.items() if key not in exclude and key not in olds)
+        return (fragment, frozenset(static), clean, learn, exclude, head_skip,
+                tuple(b"," + encoding.encode(new) + b":" for _, new in renames),
+                tuple(index.get(key, -1) for key in FAST_HEAD),
+                (index.get("trace_id", -1), index.get("span_id", -1)), renamed, moved, index,
+                members)
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -233,9 +270,8 @@ class Worker:
                 spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
 
     def _select(self, events: list[Item]) -> list[Item]:
-        # Sampling and repeats (shaping.Selector): what they drop is settled at once, with its
-        # reason; a repeat window's summary is queued as an event of its own. (No wire item
-        # comes here: wire() refuses them to a shipper with a selector.)
+        # Repeats (shaping.Selector; wire items too): what it drops is settled at once, with
+        # its reason; a repeat window's summary is queued as an event of its own.
         assert self.selector is not None
         with self.select_lock:
             kept, sampled, repeats, summaries = self.selector.select(

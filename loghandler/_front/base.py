@@ -13,11 +13,13 @@ import sys
 import threading
 from typing import Any
 
+from .. import _compiled
 from .._engine.context import IN_USE, OTEL_TRACE, snapshot
 from .._engine.guard import SENDERS, own_record
 from .._engine.hold import Hold, level_number
 from .._engine.ledger import Fate, Intake
-from .._engine.model import CONTEXT, SIZE
+from .._engine.model import CONTEXT, LEVELS, RECORD, SIZE
+from .._engine.sampling import Sampler, span_fraction, trace_fraction
 from .._engine.shipper import Shipper, make_shipper
 from .._engine.stats import Stats
 from .._wire.client import Client
@@ -30,13 +32,14 @@ _get_ident = threading.get_ident
 
 class FrontEnd:
     """Base of a front end owning (or sharing) one ``Shipper``: ``shipper``, and its faces
-    ``_intake`` and ``_hold`` kept for the hot paths."""
+    ``_intake``, ``_hold`` and ``_sampler`` kept for the hot paths."""
 
-    __slots__ = ("_hold", "_intake", "_owns_shipper", "shipper")
+    __slots__ = ("_hold", "_intake", "_owns_shipper", "_sampler", "shipper")
 
     shipper: Shipper
     _intake: Intake
     _hold: Hold | None
+    _sampler: Sampler | None
     _owns_shipper: bool
 
     def _attach(self, dataset: str | None, client: Client | None, shipper: Shipper | None,
@@ -46,6 +49,31 @@ class FrontEnd:
         self._owns_shipper = shipper is None
         self._intake = self.shipper.intake
         self._hold = self.shipper.hold
+        self._sampler = self.shipper.sampler
+
+    def policy(self) -> tuple[bool, tuple[Any, ...] | None, tuple[int, Any] | None]:
+        """What the compiled path decides on the caller's thread, as it reads it
+        (``_compiled.fast_path``): ``(trace_context, sample, hold)``; ``sample``: the
+        sampler's tables ``(levels, loggers, rand, trace_key, fields=' fraction, drop,
+        trace_fraction, keep_level, kept_levels, kept)``, ``hold``: ``(level, take)``; None
+        when not configured."""
+        sampler, hold = self._sampler, self._hold
+        intake = self._intake
+        sample = None if sampler is None else (
+            sampler.levels, sampler.loggers, sampler.rand, sampler.trace_key, sampler.static,
+            lambda: intake.drop(Fate.DROPPED_SAMPLED), trace_fraction, sampler.keep_level,
+            sampler.kept_levels, sampler.kept)
+        return (self.shipper.options.trace_context is True, sample,
+                None if hold is None else (hold.level, hold.take))
+
+    def _wire_path(self) -> tuple[Any, ...] | None:
+        """The compiled fast path of a front end whose events, to be cheaper there, must be wire
+        items (``_compiled.fast_path``): None on the Python path, or when the shipper offers no
+        wire (its events are then dicts, which this front end's Python path builds)."""
+        wire = self.shipper.wire()
+        if wire is None:
+            return None
+        return _compiled.fast_path(self._intake, wire, self.policy())
 
     def _own_logging(self, logger_name: str | None) -> bool:
         """True (and counted) when this record was caused by loghandler's own sending."""
@@ -54,21 +82,27 @@ class FrontEnd:
             return True
         return False
 
-    def _queue(self, event: dict[Any, Any], size: int, level: Any, trace: bool = True) -> bool:
-        """Queue a built event: context, hold-until-error, then the intake. Never raises.
+    def _queue(self, event: dict[Any, Any], size: int, level: Any, trace: bool = True,
+               sampled: bool = False) -> bool:
+        """Queue a built event: the caller's context, sampling (unless ``sampled``: decided
+        already), hold-until-error, then the intake. Never raises.
 
         ``trace=False``: the event has its span ids already (OpenTelemetry's records)."""
         try:
-            if IN_USE[0] or (trace and OTEL_TRACE in _modules):
+            snap = None
+            contextual = IN_USE[0] or (trace and OTEL_TRACE in _modules)
+            if contextual:
                 snap = snapshot(trace and self.shipper.options.trace_context)
                 if snap:
                     event[CONTEXT] = snap
-                hold = self._hold
-                if hold is not None:
-                    event[SIZE] = size
-                    if hold.take(event, size, level_number(level)):
-                        return True
+            sampler = self._sampler
+            if sampler is not None and not sampled and not _sampled_in(sampler, event, snap):
+                return self._intake.drop(Fate.DROPPED_SAMPLED)
             event[SIZE] = size
+            if contextual:
+                hold = self._hold
+                if hold is not None and hold.take(event, size, level_number(level)):
+                    return True
             return self._intake.offer(event, size)
         except Exception:
             return self._invalid()
@@ -101,3 +135,25 @@ class FrontEnd:
     def stats(self) -> Stats:
         """The shipper's counters (see ``Shipper.stats``)."""
         return self.shipper.stats()
+
+
+def _sampled_in(sampler: Sampler, event: dict[Any, Any],
+                snap: tuple[dict[str, Any], int, int] | None) -> bool:
+    """Does sampling keep this event (sampling.py)? Its level as shipped (a fast path's event
+    holds the record's level name: item_events' rule), its logger, and the trace id it ships
+    with: its own, else the span's, else the context's, else fields='s."""
+    level = event.get("level")
+    if RECORD in event and type(level) is str:
+        level = LEVELS.get(level) or level.lower()
+    rate = sampler.rate(level, event.get("logger"))
+    if rate >= 1.0:
+        return True
+    if "trace_id" in event:
+        fraction = trace_fraction(event["trace_id"])
+    elif snap is not None and snap[1]:
+        fraction = span_fraction(snap[1])
+    elif snap is not None and "trace_id" in snap[0]:
+        fraction = trace_fraction(snap[0]["trace_id"])
+    else:
+        fraction = sampler.static
+    return sampler.keep(rate, fraction)

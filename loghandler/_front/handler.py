@@ -124,22 +124,12 @@ class IngestHandler(FrontEnd, logging.Handler):
     # What _compiled decided (a plain read of its attribute, once, here).
     handle = _compiled.handle if _compiled.handle is not None else _handle_python
 
-    def _put_compiled(self, record: logging.LogRecord, fast: tuple[Any, Any, Any]) -> None:
-        # The compiled record_put for the records the compiled handle leaves here (filters, a
-        # context): the same queue item, then the context's path or the gate.
-        gate, wire, put = fast
-        context = IN_USE[0] or OTEL_TRACE in _modules
+    def _put_compiled(self, record: logging.LogRecord, fast: tuple[Any, ...]) -> None:
+        # The compiled way (record_put: sampling, the item, hold, the queue) for the records
+        # the compiled handle leaves here (its filters passed them).
         try:
-            got = _record_put(record.__dict__, None if context else gate,
-                              None if context else wire)
-            if got is True:
-                return
-            if got is None:
+            if not _record_put(self, record, fast):
                 self._put_event(record)
-            elif context:
-                self._queue(got[0], got[1], record.levelno)
-            else:
-                put(*got)
         except Exception:
             self._put_event(record)
 
@@ -186,10 +176,10 @@ class IngestHandler(FrontEnd, logging.Handler):
                             self._put_event(record)
                             return
                         event[key] = value
-                if IN_USE[0] or OTEL_TRACE in _modules:
+                if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
                     # A context was entered once, or the application uses OpenTelemetry: the
-                    # caller's context and span go with the event (out of line: the plain path
-                    # pays these two checks only).
+                    # caller's context and span go with the event; or sampling decides (out
+                    # of line: the plain path pays these three checks only).
                     self._queue(event, size, d["levelno"])
                     return
                 event[SIZE] = size
@@ -199,14 +189,15 @@ class IngestHandler(FrontEnd, logging.Handler):
         except Exception:
             self._put_event(record)
 
-    def _put_event(self, record: logging.LogRecord) -> None:
+    def _put_event(self, record: logging.LogRecord, sampled: bool = False) -> None:
+        # The careful path (``sampled``: the compiled path's sampling kept it already).
         try:
             if self._custom is None:
                 event, size = record_to_event(record)
             else:
                 event, size = self._custom_event(record)
-            if IN_USE[0] or OTEL_TRACE in _modules:
-                self._queue(event, size, getattr(record, "levelno", 20))
+            if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
+                self._queue(event, size, getattr(record, "levelno", 20), True, sampled)
                 return
             event[SIZE] = size
             self._intake.offer(event, size)
@@ -246,7 +237,8 @@ class IngestHandler(FrontEnd, logging.Handler):
         # formatter or a json_default (the careful path's). Its events are queued as their
         # final JSON when the shipper has nothing to do per event (Shipper.wire).
         if type(self).emit is IngestHandler.emit and not custom and _compiled.ACTIVE:
-            self._fast_path = _compiled.fast_path(self._intake, self.shipper.wire())
+            self._fast_path = _compiled.fast_path(self._intake, self.shipper.wire(),
+                                                  self.policy())
         else:
             self._fast_path = None
 

@@ -8,14 +8,26 @@ before). ``import loghandler`` does not import this module.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import _compiled
 from .._config import SHIPPING_OPTIONS_DOC, documented
-from .._encoding import free_name, using_default
+from .._encoding import encode, free_name, using_default
 from .._engine.events import add_fields
-from .._engine.model import FAST_EVENT_SIZE, FIELD_SIZE, PLAIN, RECORD
+from .._engine.model import (
+    FAST_EVENT_SIZE,
+    FIELD_SIZE,
+    OTEL_CODE,
+    OTEL_EXCEPTION,
+    OTEL_NUMBERS,
+    OTEL_SEVERITY,
+    OTEL_TEXTS,
+    PLAIN,
+    RECORD,
+)
 from .._engine.shipper import Shipper
 from .._output import shown
 from .._wire.client import Client
@@ -24,17 +36,16 @@ from .base import FrontEnd
 
 __all__ = ["IngestLogRecordProcessor", "otel_event"]
 
-# severity_number ranges (the OpenTelemetry log data model): 1-4 trace ... 21-24 fatal.
-_SEVERITY = ((4, "trace"), (8, "debug"), (12, "info"), (16, "warning"), (20, "error"),
-             (24, "critical"))
-# OpenTelemetry's texts for the stdlib's levels, named as IngestHandler names them, so that a
-# dataset fed by both reads one set of levels.
-_TEXTS = {"warn": "warning", "fatal": "critical"}
-_NUMBER = {"trace": 5, "debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40,
-           "fatal": 50, "critical": 50}
-_CODE = {"code.filepath": "file", "code.file.path": "file", "code.function": "function",
-         "code.function.name": "function", "code.lineno": "line", "code.line.number": "line"}
-_EXCEPTION = frozenset({"exception.type", "exception.message", "exception.stacktrace"})
+# What _compiled decided: the compiled reading of a record (a wire item), or None.
+_otel_put = _compiled.otel_put
+
+# The mapping of an OpenTelemetry log record onto the event (model.py: the one table of each,
+# which the compiled path is handed too).
+_SEVERITY = OTEL_SEVERITY
+_TEXTS = OTEL_TEXTS
+_NUMBER = OTEL_NUMBERS
+_CODE = OTEL_CODE
+_EXCEPTION = OTEL_EXCEPTION
 _SPECIAL = _EXCEPTION | _CODE.keys()
 _RESOURCE = {"service.name": "service", "service.version": "version",
              "deployment.environment": "environment",
@@ -54,8 +65,10 @@ def _level(record: Any) -> str:
     return "info"
 
 
-def _resource_fields(resource: Any, cache: dict[int, tuple[Any, dict[str, Any]]]
-                     ) -> dict[str, Any]:
+Cache = dict[int, tuple[Any, dict[str, Any], tuple[tuple[Any, bytes], ...]]]
+
+
+def _resource_fields(resource: Any, cache: Cache) -> dict[str, Any]:
     # A provider has one resource: its fields are computed once (kept with the resource, so
     # its id cannot be reused by another while cached).
     key = id(resource)
@@ -76,13 +89,34 @@ def _resource_fields(resource: Any, cache: dict[int, tuple[Any, dict[str, Any]]]
         fields["resource"] = rest
     if len(cache) > 64:
         cache.clear()
-    cache[key] = (resource, fields)
+    cache[key] = (resource, fields, _encoded(fields))
     return fields
 
 
+def resource_json(resource: Any, cache: Cache) -> tuple[tuple[Any, bytes], ...]:
+    """The JSON of a resource's fields that are no plain values (its other attributes, as
+    ``resource``), each with the object it is made of: these objects are the cache's, never
+    changed, so the compiled path writes them into wire items as they are (by identity)."""
+    _resource_fields(resource, cache)
+    hit = cache.get(id(resource))
+    return hit[2] if hit is not None and hit[0] is resource else ()
+
+
+def _encoded(fields: dict[str, Any]) -> tuple[tuple[Any, bytes], ...]:
+    out = []
+    for value in fields.values():
+        if type(value) in PLAIN:
+            continue
+        data = encode(value)
+        # (a lone surrogate sends the encoder to its ASCII form, which a whole event written
+        # in UTF-8 would not use: such a value stays the flusher's)
+        if not re.search(rb"\\u[dD][89abAB]", data):
+            out.append((value, data))
+    return tuple(out)
+
+
 def otel_event(record: Any, resource: Any = None, scope: Any = None,
-               cache: dict[int, tuple[Any, dict[str, Any]]] | None = None
-               ) -> tuple[dict[str, Any], int]:
+               cache: Cache | None = None) -> tuple[dict[str, Any], int]:
     """The event for an OpenTelemetry log record (``loghandler.opentelemetry``: the mapping),
     and its rough size. Never raises: what cannot be read is left out.
 
@@ -160,7 +194,7 @@ def otel_event(record: Any, resource: Any = None, scope: Any = None,
 
 
 def _careful_event(record: Any, resource: Any, scope: Any,
-                   cache: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[dict[str, Any], int]:
+                   cache: Cache) -> tuple[dict[str, Any], int]:
     # A record of an odd shape (an SDK we do not know, a stub): attribute by attribute.
     class _Record:
         def __getattr__(self, name: str) -> Any:
@@ -201,21 +235,38 @@ class IngestLogRecordProcessor(FrontEnd):
             suggestion), an invalid value.
     """
 
-    __slots__ = ("_resources",)
+    __slots__ = ("_fast_path", "_resources")
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)
-        self._resources: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._resources: Cache = {}
+        # The compiled fast path (its events queued as their final JSON), or None.
+        self._fast_path = self._wire_path()
 
     def on_emit(self, log_record: Any) -> None:
         """The SDK's call (1.35 and later): ``log_record`` is a ``ReadWriteLogRecord``."""
+        self._put(log_record)
+
+    def _put(self, log_record: Any, sampled: bool | None = None) -> None:
+        """``on_emit``'s work. ``sampled``: None from ``on_emit`` (the compiled reading is
+        tried first); else the compiled path hands the record here (True: its sampling kept
+        it already)."""
         try:
             record = getattr(log_record, "log_record", log_record)
             resource = getattr(log_record, "resource", None) or getattr(record, "resource", None)
             scope = getattr(log_record, "instrumentation_scope", None)
             if self._own_logging(getattr(scope, "name", None)):
                 return
+            fast = self._fast_path
+            if fast is not None and sampled is None and _otel_put is not None:
+                # The compiled reading of the record (otel_event's twin), queued as its final
+                # JSON; False: a record of its careful steps, read below.
+                fields = _resource_fields(resource, self._resources) if resource is not None \
+                    else None
+                if _otel_put(self, log_record, record, scope, fields,
+                             resource_json(resource, self._resources), fast):
+                    return
             custom = self.shipper.options.json_default
             try:
                 if custom is None:
@@ -226,7 +277,7 @@ class IngestLogRecordProcessor(FrontEnd):
             except Exception:
                 event, size = _careful_event(record, resource, scope, self._resources)
             # The record carries its own span: only a loghandler.context is looked up.
-            self._queue(event, size, _NUMBER.get(event["level"], 20), trace=False)
+            self._queue(event, size, _NUMBER.get(event["level"], 20), False, bool(sampled))
         except Exception:
             self._invalid()
 

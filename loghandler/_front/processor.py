@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from .. import _compiled
 from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine.context import IN_USE, OTEL_TRACE
 from .._engine.events import add_exception, add_fields
 from .._engine.guard import SENDERS, own_record
-from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE
+from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE, STRUCTLOG_SKIP
 from .._engine.shipper import Shipper
 from .._output import shown
 from .._time import format_datetime, format_epoch, format_micros, parse_micros
@@ -31,9 +32,8 @@ __all__ = ["IngestProcessor", "event_dict_to_event"]
 
 _modules = sys.modules
 _get_ident = threading.get_ident
-# Keys that steer a processing step and carry no data of their own: ``exc_info`` becomes the
-# ``exception`` object; the other two are the bookkeeping ProcessorFormatter adds to its copy.
-_NOT_FIELDS = frozenset({"exc_info", "_record", "_from_structlog"})
+# Keys that steer a processing step and carry no data of their own (model.STRUCTLOG_SKIP).
+_NOT_FIELDS = STRUCTLOG_SKIP
 
 
 def event_dict_to_event(
@@ -122,13 +122,19 @@ class IngestProcessor(FrontEnd):
             suggestion), an invalid value.
     """
 
-    __slots__ = ()  # flush, close, stats: FrontEnd's
+    __slots__ = ("_fast_path",)  # flush, close, stats: FrontEnd's
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)
+        # The compiled fast path (its events queued as their final JSON), or None: read by
+        # the compiled __call__.
+        self._fast_path = self._wire_path()
 
-    def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+    def _put(self, logger: Any, method_name: str, event_dict: Any,
+             sampled: bool = False) -> Any:
+        """``__call__`` in Python: the reference the compiled one stands in for (``sampled``:
+        the compiled one's sampling kept the event already)."""
         try:
             if SENDERS and _get_ident() in SENDERS and own_record(None):  # our on_error logged
                 self._intake.suppress()
@@ -139,8 +145,8 @@ class IngestProcessor(FrontEnd):
                 else:
                     with using_default(custom):
                         event, size = event_dict_to_event(method_name, event_dict)
-                if IN_USE[0] or OTEL_TRACE in _modules:
-                    self._queue(event, size, event.get("level"))
+                if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
+                    self._queue(event, size, event.get("level"), True, sampled)
                 else:
                     event[SIZE] = size
                     self._intake.offer(event, size)
@@ -149,6 +155,9 @@ class IngestProcessor(FrontEnd):
         except Exception:
             self._invalid()  # never break the application's logging chain
         return event_dict
+
+    # What _compiled decided (a plain read of its attribute, once, here).
+    __call__ = _compiled.processor_call if _compiled.processor_call is not None else _put
 
     def __repr__(self) -> str:
         return f"<IngestProcessor dataset={shown(self.shipper.dataset)}>"

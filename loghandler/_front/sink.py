@@ -14,6 +14,7 @@ import time
 import traceback
 from typing import Any
 
+from .. import _compiled
 from .._config import SHIPPING_OPTIONS_DOC, documented
 from .._encoding import free_name, using_default
 from .._engine.events import add_fields, exception_fields, loguru_head
@@ -129,14 +130,19 @@ class IngestSink(FrontEnd):
             suggestion), an invalid value.
     """
 
-    __slots__ = ()
+    __slots__ = ("_fast_path",)
 
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)
+        # The compiled fast path (its events queued as their final JSON), or None: read by
+        # the compiled __call__.
+        self._fast_path = self._wire_path()
 
-    def __call__(self, message: Any) -> None:
-        """loguru's call: queue the message's record. O(1), never blocks, never raises."""
+    def _put(self, message: Any, sampled: bool = False) -> None:
+        """loguru's call in Python: the reference the compiled ``__call__`` stands in for
+        (``sampled``: its sampling kept the event already). O(1), never blocks, never
+        raises."""
         try:
             r = message.record
             if SENDERS and _get_ident() in SENDERS and own_record(r["name"]):
@@ -156,13 +162,16 @@ class IngestSink(FrontEnd):
                     event[key] = value
                     size += FAST_EXTRA_SIZE + len(value) if t is str else FAST_EXTRA_SIZE
                 else:
-                    self._queue(event, size, level.no)
+                    self._queue(event, size, level.no, True, sampled)
                     return
-            self._careful(r, level)
+            self._careful(r, level, sampled)
         except Exception:
             self._invalid()
 
-    def _careful(self, record: Any, level: Any) -> None:
+    # What _compiled decided (a plain read of its attribute, once, here).
+    __call__ = _compiled.sink_call if _compiled.sink_call is not None else _put
+
+    def _careful(self, record: Any, level: Any, sampled: bool = False) -> None:
         custom = self.shipper.options.json_default
         if custom is None:
             event, size = loguru_event(record)
@@ -170,7 +179,8 @@ class IngestSink(FrontEnd):
             with using_default(custom):
                 event, size = loguru_event(record)
         levelno = getattr(level, "no", None)
-        self._queue(event, size, levelno if type(levelno) is int else event.get("level"))
+        self._queue(event, size, levelno if type(levelno) is int else event.get("level"), True,
+                    sampled)
 
     def __repr__(self) -> str:
         return f"<IngestSink dataset={shown(self.shipper.dataset)}>"

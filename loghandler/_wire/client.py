@@ -211,8 +211,11 @@ class Client:
                     retries=False, preload_content=False, **kwargs,
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                error = TransportError(self._too_slow(limit_s) if watch is not None
-                                       and watch.fired else
+                # The socket's read time-out and the watchdog bound the same wait: whichever
+                # fires first, the answer did not come within limit_s.
+                slow = (watch is not None and watch.fired) or isinstance(
+                    exc, urllib3.exceptions.ReadTimeoutError)
+                error = TransportError(self._too_slow(limit_s) if slow else
                                        _transport_message(self._settings.url, exc))
                 error.sent = not _before_sending(exc)
                 raise error from None

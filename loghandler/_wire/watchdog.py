@@ -64,7 +64,10 @@ class Watchdog:
     def reset(self) -> None:
         """Anew: at construction, and in a forked child (the parent's thread is gone, and its
         lock may have been held at the fork)."""
-        self._cond = threading.Condition(threading.Lock())
+        # The requesting threads take the lock itself (a C call): a Condition's Python-level
+        # __enter__ interrupted by Ctrl+C would leave it held for ever (engine/ledger/wake.py).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, Watch]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
@@ -72,7 +75,7 @@ class Watchdog:
 
     def arm(self, deadline: float) -> Watch | None:
         watch = Watch(deadline)
-        with self._cond:
+        with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 if _is_finalizing():
                     # Interpreter shutdown: a new thread would never run, and start() would
@@ -80,11 +83,12 @@ class Watchdog:
                     return None
                 thread = threading.Thread(target=self._run, name="loghandler-watchdog",
                                           daemon=True)
+                self._thread = thread  # known before start(), which an interrupt may cut
                 try:
                     thread.start()
                 except RuntimeError:  # interpreter shutdown: urllib3's timeouts only
+                    self._thread = None
                     return None
-                self._thread = thread
             heapq.heappush(self._heap, (deadline, next(self._order), watch))
             if self._heap[0][2] is watch:
                 self._cond.notify()
@@ -94,7 +98,7 @@ class Watchdog:
     def disarm(self, watch: Watch | None) -> None:
         self._local.watch = None
         if watch is not None:
-            with self._cond:
+            with self._lock:
                 watch.done = True
                 watch.conn = None
 
@@ -102,7 +106,7 @@ class Watchdog:
         watch = getattr(self._local, "watch", None)
         if watch is None:
             return
-        with self._cond:
+        with self._lock:
             watch.conn = conn
             fired = watch.fired
         if fired:

@@ -18,6 +18,7 @@ from .. import events as _events
 from ..events import size_of
 from ..model import FAST_ITEM_BYTES
 from ..stats import Count, Fate, Stats
+from .wake import Wake
 
 __all__ = ["SPILL_BATCHES", "LedgerState"]
 
@@ -120,11 +121,13 @@ class LedgerState:
         self._lock = threading.RLock()
         self._progress = threading.Condition(self._lock)  # events settled
         self._space = threading.Condition(self._lock)  # room in the queue (overflow="block")
-        self._wake = threading.Event()  # the flusher: a batch is full, or flush/close
-        self._interrupt = threading.Event()  # the flusher: close() came, re-measure waits
+        # The flusher's wake-ups, set by the application's threads: Wake, not threading.Event,
+        # which a Ctrl+C can leave locked for ever (wake.py).
+        self._wake = Wake()  # the flusher: a batch is full, or flush/close
+        self._interrupt = Wake()  # the flusher: close() came, re-measure waits
         # The flusher waiting out a retry with a spool (wait_pressed): the queue is half full,
         # spill now. Set by the slow path while _watching, and by close().
-        self._pressure = threading.Event()
+        self._pressure = Wake()
         self._watching = False
         self._queue: deque[Any] = deque()
         self.gate[0] = self._queue

@@ -1,0 +1,111 @@
+"""Sampling (``sample_levels``, ``sample_loggers``): decided on the caller's thread, before the
+event is built or queued, from its level, its logger and its trace id alone.
+
+An event whose level and logger have a rate below 1 is kept with that probability: by the
+fraction its trace id gives (the low 64 bits of a W3C trace id are random, so every shipper in
+every process keeps or drops a trace's events together), else by the random source. The trace
+id is the one the shipped event would carry: the event's own ``trace_id`` field, else the
+current span's, else the context's field, else ``fields=``'s (a ``trace_id`` left out by
+``exclude_fields`` is none). What is sampled out is counted ``dropped_sampled`` at once.
+
+Deciding here, not on the flusher, means a sampled-out event costs the caller a few lookups and
+the flusher nothing, and that an event kept is never made a dict for the decision's sake: the
+compiled path (``_speedups.c``) makes the same decision from the same tables (``table()``) and
+queues what it keeps as its final JSON. tests/test_speedups.py holds the two equal.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .hold import level_number
+
+__all__ = ["Sampler", "span_fraction", "trace_fraction"]
+
+_MASK = (1 << 64) - 1
+_TWO64 = 2.0**64
+
+
+def trace_fraction(trace_id: Any) -> float | None:
+    """The fraction in [0, 1) a trace id (its last 16 hex digits) gives; None for a value that
+    is no trace id (then the random source decides)."""
+    if type(trace_id) is not str or len(trace_id) < 16:
+        return None
+    try:
+        return int(trace_id[-16:], 16) / _TWO64
+    except ValueError:
+        return None
+
+
+def span_fraction(trace_id: int) -> float:
+    """``trace_fraction`` of a span's trace id (a positive int below 2**128) written in hex, as
+    the event carries it: its low 64 bits."""
+    return (trace_id & _MASK) / _TWO64
+
+
+class Sampler:
+    """One shipper's sampling rates (see the module docstring).
+
+    ``rate(level, logger)``: the fraction kept of events of that level (the event's level
+    name, as shipped) and logger (the longest matching prefix among ``sample_loggers``, a
+    logger or any of its children); the smaller of the two applies, and 1 at
+    ``sample_keep_level`` and above. ``keep(rate, fraction)``:
+    the decision for one event whose rate is below 1.
+    """
+
+    __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "static", "trace_key")
+
+    def __init__(self, sample_levels: Mapping[str, float] | None,
+                 sample_loggers: Mapping[str, float] | None,
+                 rand: Callable[[], float] = random.random, *, trace_key: bool = True,
+                 fields: Mapping[str, Any] | None = None,
+                 keep_level: int | None = None) -> None:
+        self.levels = {k.lower(): float(v) for k, v in (sample_levels or {}).items()}
+        # Longest prefix first: "app.db" wins over "app".
+        self.loggers = tuple(sorted(((k, float(v)) for k, v in (sample_loggers or {}).items()),
+                                    key=lambda kv: -len(kv[0])))
+        self.rand = rand
+        # False when exclude_fields leaves the trace id out: then no event carries one.
+        self.trace_key = trace_key
+        # The fraction of fields='s trace_id (the last the event can take it from), or None.
+        self.static = trace_fraction((fields or {}).get("trace_id"))
+        # Events at keep_level (sample_keep_level) and above are never sampled away: a level
+        # name's verdict, cached (level names are few; the cache is bounded all the same).
+        self.keep_level = keep_level
+        self.kept_levels: dict[str, bool] = {}
+
+    def rate(self, level: Any, logger: Any) -> float:
+        rate = 1.0
+        if self.levels and type(level) is str:
+            r = self.levels.get(level)
+            if r is not None:
+                rate = r
+        if self.loggers and type(logger) is str:
+            for prefix, r in self.loggers:
+                if logger == prefix or logger.startswith(prefix + "."):
+                    if r < rate:
+                        rate = r
+                    break
+        if rate < 1.0 and self.keep_level is not None and self.kept(level):
+            return 1.0
+        return rate
+
+    def kept(self, level: Any) -> bool:
+        """Is ``level`` (a level name, as shipped) at or above ``keep_level``?"""
+        if type(level) is not str:
+            return False
+        verdict = self.kept_levels.get(level)
+        if verdict is None:
+            verdict = level_number(level) >= (self.keep_level or 0)
+            if len(self.kept_levels) < 256:
+                self.kept_levels[level] = verdict
+        return verdict
+
+    def keep(self, rate: float, fraction: float | None) -> bool:
+        """Keep an event of ``rate`` (below 1)? ``fraction``: its shipped trace id's
+        (``trace_fraction``, ``span_fraction``), None when it has none."""
+        if fraction is None or not self.trace_key:
+            return self.rand() < rate
+        return fraction < rate
