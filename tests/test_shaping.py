@@ -298,6 +298,40 @@ class TestSampling:
             for s in shippers:
                 s.close()
 
+    def test_each_event_is_sampled_once(self, make_logger, receiver):
+        """The handler decides before it builds the event; an event that then takes the careful
+        path (a value to copy) is not decided again, which would keep it at the rate squared.
+        Every event carries its own trace id, so the decision is exact: the events kept are
+        those whose trace id's fraction is below the rate, on either way through the handler."""
+        log, h = make_logger(sample_levels={"info": 0.5})
+        rng = random.Random(5)
+        traces = [f"{rng.getrandbits(128):032x}" for _ in range(400)]
+        for i, t in enumerate(traces):
+            extra: dict[str, Any] = {"trace_id": t}
+            if i % 2:
+                extra["items"] = [i]  # a list: copied, by the careful path
+            log.info("e%d", i, extra=extra)
+        expected = [f"e{i}" for i, t in enumerate(traces) if int(t[-16:], 16) / 2**64 < 0.5]
+        assert 150 < len(expected) < 250
+        assert messages(h, receiver) == expected
+        st = h.stats()
+        assert st.dropped_sampled == 400 - len(expected)
+        invariant(st)
+
+    def test_without_a_trace_id_each_event_is_decided_once(self, make_logger, receiver):
+        """Without a trace id the random source decides: a second decision on the careful path
+        would keep those events at a quarter, not half (about 1,500 kept of 4,000, not 2,000).
+        """
+        log, h = make_logger(sample_levels={"info": 0.5})
+        random.seed(3)
+        for i in range(4000):
+            log.info("e%d", i, extra={"items": [i]} if i % 2 else {})
+        assert h.flush(10)
+        kept = len(receiver.events)
+        careful = sum(1 for e in receiver.events if "items" in e)
+        assert 1800 < kept < 2200 and 850 < careful < 1150, (kept, careful)
+        invariant(h.stats())
+
     def test_selector_rates_with_a_fixed_random(self):
         """Without a trace id the decision uses the random source: u < rate keeps."""
         values = iter([0.1, 0.9, 0.29, 0.31])

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .hold import level_number
+from .model import LEVELS
 
 __all__ = ["Sampler", "span_fraction", "trace_fraction"]
 
@@ -55,7 +56,8 @@ class Sampler:
     the decision for one event whose rate is below 1.
     """
 
-    __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "static", "trace_key")
+    __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "record_rates",
+                 "static", "trace_key")
 
     def __init__(self, sample_levels: Mapping[str, float] | None,
                  sample_loggers: Mapping[str, float] | None,
@@ -75,6 +77,9 @@ class Sampler:
         # name's verdict, cached (level names are few; the cache is bounded all the same).
         self.keep_level = keep_level
         self.kept_levels: dict[str, bool] = {}
+        # (record's levelname, logger name) -> rate: the pure-Python handler's lookup before
+        # it builds an event (record_rate). Bounded: past the bound, computed each time.
+        self.record_rates: dict[tuple[Any, Any], float] = {}
 
     def rate(self, level: Any, logger: Any) -> float:
         rate = 1.0
@@ -90,6 +95,19 @@ class Sampler:
                     break
         if rate < 1.0 and self.keep_level is not None and self.kept(level):
             return 1.0
+        return rate
+
+    def record_rate(self, levelname: Any, logger: Any) -> float:
+        """``rate`` for a ``logging.LogRecord``'s ``levelname`` and ``name`` (the level as the
+        event ships it: LEVELS' name, else the name in lower case), cached per pair."""
+        key = (levelname, logger)
+        rate = self.record_rates.get(key)
+        if rate is None:
+            level = (LEVELS.get(levelname) or levelname.lower()
+                     if type(levelname) is str else levelname)
+            rate = self.rate(level, logger)
+            if len(self.record_rates) < 1024:
+                self.record_rates[key] = rate
         return rate
 
     def kept(self, level: Any) -> bool:

@@ -28,7 +28,9 @@ from .._engine.model import (
     SIZE,
     SPECIAL,
 )
+from .._engine.sampling import trace_fraction
 from .._engine.shipper import Shipper
+from .._engine.stats import Fate
 from .._output import shown
 from .._wire.client import Client
 from .._wire.settings import CLIENT_ARGS_DOC
@@ -43,6 +45,7 @@ _get_ident = threading.get_ident
 _record_put: Any = _compiled.record_put
 _modules = sys.modules
 _N_INIT = len(INIT_KEYS)
+DROPPED_SAMPLED = Fate.DROPPED_SAMPLED
 _islice = itertools.islice
 _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 
@@ -135,6 +138,7 @@ class IngestHandler(FrontEnd, logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         """Queue the record; O(1), never blocks, never raises."""
+        sampled = False
         try:
             # The fast path: this runs for every record on the caller's thread. A plain record
             # (no exception, no stack, extras of plain JSON types) becomes its event here, but
@@ -144,12 +148,28 @@ class IngestHandler(FrontEnd, logging.Handler):
             msg = d["msg"]
             if (type(record) is _LogRecord and type(msg) is str and not d["exc_info"]
                     and not d["stack_info"] and self._custom is None):
+                sampler = self._sampler
+                if sampler is not None:
+                    # Sampling before the event is built, when the level and logger decide
+                    # alone (a rate of 1), or with the trace id when no context or span can
+                    # give one (the record's own, else fields='s); else _queue decides.
+                    rate = sampler.record_rates.get((d["levelname"], d["name"]))
+                    if rate is None:
+                        rate = sampler.record_rate(d["levelname"], d["name"])
+                    if rate >= 1.0:
+                        sampled = True
+                    elif not IN_USE[0] and OTEL_TRACE not in _modules:
+                        if not sampler.keep(rate, trace_fraction(d["trace_id"])
+                                            if "trace_id" in d else sampler.static):
+                            self._intake.drop(DROPPED_SAMPLED)
+                            return
+                        sampled = True
                 args = d["args"]
                 if args:
                     try:
                         message = msg % args
                     except Exception:  # record_to_event writes the error into the message
-                        self._put_event(record)
+                        self._put_event(record, sampled)
                         return
                 else:
                     message = msg
@@ -164,7 +184,7 @@ class IngestHandler(FrontEnd, logging.Handler):
                         if key in SPECIAL:
                             if key in FORMATTER:
                                 continue
-                            self._put_event(record)
+                            self._put_event(record, sampled)
                             return
                         value = d[key]
                         t = type(value)
@@ -173,21 +193,21 @@ class IngestHandler(FrontEnd, logging.Handler):
                         elif t in PLAIN:
                             size += FAST_EXTRA_SIZE
                         else:
-                            self._put_event(record)
+                            self._put_event(record, sampled)
                             return
                         event[key] = value
                 if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
                     # A context was entered once, or the application uses OpenTelemetry: the
                     # caller's context and span go with the event; or sampling decides (out
                     # of line: the plain path pays these three checks only).
-                    self._queue(event, size, d["levelno"])
+                    self._queue(event, size, d["levelno"], True, sampled)
                     return
                 event[SIZE] = size
                 self._intake.offer(event, size)
             else:
-                self._put_event(record)
+                self._put_event(record, sampled)
         except Exception:
-            self._put_event(record)
+            self._put_event(record, sampled)
 
     def _put_event(self, record: logging.LogRecord, sampled: bool = False) -> None:
         # The careful path (``sampled``: the compiled path's sampling kept it already).
