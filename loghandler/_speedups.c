@@ -2835,6 +2835,10 @@ wire_repeat_key(State *st, PyObject *item, PyObject *names, const char **wanted,
                 goto whole;
             break;
         }
+        /* The writer writes each key once, message, level and logger among the first: once
+         * the three are found, the rest of the item cannot change the key. */
+        if (at[0][0] >= 0 && at[2][0] >= 0 && at[3][0] >= 0)
+            break;
         i = v_end + 1;
     }
     /* message = event.get("message", event.get("event")) */
@@ -2901,7 +2905,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1]) ||
         !PyFloat_CheckExact(args[2]) || !PyFloat_CheckExact(args[3]) ||
         !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) ||
         !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 4) {
@@ -2997,7 +3001,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         else {
             if (entry != NULL) {
-                if (PyDict_DelItem(seen, key) < 0)
+                if (PyObject_DelItem(seen, key) < 0)
                     goto error_entry;
                 long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
                 if (count > limit) {
@@ -3010,12 +3014,21 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
             else if (PyDict_GET_SIZE(seen) >= max_keys) {
-                Py_ssize_t pos = 0;
-                PyObject *oldest, *gone;
-                if (PyDict_Next(seen, &pos, &oldest, &gone)) {
-                    Py_INCREF(oldest);
-                    Py_INCREF(gone);
-                    int bad = PyDict_DelItem(seen, oldest) < 0;
+                /* The oldest window is the first key: Selector's seen is an OrderedDict, whose
+                 * first key is found at once (a dict's is found past every key deleted before
+                 * it, which made each eviction cost the number of evictions since the dict
+                 * last grew). Its own operations keep its order. */
+                PyObject *it = PyObject_GetIter(seen);
+                PyObject *oldest = it == NULL ? NULL : PyIter_Next(it), *gone = NULL;
+                Py_XDECREF(it);
+                if (oldest == NULL && PyErr_Occurred())
+                    goto error_entry;
+                if (oldest != NULL && (gone = PyObject_GetItem(seen, oldest)) == NULL) {
+                    Py_DECREF(oldest);
+                    goto error_entry;
+                }
+                if (oldest != NULL) {
+                    int bad = PyObject_DelItem(seen, oldest) < 0;
                     long count = bad || !PyList_CheckExact(gone) || PyList_GET_SIZE(gone) != 3
                                  ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
                     if (!bad && count > limit) {
@@ -3035,7 +3048,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
             PyList_SET_ITEM(made, 1, Py_NewRef(one));
             PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
-            int bad = PyDict_SetItem(seen, key, made) < 0;
+            int bad = PyObject_SetItem(seen, key, made) < 0;
             Py_DECREF(made);
             if (bad)
                 goto error_entry;

