@@ -260,6 +260,41 @@ resources = [Resource(i) for i in range(1, 51)]
             told = "after the exit hook" in proc.stderr
             assert len(arrived) == 51 or told, (arrived, proc.stderr)
 
+    def test_a_daemon_thread_ended_holding_the_watchdogs_lock_does_not_hang_the_exit(self):
+        """As the interpreter tears the modules down, a daemon thread that wakes ends as it asks
+        for the interpreter's lock: the request watchdog's thread may end so just after taking
+        its own lock, which then stays taken. A __del__ that logs then sends its event without
+        the watchdog (urllib3's timeouts bound it): it arrives and the process exits. Here a
+        thread takes that lock before the exit and ends without releasing it."""
+        import time
+
+        with LocalService(token=TOKEN) as svc:
+            code = f"""
+import logging, threading, loghandler
+from loghandler._wire.watchdog import watchdog
+h = loghandler.IngestHandler("ds", url={svc.url!r}, token={TOKEN!r})
+logging.getLogger("late").addHandler(h)
+logging.getLogger("late").propagate = False
+logging.getLogger("late").warning("main", extra={{"id": 0}})
+h.flush(10)
+# A thread that takes the lock and ends: nobody will release it (a function of this module
+# would keep the module alive, and its __del__ from running).
+holder = threading.Thread(target=watchdog._lock.acquire, daemon=True)
+holder.start()
+holder.join(10)
+class Resource:
+    def __init__(self, log=logging.getLogger("late")):
+        self.log = log
+    def __del__(self):
+        self.log.warning("released", extra={{"id": 1}})
+resource = Resource()
+"""
+            started = time.monotonic()
+            proc = _run_script(code, timeout=30)
+            assert proc.returncode == 0, proc.stderr
+            assert time.monotonic() - started < 20
+            assert sorted(e["id"] for e in svc.events("ds")) == [0, 1], proc.stderr
+
     def test_del_at_interpreter_shutdown_with_a_slow_service_tells_the_loss(self):
         """With a service that takes 0.2 s per request, the events __del__ logs at interpreter
         shutdown go one request each within shutdown_timeout (1 s): those that arrive are read

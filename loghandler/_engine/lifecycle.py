@@ -259,7 +259,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
             closer.start()
         except RuntimeError:  # interpreter shutdown: no new thread
             if ours:
-                return  # the close in progress on this thread finishes the job
+                # The close in progress on this thread finishes the job, then dies of the
+                # signal (close_all reads this; CPython 3.12 starts no thread at exit).
+                _sigterm_deferred = True
+                return
             _close_quietly()
             _CLOSED.set()
     # Set before looking at _CLOSED, which the closer sets before looking at this: one of the

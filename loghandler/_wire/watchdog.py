@@ -74,13 +74,15 @@ class Watchdog:
         self._local = threading.local()
 
     def arm(self, deadline: float) -> Watch | None:
+        if _is_finalizing():
+            # Interpreter shutdown (a __del__ logging as the modules are torn down): a new
+            # thread would never run, and the running one, once it wakes, ends as it asks for
+            # the interpreter's lock, holding ours if it had just taken it (the next arm() then
+            # waited for ever). urllib3's own timeouts bound the request.
+            return None
         watch = Watch(deadline)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                if _is_finalizing():
-                    # Interpreter shutdown: a new thread would never run, and start() would
-                    # wait for it for ever. urllib3's own timeouts bound the request.
-                    return None
                 thread = threading.Thread(target=self._run, name="loghandler-watchdog",
                                           daemon=True)
                 self._thread = thread  # known before start(), which an interrupt may cut
