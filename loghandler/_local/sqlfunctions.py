@@ -260,6 +260,17 @@ def _apl_matches(value: Any, pattern: str) -> int | None:
         raise
 
 
+def _apl_strcat(*parts: Any) -> str:
+    """APL's strcat where SQLite's length limit cannot be set (Python 3.10): the length is
+    checked before the text is made, so chained strcats cannot make gigabytes."""
+    texts = ["" if p is None else p if isinstance(p, str) else str(p) for p in parts]
+    limit = getattr(QUERY, "max_length", None) or 12 * 1024 * 1024
+    if sum(map(len, texts)) > limit:
+        QUERY.too_big = True
+        raise ValueError("string or blob too big")
+    return "".join(texts)
+
+
 def add_functions(db: sqlite3.Connection) -> None:
     # The query's functions SQLite lacks (aplsql uses them by these names).
     db.create_function("apl_has", 3, _apl_has, deterministic=True)
@@ -269,6 +280,7 @@ def add_functions(db: sqlite3.Connection) -> None:
     db.create_function("apl_matches", 2, _apl_matches, deterministic=True)
     db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
     db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
+    db.create_function("apl_strcat", -1, _apl_strcat, deterministic=True)
     db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
     db.create_aggregate("apl_arg_min", 2, _ArgMin)  # type: ignore[arg-type]
     db.create_aggregate("apl_percentile", 2, _Percentile)  # type: ignore[arg-type]
