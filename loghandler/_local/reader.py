@@ -158,14 +158,14 @@ class Reader:
                 while conn is None:
                     if self._closed:
                         raise sqlite3.ProgrammingError("the store is closed")
+                    if wait and stop():  # past its deadline: no connection, it stops
+                        raise _Stopped
                     if self._turn(me):
                         conn = self._idle.pop() if self._idle else self._open_connection()
                         self._held[client] = self._held.get(client, 0) + 1
                     elif not wait:
                         break
                     else:
-                        if stop():
-                            raise _Stopped
                         self._pool.wait(CLIENT_CHECK_EVERY)
             finally:
                 self._waiting.remove(me)

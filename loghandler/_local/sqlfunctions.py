@@ -9,6 +9,7 @@ import calendar
 import functools
 import json
 import math
+import os
 import random
 import re
 import sqlite3
@@ -230,8 +231,21 @@ def _regex(pattern: str) -> Any:
     return regex_package().compile(pattern)
 
 
+# The regex package's timeout counts the matching thread's own time: with more matches than
+# cores at once, each ran far past its query's deadline (4 on 2 busy cores: 3 s took 9).
+# At most one match per core, then; the wait counts against the deadline.
+_REGEX_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+
+
 def _search_in_process(pattern: str, text: str, timeout: float) -> bool:
-    return _regex(pattern).search(text, timeout=timeout) is not None
+    started = time.monotonic()
+    if not _REGEX_SLOTS.acquire(timeout=timeout):
+        raise TimeoutError
+    try:
+        left = max(0.001, timeout - (time.monotonic() - started))
+        return _regex(pattern).search(text, timeout=left) is not None
+    finally:
+        _REGEX_SLOTS.release()
 
 
 def _search_in_worker(pattern: str, text: str, timeout: float) -> bool:
@@ -251,9 +265,11 @@ def _apl_matches(value: Any, pattern: str) -> int | None:
     if value is None:
         return None
     deadline = getattr(QUERY, "deadline", None)
-    timeout = QUERY_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+    timeout = QUERY_TIMEOUT if deadline is None else deadline - time.monotonic()
     text = value if isinstance(value, str) else str(value)
     try:
+        if timeout <= 0:
+            raise TimeoutError
         return 1 if SEARCH(pattern, text, timeout) else 0
     except TimeoutError:
         QUERY.timed_out = True
