@@ -31,6 +31,7 @@ from helpers import wait_until
 
 from loghandler._local import aplsql_run, reader, sqlfunctions
 from loghandler._local.ingest import decode_body
+from loghandler._local.service import make_server
 from loghandler.testing import LocalService
 
 TOKEN = "hostile-test-token"
@@ -322,28 +323,34 @@ def test_a_client_stalled_mid_body_gets_408_and_no_traceback(tmp_path: Path) -> 
     assert child.stderr == ""  # no traceback, not even a line
 
 
-@needs_proc
-def test_a_new_connection_when_every_one_is_busy_gets_503_and_close(tmp_path: Path) -> None:
-    with served(tmp_path, max_connections=2) as child:
-        call(child.url, "/v1/datasets/d/ingest", [{"message": "a" * 40 + "!"}])
+def test_a_new_connection_when_every_one_is_busy_gets_503_and_close() -> None:
+    server = make_server(tokens=[TOKEN], max_connections=2, create_datasets=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        call(server.url, "/v1/datasets/d/ingest", [{"message": "a" * 40 + "!"}])
         answers: list[int] = []
         busy = [threading.Thread(target=lambda: answers.append(call(
-            child.url, "/v1/datasets/_apl", {"apl": RUNAWAY, "timeout": 4})[0]))
+            server.url, "/v1/datasets/_apl", {"apl": RUNAWAY, "timeout": 6})[0]))
             for _ in range(2)]
-        for thread in busy:
-            thread.start()
+        for t in busy:
+            t.start()
         try:
-            # Both connections answered (running their query): the third is refused.
-            def refused() -> bool:
-                status, answer, headers = call(child.url, "/v1/datasets", timeout=5)
-                return status == 503 and headers["Connection"] == "close" and (
-                    "connections" in answer["message"])
-            assert wait_until(refused, timeout=3.5)
+            # Both connections are being answered (their queries run): the third is refused.
+            assert wait_until(lambda: server.store.reader.stats.running >= 2, timeout=5)
+            status, answer, headers = call(server.url, "/v1/datasets", timeout=5)
+            assert status == 503, answer
+            assert headers["Connection"] == "close" and "connections" in answer["message"]
         finally:
-            for thread in busy:
-                thread.join()
-        assert answers == [400, 400]  # each stopped at its deadline
-        assert call(child.url, "/v1/datasets")[0] == 200  # and the service serves again
+            for t in busy:
+                t.join()
+        assert answers == [400, 400]  # each stopped at its deadline, not cut
+        assert call(server.url, "/v1/datasets")[0] == 200  # and the service serves again
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.store.close()
 
 
 # ---------------------------------------------------------------------------- 4. gzip
