@@ -69,6 +69,12 @@ class Request(BaseHTTPRequestHandler):
         server: Any = self.server
         self.connection.settimeout(max(server.idle_timeout, server.request_timeout) + 5)
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        finally:
+            self.server.release(self.connection)  # type: ignore[attr-defined]
+
     def handle_one_request(self) -> None:
         # Waiting for the next request line: the idle time-out.
         self.server.watch(self.connection, self.server.idle_timeout)  # type: ignore[attr-defined]

@@ -47,6 +47,9 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 # Past this many connections the one waiting longest for its request is closed; when none is
 # waiting (every one is being answered), the new one is answered 503 and closed.
 MAX_CONNECTIONS = 256
+# A connection is closed for a newer one only after waiting this long (s) for its client: one
+# that has just arrived is sending its request.
+EVICT_AFTER = 0.5
 
 
 def default_max_connections() -> int:
@@ -161,9 +164,11 @@ class Server(ThreadingHTTPServer):
         with self._open_lock:
             if sum(not c.cut for c in self._open.values()) >= self.max_connections:
                 # Room for the new one: the connection waiting longest for its client goes
-                # (a slow client's, or an idle one's); when every one is being answered, 503.
+                # (a slow client's, or an idle one's); when none has waited EVICT_AFTER (all
+                # are being answered, or sending), 503.
+                old = time.monotonic() - EVICT_AFTER
                 waiting = [(c.since, s) for s, c in self._open.items()
-                           if not c.cut and c.deadline is not None]
+                           if not c.cut and c.deadline is not None and c.since < old]
                 if waiting:
                     self._cut_locked(min(waiting, key=lambda x: x[0])[1])
                 else:
@@ -219,6 +224,11 @@ class Server(ThreadingHTTPServer):
             if conn is not None:
                 conn.deadline = None if timeout is None else time.monotonic() + timeout
                 conn.since = time.monotonic()
+
+    def release(self, sock: socket.socket) -> None:
+        """The connection's handler is done: it no longer counts against the cap."""
+        with self._open_lock:
+            self._open.pop(sock, None)
 
     def was_cut(self, sock: socket.socket) -> bool:
         """True when the connection was cut at its deadline (or for a newer one)."""
