@@ -462,3 +462,67 @@ def test_the_references_todatetime_example_returns_todays_events(svc: LocalServi
     apl = ("['app'] | extend d = todatetime('2999-01-01') | where _time >= d")
     status, answer, _ = call(svc, "POST", "/v1/datasets/_apl?format=legacy", {"apl": apl})
     assert status == 200 and answer["matches"] == []
+
+
+# ---------------------------------------------------------------------------- the page's token
+
+from test_web import driver, wait_until  # noqa: E402,F401  (the browser fixture, shared)
+
+STORED_JS = """
+return {session: sessionStorage.getItem("loghandler-token"),
+        local: localStorage.getItem("loghandler-token"),
+        remember: localStorage.getItem("loghandler-remember"),
+        signedIn: !document.getElementById("app").hidden,
+        login: !document.getElementById("login").hidden};
+"""
+
+
+@pytest.mark.slow
+def test_the_page_keeps_the_token_for_the_tabs_life(driver: Any) -> None:  # noqa: F811
+    """Finding 9: the token stayed in localStorage after the tab closed (a program served
+    later on the same origin could read it). Now: sessionStorage for the tab's life; in
+    localStorage only when the user ticks "remember"; a token an older page left there
+    without asking is removed."""
+    from selenium.webdriver.common.by import By
+
+    with LocalService(token=TOKEN, datasets=["app"]) as svc:
+        def state() -> dict[str, Any]:
+            return dict(driver.execute_script(STORED_JS))
+
+        def fresh_tab(hash_: str = "") -> None:
+            # A new tab: sessionStorage gone, localStorage kept (same origin).
+            driver.get(svc.url + "/style.css")
+            driver.execute_script("sessionStorage.clear();")
+            driver.get(svc.url + "/" + hash_)
+
+        driver.get(svc.url + "/style.css")
+        driver.execute_script("localStorage.clear(); sessionStorage.clear();"
+                              "localStorage.setItem('loghandler-token', 'left-by-old-page');")
+        driver.get(f"{svc.url}/#token={TOKEN}&dataset=app")
+        wait_until(driver, lambda d: state()["session"] == TOKEN, "the token in the session")
+        now = state()
+        assert now["signedIn"] and now["local"] is None and now["remember"] is None, now
+
+        fresh_tab()  # the tab closed: nothing remembered, the page asks for the token
+        wait_until(driver, lambda d: state()["login"], "the login form")
+        assert state()["local"] is None
+
+        # Signed in without "remember": still only for the tab.
+        driver.find_element(By.ID, "login-token").send_keys(TOKEN)
+        driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+        wait_until(driver, lambda d: state()["signedIn"] and state()["session"] == TOKEN,
+                   "signed in")
+        assert state()["local"] is None
+        fresh_tab()
+        wait_until(driver, lambda d: state()["login"], "the login form again")
+
+        # With "remember": kept across tabs, until the user signs in without it.
+        driver.find_element(By.ID, "login-remember").click()
+        driver.find_element(By.ID, "login-token").send_keys(TOKEN)
+        driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+        wait_until(driver, lambda d: state()["signedIn"], "signed in, remembered")
+        assert state()["local"] == TOKEN and state()["remember"] == "1"
+        fresh_tab()
+        wait_until(driver, lambda d: state()["signedIn"] and state()["session"] == TOKEN,
+                   "signed in from the remembered token")
+        driver.execute_script("localStorage.clear(); sessionStorage.clear();")
