@@ -3,9 +3,10 @@
 Tokens (``/v2/tokens``: create, list, get, regenerate, delete): a created token works for the
 actions its capabilities allow and is refused (403) the others, as the seed says of API tokens
 ("limits the actions allowed with it, for example only querying one particular dataset"). The
-tokens the service was started with may do everything. Annotations (``/v2/annotations``: create,
-list by dataset and time, get, update, delete) are kept as given. Both live in memory, for the
-life of the service; each collection is bounded.
+tokens the service was started with may do everything; a created token can grant (create or
+regenerate a token with) only capabilities it holds itself. Annotations (``/v2/annotations``:
+create, list by dataset and time, get, update, delete) are kept as given. Both live in memory,
+for the life of the service; each collection is bounded.
 """
 
 from __future__ import annotations

@@ -22,24 +22,34 @@ MAX_EVENT_DEPTH = 64
 # The field a placeholder for an event that cannot be read holds.
 UNREADABLE = "unreadable"
 
-_CONTAINERS = (dict, list)
-
 
 def too_deep(event: dict[str, Any], limit: int = MAX_EVENT_DEPTH) -> bool:
-    """True when ``event`` nests objects or arrays more than ``limit`` levels deep. A loop, not
-    recursion; a flat event costs one pass over its values."""
-    stack = [v for v in event.values() if type(v) in _CONTAINERS]
-    depth = 1
-    while stack:
-        depth += 1
+    """True when ``event`` nests objects or arrays more than ``limit`` levels deep. A loop
+    level by level, not recursion; a flat event costs one pass over its values and makes no
+    list (it runs for every event ingested)."""
+    level: list[Any] | None = None
+    for v in event.values():
+        t = type(v)
+        if t is dict or t is list:
+            if level is None:
+                level = [v]
+            else:
+                level.append(v)
+    depth = 2
+    while level is not None:
         if depth > limit:
             return True
-        below: list[Any] = []
-        for value in stack:
+        below: list[Any] | None = None
+        for value in level:
             for v in (value.values() if type(value) is dict else value):
-                if type(v) in _CONTAINERS:
-                    below.append(v)
-        stack = below
+                t = type(v)
+                if t is dict or t is list:
+                    if below is None:
+                        below = [v]
+                    else:
+                        below.append(v)
+        level = below
+        depth += 1
     return False
 
 
