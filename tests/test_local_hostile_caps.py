@@ -282,6 +282,40 @@ def test_every_endpoint_refuses_a_request_without_a_good_token(
     assert len(svc.events("app")) == before
 
 
+def test_what_held_keeps_holding(svc: LocalService) -> None:
+    """The issue's preamble, cheap parts: 10,000-deep JSON refused (400) wherever a body is
+    read; a body claiming 1 GB refused (413) before it is sent; SQL in values and names
+    matches nothing and leaks nothing."""
+    deep = ("[" * 10_000 + "]" * 10_000).encode()
+    for path in ("/v1/datasets/app/ingest", "/v1/datasets/_apl", "/v2/tokens",
+                 "/local/search", "/v2/annotations"):
+        status, answer, _ = call(svc, "POST", path, raw=deep)
+        assert status == 400, (path, answer)
+    host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest("POST", "/v1/datasets/app/ingest")
+        for name, value in (("Authorization", f"Bearer {TOKEN}"),
+                            ("Content-Type", "application/json"),
+                            ("Content-Length", str(1 << 30))):
+            conn.putheader(name, value)
+        conn.endheaders()
+        assert conn.getresponse().status == 413
+    finally:
+        conn.close()
+    svc.client().ingest("app", [{"message": "fine"}])
+    svc.wait_for_events("app", 1)
+    for apl in ("['app'] | where message == \"x' OR 1=1 --\"",
+                "['app'] | where message == 'x\\' OR 1=1 --'",
+                "['app'] | where ['x\"); DROP TABLE events; --'] == 1"):
+        status, answer, _ = call(svc, "POST", "/v1/datasets/_apl?format=legacy", {"apl": apl})
+        assert status in (200, 400), (apl, answer)
+        if status == 200:
+            assert answer["matches"] == [], (apl, answer)
+        assert "sqlite" not in json.dumps(answer).lower(), answer
+    assert len(svc.events("app")) == 1
+
+
 # ---------------------------------------------------------------------------- finding 7
 
 def nested(depth: int) -> str:
