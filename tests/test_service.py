@@ -135,9 +135,11 @@ class TestIngest:
         assert status == 415 and "Content-Encoding" in body["message"]
 
     def test_dataset_name_is_url_decoded(self, svc: LocalService) -> None:
-        """A quoted dataset name is stored under its real name."""
-        assert call(svc, "POST", ingest_path("my%20logs"), [{"a": 1}])[0] == 200
-        assert sent(svc.events("my logs")) == [{"a": 1}]
+        """A quoted dataset name is stored under its real name; one that decodes to a name
+        the datasets API refuses (a space) is refused here too (issue 45)."""
+        assert call(svc, "POST", ingest_path("my%2Dlogs"), [{"a": 1}])[0] == 200
+        assert sent(svc.events("my-logs")) == [{"a": 1}]
+        assert call(svc, "POST", ingest_path("my%20logs"), [{"a": 1}])[0] == 400
 
     def test_wrong_method_is_405(self, svc: LocalService) -> None:
         """GET on the ingest path is not allowed."""

@@ -3,9 +3,10 @@
 Tokens (``/v2/tokens``: create, list, get, regenerate, delete): a created token works for the
 actions its capabilities allow and is refused (403) the others, as the seed says of API tokens
 ("limits the actions allowed with it, for example only querying one particular dataset"). The
-tokens the service was started with may do everything. Annotations (``/v2/annotations``: create,
-list by dataset and time, get, update, delete) are kept as given. Both live in memory, for the
-life of the service; each collection is bounded.
+tokens the service was started with may do everything; a created token can grant (create or
+regenerate a token with) only capabilities it holds itself. Annotations (``/v2/annotations``:
+create, list by dataset and time, get, update, delete) are kept as given. Both live in memory,
+for the life of the service; each collection is bounded.
 """
 
 from __future__ import annotations
@@ -104,9 +105,27 @@ class Access:
             caps = token.get("orgCapabilities") or {}
         return action in (caps.get(capability) or ())
 
+    @staticmethod
+    def beyond(holder: dict[str, Any] | bool, record: dict[str, Any]) -> str | None:
+        """The first capability ``record`` holds that ``holder`` does not ("datasets: create",
+        "query: read in dataset 'web'"), or None: a token may grant only what it holds
+        itself, so creating or regenerating a token never widens what its maker can do."""
+        if holder is True:
+            return None
+        for name, actions in (record.get("orgCapabilities") or {}).items():
+            for action in actions:
+                if not Access.allows(holder, name, action, None):
+                    return f"{name}: {action}"
+        for dataset, caps in (record.get("datasetCapabilities") or {}).items():
+            for name, actions in caps.items():
+                for action in actions:
+                    if not Access.allows(holder, name, action, dataset):
+                        return f"{name}: {action} in dataset {dataset!r}"
+        return None
+
     # ------------------------------------------------------------------ /v2/tokens
 
-    def create(self, body: Any) -> dict[str, Any]:
+    def create(self, body: Any, creator: dict[str, Any] | bool = True) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not (
                 body["name"].strip()):
             raise HttpError(400, 'a token needs a "name"')
@@ -130,6 +149,10 @@ class Access:
             "_expires_us": None,
         }
         self._set_expiry(record, body.get("expiresAt"), "expiresAt")
+        extra = self.beyond(creator, record)
+        if extra is not None:
+            raise HttpError(403, f"this token may not grant {extra}: a token can grant only "
+                                 "the capabilities it holds")
         with self._lock:
             if len(self._created) >= MAX_ITEMS:
                 raise HttpError(400, f"the local service keeps at most {MAX_ITEMS:,} tokens: "
@@ -148,7 +171,8 @@ class Access:
                 raise HttpError(404, f"token not found: no token with id {token_id!r}")
             return self._public(record)
 
-    def regenerate(self, token_id: str, body: Any) -> dict[str, Any]:
+    def regenerate(self, token_id: str, body: Any, creator: dict[str, Any] | bool = True
+                   ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise HttpError(400, "the body must be an object with existingTokenExpiresAt and "
                                  "newTokenExpiresAt")
@@ -156,6 +180,12 @@ class Access:
             old = self._created.get(token_id)
             if old is None:
                 raise HttpError(404, f"token not found: no token with id {token_id!r}")
+            # A new secret for a token is a new token: the same rule as creating one.
+            extra = self.beyond(creator, old)
+            if extra is not None:
+                raise HttpError(403, f"this token may not regenerate a token that holds "
+                                     f"{extra}: a token can grant only the capabilities it "
+                                     "holds")
             self._set_expiry(old, body.get("existingTokenExpiresAt"), "existingTokenExpiresAt")
             new = {**old, "id": secrets.token_hex(8), "_secret": "xaat-" + secrets.token_hex(16)}
             self._set_expiry(new, body.get("newTokenExpiresAt"), "newTokenExpiresAt")

@@ -136,6 +136,10 @@ class Compiler:
                 raise AplError(f"{s.const!r} is not a time (RFC 3339, as in "
                                f"2024-05-01T12:00:00Z)")
             return self.const(t, "time")
+        if not s.is_const:
+            # A field or expression beside a time (a column that extend set from
+            # todatetime(), stored as its text): read as a time, as todatetime() reads it.
+            return Sql(f"apl_todatetime({s.sql})", "time")
         return s
 
     def binary(self, e: Bin) -> Sql:

@@ -5,12 +5,12 @@ answered in the service's formats: ``legacy`` (``matches``, ``buckets``) and ``t
 from __future__ import annotations
 
 import fnmatch
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .apl import format_trimmed, parse_time
+from .depth import load_stored
 
 __all__ = ["DEFAULT_PAGE", "MATCHED", "MAX_ANSWER_BYTES", "MAX_ROWS", "Compiled",
            "QueryTimeout", "Result", "build", "fetch_rows", "legacy_answer", "run",
@@ -149,7 +149,7 @@ def build(compiled: Compiled, raw: list[Any], truncated: bool, deadline: float |
     matched = len(raw)
     rows: list[dict[str, Any]] = []
     system: list[tuple[str | None, str | None, str | None]] = []
-    loads = json.loads
+    loads = load_stored  # a bad stored event is shown as such, never fails the answer
     if compiled.fields is None:
         with_row_id = compiled.row_id
         seen: dict[str, None] = {"_time": None, "_sysTime": None}

@@ -23,6 +23,7 @@ from .ingest import (
 )
 from .reader import MAX_QUERY_TIMEOUT, QUERY_TIMEOUT
 from .request import Raw, Request
+from .store import DATASET_NAME_RULE, valid_dataset_name
 
 __all__ = ["exists", "ingest", "legacy_query", "not_found", "otlp_ingest", "query",
            "query_timeout", "store_values", "take_stored"]
@@ -44,6 +45,10 @@ def exists(req: Request, dataset: str) -> None:
     if store.dataset_exists(dataset):
         return
     if req.state.create_datasets:
+        if not valid_dataset_name(dataset):  # the name rule POST /v1/datasets applies
+            req.discard()
+            raise HttpError(400, f"cannot create dataset {dataset[:200]!r}: a dataset's name "
+                                 f"is {DATASET_NAME_RULE}")
         store.ensure_dataset(dataset)
         return
     req.discard()

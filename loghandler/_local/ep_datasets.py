@@ -10,7 +10,6 @@ createMapField, updateMapFields, deleteMapField.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 from urllib.parse import unquote
@@ -18,10 +17,9 @@ from urllib.parse import unquote
 from . import apl as apl
 from .ingest import HttpError
 from .request import Request
+from .store import DATASET_NAME_RULE, valid_dataset_name
 
 __all__ = ["datasets", "fields", "map_fields"]
-
-_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def datasets(req: Request, method: str, name: str | None, trim: str | None,
@@ -34,10 +32,9 @@ def datasets(req: Request, method: str, name: str | None, trim: str | None,
             req.discard()
             return 200, [_with_edge(req, d) for d in store.dataset_list()]
         data = req.json_body()
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not (
-                _DATASET_NAME.fullmatch(data["name"])):
-            raise HttpError(400, "a dataset needs a name of 1-128 letters, digits, '-', "
-                                 "'_' or '.': {\"name\": \"logs\", \"description\": \"...\"}")
+        if not isinstance(data, dict) or not valid_dataset_name(data.get("name")):
+            raise HttpError(400, f"a dataset needs a name of {DATASET_NAME_RULE}: "
+                                 '{"name": "logs", "description": "..."}')
         created = store.dataset_create(data["name"], str(data.get("description") or ""))
         if created is None:
             raise HttpError(409, f"dataset {data['name']!r} exists already")

@@ -21,11 +21,11 @@ def tokens(req: Request, method: str, token_id: str | None, sub: str | None) -> 
         if method == "GET":
             req.discard()
             return 200, access.list()
-        return 200, access.create(req.json_body())
+        return 200, access.create(req.json_body(), req.token)
     token_id = unquote(token_id)
     if sub:
         req.allow(method, "POST")
-        return 200, access.regenerate(token_id, req.json_body())
+        return 200, access.regenerate(token_id, req.json_body(), req.token)
     req.allow(method, "GET", "DELETE")
     req.discard()
     if method == "GET":

@@ -75,9 +75,9 @@ def starred_queries(req: Request, method: str, doc_id: str | None, query: str
             params = parse_qs(query)
             items = [q for q in docs.list("starred")
                      if _starred_allowed(req, method, q.get("dataset"))]
-            for key in ("dataset", "who"):
-                if params.get(key):
-                    items = [q for q in items if q.get(key) == params[key][-1]]
+            if params.get("dataset"):
+                items = [q for q in items if q.get("dataset") == params["dataset"][-1]]
+            items = _whose(items, params.get("who", [""])[-1])
             if params.get("qs"):
                 text = params["qs"][-1].lower()
                 items = [q for q in items if text in q["name"].lower()
@@ -108,6 +108,17 @@ def starred_queries(req: Request, method: str, doc_id: str | None, query: str
     new = {"id": doc_id, **{k: v for k, v in update.items() if k != "id"}}
     docs.put("starred", doc_id, new)
     return 200, new
+
+
+def _whose(items: list[Any], who: str) -> list[Any]:
+    """getStarredQueries' ``who``: none, the caller's own; ``all``, everyone's (what the
+    JavaScript client's list sends); ``team``, everyone's but the caller's; else that user's.
+    The local service has one user, whose every token is that user's."""
+    if who == "all":
+        return items
+    if who == "team":
+        return [q for q in items if q.get("who") != USER_ID]
+    return [q for q in items if q.get("who") == (who or USER_ID)]
 
 
 def _refused(method: str, dataset: Any) -> HttpError:

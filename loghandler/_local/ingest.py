@@ -29,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .._time import format_datetime as format_time
+from .depth import MAX_EVENT_DEPTH, too_deep
 
 __all__ = [
     "IngestOptions",
@@ -545,6 +546,10 @@ def prepare_events(values: list[Any], options: IngestOptions, now: str,
             for key in RESERVED_FIELDS.intersection(value):
                 # _sysTime -> _user_sysTime, the value kept (not _user__sysTime).
                 value[f"_user_{key[1:]}"] = value.pop(key)
+        if too_deep(value):  # what is stored must read back (depth.py)
+            failures.append({"timestamp": now, "error": "the event nests more than "
+                             f"{MAX_EVENT_DEPTH} levels deep: flatten it"})
+            continue
         if cap:
             _cap_strings(value)
         raw = value.get(field)

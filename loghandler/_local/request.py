@@ -61,6 +61,14 @@ class Request(BaseHTTPRequestHandler):
         """The server's state and settings (``service.Server.state``)."""
         return self.server.state  # type: ignore[attr-defined,no-any-return]
 
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in Server: it tells an attacker more
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        super().send_response(code, message)
+        # Every answer: a browser never guesses a type (JSON read as HTML) from the bytes.
+        self.send_header("X-Content-Type-Options", "nosniff")
+
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the per-request line is ours (on_request), not http.server's
 

@@ -56,7 +56,12 @@ def _legacy(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> 
 
 def _datasets(req: Request, method: str, m: re.Match[str], parts: SplitResult
               ) -> tuple[int, Any]:
-    req.may("datasets", method)
+    if m.group(3) and m.group(2):
+        # Trimming deletes a dataset's events: the dataset's own trim capability (update), as
+        # the reference names it, not the organisation's datasets.
+        req.may("trim", "PUT", unquote(m.group(2)))
+    else:
+        req.may("datasets", method)
     return ep_datasets.datasets(req, method, m.group(2), m.group(3), m.group(1))
 
 
@@ -125,7 +130,9 @@ def _page_datasets(req: Request, method: str, m: re.Match[str], parts: SplitResu
 
 
 def _tokens(req: Request, method: str, m: re.Match[str], parts: SplitResult) -> tuple[int, Any]:
-    req.may("apiTokens", method)
+    # Regenerating a token's secret is an update of that token (regenerateAPIToken:
+    # apiTokens|update), not a create.
+    req.may("apiTokens", "PUT" if m.group(2) else method)
     return ep_org.tokens(req, method, m.group(1), m.group(2))
 
 

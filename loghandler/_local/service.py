@@ -24,7 +24,7 @@ from .ingest import HttpError
 from .limits import DEFAULT_MAX_FIELDS, FieldLimit, IngestLimit, RateLimiter
 from .routes import Handler
 from .state import RequestRecord, ServiceState
-from .store import VIEW_FIELDS, Store, validate_view
+from .store import DATASET_NAME_RULE, VIEW_FIELDS, Store, valid_dataset_name, validate_view
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -133,8 +133,10 @@ class Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         if datasets is not None:
             names = [datasets] if isinstance(datasets, str) else list(datasets)
-            if not all(isinstance(n, str) and n for n in names):
-                raise ValueError("datasets must be non-empty dataset names")
+            bad = [n for n in names if not valid_dataset_name(n)]
+            if bad:
+                raise ValueError(f"bad dataset name {str(bad[0])[:200]!r}: a dataset's name is "
+                                 f"{DATASET_NAME_RULE}")
             for name in names:
                 store.ensure_dataset(name)
         field_limit = FieldLimit(max_fields)

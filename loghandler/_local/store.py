@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -20,6 +21,7 @@ from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore
 from typing import Any
 
 from .apl import format_time, parse_time
+from .depth import load_stored
 from .documents import Documents
 from .reader import QUERY_TIMEOUT, Reader
 from .sqlfunctions import add_functions
@@ -51,6 +53,31 @@ def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
                                                                            strict=True)]
 
 
+# The one rule for a dataset's name, whichever way it is created (POST /v1/datasets, an
+# ingest with --create-datasets, serve --dataset): no NUL, no path, no endless name.
+_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+DATASET_NAME_RULE = "1-128 letters, digits, '-', '_' or '.', starting with a letter or digit"
+
+
+def valid_dataset_name(name: object) -> bool:
+    """True when ``name`` may name a dataset (DATASET_NAME_RULE)."""
+    return isinstance(name, str) and _DATASET_NAME.fullmatch(name) is not None
+
+
+def _create_private(file: str) -> None:
+    """Create the database file readable by its owner only (600), when it is new: it holds
+    the logs. SQLite gives the -wal and -shm files it creates next to it the same mode (the
+    unix VFS copies the database's), and the process's umask stays as it is (changing it
+    would race with every other thread creating files). A file that exists keeps its mode."""
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError:
+        return  # not creatable here (a folder that does not exist): sqlite3 says why
+    os.close(fd)
+
+
 class Store:
     """Events and views in SQLite: one connection shared by the handler threads, under a lock.
 
@@ -67,6 +94,7 @@ class Store:
         # in-memory database cannot share, so one query never waits for another.
         self._scratch = None if path else tempfile.mkdtemp(prefix="loghandler-local-")
         file = path or os.path.join(self._scratch or "", "events.sqlite")
+        _create_private(file)
         self._db = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
         add_functions(self._db)
         self._lock = threading.Lock()
@@ -163,7 +191,7 @@ class Store:
             rows = self._db.execute(
                 "SELECT body FROM events WHERE dataset = ? ORDER BY seq", (dataset,)
             ).fetchall()
-        return [json.loads(body) for (body,) in rows]
+        return [load_stored(body) for (body,) in rows]
 
     def count(self, dataset: str) -> int:
         with self._lock:

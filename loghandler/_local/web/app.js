@@ -409,9 +409,37 @@ function refreshDatasets() {
     }, () => panels.datasets.schedule(SIDEBAR_EVERY_MS));
 }
 
+// The token: in sessionStorage (gone with the tab), in localStorage only when the user asked
+// to be remembered (another program served later on this origin could read it there).
+function keepToken(token, remember) {
+  try {
+    if (remember !== undefined) {
+      if (remember) localStorage.setItem("loghandler-remember", "1");
+      else localStorage.removeItem("loghandler-remember");
+    }
+    sessionStorage.setItem("loghandler-token", token);
+    if (localStorage.getItem("loghandler-remember") === "1") {
+      localStorage.setItem("loghandler-token", token);
+    } else {
+      localStorage.removeItem("loghandler-token");
+    }
+  } catch (e) { /* storage off: the address keeps the token */ }
+}
+
+function keptToken() {
+  try {
+    if (localStorage.getItem("loghandler-remember") !== "1") {
+      localStorage.removeItem("loghandler-token"); // kept by an older page without asking
+    }
+    return sessionStorage.getItem("loghandler-token")
+      || localStorage.getItem("loghandler-token") || "";
+  } catch (e) { return ""; }
+}
+
 function drawDatasets(list) {
-  // The token works: a link opened later without it (copy link) signs in with it.
-  try { localStorage.setItem("loghandler-token", state.token); } catch (e) { /* none */ }
+  // The token works: a link opened later in this tab without it (copy link) signs in with
+  // it. Kept for the tab's life; across browser restarts only when the user ticked remember.
+  keepToken(state.token);
   const ul = $("datasets");
   ul.replaceChildren();
   if (!list.length) ul.append(el("li", { class: "muted", text: "none yet: ingest some events" }));
@@ -1605,9 +1633,7 @@ function start() {
   const params = hashParams();
   let token = tokenFromHash();
   // A link without the token (copy link): the token this browser signed in with before.
-  if (!token) {
-    try { token = localStorage.getItem("loghandler-token") || ""; } catch (e) { token = ""; }
-  }
+  if (!token) token = keptToken();
   state.token = token;
   let event = null;
   if (params.event) {
@@ -1761,7 +1787,7 @@ document.addEventListener("DOMContentLoaded", () => {
     e.preventDefault();
     const token = $("login-token").value.trim();
     if (!token) return;
-    try { localStorage.setItem("loghandler-token", token); } catch (err) { /* none */ }
+    keepToken(token, $("login-remember").checked);
     // The rest of the address (a link's dataset, event, ...) stays.
     const rest = location.hash.replace(/^#/, "").split("&")
       .filter((p) => p && !p.startsWith("token="));
