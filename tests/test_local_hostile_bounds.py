@@ -509,3 +509,16 @@ def test_the_merge_of_parts_is_within_the_deadline() -> None:
 def test_fair_share_is_half_the_readers() -> None:
     assert reader._share(reader.READERS) == reader.READERS // 2
     assert reader._share(1) == 1
+
+
+# ---------------------------------------------------------------------------- the benchmark
+
+@needs_proc
+def test_the_hostile_benchmark_runs_and_the_token_is_answered() -> None:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "benchmarks.local_hostile", "--seconds", "3",
+                           "--events", "2000", "--slow", "20", "--heavy", "3"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "not answered 200: 0; answered after its 10 s deadline: 0" in done.stdout, done.stdout
+    assert "service RSS: idle" in done.stdout
