@@ -197,6 +197,11 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             sql = keep_order(sql)
             if order is not None:
                 order = "ord"
+            if not comp.raw_body:
+                # A body an earlier step computed is read once a row: flattened into this
+                # step, each of its fields named here would compute it again (chained strcats
+                # took gigabytes and seconds). OFFSET keeps SQLite from flattening.
+                sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) LIMIT -1 OFFSET 0"
             sets = ", ".join(f"{quote(path_flat(name))}, {comp.json_value(comp.expr(e), name)}"
                              for name, e in op[1])
             sql = f"SELECT seq, time, sys, json_set(body, {sets}) AS body, ord FROM ({sql})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,10 @@ from .apl import (
     position,
 )
 from .sqlfunctions import regex_package
+
+# Python 3.11's sqlite3 sets a length limit on the reader connections (reader.py); on 3.10
+# strcat is a function that checks the length itself.
+_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")
 
 __all__ = ["MAX_REGEX", "Compiler", "Sql", "check_regex", "fmt_sql", "glob", "path",
            "path_flat", "quote"]
@@ -309,6 +314,9 @@ class Compiler:
                 return Sql(f"coalesce({', '.join(p.sql for p in parts)})",
                             kinds.pop() if len(kinds) == 1 else "value")
             # strcat: each argument as text, a missing one as nothing (as APL's strcat does).
+            if not _SETLIMIT:  # the length limit is checked by the function (3.10)
+                return Sql("apl_strcat(" + ", ".join(self.text_of(p) for p in parts) + ")",
+                           "value")
             return Sql("(" + " || ".join(f"coalesce({self.text_of(p)}, '')" for p in parts)
                         + ")", "value")
         if name in ("tostring", "toint", "tolong", "todouble", "toreal"):

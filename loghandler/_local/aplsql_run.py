@@ -80,7 +80,8 @@ def _fetch(cursor: Any, deadline: float | None, max_bytes: int) -> tuple[list[An
         for row in chunk:
             body = row[3]
             total += len(body) if isinstance(body, (str, bytes)) else 16
-            if total > max_bytes and raw:
+            # Counted from the first row: one row over the bound is not kept either.
+            if total > max_bytes:
                 return raw, True
             raw.append(row)
         if deadline is not None and time.monotonic() > deadline:

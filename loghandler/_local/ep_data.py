@@ -26,7 +26,7 @@ from .request import Raw, Request
 from .store import DATASET_NAME_RULE, valid_dataset_name
 
 __all__ = ["exists", "ingest", "legacy_query", "not_found", "otlp_ingest", "query",
-           "query_timeout", "store_values"]
+           "query_timeout", "store_values", "take_stored"]
 
 
 def not_found(dataset: str) -> HttpError:
@@ -75,21 +75,38 @@ def ingest(req: Request, dataset: str, params: dict[str, list[str]]) -> dict[str
         raise HttpError(400, f"the event-labels header must be a JSON object of the "
                              f"fields to add to every event ({exc})") from None
     body = req.read_body()
-    limit = req.state.ingest_limit
-    if limit is not None:
-        within, headers = limit.take(len(body))
-        req.limit_headers = {**req.limit_headers, **headers}
-        if not within:
-            raise HttpError(430, f"ingest limit exceeded: this service takes {limit.limit:,} "
-                                 "bytes a month; wait until X-IngestLimit-Reset")
     values = parse_values(body, req.headers.get("Content-Type"),
                           csv_delimiter=options.csv_delimiter,
                           csv_fields=(None if fields_header is None else
                                       [f.strip() for f in fields_header.split(",")]))
+    # The labels are stored in every event: each copy counts.
+    copies = 0 if labels_header is None else len(labels_header.encode(
+        "utf-8", "surrogateescape")) * len(values)
+    take_stored(req, len(body) + copies, "the event-labels header" if copies else None)
     # No string of a line can be longer than the line: most bodies need no search for the
     # strings over 1 MB that the service replaces.
     longest = len(body) if len(body) <= MAX_VALUE_BYTES else _longest_line(body)
     return store_values(req, dataset, values, options, labels, len(body), longest)
+
+
+def take_stored(req: Request, stored: int, copied: str | None) -> None:
+    """Count what a request stores (its decoded body, and each copy of what is copied into
+    every event: ``copied`` names it) against the request's limit (413 past it:
+    ``--max-body-bytes``) and the ingest limit (430 past it: ``--ingest-limit``)."""
+    most = req.state.max_body_bytes
+    if stored > most:
+        why = f" with {copied} copied into each event" if copied else ""
+        raise HttpError(413, f"the request stores {stored:,} bytes{why}, over this service's "
+                             f"limit of {most:,} bytes a request (--max-body-bytes): send "
+                             "fewer events a request" + (f", or a smaller {copied}" if copied
+                                                         else ""))
+    limit = req.state.ingest_limit
+    if limit is not None:
+        within, headers = limit.take(stored)
+        req.limit_headers = {**req.limit_headers, **headers}
+        if not within:
+            raise HttpError(430, f"ingest limit exceeded: this service takes {limit.limit:,} "
+                                 "bytes a month; wait until X-IngestLimit-Reset")
 
 
 def _longest_line(body: bytes) -> int:
@@ -142,12 +159,15 @@ def otlp_ingest(req: Request, signal: str, dataset: str | None) -> tuple[dict[st
         values = otlp.decode_request(body, kind, signal)
     except otlp.OtlpError as exc:
         raise HttpError(400, f"the body is not an OTLP {signal} request: {exc}") from None
+    copies = otlp.copied_size(values)
+    take_stored(req, len(body) + copies, "the resource and scope" if copies else None)
     status = store_values(req, dataset, values, IngestOptions({}), None, len(body))
     message = "; ".join(sorted({f["error"] for f in status["failures"]}))
     return status, Raw(otlp.encode_response(kind, signal, status["failed"], message), kind)
 
 
 def query(req: Request) -> dict[str, Any]:
+    req.may_some("query")  # before the body is read and decoded
     data = req.json_body()
     if not isinstance(data, dict) or not isinstance(data.get("apl"), str):
         raise HttpError(400, 'the body must be a JSON object with "apl": the query text')
@@ -166,7 +186,7 @@ def query(req: Request) -> dict[str, Any]:
                                    data.get("endTime"), fmt, timeout=query_timeout(data),
                                    cursor=data.get("cursor"),
                                    include_cursor=data.get("includeCursor", False),
-                                   cancelled=req.client_gone)
+                                   cancelled=req.client_gone, client=req.client_key)
 
 
 def query_timeout(data: dict[str, Any]) -> float:
@@ -196,12 +216,14 @@ def legacy_query(req: Request, dataset: str) -> dict[str, Any]:
     start, end = data["startTime"], data["endTime"]
     if q.events is not None:
         answer = store.query(q.events, start, end, "legacy", cursor=data.get("cursor") or None,
-                             include_cursor=data.get("includeCursor", False))
+                             include_cursor=data.get("includeCursor", False),
+                             client=req.client_key)
         answer["buckets"] = {"series": [], "totals": []}
     else:
         assert q.totals is not None and q.series is not None
-        answer = store.query(q.totals, start, end, "legacy")
-        series = store.query(q.series, start, end, "legacy")["buckets"]["series"]
+        answer = store.query(q.totals, start, end, "legacy", client=req.client_key)
+        series = store.query(q.series, start, end, "legacy",
+                             client=req.client_key)["buckets"]["series"]
         answer["buckets"] = {
             "series": [{**s, "groups": legacy.rename(s["groups"], q.aliases)} for s in series],
             "totals": legacy.rename(answer["buckets"]["totals"], q.aliases)}

@@ -39,6 +39,7 @@ FACET_PROBE = 20_000
 
 
 def _asked(req: Request) -> dict[str, Any]:
+    req.may_some("query")  # before the body is read and decoded
     data = req.json_body()
     if not isinstance(data, dict) or not isinstance(data.get("dataset"), str) or not (
             isinstance(data.get("q", ""), str)):
@@ -100,7 +101,7 @@ def search_facets(req: Request) -> dict[str, Any]:
 
     def count(apl: str, sample: int = 1) -> int:
         answer = store.reader.query(apl + " | count", fmt="tabular", sample=sample,
-                                    cancelled=req.client_gone)
+                                    cancelled=req.client_gone, client=req.client_key)
         return int(answer["tables"][0]["columns"][0][0])
 
     in_range = count(range_source(data["dataset"], data["range"]))
@@ -113,7 +114,8 @@ def search_facets(req: Request) -> dict[str, Any]:
             estimate = count(matching, probe) * probe
         every = max(1, math.floor(estimate / FACET_ROWS))
     apl = matching + f" | take {FACET_ROWS}"
-    answer = store.reader.query(apl, fmt="tabular", sample=every, cancelled=req.client_gone)
+    answer = store.reader.query(apl, fmt="tabular", sample=every, cancelled=req.client_gone,
+                                client=req.client_key)
     got = facets(answer.get("tables", []))
     sampled = every > 1 or got["rows"] >= FACET_ROWS
     # How many the search finds in the range: counted (no search, or every event read), or

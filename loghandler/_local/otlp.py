@@ -489,6 +489,25 @@ def decode_request(body: bytes, media_type: str, signal: str) -> list[dict[str, 
         raise OtlpError(f"a field has the wrong type ({type(exc).__name__})") from None
 
 
+def copied_size(events: list[dict[str, Any]]) -> int:
+    """The bytes a request's resources and scopes take once stored: each is copied into every
+    event of its records (one 400 KB resource and 1,000 empty records stored 400 MB), so each
+    copy counts. Each one's size is measured once."""
+    sizes: dict[int, int] = {}
+    total = 0
+    for event in events:
+        for name in ("resource", "scope"):
+            value = event.get(name)
+            if value is None:
+                continue
+            size = sizes.get(id(value))
+            if size is None:
+                size = sizes[id(value)] = len(json.dumps(value, ensure_ascii=False).encode(
+                    "utf-8", "surrogatepass"))
+            total += size
+    return total
+
+
 def _pb_len(number: int, payload: bytes) -> bytes:
     return _pb_key(number, 2) + _pb_uvarint(len(payload)) + payload
 

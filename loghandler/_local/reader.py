@@ -47,6 +47,18 @@ WORKERS = min(4, os.cpu_count() or 1)
 MERGEABLE = frozenset({"count", "countif", "sum", "min", "max"})
 # How often (s) a running query looks whether its client is still there.
 CLIENT_CHECK_EVERY = 0.02
+# The longest text or blob a query may make (SQLite's SQLITE_LIMIT_LENGTH on each reader
+# connection; the default is 1 GB): a small query of chained strcats made gigabytes. The
+# service sets it a little over its body limit, so that any stored event can still be read.
+MAX_LENGTH = 12 * 1024 * 1024
+# Python 3.10's sqlite3 cannot set that limit: strcat checks the length itself there.
+HAS_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")
+
+
+def _share(readers: int) -> int:
+    """The reader connections one client (one token) may hold at once: half of them, so that
+    one client's heavy queries never hold every reader."""
+    return max(1, readers // 2)
 
 
 class ReadStats:
@@ -97,6 +109,13 @@ class Reader:
         self._pool = threading.Condition()
         self._closed = False
         self.stats = ReadStats()
+        self.max_length = MAX_LENGTH
+        # Connections held per client, and the queries waiting for one: a free connection
+        # goes to the waiter whose client holds the fewest (then the oldest), never past a
+        # client's share.
+        self._held: dict[Any, int] = {}
+        self._waiting: list[tuple[Any, int]] = []
+        self._tickets = itertools.count()
 
     def close(self) -> None:
         with self._pool:
@@ -106,51 +125,90 @@ class Reader:
             self._idle.clear()
             self._pool.notify_all()
 
+    def _turn(self, me: tuple[Any, int]) -> bool:
+        """True when waiter ``me`` may take a connection now: one is free or may be opened,
+        its client is under its share, and no waiter of a client holding fewer (or as many,
+        and waiting longer) is before it."""
+        if not self._idle and self._opened >= self._max:
+            return False
+        share = _share(self._max)
+        held = self._held
+        if held.get(me[0], 0) >= share:
+            return False
+        eligible = [w for w in self._waiting if held.get(w[0], 0) < share]
+        return min(eligible, key=lambda w: (held.get(w[0], 0), w[1])) is me
+
     @contextlib.contextmanager
-    def _connection(self, stop: _Stop) -> Iterator[sqlite3.Connection]:
-        """A connection for one query: a free one of the pool, a new one while there are
-        fewer than READERS, else the first given back (waiting no longer than the query may
-        run, and not for a client gone)."""
+    def _connection(self, stop: _Stop, client: Any = None, wait: bool = True
+                    ) -> Iterator[sqlite3.Connection | None]:
+        """A connection for one query of ``client`` (its token): a free one of the pool, a
+        new one while there are fewer than READERS, else one given back (waiting no longer
+        than the query may run, and not for a client gone). Fair between clients: each holds
+        at most its share, and a free connection goes to the client holding fewest. With
+        ``wait`` false, None unless one is free for this client now (a query's helper)."""
         if self._uri is None:
             with self._lock:
                 yield self._db
             return
         conn: sqlite3.Connection | None = None
         with self._pool:
-            while conn is None:
-                if self._closed:
-                    raise sqlite3.ProgrammingError("the store is closed")
-                if self._idle:
-                    conn = self._idle.pop()
-                elif self._opened < self._max:
-                    self._opened += 1
-                    try:
-                        conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False,
-                                               isolation_level=None)
-                        add_functions(conn)
-                    except BaseException:
-                        self._opened -= 1
-                        raise
-                else:
-                    if stop():
+            me = (client, next(self._tickets))
+            self._waiting.append(me)
+            try:
+                while conn is None:
+                    if self._closed:
+                        raise sqlite3.ProgrammingError("the store is closed")
+                    if wait and stop():  # past its deadline: no connection, it stops
                         raise _Stopped
-                    self._pool.wait(CLIENT_CHECK_EVERY)
+                    if self._turn(me):
+                        conn = self._idle.pop() if self._idle else self._open_connection()
+                        self._held[client] = self._held.get(client, 0) + 1
+                    elif not wait:
+                        break
+                    else:
+                        self._pool.wait(CLIENT_CHECK_EVERY)
+            finally:
+                self._waiting.remove(me)
+                self._pool.notify_all()  # the order of the others may have changed
+        if conn is None:
+            yield None
+            return
         try:
             yield conn
         finally:
             with self._pool:
+                left = self._held.get(client, 0) - 1
+                if left > 0:
+                    self._held[client] = left
+                else:
+                    self._held.pop(client, None)
                 if self._closed:
                     conn.close()
                     self._opened -= 1
                 else:
                     self._idle.append(conn)
-                self._pool.notify()
+                self._pool.notify_all()
+
+    def _open_connection(self) -> sqlite3.Connection:
+        """A new reader connection (the pool's lock held), its length limit set."""
+        self._opened += 1
+        try:
+            conn = sqlite3.connect(self._uri or "", uri=True, check_same_thread=False,
+                                   isolation_level=None)
+            add_functions(conn)
+            if HAS_SETLIMIT:  # 3.11: SQLITE_LIMIT_LENGTH is 0
+                limited: Any = conn  # typed for 3.10, which lacks setlimit
+                limited.setlimit(getattr(sqlite3, "SQLITE_LIMIT_LENGTH", 0), self.max_length)
+        except BaseException:
+            self._opened -= 1
+            raise
+        return conn
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
               timeout: float = QUERY_TIMEOUT, cursor: Any = None,
               include_cursor: Any = False,
               cancelled: Callable[[], bool] | None = None,
-              sample: int | None = None) -> dict[str, Any]:
+              sample: int | None = None, client: Any = None) -> dict[str, Any]:
         """Run an APL query (the subset in ``apl``) and build the service's answer in ``fmt``.
 
         ``HttpError(400)`` names what is outside the subset; a query is stopped after
@@ -158,7 +216,8 @@ class Reader:
         ``cancelled()`` says its client has gone (499). ``cursor`` (a ``_rowId``, as the
         status's ``minCursor``/``maxCursor`` give) starts the rows after that event, and with
         ``include_cursor`` at it: the next page. ``sample``: about one event in that many
-        (the page's facets).
+        (the page's facets). ``client`` (its token) shares the reader connections fairly
+        with the other clients'.
         """
         now_us = time.time_ns() // 1000
         at: tuple[int, int, bool] | None = None
@@ -190,16 +249,24 @@ class Reader:
         stop = _Stop(time.monotonic() + timeout, cancelled)
         self.stats.running += 1
         try:
-            with self._connection(stop) as db:
+            with self._connection(stop, client) as db:
+                assert db is not None
                 db.set_progress_handler(stop, 20_000)
                 QUERY.deadline, QUERY.timed_out = stop.deadline, False
+                QUERY.max_length, QUERY.too_big = self.max_length, False
                 try:
-                    result = self._run(db, text, parsed, compiled, args, lo, hi, stop)
+                    result = self._run(db, text, parsed, compiled, args, lo, hi, stop, client)
                 finally:
                     db.set_progress_handler(None, 0)
                     QUERY.deadline = None
         except (_Stopped, sqlite3.DatabaseError, aplsql_run.QueryTimeout, ValueError,
                 OverflowError) as exc:
+            if (isinstance(exc, sqlite3.DataError) and "too big" in str(exc)) or getattr(
+                    QUERY, "too_big", False):
+                raise HttpError(422, f"the query makes a value over this service's limit of "
+                                     f"{self.max_length:,} bytes (SQLITE_LIMIT_LENGTH): make "
+                                     "smaller values (fewer strcat arguments), or project "
+                                     "fewer fields") from None
             if stop.cancelled or (cancelled is not None and isinstance(exc, _Stopped)
                                   and cancelled()):
                 self.stats.cancelled += 1
@@ -224,6 +291,7 @@ class Reader:
         # Two queries: SQLite reads a lone min() or max() off the index's end, both at once
         # by scanning all of it.
         with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None)) as db:
+            assert db is not None
             (first,) = db.execute("SELECT min(time) FROM events WHERE dataset = ?",
                                   (dataset,)).fetchone()
             (last,) = db.execute("SELECT max(time) FROM events WHERE dataset = ?",
@@ -231,13 +299,15 @@ class Reader:
         return None if first is None else (first, last + 1)
 
     def _run(self, db: sqlite3.Connection, text: str, parsed: Any, compiled: Any,
-             args: dict[str, Any], lo: int | None, hi: int, stop: _Stop) -> Any:
+             args: dict[str, Any], lo: int | None, hi: int, stop: _Stop,
+             client: Any = None) -> Any:
         started = time.perf_counter()
         if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
                 parsed, compiled):
             parts = self._parts(db, compiled, lo, hi)
             if parts is not None:
-                return self._run_in_parts(db, text, compiled, args, parts, stop, started)
+                return self._run_in_parts(db, text, compiled, args, parts, stop, started,
+                                          client)
         return aplsql_run.run(db, compiled, stop.deadline)
 
     def _parts(self, db: sqlite3.Connection, compiled: Any, lo: int | None, hi: int
@@ -265,10 +335,12 @@ class Reader:
 
     def _run_in_parts(self, db: sqlite3.Connection, text: str, compiled: Any,
                       args: dict[str, Any], parts: list[tuple[int, int]], stop: _Stop,
-                      started: float) -> Any:
+                      started: float, client: Any = None) -> Any:
         """An aggregation over many events in parts of its time range, this connection and
         WORKERS - 1 others taking the next part in turn; the parts' groups merged (counts and
-        sums added, minimums and maximums kept). Smaller sorts, and every core at work."""
+        sums added, minimums and maximums kept). Smaller sorts, and every core at work. A
+        helper takes a connection only when one is free for this client (never waits): the
+        others' queries come first."""
         span = compiled.bin_us if "bin_auto" in text else None  # bins as the whole range's
         todo = list(reversed(list(enumerate(parts))))
         lock = threading.Lock()
@@ -293,7 +365,9 @@ class Reader:
         def helper() -> None:
             try:
                 # The same stop: a time-out, a client gone or a failure ends every part.
-                with self._connection(stop) as conn:
+                with self._connection(stop, client, wait=False) as conn:
+                    if conn is None:
+                        return  # none free for this client: the others do the parts
                     conn.set_progress_handler(stop, 20_000)
                     QUERY.deadline, QUERY.timed_out = stop.deadline, False
                     try:
@@ -319,7 +393,8 @@ class Reader:
         if "error" in found:
             raise found["error"]
         # Merged in the parts' order, whichever finished first: the same sums every time.
-        merged = _merge_groups(compiled, [row for i in sorted(done) for row in done[i]])
+        merged = _merge_groups(compiled, [row for i in sorted(done) for row in done[i]],
+                               stop.deadline)
         return aplsql_run.build(compiled, merged, found["truncated"], stop.deadline, started)
 
     def _cursor(self, text: str, cursor: Any, include: Any) -> tuple[int, int, bool]:
@@ -372,13 +447,16 @@ def _splittable(parsed: Any, compiled: Any) -> bool:
         "*" not in (compiled.fields or []))
 
 
-def _merge_groups(compiled: Any, raw: list[Any]) -> list[Any]:
+def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) -> list[Any]:
     """The rows of two halves of an aggregation as one: rows of the same groups combined,
-    in the order the query's SQL gives (its groups ascending, the time bin by its time)."""
+    in the order the query's SQL gives (its groups ascending, the time bin by its time).
+    QueryTimeout past ``deadline``: the merge is part of the query's time."""
     groups = [g for g in compiled.groups if g != compiled.time_group]
     how = dict(compiled.aggregations)
     merged: dict[Any, list[Any]] = {}
-    for seq, t, sys_time, body in raw:
+    for n, (seq, t, sys_time, body) in enumerate(raw):
+        if deadline is not None and not n % 1000 and time.monotonic() > deadline:
+            raise aplsql_run.QueryTimeout
         data = json.loads(body)
         key = (t, json.dumps([data.get(g) for g in groups]))
         have = merged.get(key)
@@ -406,5 +484,7 @@ def _merge_groups(compiled: Any, raw: list[Any]) -> list[Any]:
         return out
 
     rows = sorted(merged.values(), key=order)
+    if deadline is not None and time.monotonic() > deadline:
+        raise aplsql_run.QueryTimeout
     return [(seq, t, sys_time, json.dumps(data)) for seq, t, sys_time, data in rows][
         :aplsql_run.MAX_ROWS]

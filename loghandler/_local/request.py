@@ -43,7 +43,8 @@ class Request(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse their connection
     disable_nagle_algorithm = True  # headers and body go in two writes; no 40 ms stall
-    timeout = 60  # a client that stops sending mid-body does not hold a thread forever
+    # A backstop per receive; the server's own time-outs (idle, whole request) come first.
+    timeout = 60
     server_version = "loghandler-local"
     # Per request (one handler serves a whole keep-alive connection).
     limit_headers: dict[str, str]
@@ -70,6 +71,41 @@ class Request(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the per-request line is ours (on_request), not http.server's
+
+    def setup(self) -> None:
+        super().setup()
+        server: Any = self.server
+        self.connection.settimeout(max(server.idle_timeout, server.request_timeout) + 5)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        finally:
+            self.server.release(self.connection)  # type: ignore[attr-defined]
+
+    def handle_one_request(self) -> None:
+        # Waiting for the next request line: the idle time-out.
+        self.server.watch(self.connection, self.server.idle_timeout)  # type: ignore[attr-defined]
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        # The request line is here: its headers and body have the request time-out, as a whole.
+        self.server.watch(self.connection,  # type: ignore[attr-defined]
+                          self.server.request_timeout)  # type: ignore[attr-defined]
+        return super().parse_request()
+
+    def _arrived(self) -> None:
+        """The request has arrived whole: no time-out while it is answered (a query has its
+        own deadline)."""
+        self.server.watch(self.connection, None)  # type: ignore[attr-defined]
+
+    def _late(self) -> HttpError:
+        """The request did not arrive within its time-out (the server cut it), or its client
+        stopped sending: 408, and the connection closes."""
+        self.close_connection = True
+        timeout = self.server.request_timeout  # type: ignore[attr-defined]
+        return HttpError(408, f"the request did not arrive within {timeout:g} s; send it "
+                              "whole without pausing")
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # http.server's own errors (bad request line, unknown method) are HTML; ours are JSON.
@@ -118,6 +154,7 @@ class Request(BaseHTTPRequestHandler):
             return "chunked"
         raw = self.headers.get("Content-Length")
         if raw is None:
+            self._arrived()
             return None
         lengths = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
         if len(lengths) > 1:
@@ -136,6 +173,13 @@ class Request(BaseHTTPRequestHandler):
         kind = self._body_kind
         if not kind or self._body is not None:
             return
+        try:
+            self._discard(kind)
+        except OSError:
+            self.close_connection = True
+        self._arrived()
+
+    def _discard(self, kind: int | str) -> None:
         if kind == "chunked":
             try:
                 self._read_chunked(_DRAIN_LIMIT, keep=False)
@@ -180,20 +224,31 @@ class Request(BaseHTTPRequestHandler):
         """The body, Content-Encoding undone, within the size limit."""
         limit = self.state.max_body_bytes
         kind = self._body_kind
-        if kind is None:
-            body = b""
-        elif kind == "chunked":
-            body = self._read_chunked(limit)
-        else:
-            length = int(kind)
-            if length > limit:
-                self.discard()
-                raise HttpError(413, f"the body is {length} bytes, over this service's limit "
-                                     f"of {limit} bytes; send smaller batches")
-            body = self.rfile.read(length)
-            if len(body) < length:
-                self.close_connection = True
-                raise HttpError(400, "the body ended before Content-Length bytes arrived")
+        try:
+            if kind is None:
+                body = b""
+            elif kind == "chunked":
+                body = self._read_chunked(limit)
+            else:
+                length = int(kind)
+                if length > limit:
+                    self.discard()
+                    raise HttpError(413, f"the body is {length} bytes, over this service's "
+                                         f"limit of {limit} bytes; send smaller batches")
+                body = self.rfile.read(length)
+                if len(body) < length:
+                    if self.server.was_cut(self.connection):  # type: ignore[attr-defined]
+                        raise self._late()
+                    self.close_connection = True
+                    raise HttpError(400, "the body ended before Content-Length bytes arrived")
+        except OSError:  # a time-out of a receive, or the client gone
+            raise self._late() from None
+        except HttpError as exc:
+            if exc.status == 400 and self.server.was_cut(  # type: ignore[attr-defined]
+                    self.connection):
+                raise self._late() from None
+            raise
+        self._arrived()
         self._body = body
         return decode_body(body, self.headers.get("Content-Encoding"), limit)
 
@@ -273,6 +328,26 @@ class Request(BaseHTTPRequestHandler):
             where = f"dataset {dataset!r}" if dataset is not None else "the organization"
             raise HttpError(403, f"this token may not {action} {capability} in {where}: "
                                  "create one with that capability")
+
+    def may_some(self, capability: str) -> None:
+        """403 unless the request's token may read ``capability`` (query) in some dataset:
+        checked before the body is read, so that a token that may not query cannot make the
+        service decode a body (the dataset, named in the body, is checked after)."""
+        token = self.token
+        if token is True or token is None:
+            return
+        names = token.get("datasetCapabilities") or {}
+        if not any(Access.allows(token, capability, "read", name) for name in names):
+            self.discard()
+            raise HttpError(403, f"this token may not read {capability} in any dataset: "
+                                 "create one with that capability")
+
+    @property
+    def client_key(self) -> Any:
+        """Who this request is for the reader's fair share: its token (created tokens by
+        their id; the tokens the service started with are one client)."""
+        token = self.token
+        return token.get("id") if isinstance(token, dict) else "root"
 
     # ------------------------------------------------------------------ response
 

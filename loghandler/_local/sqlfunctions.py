@@ -9,6 +9,7 @@ import calendar
 import functools
 import json
 import math
+import os
 import random
 import re
 import sqlite3
@@ -230,8 +231,51 @@ def _regex(pattern: str) -> Any:
     return regex_package().compile(pattern)
 
 
+# The regex package's timeout counts the matching thread's CPU time, not the clock's: on busy
+# cores a match ran far past its query's deadline (a 2 s timeout took 14 s at a load of 24).
+# A match that is not over in REGEX_SLICE of CPU is finished in a thread of its own, waited
+# for until the deadline by the clock; past it the query stops, and the thread ends at its own
+# CPU-time bound. At most one match a core at once (the wait counts against the deadline).
+_REGEX_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+REGEX_SLICE = 0.05
+
+
 def _search_in_process(pattern: str, text: str, timeout: float) -> bool:
-    return _regex(pattern).search(text, timeout=timeout) is not None
+    started = time.monotonic()
+    if not _REGEX_SLOTS.acquire(timeout=timeout):
+        raise TimeoutError
+    try:
+        matched = _regex(pattern).search(text, timeout=min(timeout, REGEX_SLICE)) is not None
+    except TimeoutError:
+        left = timeout - (time.monotonic() - started)
+        if timeout <= REGEX_SLICE or left <= 0:
+            _REGEX_SLOTS.release()
+            raise
+    except BaseException:
+        _REGEX_SLOTS.release()
+        raise
+    else:
+        _REGEX_SLOTS.release()
+        return matched
+    # A long match: in its own thread (which gives the slot back), waited for by the clock.
+    found: list[Any] = []
+    done = threading.Event()
+
+    def match() -> None:
+        try:
+            found.append(_regex(pattern).search(text, timeout=left) is not None)
+        except BaseException as exc:  # handed to the query's thread
+            found.append(exc)
+        finally:
+            _REGEX_SLOTS.release()
+            done.set()
+
+    threading.Thread(target=match, name="loghandler-query-regex", daemon=True).start()
+    if not done.wait(left) or not found:
+        raise TimeoutError
+    if isinstance(found[0], BaseException):
+        raise found[0]
+    return bool(found[0])
 
 
 def _search_in_worker(pattern: str, text: str, timeout: float) -> bool:
@@ -251,13 +295,26 @@ def _apl_matches(value: Any, pattern: str) -> int | None:
     if value is None:
         return None
     deadline = getattr(QUERY, "deadline", None)
-    timeout = QUERY_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+    timeout = QUERY_TIMEOUT if deadline is None else deadline - time.monotonic()
     text = value if isinstance(value, str) else str(value)
     try:
+        if timeout <= 0:
+            raise TimeoutError
         return 1 if SEARCH(pattern, text, timeout) else 0
     except TimeoutError:
         QUERY.timed_out = True
         raise
+
+
+def _apl_strcat(*parts: Any) -> str:
+    """APL's strcat where SQLite's length limit cannot be set (Python 3.10): the length is
+    checked before the text is made, so chained strcats cannot make gigabytes."""
+    texts = ["" if p is None else p if isinstance(p, str) else str(p) for p in parts]
+    limit = getattr(QUERY, "max_length", None) or 12 * 1024 * 1024
+    if sum(map(len, texts)) > limit:
+        QUERY.too_big = True
+        raise ValueError("string or blob too big")
+    return "".join(texts)
 
 
 def add_functions(db: sqlite3.Connection) -> None:
@@ -269,6 +326,7 @@ def add_functions(db: sqlite3.Connection) -> None:
     db.create_function("apl_matches", 2, _apl_matches, deterministic=True)
     db.create_function("apl_lower", 1, lambda v: _fold(v, False), deterministic=True)
     db.create_function("apl_upper", 1, lambda v: _fold(v, True), deterministic=True)
+    db.create_function("apl_strcat", -1, _apl_strcat, deterministic=True)
     db.create_aggregate("apl_arg_max", 2, _ArgBest)  # type: ignore[arg-type]
     db.create_aggregate("apl_arg_min", 2, _ArgMin)  # type: ignore[arg-type]
     db.create_aggregate("apl_percentile", 2, _Percentile)  # type: ignore[arg-type]

@@ -354,10 +354,11 @@ class Store:
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
               timeout: float = QUERY_TIMEOUT, cursor: Any = None,
-              include_cursor: Any = False, cancelled: Any = None) -> dict[str, Any]:
+              include_cursor: Any = False, cancelled: Any = None,
+              client: Any = None) -> dict[str, Any]:
         """Run an APL query: ``Reader.query``."""
         return self.reader.query(text, start, end, fmt, timeout, cursor, include_cursor,
-                                 cancelled)
+                                 cancelled, client=client)
 
     # ------------------------------------------------------------------ views
 

@@ -43,6 +43,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("--ingest-limit must be a positive number of bytes")
     if args.max_fields < 1:
         raise UsageError("--max-fields must be a positive number")
+    if args.max_connections is not None and args.max_connections < 1:
+        raise UsageError("--max-connections must be a positive number")
+    for flag, value in (("--request-timeout", args.request_timeout),
+                        ("--idle-timeout", args.idle_timeout)):
+        if not value > 0:
+            raise UsageError(f"{flag} must be a positive number of seconds")
     if args.datasets is not None and not all(d.strip() for d in args.datasets):
         raise UsageError("--dataset must name a dataset")
     # The datasets created at start: --dataset, else LOGHANDLER_DATASET (the dataset the
@@ -82,7 +88,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              on_request=None if args.quiet else log_request,
                              datasets=names, create_datasets=args.create_datasets,
                              rate_limit=args.rate_limit,
-                             ingest_limit=args.ingest_limit, max_fields=args.max_fields)
+                             ingest_limit=args.ingest_limit, max_fields=args.max_fields,
+                             max_connections=args.max_connections,
+                             request_timeout=args.request_timeout,
+                             idle_timeout=args.idle_timeout)
     except HttpError as exc:
         raise UsageError(f"{args.views}: {exc.message}") from None
     except OSError as exc:
@@ -226,5 +235,14 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
     serve.add_argument("--max-fields", type=int, default=256, metavar="N",
                        help="fields a dataset may hold (default 256, the service's); an event "
                             "past it is turned down in the ingest status")
+    serve.add_argument("--max-connections", type=int, default=None, metavar="N",
+                       help="connections at once (default 256, fewer under a low open-files "
+                            "limit); past it the one waiting longest for its client is "
+                            "closed, or 503 when all are being answered")
+    serve.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="time a request's headers and body may take to arrive, however "
+                            "slowly they trickle in (default 60); 408 past it")
+    serve.add_argument("--idle-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="time a connection may wait for its next request (default 60)")
     serve.set_defaults(func=cmd_serve)
     return {"serve": serve}
