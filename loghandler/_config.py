@@ -20,6 +20,7 @@ from ._output import clip
 from ._wire.settings import CLIENT_ARG_NAMES, env
 
 ENV_DATASET = "LOGHANDLER_DATASET"
+_OFF = ("0", "false", "no", "off")
 
 
 def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -29,6 +30,30 @@ def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = Non
             f"no dataset: pass dataset=... or set {ENV_DATASET} to the dataset to ingest into"
         )
     return dataset
+
+
+ENV_SEND = "LOGHANDLER_SEND"
+SEND_VALUES = (True, False, "if-token-present")
+_ON = ("1", "true", "yes", "on")
+
+
+def resolve_send(send: bool | str | None) -> bool | str:
+    """A front end's ``send``: True (ship; a missing token is a ConfigurationError), False (ship
+    nothing) or ``"if-token-present"`` (ship when a token is configured, else nothing);
+    ``LOGHANDLER_SEND`` when not given. Any other value is a ConfigurationError."""
+    where = "send="
+    if send is None:
+        text = env(ENV_SEND)
+        if text is None:
+            return True
+        where = ENV_SEND
+        lowered = text.strip().lower()
+        send = True if lowered in _ON else False if lowered in _OFF else lowered
+    if send is True or send is False or send == "if-token-present":
+        return send
+    raise ConfigurationError(
+        f"{where} must be True (ship; a missing token is an error), False (ship nothing) or "
+        f"\"if-token-present\" (ship only when LOGHANDLER_TOKEN or token= is set), not {send!r}")
 
 
 # --------------------------------------------------------------------------- shipping options
@@ -135,7 +160,6 @@ class ShipperOptions:
 
 ENV_SCRUB = "LOGHANDLER_SCRUB"
 ENV_IDENTITY = "LOGHANDLER_IDENTITY"
-_OFF = ("0", "false", "no", "off")
 HOLD_LEVELS = ("debug", "info", "warning")
 
 

@@ -92,7 +92,7 @@ class IngestHandler(FrontEnd, logging.Handler):
         # compiled handle from this instance's __dict__.
         self._fast_path: Any = None
         try:
-            logging.Handler.__init__(self, level)
+            logging.Handler.__init__(self, _level(level))
             self._update_custom()
         except BaseException:  # a bad level: leave nothing behind either
             if self._owns_shipper:
@@ -245,10 +245,18 @@ class IngestHandler(FrontEnd, logging.Handler):
                     event.setdefault("formatted", text)
         return event, size
 
+    def setLevel(self, level: int | str) -> None:
+        """As ``logging.Handler.setLevel``; a level name in any case (``"info"``) too."""
+        super().setLevel(_level(level))
+
     def setFormatter(self, fmt: logging.Formatter | None) -> None:
         """Use ``fmt``'s output as each event's ``message`` (fields stay structured)."""
         super().setFormatter(fmt)
         self._update_custom()
+
+    def _refresh(self) -> None:
+        if "formatter" in self.__dict__:  # built (not yet while _attach runs)
+            self._update_custom()
 
     def _update_custom(self) -> None:
         custom = self.formatter is not None or self.shipper.options.json_default is not None
@@ -275,3 +283,11 @@ class IngestHandler(FrontEnd, logging.Handler):
             FrontEnd.close(self)
         finally:
             logging.Handler.close(self)
+
+
+def _level(level: Any) -> Any:
+    """A level name in any case as logging knows it (``"info"``: ``"INFO"``); else as given
+    (logging's own error for an unknown one)."""
+    if isinstance(level, str) and isinstance(logging.getLevelName(level.upper()), int):
+        return level.upper()
+    return level

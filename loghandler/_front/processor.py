@@ -124,6 +124,9 @@ class IngestProcessor(FrontEnd):
 
     __slots__ = ("_fast_path",)  # flush, close, stats: FrontEnd's
 
+    def _refresh(self) -> None:
+        self._fast_path = self._wire_path()
+
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)

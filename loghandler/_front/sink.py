@@ -132,6 +132,9 @@ class IngestSink(FrontEnd):
 
     __slots__ = ("_fast_path",)
 
+    def _refresh(self) -> None:
+        self._fast_path = self._wire_path()
+
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
                  shipper: Shipper | None = None, **options: Any) -> None:
         self._attach(dataset, client, shipper, options)

@@ -1,0 +1,255 @@
+"""Issue 47, what a newcomer met on the first day: an application that starts without a token
+(``send="if-token-present"``), tests of the application's real logging configuration
+(``loghandler.testing.capture()`` and the ``loghandler_capture`` fixture), and a light
+``import loghandler.testing``."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loghandler
+from loghandler.testing import LocalService, MemoryTransport, capture
+
+ROOT = Path(__file__).resolve().parent.parent
+NOT_SENT = "send nothing in this process"
+
+
+def run_python(code: str, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    clean.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, env=clean, cwd=cwd or ROOT)
+
+
+def guide_logging(page: str) -> str:
+    """The ``LOGGING = {...}`` excerpt of a guide, as the user copies it into settings.py."""
+    text = (ROOT / "docs" / "guides" / page).read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    (block,) = [b for b in blocks if b.startswith("LOGGING = {")]
+    return block
+
+
+class TestSendIfTokenPresent:
+    def test_the_django_guides_settings_start_without_a_token(self, tmp_path: Path) -> None:
+        """The Django guide's LOGGING, with no LOGHANDLER_TOKEN (a CI job, a new clone):
+        ``manage.py check`` passes with no traceback and one line saying nothing is sent."""
+        pytest.importorskip("django")
+        (tmp_path / "settings.py").write_text(
+            guide_logging("django.md") + textwrap.dedent("""
+                SECRET_KEY = "not-secret"
+                INSTALLED_APPS = []
+                ROOT_URLCONF = "settings"
+                urlpatterns = []
+                """), encoding="utf-8")
+        proc = run_python("""
+            import sys
+            import logging
+            from django.core.management import execute_from_command_line
+            execute_from_command_line(["manage.py", "check"])
+            logging.getLogger("shop").error("not shipped, and nothing breaks")
+            """, env={"DJANGO_SETTINGS_MODULE": "settings", "PYTHONPATH": str(tmp_path)},
+            cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "System check identified no issues" in proc.stdout
+        assert proc.stderr.count(NOT_SENT) == 1, proc.stderr
+        assert "LOGHANDLER_TOKEN is not set" in proc.stderr
+
+    def test_every_front_end_is_built_and_sends_nothing_one_line_once(self) -> None:
+        proc = run_python("""
+            import logging
+            import loghandler
+            from loghandler.opentelemetry import IngestLogRecordProcessor
+            fronts = [loghandler.IngestHandler("a", send="if-token-present"),
+                      loghandler.IngestHandler("b", send="if-token-present", level="info"),
+                      loghandler.IngestProcessor("c", send="if-token-present"),
+                      loghandler.IngestSink("d", send="if-token-present"),
+                      IngestLogRecordProcessor("e", send="if-token-present")]
+            log = logging.getLogger("x")
+            log.addHandler(fronts[0])
+            log.warning("nowhere")
+            fronts[2](None, "info", {"event": "nowhere"})
+            assert fronts[0].flush(1) and fronts[2].flush(1)
+            print(fronts[0].stats().delivered, fronts[0].stats().batches)
+            """)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["0", "0"]
+        assert proc.stderr.count(NOT_SENT) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+    def test_the_default_keeps_the_clear_error(self) -> None:
+        with pytest.raises(loghandler.ConfigurationError, match="LOGHANDLER_TOKEN"):
+            loghandler.IngestHandler("app", url="http://127.0.0.1:9")
+
+    def test_with_a_token_it_ships(self) -> None:
+        with LocalService(token="tok-1") as svc:
+            handler = loghandler.IngestHandler("app", url=svc.url, token="tok-1",
+                                               send="if-token-present")
+            handler.emit(logging.makeLogRecord({"msg": "shipped"}))
+            assert handler.flush(10)
+            handler.close()
+            assert [e["message"] for e in svc.events("app")] == ["shipped"]
+
+    def test_send_false_and_the_variable_ship_nothing(self, monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+        with LocalService(token="tok-2") as svc:
+            monkeypatch.setenv("LOGHANDLER_SEND", "0")
+            off_by_env = loghandler.IngestHandler("app", url=svc.url, token="tok-2")
+            monkeypatch.delenv("LOGHANDLER_SEND")
+            off = loghandler.IngestProcessor("app", url=svc.url, token="tok-2", send=False)
+            off_by_env.emit(logging.makeLogRecord({"msg": "not shipped"}))
+            off(None, "info", {"event": "not shipped"})
+            assert off_by_env.flush(2) and off.flush(2)
+            off_by_env.close()
+            off.close()
+            assert svc.requests == [] and svc.events("app") == []
+            assert off_by_env.stats().delivered == 0
+
+    @pytest.mark.parametrize("value", ["sometimes", 1, "yes please"])
+    def test_a_wrong_value_is_named(self, value: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        with pytest.raises(loghandler.ConfigurationError, match="send="):
+            loghandler.IngestHandler("app", send=value, transport=MemoryTransport())
+        monkeypatch.setenv("LOGHANDLER_SEND", "maybe")
+        with pytest.raises(loghandler.ConfigurationError, match="LOGHANDLER_SEND"):
+            loghandler.IngestHandler("app", transport=MemoryTransport())
+
+    def test_a_bad_option_still_fails_without_a_token(self) -> None:
+        with pytest.raises(loghandler.ConfigurationError, match="batch_sise"):
+            loghandler.IngestHandler("app", send="if-token-present", batch_sise=3)
+
+
+DICT_CONFIG = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"ingest": {"class": "loghandler.IngestHandler", "dataset": "app-logs",
+                            "send": "if-token-present", "fields": {"service": "shop"},
+                            "scrub_keys": ["card"], "flush_interval": 60}},
+    "loggers": {"shop": {"handlers": ["ingest"], "level": "INFO", "propagate": False}},
+}
+
+
+@pytest.fixture
+def shop_logger() -> Any:
+    logging.config.dictConfig(DICT_CONFIG)
+    log = logging.getLogger("shop")
+    yield log
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+
+
+class TestCapture:
+    def test_the_apps_dictconfig_built_before_ships_into_memory(self, shop_logger: Any) -> None:
+        """A handler the application's dictConfig built (no token: it sends nothing) is
+        captured with its options: dataset, fields, scrubbing."""
+        with capture() as shipped:
+            shop_logger.info("paid", extra={"order": 7, "card": "4111"})
+            events = shipped.events()
+        assert [(e["message"], e["order"], e["service"], e["card"]) for e in events] == [
+            ("paid", 7, "shop", "[redacted]")]
+        assert shipped.events("app-logs") == events and shipped.events("other") == []
+        assert [r.path for r in shipped.requests] == ["/v1/datasets/app-logs/ingest"]
+        shop_logger.info("after")  # back to sending nothing
+        assert [e["message"] for e in shipped.events()] == ["paid"]
+        assert shop_logger.handlers[0].stats().delivered == 0
+
+    def test_front_ends_built_during_it_and_each_goes_back(self) -> None:
+        with LocalService(token="tok-3") as svc:
+            before = loghandler.IngestProcessor("real", url=svc.url, token="tok-3")
+            with capture() as shipped:
+                logging.config.dictConfig(DICT_CONFIG)
+                during = loghandler.IngestHandler("during", url=svc.url, token="tok-3")
+                logging.getLogger("shop").warning("from the config")
+                during.emit(logging.makeLogRecord({"msg": "built during"}))
+                before(None, "info", {"event": "captured, not sent", "k": 1})
+                got = {(e.get("message") or e.get("event")) for e in shipped.events()}
+                assert got == {"from the config", "built during", "captured, not sent"}
+                assert svc.requests == []
+            before(None, "info", {"event": "sent again"})
+            during.emit(logging.makeLogRecord({"msg": "sent after"}))
+            assert before.flush(10) and during.flush(10)
+            assert [e["event"] for e in svc.events("real")] == ["sent again"]
+            assert [e["message"] for e in svc.events("during")] == ["sent after"]
+            assert len(shipped.events()) == 3
+            before.close()
+            during.close()
+            for handler in list(logging.getLogger("shop").handlers):
+                logging.getLogger("shop").removeHandler(handler)
+                handler.close()
+
+    def test_loguru_and_opentelemetry_front_ends_are_captured(self) -> None:
+        loguru = pytest.importorskip("loguru")
+        sdk = pytest.importorskip("opentelemetry.sdk._logs")
+        try:
+            from opentelemetry._logs import LogRecord  # the API's record (SDK 1.35 and later)
+        except ImportError:
+            from opentelemetry.sdk._logs import LogRecord  # type: ignore[no-redef]
+        from loghandler.opentelemetry import IngestLogRecordProcessor
+
+        sink = loghandler.IngestSink("loguru-ds", send="if-token-present")
+        otel = IngestLogRecordProcessor("otel-ds", send="if-token-present")
+        provider = sdk.LoggerProvider()
+        provider.add_log_record_processor(otel)
+        sink_id = loguru.logger.add(sink)
+        try:
+            with capture() as shipped:
+                loguru.logger.info("from loguru")
+                provider.get_logger("otel-test").emit(LogRecord(body="from otel"))
+                assert [e["message"] for e in shipped.events("loguru-ds")] == ["from loguru"]
+                assert [e["message"] for e in shipped.events("otel-ds")] == ["from otel"]
+        finally:
+            loguru.logger.remove(sink_id)
+            sink.close()
+            provider.shutdown()
+
+    def test_the_fixture_in_another_project(self, tmp_path: Path) -> None:
+        """``loghandler_capture`` in a project whose conftest configures logging from its
+        settings (no token anywhere)."""
+        (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
+            import logging.config
+            logging.config.dictConfig({DICT_CONFIG!r})
+            """), encoding="utf-8")
+        (tmp_path / "test_app.py").write_text(textwrap.dedent("""
+            import logging
+
+            def test_ships_the_order(loghandler_capture):
+                logging.getLogger("shop").info("paid", extra={"order": 9})
+                (event,) = loghandler_capture.events("app-logs")
+                assert (event["message"], event["order"]) == ("paid", 9)
+            """), encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LOGHANDLER_", "PYTEST_"))}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "test_app.py"], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "1 passed" in proc.stdout
+
+
+class TestLightImport:
+    def test_import_loghandler_testing_leaves_the_local_service_out(self) -> None:
+        proc = run_python("""
+            import sys
+            import loghandler.testing as t
+            heavy = sorted(m for m in sys.modules
+                           if m.startswith("loghandler._local") or m == "sqlite3")
+            print(heavy)
+            t.MemoryTransport(); t.capture()
+            print(sorted(m for m in sys.modules if m.startswith("loghandler._local")) == [])
+            svc = t.LocalService()
+            svc.stop()
+            print("loghandler._local.service" in sys.modules, "LocalService" in dir(t))
+            from loghandler.testing import RequestRecord
+            """)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split("\n")[:3] == ["[]", "True", "True True"]
