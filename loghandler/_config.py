@@ -456,6 +456,14 @@ SHIPPING_OPTIONS_DOC = """\
 
 """
 
+# The front ends' own option (Shipper has no ``send``: it is given its client or transport).
+SEND_DOC = """\
+        send (bool | "if-token-present"): True ships, and a missing token is a
+            ConfigurationError; "if-token-present" ships when a token is configured, else
+            the front end is built and sends nothing (one line on stderr says so, once a
+            process); False ships nothing. Default: ``LOGHANDLER_SEND``, else True.
+"""
+
 _T = TypeVar("_T")
 
 

@@ -253,3 +253,154 @@ class TestLightImport:
             """)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split("\n")[:3] == ["[]", "True", "True True"]
+
+
+def cli(svc: LocalService | None, *args: str, stdin: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m loghandler ARGS`` pointed at ``svc``; never a traceback."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+    if svc is not None:
+        full.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=svc.token)
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "loghandler", *args], input=stdin,
+                          capture_output=True, text=True, env=full, timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+class TestIngestTimes:
+    @pytest.mark.parametrize("field", ["timestamp", "@timestamp", "time", "ts"])
+    def test_a_common_time_field_gives_each_events_time(self, field: str) -> None:
+        """100 events spanning 50 minutes keep their times (epoch seconds, milliseconds, RFC
+        3339), and one line says which field was read."""
+        start = 1_714_564_800  # 2024-05-01T12:00:00Z
+        values: list[Any] = [start + 30 * i for i in range(100)]
+        values[1] = (start + 30) * 1000                          # milliseconds
+        values[2] = "2024-05-01T12:01:00.5+00:00"                # RFC 3339
+        lines = "".join(f'{{"{field}": {json_value(v)}, "n": {i}}}\n'
+                        for i, v in enumerate(values))
+        with LocalService(token="t-ingest") as svc:
+            proc = cli(svc, "ingest", "times", stdin=lines)
+            assert proc.returncode == 0, proc.stderr
+            events = sorted(svc.events("times"), key=lambda e: e["n"])
+        assert [e["_time"][:19] for e in events[:3]] == [
+            "2024-05-01T12:00:00", "2024-05-01T12:00:30", "2024-05-01T12:01:00"]
+        assert events[-1]["_time"][:19] == "2024-05-01T12:49:30"
+        assert events[0][field] == values[0]  # the field itself is kept
+        assert proc.stderr.count(f"read from its {field!r} field") == 1, proc.stderr
+
+    def test_a_field_that_is_no_time_is_named_once(self) -> None:
+        lines = "".join(f'{{"time": 0.{i + 1}, "n": {i}}}\n' for i in range(5))
+        with LocalService(token="t-ingest") as svc:
+            proc = cli(svc, "ingest", "durations", stdin=lines)
+            assert proc.returncode == 0, proc.stderr
+            assert len(svc.events("durations")) == 5
+        assert proc.stderr.count("'time' field is not a time") == 1, proc.stderr
+        assert "--timestamp-field time" in proc.stderr
+
+    def test_time_and_timestamp_field_flags_and_time_win(self) -> None:
+        lines = ('{"_time": "2024-05-01T12:00:00Z", "timestamp": 1000000000}\n'
+                 '{"_time": "2024-05-01T12:00:01Z", "timestamp": 1000000000}\n')
+        with LocalService(token="t-ingest") as svc:
+            proc = cli(svc, "ingest", "own", stdin=lines)
+            assert proc.returncode == 0, proc.stderr
+            assert [e["_time"][:19] for e in svc.events("own")] == [
+                "2024-05-01T12:00:00", "2024-05-01T12:00:01"]
+        assert "read from" not in proc.stderr
+
+    def test_text_lines_get_their_leading_time_and_level(self, tmp_path: Path) -> None:
+        log = tmp_path / "app.log"
+        log.write_text("2024-05-01 12:00:00,123 INFO shop: paid\n"
+                       "2024-05-01T12:05:00Z [ERROR] payment refused\n"
+                       "2024-05-01 12:10:00 just a time\n"
+                       "no time at all\n", encoding="utf-8")
+        with LocalService(token="t-ingest") as svc:
+            proc = cli(svc, "ingest", "text", str(log))
+            assert proc.returncode == 0, proc.stderr
+            events = svc.events("text")
+        by_message = {e["message"]: e for e in events}
+        paid = by_message["2024-05-01 12:00:00,123 INFO shop: paid"]
+        assert (paid["_time"][:23], paid["level"]) == ("2024-05-01T12:00:00.123", "info")
+        refused = by_message["2024-05-01T12:05:00Z [ERROR] payment refused"]
+        assert (refused["_time"][:19], refused["level"]) == ("2024-05-01T12:05:00", "error")
+        assert by_message["2024-05-01 12:10:00 just a time"]["_time"][:19] == \
+            "2024-05-01T12:10:00"
+        assert "level" not in by_message["no time at all"]
+
+
+def json_value(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+class TestTypedOptions:
+    def test_the_typed_options_are_the_one_list(self) -> None:
+        """``ShippingOptions`` is ``ShipperOptions``'s fields; the front ends' add the Client's
+        arguments, ``transport`` and ``send``."""
+        from loghandler._config import SHIPPER_OPTION_NAMES
+        from loghandler._options import FrontEndOptions, ShippingOptions
+        from loghandler._wire.settings import CLIENT_ARG_NAMES
+
+        assert set(ShippingOptions.__annotations__) == SHIPPER_OPTION_NAMES
+        assert set(FrontEndOptions.__annotations__) | set(ShippingOptions.__annotations__) == (
+            SHIPPER_OPTION_NAMES | CLIENT_ARG_NAMES | {"transport", "send"})
+
+    def test_every_option_is_in_the_configuration_table(self) -> None:
+        """docs/configuration.md has a row for every option (issue 47: ten were missing)."""
+        from loghandler._options import FrontEndOptions, ShippingOptions
+
+        text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+        named: set[str] = set()
+        for line in text.splitlines():
+            if line.startswith("| `"):
+                named |= set(re.findall(r"`(\w+)`", line.split("|")[1]))
+        options = set(FrontEndOptions.__annotations__) | set(ShippingOptions.__annotations__)
+        assert options - named == set()
+
+    def test_front_ends_signatures_name_the_typed_options(self) -> None:
+        from loghandler.opentelemetry import IngestLogRecordProcessor
+
+        for cls, typed in ((loghandler.IngestHandler, "FrontEndOptions"),
+                           (loghandler.IngestProcessor, "FrontEndOptions"),
+                           (loghandler.IngestSink, "FrontEndOptions"),
+                           (IngestLogRecordProcessor, "FrontEndOptions"),
+                           (loghandler.Shipper, "ShippingOptions")):
+            annotation = cls.__init__.__annotations__["options"]
+            assert annotation == f"Unpack[{typed}]", cls
+
+    @pytest.mark.slow
+    def test_mypy_checks_the_options(self, tmp_path: Path) -> None:
+        pytest.importorskip("mypy")
+        use = tmp_path / "use.py"
+        use.write_text(textwrap.dedent("""
+            import loghandler
+            from loghandler.opentelemetry import IngestLogRecordProcessor
+
+            loghandler.IngestHandler("x", batch_sise=3)
+            loghandler.IngestProcessor("x", overflow="nope")
+            loghandler.IngestSink("x", send="maybe")
+            IngestLogRecordProcessor("x", flush_interval="1")
+            loghandler.Shipper(None, "x", token="t")
+            loghandler.IngestHandler("x", level="info", batch_size=10, send="if-token-present",
+                                     fields={"service": "shop"}, hold_level="info")
+            """), encoding="utf-8")
+        proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                               "--cache-dir", os.devnull, str(use)], capture_output=True,
+                              text=True, timeout=600, cwd=ROOT)
+        errors = sorted(int(m) for m in re.findall(r"use\.py:(\d+): error", proc.stdout))
+        assert errors == [5, 6, 7, 8, 9], proc.stdout
+
+
+class TestLevelNames:
+    @pytest.mark.parametrize("level", ["info", "INFO", "Info", logging.INFO])
+    def test_a_level_name_in_any_case(self, level: Any) -> None:
+        handler = loghandler.IngestHandler("app", transport=MemoryTransport(), level=level)
+        assert handler.level == logging.INFO
+        handler.setLevel("warning")
+        assert handler.level == logging.WARNING
+        handler.close()
+
+    def test_an_unknown_level_is_still_an_error(self) -> None:
+        with pytest.raises(ValueError, match="loud"):
+            loghandler.IngestHandler("app", transport=MemoryTransport(), level="loud")

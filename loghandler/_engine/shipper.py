@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import (
     SHIPPING_OPTIONS_DOC,
@@ -56,6 +56,11 @@ from .stats import Stats
 from .transport import HttpTransport, Transport
 from .worker import Worker
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import ShippingOptions
+
 __all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper"]
 
 _monotonic = time.monotonic
@@ -82,7 +87,8 @@ class Shipper:
     """
 
     def __init__(self, client: Client | None = None, dataset: str | None = None, *,
-                 transport: Transport | None = None, **options: Any) -> None:
+                 transport: Transport | None = None,
+                 **options: Unpack[ShippingOptions]) -> None:
         if client is not None and not isinstance(client, Client):
             raise ConfigurationError("client must be a loghandler.Client")
         if transport is None:
