@@ -108,6 +108,7 @@ class ShipperOptions:
     hold_total: int = 10_000
     json_default: Callable[[Any], Any] | None = None
     field_names: Mapping[str, str] | None = None
+    ingest_params: Mapping[str, str] | None = None
 
     @property
     def keep_level(self) -> int | None:
@@ -229,6 +230,18 @@ def _field_names(value: Any) -> dict[str, str] | None:
     return out or None
 
 
+def _ingest_params(value: Any) -> dict[str, str] | None:
+    """ingest_params checked: names and values are non-empty strings."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise ConfigurationError(
+            "ingest_params must map query parameter names to values, e.g. "
+            f"{{'timestamp-field': 'ts'}}, not {value!r}")
+    return dict(value) or None
+
+
 def _check_shaping(o: ShipperOptions) -> None:
     def put(name: str, value: Any) -> None:
         object.__setattr__(o, name, value)
@@ -266,6 +279,7 @@ def _check_shaping(o: ShipperOptions) -> None:
         put(name, _rates(name, getattr(o, name)))
     put("sample_keep_level", _keep_level(o.sample_keep_level))
     put("field_names", _field_names(o.field_names))
+    put("ingest_params", _ingest_params(o.ingest_params))
     if o.repeat_limit is not None:
         _check_number("repeat_limit", o.repeat_limit, integer=True, minimum=1)
     _check_number("repeat_window", o.repeat_window, minimum=0.001)
@@ -448,6 +462,10 @@ SHIPPING_OPTIONS_DOC = """\
             ``{"message": "msg", "level": "severity", "logger": "logger.name"}``; applied last
             on the flusher thread (after exclusions and scrubbing, which use the usual
             names). Default None.
+        ingest_params (Mapping[str, str] | None): query parameters sent with every ingest
+            request, which the service reads there, e.g. ``{"timestamp-field": "ts",
+            "timestamp-format": "2006-01-02 15:04:05"}`` (``loghandler ingest``'s
+            ``--timestamp-field`` and ``--timestamp-format``). Default None.
         transport (Transport | None): what sends each request and hands back the service's
             answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
             through the client's connection pool (urllib3). In tests,

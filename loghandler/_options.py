@@ -55,6 +55,7 @@ class ShippingOptions(TypedDict, total=False):
     hold_total: int
     json_default: Callable[[Any], Any] | None
     field_names: Mapping[str, str] | None
+    ingest_params: Mapping[str, str] | None
 
 
 class FrontEndOptions(ShippingOptions, total=False):

@@ -404,3 +404,119 @@ class TestLevelNames:
     def test_an_unknown_level_is_still_an_error(self) -> None:
         with pytest.raises(ValueError, match="loud"):
             loghandler.IngestHandler("app", transport=MemoryTransport(), level="loud")
+
+
+class TestCommandLine:
+    @pytest.fixture
+    def svc(self) -> Any:
+        with LocalService(token="t-cli", datasets=["app", "big"]) as service:
+            yield service
+
+    def test_query_says_it_stopped_at_the_row_limit(self, svc: LocalService) -> None:
+        svc.client().ingest("big", [{"n": i} for i in range(1200)])
+        proc = cli(svc, "query", "['big']")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.endswith("(1000 rows)\n")
+        assert proc.stderr.count("stopped at the service's default of 1,000 rows") == 1
+        assert "| take N" in proc.stderr
+        proc = cli(svc, "query", "['big'] | take 1200")
+        assert proc.returncode == 0 and proc.stdout.endswith("(1200 rows)\n")
+        assert "stopped" not in proc.stderr
+
+    @pytest.mark.parametrize("args", [("tail", "nosuch"), ("query", "['nosuch'] | take 3")])
+    def test_a_missing_datasets_message_is_whole(self, svc: LocalService,
+                                                 args: tuple[str, ...]) -> None:
+        proc = cli(svc, *args)
+        assert proc.returncode == 1
+        line = proc.stderr.strip()
+        assert line.startswith("loghandler: dataset 'nosuch' does not exist: check the name")
+        assert line.endswith("or create it with loghandler datasets create nosuch")
+        assert "app, big" in line and "--url" not in line and "…" not in line
+
+    def test_doctor_takes_the_dataset_positionally(self, svc: LocalService) -> None:
+        proc = cli(svc, "doctor", "app")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "ok: dataset 'app' exists" in proc.stdout
+        proc = cli(svc, "doctor", "nosuch")
+        assert proc.returncode == 1 and "dataset 'nosuch' does not exist" in proc.stdout
+        proc = cli(svc, "doctor", "app", "-d", "big")
+        assert proc.returncode == 2 and "two datasets" in proc.stderr
+
+    def test_tail_fields_and_no_color_message(self, svc: LocalService) -> None:
+        svc.client().ingest("app", [{"message": "GET / 200", "level": "info", "status": 200,
+                                     "path": "/", "color_message": "\x1b[1mGET / 200\x1b[0m"}])
+        plain = cli(svc, "tail", "app").stdout
+        assert "status=200" in plain and "path=/" in plain and "color_message" not in plain
+        chosen = cli(svc, "tail", "app", "--fields", "status").stdout
+        assert "status=200" in chosen and "path=" not in chosen and "GET / 200" in chosen
+        as_json = cli(svc, "tail", "app", "--json", "--fields", "path,color_message").stdout
+        import json
+
+        assert set(json.loads(as_json)) == {"_time", "path", "color_message"}
+
+    def test_sigterm_ends_tail_follow_at_once(self, svc: LocalService) -> None:
+        import signal
+        import time
+
+        svc.client().ingest("app", [{"message": "one"}])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+        env.update(LOGHANDLER_URL=svc.url, LOGHANDLER_TOKEN=svc.token)
+        proc = subprocess.Popen([sys.executable, "-m", "loghandler", "tail", "-f",
+                                 "--interval", "60", "app"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout is not None and "one" in proc.stdout.readline()
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            # Far under the 60 s poll interval it was sleeping in (a loaded machine: 10 s).
+            assert time.monotonic() - started < 10
+            assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def test_serve_keeps_its_token_beside_its_db(self, tmp_path: Path) -> None:
+        import stat
+
+        db = tmp_path / "local.db"
+        tokens = []
+        for _ in range(2):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LOGHANDLER_")}
+            proc = subprocess.Popen([sys.executable, "-m", "loghandler", "serve", "--port", "0",
+                                     "--db", str(db)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env)
+            try:
+                assert proc.stdout is not None
+                for _ in range(10):
+                    line = proc.stdout.readline()
+                    if line.startswith("token: "):
+                        tokens.append(line.split()[1])
+                        break
+            finally:
+                proc.terminate()
+                proc.wait(30)
+        kept = tmp_path / "local.db.token"
+        assert len(tokens) == 2 and tokens[0] == tokens[1], tokens
+        assert kept.read_text(encoding="utf-8").strip() == tokens[0]
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+class TestIngestParams:
+    def test_a_public_option_sends_the_ingest_query(self) -> None:
+        transport = MemoryTransport()
+        shipper = loghandler.Shipper(None, "app", transport=transport,
+                                     ingest_params={"timestamp-field": "ts"})
+        shipper.submit({"ts": "2024-05-01T12:00:00Z"})
+        assert shipper.flush(10)
+        shipper.close()
+        assert transport.requests[0].path == "/v1/datasets/app/ingest?timestamp-field=ts"
+
+    def test_a_bad_value_is_named(self) -> None:
+        with pytest.raises(loghandler.ConfigurationError, match="ingest_params"):
+            loghandler.Shipper(None, "app", transport=MemoryTransport(), ingest_params={"a": 1})
+
+    def test_the_command_line_uses_no_private_call(self) -> None:
+        source = (ROOT / "loghandler" / "cli" / "ingest.py").read_text(encoding="utf-8")
+        assert "._ingest_query" not in source and "ingest_params=" in source

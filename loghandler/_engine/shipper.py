@@ -129,6 +129,8 @@ class Shipper:
                                  keep_level=o.keep_level)
                          if o.sample_levels or o.sample_loggers else None)
         flusher.hold = self._hold  # what it holds is counted when the shipper closes
+        if o.ingest_params:  # read by the service from each ingest request's query
+            self._sender.poster.set_query(dict(o.ingest_params))
         lifecycle.register(flusher, o.handle_sigterm)
         finalizer = weakref.finalize(self, flusher.orphaned)
         finalizer.atexit = False  # at exit the exit hook closes the live ones
@@ -206,11 +208,6 @@ class Shipper:
             return self._ledger.offer(event, size)
         except Exception:
             return False
-
-    def _ingest_query(self, params: Mapping[str, str]) -> None:
-        """Send these query parameters with every ingest request (the command line's
-        ``--timestamp-field`` and ``--timestamp-format``, which the service reads there)."""
-        self._sender.poster.set_query(dict(params))
 
     def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""

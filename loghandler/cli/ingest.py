@@ -164,6 +164,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             s.close(0.5)
 
     with captured_lines() as engine_lines:
+        # The service reads the time of each event from this field, in this layout.
+        params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
+                                                  ("timestamp-format", layout))
+                  if value}
         shipper = Shipper(
             client, dataset, batch_size=args.batch_size, flush_interval=0.2,
             max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
@@ -171,14 +175,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             on_error=on_error, fields=dict(args.field) or None,
             # Moving existing data, not logging: it arrives as it is in the files (no host of
             # the machine that happens to run the command, nothing rewritten).
-            identity=False, scrub=False,
+            identity=False, scrub=False, ingest_params=params or None,
         )
-        # The service reads the time of each event from this field, in this layout.
-        params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
-                                                  ("timestamp-format", layout))
-                  if value}
-        if params:
-            shipper._ingest_query(params)
         shippers.append(shipper)
         bar = _progress_bar(args, dataset)
         # The service reads --timestamp-field itself; else the common time fields, here.

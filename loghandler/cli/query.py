@@ -380,12 +380,19 @@ def cmd_tail(args: argparse.Namespace) -> int:
             else:
                 _out(format_event_line(event, colour, fields))
 
+    if args.follow:
+        _stop_on_sigterm()
+    try:
+        return _tail(args, show)
+    except _Terminated:  # SIGTERM at any point: the follow ends as Ctrl+C ends it
+        return EXIT_OK
+
+
+def _tail(args: argparse.Namespace, show: Any) -> int:
     import time
 
     from .._errors import TransportError
 
-    if args.follow:
-        _stop_on_sigterm()
     with _client(args) as client:
         follower = _Follower(client, args.dataset, args.lookback, args.search)
         try:
