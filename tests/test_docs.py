@@ -91,7 +91,8 @@ def heading_anchors(path: Path) -> set[str]:
 def test_every_readme_link_and_image_resolves_in_a_checkout() -> None:
     """README.md is read on the code host, in a checkout and on the package index: each of its
     links and images is a path of the repository (the docs as Markdown, their images), so it
-    opens wherever the repository is; an anchor names a heading of its page. An absolute
+    opens wherever the repository is; an anchor names a heading of its page (on the package
+    index they are made absolute, setup.py; tests/test_dist.py checks). An absolute
     address would be one nobody can check from here (the docs site did not exist: issue 47)."""
     readme = ROOT / "README.md"
     links = markdown_links(readme)

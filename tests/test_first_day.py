@@ -520,3 +520,104 @@ class TestIngestParams:
     def test_the_command_line_uses_no_private_call(self) -> None:
         source = (ROOT / "loghandler" / "cli" / "ingest.py").read_text(encoding="utf-8")
         assert "._ingest_query" not in source and "ingest_params=" in source
+
+
+class TestOpenTelemetry:
+    @pytest.mark.parametrize("where", ["opentelemetry.instrumentation.logging.handler",
+                                       "opentelemetry.sdk._logs"])
+    def test_both_logging_handlers_ship_through_the_processor(self, where: str) -> None:
+        """The current stdlib handler (opentelemetry-instrumentation-logging) and the SDK's
+        deprecated one, under the same processor: message, level, extras, exception and the
+        Resource's service."""
+        import importlib
+        import warnings
+
+        pytest.importorskip("opentelemetry.sdk._logs")
+        handler_class = importlib.import_module(pytest.importorskip(where).__name__).LoggingHandler
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk.resources import Resource
+
+        from loghandler.opentelemetry import IngestLogRecordProcessor
+
+        transport = MemoryTransport()
+        provider = LoggerProvider(resource=Resource.create({"service.name": "checkout"}))
+        processor = IngestLogRecordProcessor("otel", transport=transport)
+        provider.add_log_record_processor(processor)
+        log = logging.getLogger(f"first-day.{where}")
+        log.propagate = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            handler = handler_class(logger_provider=provider)
+        log.addHandler(handler)
+        try:
+            log.warning("paid %s", 7, extra={"order": 9})
+            try:
+                raise ZeroDivisionError("division by zero")
+            except ZeroDivisionError:
+                log.exception("boom")
+            assert processor.force_flush(10_000)
+            paid, boom = transport.events("otel")
+            assert (paid["message"], paid["level"], paid["order"], paid["service"]) == (
+                "paid 7", "warning", 9, "checkout")
+            assert boom["level"] == "error"
+            assert boom["exception"]["type"] == "ZeroDivisionError"
+        finally:
+            log.removeHandler(handler)
+            provider.shutdown()
+
+    def test_the_handler_takes_service_from_the_resource(self) -> None:
+        """A stdlib IngestHandler built after the app set up OpenTelemetry ships the Resource's
+        service.name (the SDK's processor path did; issue 47)."""
+        proc = run_python("""
+            import logging
+            from opentelemetry import trace
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            trace.set_tracer_provider(TracerProvider(resource=Resource.create(
+                {"service.name": "checkout", "service.version": "1.2"})))
+            import loghandler, structlog
+            from loghandler.testing import MemoryTransport
+            t = MemoryTransport()
+            h = loghandler.IngestHandler("app", transport=t)
+            p = loghandler.IngestProcessor("app", transport=t)
+            h.emit(logging.makeLogRecord({"msg": "x"}))
+            p(None, "info", {"event": "y"})
+            assert h.flush(10) and p.flush(10)
+            print(sorted((e["service"], e["version"]) for e in t.events()))
+            """)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "[('checkout', '1.2'), ('checkout', '1.2')]"
+
+    def test_the_service_variable_still_wins(self) -> None:
+        proc = run_python("""
+            import logging
+            from opentelemetry import trace
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            trace.set_tracer_provider(TracerProvider(resource=Resource.create(
+                {"service.name": "checkout"})))
+            import loghandler
+            from loghandler.testing import MemoryTransport
+            t = MemoryTransport()
+            h = loghandler.IngestHandler("app", transport=t)
+            h.emit(logging.makeLogRecord({"msg": "x"}))
+            assert h.flush(10)
+            print(t.events()[0]["service"])
+            """, env={"LOGHANDLER_SERVICE": "billing"})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "billing"
+
+
+class TestMetadata:
+    def test_pip_show_has_license_author_and_classifiers(self) -> None:
+        import importlib.metadata
+
+        meta = importlib.metadata.metadata("loghandler-ingest")
+        assert meta.get("License-Expression") == "MIT" or meta.get("License") == "MIT"
+        assert meta.get("Author") or meta.get("Author-email")
+        classifiers = meta.get_all("Classifier") or []
+        assert "Framework :: Pytest" in classifiers
+        for minor in (10, 11, 12, 13):
+            assert f"Programming Language :: Python :: 3.{minor}" in classifiers
+        urls = " ".join(meta.get_all("Project-URL") or [])
+        assert "readthedocs" not in urls and "/tree/main/docs" in urls
