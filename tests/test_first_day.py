@@ -621,3 +621,14 @@ class TestMetadata:
             assert f"Programming Language :: Python :: 3.{minor}" in classifiers
         urls = " ".join(meta.get_all("Project-URL") or [])
         assert "readthedocs" not in urls and "/tree/main/docs" in urls
+
+
+def test_the_librarys_404_for_a_query_keeps_the_services_words() -> None:
+    """A query of a dataset that does not exist: the service's message whole, and no hint at
+    the address (the service answered there)."""
+    with (LocalService(token="t-404", datasets=["app"]) as svc, svc.client() as client,
+          pytest.raises(loghandler.NotFoundError) as info):
+        client.query("['no-such-dataset-with-a-long-name-to-be-cut-short'] | take 1")
+    text = str(info.value)
+    assert "no-such-dataset-with-a-long-name-to-be-cut-short" in text
+    assert "…" not in text and "url" not in text
