@@ -401,6 +401,13 @@ class TestLevelNames:
         assert handler.level == logging.WARNING
         handler.close()
 
+    @pytest.mark.parametrize("options", [{"sample_keep_level": "ERROR"}, {"hold_level": "INFO"},
+                                         {"sample_levels": {"DEBUG": 0.5}}])
+    def test_the_options_that_take_a_level_take_its_name_in_any_case(
+            self, options: dict[str, Any]) -> None:
+        handler = loghandler.IngestHandler("app", transport=MemoryTransport(), **options)
+        handler.close()
+
     def test_an_unknown_level_is_still_an_error(self) -> None:
         with pytest.raises(ValueError, match="loud"):
             loghandler.IngestHandler("app", transport=MemoryTransport(), level="loud")
