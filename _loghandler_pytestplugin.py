@@ -1,4 +1,5 @@
-"""loghandler's pytest plugin (entry point ``pytest11``): the ``loghandler_service`` fixture.
+"""loghandler's pytest plugin (entry point ``pytest11``): the ``loghandler_service`` and
+``loghandler_capture`` fixtures.
 
 pytest loads every installed ``pytest11`` plugin into every run of every project, so this
 module lives outside the ``loghandler`` package: importing ``loghandler.anything`` first runs
@@ -16,9 +17,9 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from loghandler.testing import LocalService
+    from loghandler.testing import Capture, LocalService
 
-__all__ = ["loghandler_service"]
+__all__ = ["loghandler_capture", "loghandler_service"]
 
 
 @pytest.fixture
@@ -32,3 +33,16 @@ def loghandler_service() -> Iterator[LocalService]:
 
     with LocalService() as service:
         yield service
+
+
+@pytest.fixture
+def loghandler_capture() -> Iterator[Capture]:
+    """An active ``loghandler.testing.capture()``: every loghandler front end of the process
+    (those the application's logging configuration built before the test, and those built
+    during it) ships into memory; ``loghandler_capture.events()`` flushes and returns what
+    they shipped. Each goes back to its own sending after the test.
+    """
+    from loghandler.testing import capture
+
+    with capture() as shipped:
+        yield shipped

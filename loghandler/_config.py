@@ -20,6 +20,7 @@ from ._output import clip
 from ._wire.settings import CLIENT_ARG_NAMES, env
 
 ENV_DATASET = "LOGHANDLER_DATASET"
+_OFF = ("0", "false", "no", "off")
 
 
 def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -29,6 +30,30 @@ def resolve_dataset(dataset: str | None, environ: Mapping[str, str] | None = Non
             f"no dataset: pass dataset=... or set {ENV_DATASET} to the dataset to ingest into"
         )
     return dataset
+
+
+ENV_SEND = "LOGHANDLER_SEND"
+SEND_VALUES = (True, False, "if-token-present")
+_ON = ("1", "true", "yes", "on")
+
+
+def resolve_send(send: bool | str | None) -> bool | str:
+    """A front end's ``send``: True (ship; a missing token is a ConfigurationError), False (ship
+    nothing) or ``"if-token-present"`` (ship when a token is configured, else nothing);
+    ``LOGHANDLER_SEND`` when not given. Any other value is a ConfigurationError."""
+    where = "send="
+    if send is None:
+        text = env(ENV_SEND)
+        if text is None:
+            return True
+        where = ENV_SEND
+        lowered = text.strip().lower()
+        send = True if lowered in _ON else False if lowered in _OFF else lowered
+    if send is True or send is False or send == "if-token-present":
+        return send
+    raise ConfigurationError(
+        f"{where} must be True (ship; a missing token is an error), False (ship nothing) or "
+        f"\"if-token-present\" (ship only when LOGHANDLER_TOKEN or token= is set), not {send!r}")
 
 
 # --------------------------------------------------------------------------- shipping options
@@ -83,6 +108,7 @@ class ShipperOptions:
     hold_total: int = 10_000
     json_default: Callable[[Any], Any] | None = None
     field_names: Mapping[str, str] | None = None
+    ingest_params: Mapping[str, str] | None = None
 
     @property
     def keep_level(self) -> int | None:
@@ -135,7 +161,6 @@ class ShipperOptions:
 
 ENV_SCRUB = "LOGHANDLER_SCRUB"
 ENV_IDENTITY = "LOGHANDLER_IDENTITY"
-_OFF = ("0", "false", "no", "off")
 HOLD_LEVELS = ("debug", "info", "warning")
 
 
@@ -205,6 +230,18 @@ def _field_names(value: Any) -> dict[str, str] | None:
     return out or None
 
 
+def _ingest_params(value: Any) -> dict[str, str] | None:
+    """ingest_params checked: names and values are non-empty strings."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()):
+        raise ConfigurationError(
+            "ingest_params must map query parameter names to values, e.g. "
+            f"{{'timestamp-field': 'ts'}}, not {value!r}")
+    return dict(value) or None
+
+
 def _check_shaping(o: ShipperOptions) -> None:
     def put(name: str, value: Any) -> None:
         object.__setattr__(o, name, value)
@@ -242,6 +279,7 @@ def _check_shaping(o: ShipperOptions) -> None:
         put(name, _rates(name, getattr(o, name)))
     put("sample_keep_level", _keep_level(o.sample_keep_level))
     put("field_names", _field_names(o.field_names))
+    put("ingest_params", _ingest_params(o.ingest_params))
     if o.repeat_limit is not None:
         _check_number("repeat_limit", o.repeat_limit, integer=True, minimum=1)
     _check_number("repeat_window", o.repeat_window, minimum=0.001)
@@ -424,12 +462,24 @@ SHIPPING_OPTIONS_DOC = """\
             ``{"message": "msg", "level": "severity", "logger": "logger.name"}``; applied last
             on the flusher thread (after exclusions and scrubbing, which use the usual
             names). Default None.
+        ingest_params (Mapping[str, str] | None): query parameters sent with every ingest
+            request, which the service reads there, e.g. ``{"timestamp-field": "ts",
+            "timestamp-format": "2006-01-02 15:04:05"}`` (``loghandler ingest``'s
+            ``--timestamp-field`` and ``--timestamp-format``). Default None.
         transport (Transport | None): what sends each request and hands back the service's
             answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
             through the client's connection pool (urllib3). In tests,
             ``loghandler.testing.MemoryTransport()`` keeps every request in memory and
             answers as scripted (no token or url needed then).
 
+"""
+
+# The front ends' own option (Shipper has no ``send``: it is given its client or transport).
+SEND_DOC = """\
+        send (bool | "if-token-present"): True ships, and a missing token is a
+            ConfigurationError; "if-token-present" ships when a token is configured, else
+            the front end is built and sends nothing (one line on stderr says so, once a
+            process); False ships nothing. Default: ``LOGHANDLER_SEND``, else True.
 """
 
 _T = TypeVar("_T")

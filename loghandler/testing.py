@@ -17,7 +17,15 @@ transport that keeps what a shipper sends in memory.
     handler.flush()
     assert transport.events("app")[0]["message"] == "hello"
 
-With pytest, the ``loghandler_service`` fixture gives a started ``LocalService``.
+    from loghandler.testing import capture
+
+    with capture() as shipped:                # every front end of the process, even those
+        logging.config.dictConfig(LOGGING)    # the application's own configuration builds
+        logging.getLogger("app").info("hello")
+    assert shipped.events()[0]["message"] == "hello"
+
+With pytest, the ``loghandler_service`` fixture gives a started ``LocalService``, and
+``loghandler_capture`` an active ``capture()``.
 """
 
 from __future__ import annotations
@@ -29,154 +37,37 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from ._errors import ConfigurationError
-from ._local.service import HttpError, RequestRecord, Server, make_server
-from ._output import register_secret
 from ._status import is_success
 from ._wire.answer import Answer
-from ._wire.client import Client
-from ._wire.settings import check_token
-from ._wire.views import View
 
-__all__ = ["LocalService", "MemoryTransport", "RequestRecord", "SentRequest"]
+if TYPE_CHECKING:
+    from ._testing_service import LocalService, RequestRecord
+
+__all__ = ["Capture", "LocalService", "MemoryTransport", "RequestRecord", "SentRequest",
+           "capture"]
 
 # .requests keeps the latest ones only: a benchmark can send millions.
 MAX_RECORDED_REQUESTS = 10_000
 
 
-class LocalService:
-    """The local service on a free loopback port, running in a daemon thread.
+def __getattr__(name: str) -> Any:
+    # The local service (and sqlite3) is loaded when a test first uses it, not by every
+    # ``import loghandler.testing``.
+    if name in ("LocalService", "RequestRecord"):
+        from . import _testing_service
 
-    ``LocalService(token="t", views=None, max_body_bytes=None, host="127.0.0.1", port=0,
-    db=None, datasets=None, rate_limit=None, ingest_limit=None, max_fields=256,
-    create_datasets=None)``: ``views``
-    seeds views (``View`` objects or the
-    service's JSON dicts; those without an id get "1", "2", ...); ``max_body_bytes`` is the
-    request size limit (413 above it, 10 MiB by default); ``db`` a SQLite file to keep the data
-    in (default: memory); ``datasets`` datasets that exist from the start; ``create_datasets``
-    whether an ingest into a dataset nobody created creates it (default: yes, unless
-    ``datasets`` names the datasets that exist; ``False`` answers such an ingest 404, as the real
-    service does);
-    ``rate_limit`` requests per minute, answered 429 past it, every answer carrying
-    ``X-RateLimit-Scope/-Limit/-Remaining/-Reset`` (default: no limit, no such headers);
-    ``ingest_limit`` bytes of ingest a month, answered 430 past it with
-    ``X-IngestLimit-Limit/-Remaining/-Reset``; ``max_fields`` the fields a dataset may hold (an
-    event past it is turned down in the ingest status).
-    It starts at construction; ``stop()`` (or leaving the ``with`` block) stops it.
-    """
+        value = getattr(_testing_service, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __init__(
-        self,
-        token: str = "t",
-        views: Iterable[View | dict[str, Any]] | None = None,
-        max_body_bytes: int | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        db: str | None = None,
-        datasets: Iterable[str] | None = None,
-        rate_limit: int | None = None,
-        ingest_limit: int | None = None,
-        max_fields: int = 256,
-        create_datasets: bool | None = None,
-    ) -> None:
-        register_secret(check_token(token, "token="))
-        self.token = token
-        self._requests: deque[RequestRecord] = deque(maxlen=MAX_RECORDED_REQUESTS)
-        self._requests_lock = threading.Lock()
-        seed = [v.to_dict() if isinstance(v, View) else v for v in (views or ())]
-        try:
-            self._server: Server = make_server(
-                host, port, tokens=[token], db=db, views=seed,
-                max_body_bytes=max_body_bytes, on_request=self._record,
-                datasets=datasets, rate_limit=rate_limit, ingest_limit=ingest_limit,
-                max_fields=max_fields,
-                create_datasets=datasets is None if create_datasets is None
-                else create_datasets,
-            )
-        except HttpError as exc:
-            raise ConfigurationError(f"bad seed view: {exc.message}") from None
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(f"cannot start the local service: {exc}") from None
-        self.url = self._server.url
-        self._stopped = False
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name="loghandler-local-service", daemon=True)
-        self._thread.start()
 
-    def __repr__(self) -> str:
-        return f"LocalService(url={self.url!r}, token=***)"
-
-    def _record(self, record: RequestRecord) -> None:
-        with self._requests_lock:
-            self._requests.append(record)
-
-    # ------------------------------------------------------------------ what arrived
-
-    def events(self, dataset: str) -> list[dict[str, Any]]:
-        """The events stored in ``dataset`` in arrival order, each with its ``_time`` (the
-        ingest time when it was sent without one)."""
-        return self._server.store.events(dataset)
-
-    def datasets(self) -> dict[str, int]:
-        """Every dataset that received events, with its event count."""
-        return self._server.store.datasets()
-
-    def wait_for_events(self, dataset: str, count: int = 1, timeout: float = 5.0) -> list[
-            dict[str, Any]]:
-        """Wait until ``dataset`` holds at least ``count`` events and return them.
-
-        For code whose handler you cannot ``flush()`` (another process); raises
-        ``TimeoutError`` when they do not arrive in time.
-        """
-        if not self._server.store.wait_for(dataset, count, timeout):
-            have = self._server.store.count(dataset)
-            raise TimeoutError(f"dataset {dataset!r} has {have} events after {timeout:g} s, "
-                               f"expected {count}")
-        return self.events(dataset)
-
-    @property
-    def views(self) -> list[View]:
-        """The stored views."""
-        return [View.from_dict(v) for v in self._server.store.views()]
-
-    @property
-    def requests(self) -> list[RequestRecord]:
-        """The requests answered so far (the latest 10,000): method, path, status, dataset,
-        events (how many were stored) and error (the error message, for non-2xx)."""
-        with self._requests_lock:
-            return list(self._requests)
-
-    def clear(self) -> None:
-        """Forget the stored events and the recorded requests (views are kept)."""
-        self._server.store.clear_events()
-        with self._requests_lock:
-            self._requests.clear()
-
-    def client(self, **kwargs: Any) -> Client:
-        """A ``loghandler.Client`` for this service (extra arguments go to ``Client``)."""
-        return Client(self.token, url=self.url, **kwargs)
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def stop(self) -> None:
-        """Stop serving and close the store. Idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-        self._server.store.close()
-
-    def __enter__(self) -> LocalService:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 # ---------------------------------------------------------------------------- MemoryTransport
@@ -348,3 +239,125 @@ def _ingest_status(request: SentRequest, size: int) -> dict[str, Any]:
 def _failed(body: Any) -> int:
     failed = body.get("failed") if isinstance(body, dict) else None
     return failed if type(failed) is int and failed > 0 else 0
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+class Capture:
+    """What ``capture()`` gives: while active, every ``IngestHandler``, ``IngestProcessor``,
+    ``IngestSink`` and ``IngestLogRecordProcessor`` of the process (those built before it, and
+    those built while it is active, e.g. by the application's ``dictConfig``) ships into
+    ``transport``, one ``MemoryTransport``, instead of the network; each with its own dataset
+    and options (fields, scrubbing, field names, ... as configured). On exit each goes back to
+    what it shipped through before. A front end built with ``send="if-token-present"`` and no
+    token is captured too.
+
+    ``events(dataset=None)`` flushes every captured front end first, then returns what they
+    shipped (of ``dataset``, when given); ``requests`` the requests sent; ``clear()`` forgets
+    both.
+    """
+
+    def __init__(self, flush_timeout: float = 5.0) -> None:
+        self.transport = MemoryTransport()
+        self._flush_timeout = flush_timeout
+        self._lock = threading.Lock()
+        # id(original shipper) -> (original, its stand-in); front end -> its original shipper
+        self._shippers: dict[int, tuple[Any, Any]] = {}
+        self._fronts: list[tuple[Any, Any]] = []
+        self._active = False
+
+    def __repr__(self) -> str:
+        return f"<loghandler capture: {len(self._fronts)} front ends, {self.transport!r}>"
+
+    def _take(self, front: Any) -> None:
+        from ._engine.shipper import Shipper
+
+        with self._lock:
+            if not self._active or any(f is front for f, _ in self._fronts):
+                return
+            original = front.shipper
+            entry = self._shippers.get(id(original))
+            if entry is None or entry[0] is not original:
+                options = {f.name: getattr(original.options, f.name)
+                           for f in dataclasses.fields(original.options)}
+                # As configured, but nothing on disk, no signal handler, and the identity
+                # fields as they are already merged into ``fields``.
+                options.update(spool_dir=None, handle_sigterm=False, identity=False)
+                entry = (original, Shipper(None, original.dataset, transport=self.transport,
+                                           **options))
+                self._shippers[id(original)] = entry
+            self._fronts.append((front, original))
+        front._use(entry[1])
+
+    def __enter__(self) -> Capture:
+        from ._front import base
+
+        with self._lock:
+            if self._active:
+                raise RuntimeError("this capture is active already")
+            self._active = True
+        base.ON_ATTACH.append(self._take)
+        for front in list(base.LIVE):
+            self._take(front)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from ._front import base
+
+        try:
+            base.ON_ATTACH.remove(self._take)
+        except ValueError:
+            pass
+        with self._lock:
+            self._active = False
+            fronts, self._fronts = self._fronts, []
+            shippers = list(self._shippers.values())
+            self._shippers.clear()
+        for front, original in fronts:
+            try:
+                stand_in = front.shipper
+                front._use(original)
+                if front._owns_shipper and stand_in is not original and stand_in.closed:
+                    original.close(0)  # closed while captured (dictConfig replaced it)
+            except Exception:
+                pass
+        for _, stand_in in shippers:
+            stand_in.close(self._flush_timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Deliver what the captured front ends queued (into ``transport``); True when all."""
+        with self._lock:
+            stand_ins = [s for _, s in self._shippers.values()]
+        wait = self._flush_timeout if timeout is None else timeout
+        return all([s.flush(wait) for s in stand_ins])
+
+    def events(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Flush, then the events shipped while capturing (of ``dataset``, when given)."""
+        self.flush()
+        return self.transport.events(dataset)
+
+    @property
+    def requests(self) -> list[SentRequest]:
+        """The requests the captured front ends sent (see ``MemoryTransport.requests``)."""
+        return self.transport.requests
+
+    def clear(self) -> None:
+        """Forget what was captured so far (flushed first, so nothing older arrives later)."""
+        self.flush()
+        self.transport.clear()
+
+
+def capture(flush_timeout: float = 5.0) -> Capture:
+    """Capture what every loghandler front end of the process ships, like ``caplog`` for the
+    application's real logging configuration (a context manager; see ``Capture``)::
+
+        with loghandler.testing.capture() as shipped:
+            logging.config.dictConfig(settings.LOGGING)   # or built before: the same
+            logging.getLogger("shop").warning("low stock", extra={"sku": "A-1"})
+        assert shipped.events()[0]["sku"] == "A-1"
+
+    ``flush_timeout``: how long ``events()`` and the exit wait for the front ends' queues.
+    With pytest, the ``loghandler_capture`` fixture gives an active one.
+    """
+    return Capture(flush_timeout)

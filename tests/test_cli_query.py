@@ -144,7 +144,7 @@ class TestTail:
         """A dataset with no events is said so (tests/test_first_hour.py has the words)."""
         proc = run(svc, "tail", "nothing-here")
         assert proc.returncode == 1 and proc.stdout == ""
-        assert "dataset 'nothing-here' has no events" in proc.stderr
+        assert "dataset 'nothing-here' does not exist" in proc.stderr
 
     def test_follow_sees_new_events_once_and_stops_cleanly_on_ctrl_c(
             self, svc: LocalService) -> None:

@@ -62,11 +62,7 @@ def markdown_links(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_link_points_to_a_missing_file() -> None:
-    """Every relative link of the docs resolves to a file; README has no relative link at all.
-
-    README is the package's description on the package index, where a relative link leads
-    nowhere: it links the documentation site by absolute address.
-    """
+    """Every relative link of the docs resolves to a file."""
     broken = []
     for page in sorted(DOCS.rglob("*.md")):
         for line, target in markdown_links(page):
@@ -76,9 +72,62 @@ def test_no_link_points_to_a_missing_file() -> None:
             if not (page.parent / file).exists():
                 broken.append(f"{page.relative_to(ROOT)}:{line}: {target}")
     assert not broken, "links to missing files:\n" + "\n".join(broken)
-    relative = [f"README.md:{line}: {target}" for line, target in markdown_links(ROOT / "README.md")
-                if not re.match(r"https?://", target)]
-    assert not relative, "README links by relative path:\n" + "\n".join(relative)
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors a code host and mkdocs give the headings of a Markdown page (GitHub's rule:
+    lowercase, punctuation but ``-`` and ``_`` dropped, spaces to ``-``)."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            in_code = not in_code
+        elif not in_code and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            text = re.sub(r"[^\w\- ]", "", m.group(1).replace("`", "").lower())
+            anchors.add(text.replace(" ", "-"))
+    return anchors
+
+
+def test_every_readme_link_and_image_resolves_in_a_checkout() -> None:
+    """README.md is read on the code host, in a checkout and on the package index: each of its
+    links and images is a path of the repository (the docs as Markdown, their images), so it
+    opens wherever the repository is; an anchor names a heading of its page (on the package
+    index they are made absolute, setup.py; tests/test_dist.py checks). An absolute
+    address would be one nobody can check from here (the docs site did not exist: issue 47)."""
+    readme = ROOT / "README.md"
+    links = markdown_links(readme)
+    assert len(links) >= 20, links  # the documentation section is there
+    problems = []
+    for line, target in links:
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            problems.append(f"README.md:{line}: {target}: an absolute address")
+            continue
+        file, _, anchor = target.partition("#")
+        path = (ROOT / file) if file else readme
+        if not path.is_file():
+            problems.append(f"README.md:{line}: {target}: no such file in the checkout")
+        elif anchor and path.suffix == ".md" and anchor not in heading_anchors(path):
+            problems.append(f"README.md:{line}: {target}: no heading #{anchor} there")
+    images = [t for _, t in links if t.endswith(".png")]
+    assert len(images) >= 2, images
+    assert not problems, "\n".join(problems)
+
+
+def test_the_docs_host_builds_the_site_as_it_is() -> None:
+    """.readthedocs.yaml builds mkdocs.yml (strict) with docs/requirements.txt and the package
+    installed (mkdocstrings imports it); those requirements are the dev extra's."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with mkdocs")
+    config = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text(encoding="utf-8"))
+    assert config["version"] == 2
+    assert config["mkdocs"] == {"configuration": "mkdocs.yml", "fail_on_warning": True}
+    installs = config["python"]["install"]
+    assert {"requirements": "docs/requirements.txt"} in installs
+    assert {"method": "pip", "path": "."} in installs
+    wanted = [line.strip() for line in (DOCS / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert wanted and all(f'"{req}"' in pyproject for req in wanted), wanted
+    assert "readthedocs.io" not in pyproject  # no address that does not exist
 
 
 def test_every_page_is_in_the_navigation_and_the_build_is_offline() -> None:

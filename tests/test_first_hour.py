@@ -82,14 +82,16 @@ class TestMistypedDataset:
     def test_tail(self, svc):
         proc = run(svc, "tail", "clii")
         assert proc.returncode == 1 and proc.stdout == ""
-        assert proc.stderr == ("loghandler: dataset 'clii' has no events: check the name (the "
-                               "datasets here: app, cli)\n")
+        assert proc.stderr == ("loghandler: dataset 'clii' does not exist: check the name (the "
+                               "datasets here: app, cli), or create it with loghandler datasets "
+                               "create clii\n")
 
     def test_query(self, svc):
         proc = run(svc, "query", "['nosuch'] | take 3")
         assert proc.returncode == 1
-        assert proc.stderr == ("loghandler: dataset 'nosuch' has no events: check the name (the "
-                               "datasets here: app, cli)\n")
+        assert proc.stderr == ("loghandler: dataset 'nosuch' does not exist: check the name in "
+                               "the query (the datasets here: app, cli), or create it with "
+                               "loghandler datasets create nosuch\n")
 
     def test_an_empty_result_of_a_real_dataset_is_no_error(self, svc):
         proc = run(svc, "query", "['app'] | where level == 'fatal'")

@@ -168,7 +168,8 @@ def test_public_classes_document_their_arguments() -> None:
     from loghandler._wire.settings import CLIENT_ARG_NAMES
     from loghandler.opentelemetry import IngestLogRecordProcessor
 
-    fronts = {"dataset", "client", "shipper", "transport"} | CLIENT_ARG_NAMES | SHIPPER_OPTION_NAMES
+    fronts = ({"dataset", "client", "shipper", "transport", "send"} | CLIENT_ARG_NAMES
+              | SHIPPER_OPTION_NAMES)
     expected = {
         loghandler.IngestHandler: fronts | {"level"},
         loghandler.IngestProcessor: fronts,

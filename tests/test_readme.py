@@ -7,7 +7,7 @@ The rules, for whoever adds a block to README.md or to a page under docs/:
   (no views, no events). Functions it defines named ``test_*`` are then called. When it builds a
   handler, processor, shipper or calls ``ingest(``, events must have arrived at the service by the
   time the process has exited (unless it starts its own ``LocalService``, uses the
-  ``loghandler_service`` fixture, or ships into a ``MemoryTransport``).
+  ``loghandler_service`` fixture, or ships into a ``MemoryTransport`` or a ``capture()``).
 - A ```sh block runs only when the line before it is ``<!-- run: sh -->`` (most shell blocks
   install packages or start servers); then under ``bash -e`` with the same environment, the
   package's scripts on PATH; one that runs ``loghandler ingest`` must deliver events.
@@ -36,7 +36,7 @@ DOCS = ROOT / "docs"
 TOKEN = "readme-token-7c1d"
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SHIPS = re.compile(r"IngestHandler|IngestProcessor|Shipper\(|\.ingest\(|loghandler ingest")
-OWN_SERVICE = re.compile(r"LocalService\(|loghandler_service|MemoryTransport\(")
+OWN_SERVICE = re.compile(r"LocalService\(|loghandler_service|MemoryTransport\(|capture\(")
 CALL_TESTS = """
 
 for _name, _function in list(globals().items()):

@@ -27,6 +27,7 @@ import os
 import random
 import re
 import socket
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -523,6 +524,27 @@ def _otel_resource(text: str) -> dict[str, str]:
     return out
 
 
+def sdk_resource() -> dict[str, Any]:
+    """The attributes of the Resource of the OpenTelemetry SDK's global tracer or logger
+    provider, when the application set one up (nothing is imported here: only modules it
+    imported are read); empty otherwise, or when its ``service.name`` is the SDK's default
+    (``unknown_service...``)."""
+    if "opentelemetry.sdk.resources" not in sys.modules:
+        return {}
+    for module, getter in (("opentelemetry.trace", "get_tracer_provider"),
+                           ("opentelemetry._logs", "get_logger_provider")):
+        try:
+            provider = getattr(sys.modules[module], getter)()
+            attributes = dict(getattr(getattr(provider, "resource", None), "attributes", None)
+                              or {})
+        except Exception:  # not imported, a proxy provider, an SDK of another shape
+            continue
+        name = attributes.get("service.name")
+        if isinstance(name, str) and name and not name.startswith("unknown_service"):
+            return attributes
+    return {}
+
+
 def identity_fields(identity: bool | Mapping[str, Any],
                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``service``, ``environment``, ``version`` and ``host`` for every event, and where the
@@ -532,7 +554,9 @@ def identity_fields(identity: bool | Mapping[str, Any],
     ``identity=True``: from ``LOGHANDLER_SERVICE`` / ``OTEL_SERVICE_NAME``,
     ``LOGHANDLER_ENVIRONMENT``, ``LOGHANDLER_VERSION`` and ``OTEL_RESOURCE_ATTRIBUTES``
     (``service.name``, ``deployment.environment``, ``service.version``, and the platform names
-    such as ``k8s.pod.name``, which win over what is detected), plus the host name.
+    such as ``k8s.pod.name``, which win over what is detected), the OpenTelemetry SDK's
+    Resource when the application set up a provider with one (``sdk_resource``), plus the
+    host name.
     A mapping sets fields explicitly (the environment fills the rest); False: none.
     """
     if identity is False:
@@ -555,6 +579,12 @@ def identity_fields(identity: bool | Mapping[str, Any],
     for key, value in resource.items():
         if key in _OTEL_ATTRS:
             out.setdefault(_OTEL_ATTRS[key], value)
+    if environ is None:
+        # The application's OpenTelemetry Resource (Resource.create({"service.name": ...})),
+        # as the SDK's processor path reads it: the same service on every path.
+        for key, value in sdk_resource().items():
+            if key in _OTEL_ATTRS and isinstance(value, str) and value:
+                out.setdefault(_OTEL_ATTRS[key], value)
     platform = detect(env)
     # The application's own name for itself wins over the platform's name for it.
     service = platform.pop("service", None)

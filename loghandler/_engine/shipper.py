@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import (
     SHIPPING_OPTIONS_DOC,
@@ -56,6 +56,11 @@ from .stats import Stats
 from .transport import HttpTransport, Transport
 from .worker import Worker
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import ShippingOptions
+
 __all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper"]
 
 _monotonic = time.monotonic
@@ -82,7 +87,8 @@ class Shipper:
     """
 
     def __init__(self, client: Client | None = None, dataset: str | None = None, *,
-                 transport: Transport | None = None, **options: Any) -> None:
+                 transport: Transport | None = None,
+                 **options: Unpack[ShippingOptions]) -> None:
         if client is not None and not isinstance(client, Client):
             raise ConfigurationError("client must be a loghandler.Client")
         if transport is None:
@@ -123,6 +129,8 @@ class Shipper:
                                  keep_level=o.keep_level)
                          if o.sample_levels or o.sample_loggers else None)
         flusher.hold = self._hold  # what it holds is counted when the shipper closes
+        if o.ingest_params:  # read by the service from each ingest request's query
+            self._sender.poster.set_query(dict(o.ingest_params))
         lifecycle.register(flusher, o.handle_sigterm)
         finalizer = weakref.finalize(self, flusher.orphaned)
         finalizer.atexit = False  # at exit the exit hook closes the live ones
@@ -200,11 +208,6 @@ class Shipper:
             return self._ledger.offer(event, size)
         except Exception:
             return False
-
-    def _ingest_query(self, params: Mapping[str, str]) -> None:
-        """Send these query parameters with every ingest request (the command line's
-        ``--timestamp-field`` and ``--timestamp-format``, which the service reads there)."""
-        self._sender.poster.set_query(dict(params))
 
     def _suppress(self) -> bool:
         """Count a record logged on the flusher thread (urllib3, on_error), never shipped. False."""

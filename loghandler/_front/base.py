@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .. import _compiled
+from .._config import ENV_DATASET, resolve_send, split_options
 from .._engine.context import IN_USE, OTEL_TRACE, snapshot
 from .._engine.guard import SENDERS, own_record
 from .._engine.hold import Hold, level_number
@@ -23,8 +26,15 @@ from .._engine.sampling import Sampler, span_fraction, trace_fraction
 from .._engine.shipper import Shipper, make_shipper
 from .._engine.stats import Stats
 from .._wire.client import Client
+from .._wire.settings import ENV_TOKEN, env
 
 __all__ = ["FrontEnd"]
+
+# Every front end alive in the process (``loghandler.testing.capture`` sends them all
+# elsewhere for a while), and what is called with each new one (a capture that is active).
+LIVE: weakref.WeakSet[FrontEnd] = weakref.WeakSet()
+ON_ATTACH: list[Callable[[FrontEnd], None]] = []
+_told_unsent: list[bool] = []
 
 _modules = sys.modules
 _get_ident = threading.get_ident
@@ -34,7 +44,7 @@ class FrontEnd:
     """Base of a front end owning (or sharing) one ``Shipper``: ``shipper``, and its faces
     ``_intake``, ``_hold`` and ``_sampler`` kept for the hot paths."""
 
-    __slots__ = ("_hold", "_intake", "_owns_shipper", "_sampler", "shipper")
+    __slots__ = ("__weakref__", "_hold", "_intake", "_owns_shipper", "_sampler", "shipper")
 
     shipper: Shipper
     _intake: Intake
@@ -44,12 +54,33 @@ class FrontEnd:
 
     def _attach(self, dataset: str | None, client: Client | None, shipper: Shipper | None,
                 options: dict[str, Any]) -> None:
-        """The shipper from the front end's arguments (``make_shipper``), and its faces."""
-        self.shipper = make_shipper(dataset, client, shipper, options)
+        """The shipper from the front end's arguments (``make_shipper``), and its faces.
+
+        ``send`` (popped from ``options``): False, or ``"if-token-present"`` with no token
+        configured, builds a shipper that sends nothing (``_unsent``)."""
+        send = resolve_send(options.pop("send", None))
+        if send is not True and shipper is None and (
+                send is False or not _token_configured(client, options)):
+            self.shipper = _unsent(dataset, options, type(self).__name__, send)
+        else:
+            self.shipper = make_shipper(dataset, client, shipper, options)
         self._owns_shipper = shipper is None
-        self._intake = self.shipper.intake
-        self._hold = self.shipper.hold
-        self._sampler = self.shipper.sampler
+        self._use(self.shipper)
+        LIVE.add(self)
+        for hook in list(ON_ATTACH):
+            hook(self)
+
+    def _use(self, shipper: Shipper) -> None:
+        """Queue into ``shipper`` from now on (``loghandler.testing.capture`` swaps it in, then
+        back); the subclasses' ``_refresh`` recomputes what they derive from it."""
+        self.shipper = shipper
+        self._intake = shipper.intake
+        self._hold = shipper.hold
+        self._sampler = shipper.sampler
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recompute what a subclass derives from its shipper (its compiled fast path)."""
 
     def policy(self) -> tuple[bool, tuple[Any, ...] | None, tuple[int, Any] | None]:
         """What the compiled path decides on the caller's thread, as it reads it
@@ -157,3 +188,46 @@ def _sampled_in(sampler: Sampler, event: dict[Any, Any],
     else:
         fraction = sampler.static
     return sampler.keep(rate, fraction)
+
+
+def _token_configured(client: Client | None, options: dict[str, Any]) -> bool:
+    """Whether shipping has what it needs to authenticate: a client, a transport (which needs
+    no token), ``token=``, or ``LOGHANDLER_TOKEN``."""
+    return (client is not None or options.get("transport") is not None
+            or bool(options.get("token")) or env(ENV_TOKEN) is not None)
+
+
+class _Unsent:
+    """The transport of a front end that sends nothing: never called (its shipper is closed
+    before any event), and says so if it were."""
+
+    def send(self, method: str, path: str, body: bytes, *, headers: Any = None,
+             timeout: float | None = None) -> Any:
+        raise RuntimeError("this loghandler front end sends nothing (send=False or no token)")
+
+    def __repr__(self) -> str:
+        return "<nothing is sent>"
+
+
+def _unsent(dataset: str | None, options: dict[str, Any], kind: str,
+            send: bool | str) -> Shipper:
+    """A shipper that takes no event (closed at once: each is counted ``dropped_closed``), with
+    the options checked as for one that ships; one line on stderr says why, once a process.
+    ``loghandler.testing.capture`` still captures what such a front end would ship."""
+    options = dict(options)
+    options.pop("transport", None)
+    _, shipper_args = split_options(options)  # the Client arguments are checked by name only
+    shipper_args.update(spool_dir=None, handle_sigterm=False)
+    shipper = Shipper(None, dataset or env(ENV_DATASET) or "-", transport=_Unsent(),
+                      **shipper_args)
+    shipper.close(0)
+    if not _told_unsent:
+        _told_unsent.append(True)
+        why = ("send=False" if send is False else
+               f'{ENV_TOKEN} is not set (send="if-token-present")')
+        try:
+            sys.stderr.write(f"loghandler: {why}: {kind} for dataset {shipper.dataset!r} and "
+                             "the like send nothing in this process\n")
+        except Exception:
+            pass
+    return shipper

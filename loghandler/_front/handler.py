@@ -11,10 +11,10 @@ import itertools
 import logging
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compiled
-from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine.context import IN_USE, OTEL_TRACE
 from .._engine.events import fast_head, record_to_event
@@ -36,6 +36,11 @@ from .._wire.client import Client
 from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import FrontEndOptions
+
 __all__ = ["IngestHandler"]
 
 # Module globals for the hot path (one dict lookup each, where an attribute or a computed set
@@ -53,7 +58,7 @@ _HANDLE_RETURNS_RECORD = sys.version_info >= (3, 12)
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
             ('Shipping options (keyword; docs/configuration.md: why each default):',
-             SHIPPING_OPTIONS_DOC))
+             SHIPPING_OPTIONS_DOC.rstrip() + "\n" + SEND_DOC))
 class IngestHandler(FrontEnd, logging.Handler):
     """Ship log records to a dataset, in the background.
 
@@ -81,18 +86,18 @@ class IngestHandler(FrontEnd, logging.Handler):
         level: int | str = logging.NOTSET,
         client: Client | None = None,
         shipper: Shipper | None = None,
-        **options: Any,
+        **options: Unpack[FrontEndOptions],
     ) -> None:
         # The shipper first: logging.Handler.__init__ registers the handler for
         # logging.shutdown(), which would find a half-built one (a second, misleading traceback
         # at exit) if a ConfigurationError came after it.
-        self._attach(dataset, client, shipper, options)
+        self._attach(dataset, client, shipper, dict(options))
         self._custom: bool | None = None
         # The compiled fast path of this handler (_compiled.fast_path), or None: read by the
         # compiled handle from this instance's __dict__.
         self._fast_path: Any = None
         try:
-            logging.Handler.__init__(self, level)
+            logging.Handler.__init__(self, _level(level))
             self._update_custom()
         except BaseException:  # a bad level: leave nothing behind either
             if self._owns_shipper:
@@ -245,10 +250,18 @@ class IngestHandler(FrontEnd, logging.Handler):
                     event.setdefault("formatted", text)
         return event, size
 
+    def setLevel(self, level: int | str) -> None:
+        """As ``logging.Handler.setLevel``; a level name in any case (``"info"``) too."""
+        super().setLevel(_level(level))
+
     def setFormatter(self, fmt: logging.Formatter | None) -> None:
         """Use ``fmt``'s output as each event's ``message`` (fields stay structured)."""
         super().setFormatter(fmt)
         self._update_custom()
+
+    def _refresh(self) -> None:
+        if "formatter" in self.__dict__:  # built (not yet while _attach runs)
+            self._update_custom()
 
     def _update_custom(self) -> None:
         custom = self.formatter is not None or self.shipper.options.json_default is not None
@@ -275,3 +288,11 @@ class IngestHandler(FrontEnd, logging.Handler):
             FrontEnd.close(self)
         finally:
             logging.Handler.close(self)
+
+
+def _level(level: Any) -> Any:
+    """A level name in any case as logging knows it (``"info"``: ``"INFO"``); else as given
+    (logging's own error for an unknown one)."""
+    if isinstance(level, str) and isinstance(logging.getLevelName(level.upper()), int):
+        return level.upper()
+    return level

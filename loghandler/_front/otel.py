@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compiled
-from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import encode, free_name, using_default
 from .._engine.events import add_fields
 from .._engine.model import (
@@ -33,6 +33,11 @@ from .._output import shown
 from .._wire.client import Client
 from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import FrontEndOptions
 
 __all__ = ["IngestLogRecordProcessor", "otel_event"]
 
@@ -213,7 +218,7 @@ def _careful_event(record: Any, resource: Any, scope: Any,
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
             ('Shipping options (keyword; docs/configuration.md: why each default):',
-             SHIPPING_OPTIONS_DOC))
+             SHIPPING_OPTIONS_DOC.rstrip() + "\n" + SEND_DOC))
 class IngestLogRecordProcessor(FrontEnd):
     """An OpenTelemetry SDK log record processor that ships through loghandler's engine.
 
@@ -237,9 +242,12 @@ class IngestLogRecordProcessor(FrontEnd):
 
     __slots__ = ("_fast_path", "_resources")
 
+    def _refresh(self) -> None:
+        self._fast_path = self._wire_path()
+
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
-                 shipper: Shipper | None = None, **options: Any) -> None:
-        self._attach(dataset, client, shipper, options)
+                 shipper: Shipper | None = None, **options: Unpack[FrontEndOptions]) -> None:
+        self._attach(dataset, client, shipper, dict(options))
         self._resources: Cache = {}
         # The compiled fast path (its events queued as their final JSON), or None.
         self._fast_path = self._wire_path()

@@ -12,10 +12,10 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compiled
-from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine.context import IN_USE, OTEL_TRACE
 from .._engine.events import add_exception, add_fields
@@ -27,6 +27,11 @@ from .._time import format_datetime, format_epoch, format_micros, parse_micros
 from .._wire.client import Client
 from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import FrontEndOptions
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
@@ -103,7 +108,7 @@ def time_from(timestamp: Any) -> str:
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
             ('Shipping options (keyword; docs/configuration.md: why each default):',
-             SHIPPING_OPTIONS_DOC))
+             SHIPPING_OPTIONS_DOC.rstrip() + "\n" + SEND_DOC))
 class IngestProcessor(FrontEnd):
     """A structlog processor: ships a JSON-safe copy of the event and returns it unchanged.
 
@@ -124,9 +129,12 @@ class IngestProcessor(FrontEnd):
 
     __slots__ = ("_fast_path",)  # flush, close, stats: FrontEnd's
 
+    def _refresh(self) -> None:
+        self._fast_path = self._wire_path()
+
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
-                 shipper: Shipper | None = None, **options: Any) -> None:
-        self._attach(dataset, client, shipper, options)
+                 shipper: Shipper | None = None, **options: Unpack[FrontEndOptions]) -> None:
+        self._attach(dataset, client, shipper, dict(options))
         # The compiled fast path (its events queued as their final JSON), or None: read by
         # the compiled __call__.
         self._fast_path = self._wire_path()

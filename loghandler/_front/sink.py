@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compiled
-from .._config import SHIPPING_OPTIONS_DOC, documented
+from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import free_name, using_default
 from .._engine.events import add_fields, exception_fields, loguru_head
 from .._engine.guard import SENDERS, own_record
@@ -33,6 +33,11 @@ from .._time import format_epoch
 from .._wire.client import Client
 from .._wire.settings import CLIENT_ARGS_DOC
 from .base import FrontEnd
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._options import FrontEndOptions
 
 __all__ = ["IngestSink", "loguru_event"]
 
@@ -109,7 +114,7 @@ def loguru_event(record: Any) -> tuple[dict[str, Any], int]:
 @documented(("Client arguments (keyword; each falls back to its environment variable):",
              CLIENT_ARGS_DOC),
             ('Shipping options (keyword; docs/configuration.md: why each default):',
-             SHIPPING_OPTIONS_DOC))
+             SHIPPING_OPTIONS_DOC.rstrip() + "\n" + SEND_DOC))
 class IngestSink(FrontEnd):
     """A loguru sink: ``logger.add(IngestSink("my-dataset"))``.
 
@@ -132,9 +137,12 @@ class IngestSink(FrontEnd):
 
     __slots__ = ("_fast_path",)
 
+    def _refresh(self) -> None:
+        self._fast_path = self._wire_path()
+
     def __init__(self, dataset: str | None = None, *, client: Client | None = None,
-                 shipper: Shipper | None = None, **options: Any) -> None:
-        self._attach(dataset, client, shipper, options)
+                 shipper: Shipper | None = None, **options: Unpack[FrontEndOptions]) -> None:
+        self._attach(dataset, client, shipper, dict(options))
         # The compiled fast path (its events queued as their final JSON), or None: read by
         # the compiled __call__.
         self._fast_path = self._wire_path()

@@ -44,6 +44,10 @@ def error_for(answer: Answer, *, what: str, dataset: str | None = None,
             msg = (f"dataset {shown(dataset, 40)} not found (HTTP {status}): create it "
                    f"(loghandler datasets create {clip(redact(dataset), 40)}) or check the name "
                    f"and {said('url_arg')}")
+        elif own and "dataset" in own.lower():
+            # The service named what is missing (a dataset of a query): its words, whole, and
+            # not the address, which is right since it answered.
+            msg = f"{what}: not found (HTTP {status}: {own})"  # own: at most 500 characters
         else:
             msg = f"{what}: not found (HTTP {status}{told}): check {said('url_arg')}"
         return NotFoundError(status, body, msg)

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .._status import AUTH, is_success
-from ._common import EXIT_OK, EXIT_SERVICE, Failure, _client, _out, _Parser
+from ._common import EXIT_OK, EXIT_SERVICE, Failure, UsageError, _client, _out, _Parser
 
 __all__ = ["cmd_doctor", "register"]
 
@@ -25,6 +25,9 @@ def _source(args: argparse.Namespace, flag: str, name: str, env: str) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.dataset and args.positional_dataset and args.dataset != args.positional_dataset:
+        raise UsageError(f"two datasets: {args.positional_dataset} and -d {args.dataset}: "
+                         "give one")
     from .._errors import ConfigurationError, TransportError
 
     problems = 0
@@ -66,7 +69,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             problem(f"listing datasets answered HTTP {resp.status}: check that {url_from} is "
                     "the service's base address (without /v1)")
-        dataset = args.dataset or os.environ.get("LOGHANDLER_DATASET") or None
+        dataset = (args.dataset or args.positional_dataset
+                   or os.environ.get("LOGHANDLER_DATASET") or None)
         if dataset is None:
             _out("(no dataset given: pass -d NAME or set LOGHANDLER_DATASET to check one)")
         elif names is not None:
@@ -123,5 +127,8 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                     "Each line says what is right or what to do; nothing is written.")
     doctor.add_argument("-d", "--dataset", default=None,
                         help="the dataset to check (default: LOGHANDLER_DATASET)")
+    # As tail and ingest take it: `loghandler doctor fastapi`.
+    doctor.add_argument("positional_dataset", nargs="?", default=None, metavar="DATASET",
+                        help="the dataset to check (the same as -d)")
     doctor.set_defaults(func=cmd_doctor)
     return {"doctor": doctor}

@@ -23,6 +23,7 @@ from ._common import (
     _refused_token,
 )
 from .reader import _INPUT_SUFFIXES, FORMATS, _Counts, _looks_like_input, _open_input, iter_events
+from .times import EventTimes
 
 # Refused connections: retries before ingest gives up, and the waits between them. A one-shot
 # command should say at once that nothing listens (the library itself keeps its patience).
@@ -163,6 +164,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             s.close(0.5)
 
     with captured_lines() as engine_lines:
+        # The service reads the time of each event from this field, in this layout.
+        params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
+                                                  ("timestamp-format", layout))
+                  if value}
         shipper = Shipper(
             client, dataset, batch_size=args.batch_size, flush_interval=0.2,
             max_queue_size=max(10 * args.batch_size, 10_000), overflow="block",
@@ -170,21 +175,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             on_error=on_error, fields=dict(args.field) or None,
             # Moving existing data, not logging: it arrives as it is in the files (no host of
             # the machine that happens to run the command, nothing rewritten).
-            identity=False, scrub=False,
+            identity=False, scrub=False, ingest_params=params or None,
         )
-        # The service reads the time of each event from this field, in this layout.
-        params = {name: value for name, value in (("timestamp-field", args.timestamp_field),
-                                                  ("timestamp-format", layout))
-                  if value}
-        if params:
-            shipper._ingest_query(params)
         shippers.append(shipper)
         bar = _progress_bar(args, dataset)
+        # The service reads --timestamp-field itself; else the common time fields, here.
+        times = EventTimes(enabled=not args.timestamp_field)
         try:
             for path in files:
                 if stop_reading.is_set():
                     break
-                _ingest_one(path, args.format, shipper, counts, stop_reading, bar)
+                _ingest_one(path, args.format, shipper, counts, stop_reading, bar, times)
+            times.finish()
         finally:
             shipper.close(2.0 if stop_reading.is_set() else None)
             if bar is not None:
@@ -200,7 +202,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
-                stop_reading: threading.Event, bar: Any) -> None:
+                stop_reading: threading.Event, bar: Any, times: EventTimes) -> None:
     name = "<stdin>" if path == "-" else path
     if bar is not None:
         bar.clear()  # the "reading ..." line gets a line of its own, then the bar comes back
@@ -215,6 +217,7 @@ def _ingest_one(path: str, fmt: str, shipper: Any, counts: _Counts,
     try:
         for event in iter_events(source, name, detected, counts):
             counts.read += 1
+            times.stamp(event)
             shipper.submit(event)
             if bar is not None and counts.read % 500 == 0:
                 bar.update(500)

@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-from .._output import clip
+from .._errors import NotFoundError
 from ._common import (
     EXIT_OK,
     Failure,
@@ -47,6 +47,9 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
                       help="with -f: how late an event may arrive and still be shown "
                            "(default 5)")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.add_argument("--fields", default=None, metavar="A,B,...",
+                      help="only these fields after the message (with --json: only these and "
+                           "_time); default: every field but uvicorn's color_message")
     tail.add_argument("--search", default="", metavar="TEXT",
                       help="only matching events, as the web page's search: words, "
                            "\"a phrase\", level:error, status>=500, -level:debug")
@@ -58,6 +61,9 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
 _SPAN = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 _SYSTEM_FIELDS = ("_time", "_sysTime", "_rowId")
+# Not shown by tail unless asked for with --fields: the same message with terminal colours
+# (uvicorn's records carry it).
+_HIDDEN_FIELDS = ("color_message",)
 
 _LEVEL_COLOURS = {"debug": "\x1b[2m", "info": "\x1b[32m", "warning": "\x1b[33m",
                   "warn": "\x1b[33m", "error": "\x1b[31m", "critical": "\x1b[1;31m",
@@ -106,16 +112,16 @@ def _dataset_names(client: Any) -> list[str] | None:
                                                                                    str))
 
 
-def _missing_dataset(client: Any, dataset: str) -> str | None:
+def _missing_dataset(client: Any, dataset: str, where: str = "the name") -> str | None:
     """A line saying ``dataset`` does not exist, naming those that do; None when it exists
-    (or the service cannot tell us)."""
+    (or the service cannot tell us). ``where``: what the user typed it as."""
     names = _dataset_names(client)
     if names is None or dataset in names:
         return None
     listed = ", ".join(_text(n) for n in names[:5]) if names else "none yet"
     more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    return (f"dataset {clip(_text(dataset), 40)!r} has no events: check the name (the "
-            f"datasets here: {listed}{more})")
+    return (f"dataset {_text(dataset)!r} does not exist: check {where} (the datasets here: "
+            f"{listed}{more}), or create it with loghandler datasets create {_text(dataset)}")
 
 
 _SOURCES = re.compile(r"\[\s*(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")\s*\]")
@@ -140,12 +146,21 @@ def _bare_comparison(apl: str) -> tuple[str, str, str] | None:
 def cmd_query(args: argparse.Namespace) -> int:
     start = _since(parse_span(args.since)) if args.since else None
     with _client(args) as client:
-        rows = client.query(args.apl, start=start)
+        try:
+            rows = client.query(args.apl, start=start)
+        except NotFoundError:
+            for m in _SOURCES.finditer(args.apl):
+                missing = _missing_dataset(client, m.group(1) or m.group(2) or "",
+                                           "the name in the query")
+                if missing:
+                    raise Failure(missing) from None
+            raise
         if not rows:
             # No rows from a mistyped dataset look like no rows from an empty one: tell them
             # apart, and name the datasets that exist.
             for m in _SOURCES.finditer(args.apl):
-                missing = _missing_dataset(client, m.group(1) or m.group(2) or "")
+                missing = _missing_dataset(client, m.group(1) or m.group(2) or "",
+                                           "the name in the query")
                 if missing:
                     raise Failure(missing)
     if args.json:
@@ -176,10 +191,25 @@ def cmd_query(args: argparse.Namespace) -> int:
     for line in table:
         _out("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
     _out(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    _row_limit_hint(args.apl, len(rows))
     return EXIT_OK
 
 
-def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
+# The rows a query gets when it names no limit of its own (the service's default).
+DEFAULT_ROW_LIMIT = 1000
+_OWN_LIMIT = re.compile(r"\|\s*(?:take|limit|top|summarize|count)\b", re.IGNORECASE)
+
+
+def _row_limit_hint(apl: str, count: int) -> None:
+    """Say so when the rows stopped at the service's default limit: more may match."""
+    if count == DEFAULT_ROW_LIMIT and not _OWN_LIMIT.search(apl):
+        _err(f"the query stopped at the service's default of {DEFAULT_ROW_LIMIT:,} rows; more "
+             "may match: add | take N (e.g. | take 10000), | count to count them, or narrow "
+             "it with --since or a where")
+
+
+def format_event_line(event: dict[str, Any], colour: bool = False,
+                      fields: list[str] | None = None) -> str:
     """One line for ``tail``: time, level, message, then the other fields as key=value.
 
     The level is ``level``, else OpenTelemetry's ``severity``; the message is ``message``, else
@@ -197,9 +227,12 @@ def format_event_line(event: dict[str, Any], colour: bool = False) -> str:
         "exception.stacktrace")
     traced = isinstance(trace, str)
     skip = {"level", level_key, key} | ({"exception"} if traced else set())
-    rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
-                    if k not in _SYSTEM_FIELDS and k not in skip
-                    and not (traced and k.startswith("exception.")))
+    if fields is not None:
+        rest = " ".join(f"{k}={_text(event[k])}" for k in fields if k in event and k not in skip)
+    else:
+        rest = " ".join(f"{k}={_text(v)}" for k, v in event.items()
+                        if k not in _SYSTEM_FIELDS and k not in skip and k not in _HIDDEN_FIELDS
+                        and not (traced and k.startswith("exception.")))
     shown = f"{_text(level.upper()):<8}"
     if colour and level.lower() in _LEVEL_COLOURS:
         shown = f"{_LEVEL_COLOURS[level.lower()]}{shown}\x1b[0m"
@@ -329,21 +362,43 @@ def cmd_tail(args: argparse.Namespace) -> int:
     if not args.lookback >= 0:
         raise UsageError("--lookback must be 0 or more seconds")
     colour = (not args.json and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    fields = None
+    if args.fields is not None:
+        fields = [f.strip() for f in args.fields.split(",") if f.strip()]
+        if not fields:
+            raise UsageError("--fields needs field names, e.g. --fields status,path")
+    kept = None if fields is None else {"_time", *fields}
 
     def show(events: list[dict[str, Any]]) -> None:
         for row in events:
             # A query's rows have every field of the result, null where an event has none.
             event = {k: v for k, v in row.items() if v is not None}
-            _out(json.dumps(event, ensure_ascii=False) if args.json
-                 else format_event_line(event, colour))
+            if args.json:
+                if kept is not None:
+                    event = {k: v for k, v in event.items() if k in kept}
+                _out(json.dumps(event, ensure_ascii=False))
+            else:
+                _out(format_event_line(event, colour, fields))
 
+    if args.follow:
+        _stop_on_sigterm()
+    try:
+        return _tail(args, show)
+    except _Terminated:  # SIGTERM at any point: the follow ends as Ctrl+C ends it
+        return EXIT_OK
+
+
+def _tail(args: argparse.Namespace, show: Any) -> int:
     import time
 
     from .._errors import TransportError
 
     with _client(args) as client:
         follower = _Follower(client, args.dataset, args.lookback, args.search)
-        first = follower.newest(args.lines)
+        try:
+            first = follower.newest(args.lines)
+        except NotFoundError:
+            first = []  # the real service's answer for a dataset that does not exist
         show(first)
         if not first:
             missing = _missing_dataset(client, args.dataset)
@@ -359,6 +414,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
                 try:
                     events = follower.poll()
+                except NotFoundError:
+                    continue  # not created yet: said above
                 except TransportError as exc:
                     # The service restarted, or the network hiccupped: keep following.
                     if not lost:
@@ -370,5 +427,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
                     _err("reconnected; following again")
                     lost = False
                 show(events)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl+C, or SIGTERM (_Terminated)
             return EXIT_OK
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM while following: leave at once, as on Ctrl+C (a sleep or a request is cut
+    short)."""
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+    import threading
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGTERM, stop)
+        except (ValueError, OSError):
+            pass

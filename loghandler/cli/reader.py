@@ -16,6 +16,7 @@ from typing import IO, Any
 from ._common import (
     _err,
 )
+from .times import text_event
 
 
 @dataclass
@@ -169,7 +170,7 @@ def iter_events(source: _Input, name: str, fmt: str, counts: _Counts) -> Iterato
         if not text.strip():
             continue
         if fmt == "text":
-            yield {"message": text}
+            yield text_event(text)
             continue
         try:
             obj = decode(text)  # the module's decoder: json.loads builds its call each time

@@ -21,6 +21,43 @@ from ._common import (
 )
 
 
+def _token_file(db: str | None) -> str | None:
+    """Where the token made up for ``--db FILE`` is kept: ``FILE.token``; None for memory."""
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return db + ".token"
+
+
+def _kept_token(path: str) -> str | None:
+    """The token kept at ``path`` (made private again if its mode let others read it), or
+    None when there is none or it cannot be read."""
+    import stat
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read(512).strip()
+        if os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            os.chmod(path, 0o600)
+    except OSError:
+        return None
+    return token or None
+
+
+def _keep_token(path: str, token: str) -> bool:
+    """Write the token to ``path``, readable by its owner only (mode 600). False (and one
+    line) when it cannot be written: the token then lasts this run only."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+        os.chmod(path, 0o600)
+        return True
+    except OSError as exc:
+        _err(f"cannot keep the token in {path} ({exc.strerror or exc}): the next start makes "
+             "up another; pass --token to keep one")
+        return False
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import secrets
 
@@ -30,8 +67,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token = getattr(args, "token", None) or os.environ.get("LOGHANDLER_TOKEN") or None
     from_env = not getattr(args, "token", None) and token is not None
     generated = token is None
+    kept_in = None
     if token is None:
-        token = secrets.token_urlsafe(18)
+        # With a --db file, the made-up token is kept beside it: a restart on the same data
+        # takes the same token, so the clients pointed at it keep working.
+        kept_in = _token_file(args.db)
+        token = _kept_token(kept_in) if kept_in else None
+        if token is None:
+            token = secrets.token_urlsafe(18)
+            if kept_in and not _keep_token(kept_in, token):
+                kept_in = None
     check_token(token, "--token or LOGHANDLER_TOKEN")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
@@ -132,7 +177,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
              "Ctrl+C to stop)")
         if generated:
             # Our own throw-away token for a server we just started: printing it is the point.
-            _out(f"token: {token}")
+            _out(f"token: {token}" + (f" (kept in {kept_in} for the next start)" if kept_in
+                                      else ""))
             _out(f"  export LOGHANDLER_URL={url} LOGHANDLER_TOKEN={token}")
         elif from_env:
             # The token is the user's and is never printed: every line still pastes as it is.
@@ -215,7 +261,8 @@ def register(sub: Any, conn: _Parser) -> dict[str, argparse.ArgumentParser]:
     serve.add_argument("--db", metavar="FILE", help="SQLite file to keep data across restarts "
                                                     "(default: in memory)")
     serve.add_argument("--token", default=argparse.SUPPRESS, help="the token to accept "
-                       "(default: LOGHANDLER_TOKEN, else a random one, printed)")
+                       "(default: LOGHANDLER_TOKEN, else a random one, printed, and kept "
+                       "in FILE.token beside --db FILE for the next start)")
     serve.add_argument("--views", metavar="FILE", help="JSON file with a list of views to seed")
     serve.add_argument("--max-body-bytes", type=int, default=None, metavar="N",
                        help="largest request body accepted (default 10 MiB); 413 above")
