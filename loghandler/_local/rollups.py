@@ -91,9 +91,18 @@ def _value(key: str) -> Any:
 
 
 def tally(events: list[dict[str, Any]], times: Iterable[int]) -> Tally:
-    """A batch's counts per minute and level (before the store's lock is taken)."""
-    return Counter((t // MINUTE_US, _key(e.get("level")))
-                   for e, t in zip(events, times, strict=True))
+    """A batch's counts per minute and level (before the store's lock is taken): counted by
+    the level's own value first (in C), then keyed per distinct value."""
+    minute = MINUTE_US
+    minutes = [t // minute for t in times]
+    try:
+        raw = Counter(zip(minutes, [e.get("level") for e in events], strict=True))
+    except TypeError:  # an object or array level: not hashable
+        return Counter((m, _key(e.get("level"))) for e, m in zip(events, minutes, strict=True))
+    out: Tally = Counter()
+    for (m, value), n in raw.items():
+        out[(m, _key(value))] += n
+    return out
 
 
 def create_locked(db: sqlite3.Connection) -> None:
