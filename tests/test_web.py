@@ -1168,8 +1168,12 @@ def test_comparisons_with_spaces_and_completion(driver: Any, svc: Any) -> None:
     box.send_keys("lev")
     options = lambda d: d.execute_script(  # noqa: E731
         "const c = document.getElementById('complete');"
-        "return c.hidden ? [] : [...c.children].map(li => li.dataset.insert);")
+        "return c.hidden ? [] : [...c.querySelectorAll('[role=option]')]"
+        ".map(li => li.dataset.insert);")
     wait_until(driver, lambda d: options(d) == ["level:"], "the field name")
+    # The counts say what they count (the fields over a sample, when there are many events).
+    note = driver.find_element(By.CSS_SELECTOR, "#complete .complete-note").text
+    assert re.fullmatch(r"counts of \d+ events", note), note
     box.send_keys(Keys.TAB)
     assert box.get_attribute("value") == "level:"
     wait_until(driver, lambda d: sorted(options(d)) == ["level:error ", "level:info "],

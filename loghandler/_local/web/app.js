@@ -1396,7 +1396,10 @@ function loadFacets() {
     state.facets = got;
     state.facetsFailed = false;
     state.facetsNew = state.newSince || 0;
-    if (!state.search) state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    if (!state.search) {
+      state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields,
+        said: facetsSaid(got) };
+    }
     drawFacets(key);
     drawColumnPicker();
   }, (err) => {
@@ -1653,7 +1656,8 @@ function loadFieldsInfo() {
   if (info && info.dataset === s.name && Date.now() - info.at < 60e3) return;
   panels.fields.run((signal) => api("POST", "/local/facets",
     { dataset: s.name, q: "", range: state.range }, signal), (got) => {
-    state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields,
+      said: facetsSaid(got) };
     if ($("complete").hidden) complete(); // never under a choice being made
   });
 }
@@ -1704,6 +1708,11 @@ function complete() {
     li.addEventListener("mousedown", (e) => { e.preventDefault(); acceptCompletion(li); });
     list.append(li);
   });
+  // Where the counts come from: the dataset's fields over a sample, said as the panel says it.
+  if (info.said) {
+    list.append(el("li", { class: "complete-note", role: "presentation",
+      text: "counts " + info.said.replace(/^· /, "") }));
+  }
   list.hidden = false;
   box.setAttribute("aria-expanded", "true");
 }
@@ -1714,7 +1723,7 @@ function hideComplete() {
 }
 
 function moveCompletion(step) {
-  const items = [...$("complete").children];
+  const items = [...$("complete").querySelectorAll("[role=option]")];
   let i = items.findIndex((li) => li.getAttribute("aria-selected") === "true");
   i = (i + step + items.length) % items.length;
   items.forEach((li, j) => li.setAttribute("aria-selected", String(i === j)));
