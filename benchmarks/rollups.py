@@ -45,17 +45,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rollups", description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--db", help="read the events of this file (dataset 'web', as "
+                                     "benchmarks.page --db leaves it) instead of a new fill")
     args = parser.parse_args(argv)
 
     from loghandler._local import rollups
     from loghandler._local.store import Store
 
     with tempfile.TemporaryDirectory(prefix="loghandler-rollups-") as tmp:
-        store = Store(os.path.join(tmp, "events.sqlite"))
+        store = Store(args.db or os.path.join(tmp, "events.sqlite"))
         try:
-            print(f"storing {args.events:,} events over 24 hours ({load()})")
-            seconds = weblogs.fill(store, args.events)
-            print(f"  {seconds:.1f} s ({load()})")
+            if args.db:
+                print(f"{store.count('web'):,} events of {args.db} ({load()})")
+            else:
+                print(f"storing {args.events:,} events over 24 hours ({load()})")
+                seconds = weblogs.fill(store, args.events)
+                print(f"  {seconds:.1f} s ({load()})")
             real = rollups.answer_rows
             for name, apl, start in QUERIES:
                 fast, scan = [], []

@@ -158,3 +158,19 @@ def test_a_file_of_an_earlier_version_gets_its_counts(tmp_path: Path,
         assert n == 2000
     finally:
         s.close()
+
+
+def test_the_benchmark_runs() -> None:
+    """``python -m benchmarks.rollups`` end to end, tiny: every figure printed, with the load."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rollups", "--events", "3000",
+                           "--repeat", "1"], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert sum("counts" in line and "scan" in line and "load" in line for line in lines) == 3
+    assert any(line.startswith("ingest of 3,000 events") for line in lines)

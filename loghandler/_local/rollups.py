@@ -15,6 +15,7 @@ would print it as SQLite renders JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
@@ -203,6 +204,16 @@ def _shape(parsed: Any, compiled: Any) -> list[str] | None:
     return shape
 
 
+def _end(db: sqlite3.Connection) -> None:
+    """The read transaction ends whatever happened (a pooled connection left in one would
+    read an old snapshot ever after)."""
+    try:
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
 def _order(value: Any) -> tuple[int, Any]:
     """SQLite's ascending order: NULL, then numbers, then text."""
     if value is None:
@@ -251,7 +262,7 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
                     f"AND time < ?", (dataset, a, b)):
                 counts[(t // span * span, _sql_key(kind, value))] += 1
     finally:
-        db.execute("COMMIT")
+        _end(db)
     if any(key == _COMPLEX for _, key in counts):
         return None
     groups: Counter[tuple[int | None, str | None]] = Counter()
