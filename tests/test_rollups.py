@@ -19,7 +19,8 @@ from loghandler._local.store import Store
 
 DAY = 86_400_000_000
 BASE = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
-LEVELS: list[Any] = ["info", "error", "debug", "warning", "", 3, True, 1.5, None]
+LEVELS: list[Any] = ["info", "error", "debug", "warning", "", 3, True, 1.5, None, "ÉRROR",
+                     "Error"]
 
 SHAPES = [
     "['d'] | summarize count() by bin(_time, 15m), level",
@@ -32,6 +33,16 @@ SHAPES = [
     "['d'] | summarize count()",
     "['d'] | summarize count() by bin(_time, 1h)",
     "['d'] | summarize count() by bin_auto(_time), level",
+    "['d'] | where level =~ \"ERROR\" | summarize count() by bin(_time, 15m), level",
+    "['d'] | where not(level =~ \"debug\") | summarize count() by bin(_time, 15m), level",
+    "['d'] | where not(level =~ \"Debug\") | where not(level =~ \"info\") "
+    "| summarize count() by level",
+    "['d'] | where level =~ \"3\" | summarize count()",
+    "['d'] | where level =~ \"érror\" | summarize count() by level",
+    "['d'] | where level =~ \"1\" | summarize count() by level",
+    "['d'] | where level =~ \"1.5\" | summarize count() by level",
+    "['d'] | where _time >= datetime('2026-01-01T06:00:00.5Z') | where level =~ \"\" "
+    "| summarize count() by level",
     "['empty'] | summarize count() by level",
     "['empty'] | summarize count()",
 ]
@@ -98,6 +109,9 @@ def test_the_counts_answer_as_the_scan_does(store: Store, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("text", [
     "['d'] | where level == 'error' | summarize count() by bin(_time, 15m), level",
+    "['d'] | where level =~ 'error' or level =~ 'info' | summarize count() by level",
+    "['d'] | where level !~ 'error' | summarize count() by level",
+    "['d'] | where message =~ 'error' | summarize count() by level",
     "['d'] | search 'x' | summarize count() by level",
     "['d'] | summarize count() by bin(_time, 30s), level",
     "['d'] | summarize count() by level | sort by count_",

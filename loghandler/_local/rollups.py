@@ -8,6 +8,9 @@ events of each dataset fell in each minute with each ``level``; a query of exact
 minutes and/or ``level``) is answered from those counts, with the partial minutes at the
 range's ends counted from the events themselves. Anything else runs as before.
 
+The search box's ``level:x`` and ``-level:x`` (``where level =~ "x"``, ``where not(level =~
+"x")``) are answered from the counts too: they choose among the counted levels.
+
 A level is kept as a key that says its JSON type (``s`` text, ``i`` integer, ``f`` real,
 ``n`` none); an object or array level (``x``) is not answered from here, as the scan's answer
 would print it as SQLite renders JSON.
@@ -177,13 +180,52 @@ def _constant_time(e: Any) -> bool:
         isinstance(a, Lit) for a in e.args)
 
 
-def _shape(parsed: Any, compiled: Any) -> list[str] | None:
-    """The groups (``"bin"``, ``"level"``) of a query the counts can answer, or None."""
+def _level_filter(e: Any) -> tuple[bool, str] | None:
+    """``level =~ "x"`` (the search box's ``level:x``) as (False, "x"), ``not(level =~ "x")``
+    (``-level:x``) as (True, "x"); None for anything else."""
+    negated = False
+    if isinstance(e, Call) and e.name == "not" and len(e.args) == 1:
+        negated, e = True, e.args[0]
+    if (isinstance(e, Bin) and e.op == "=~" and isinstance(e.left, Field)
+            and e.left.name == "level" and isinstance(e.right, Lit)
+            and isinstance(e.right.value, str) and e.right.kind == "value"):
+        return negated, e.right.value
+    return None
+
+
+def _passes(key: str, filters: list[tuple[bool, str]]) -> bool:
+    """Whether events of this level key pass the filters, as the scan's SQL decides:
+    ``coalesce(lower(level) = lower('x'), 0)``, negated for ``not(...)``, with the service's
+    own lower() (sqlfunctions: every letter folded, a number as its text)."""
+    for negated, want in filters:
+        if key == _NONE:
+            equal = False
+        elif key[0] == "s":
+            equal = key[1:].lower() == want.lower()
+        elif key[0] == "i":
+            equal = key[1:] == want.lower()
+        else:
+            equal = str(float(key[1:])) == want.lower()
+        if equal == negated:
+            return False
+    return True
+
+
+def _shape(parsed: Any, compiled: Any) -> tuple[list[str], list[tuple[bool, str]]] | None:
+    """The groups (``"bin"``, ``"level"``) of a query the counts can answer and its filters
+    on the level, or None."""
     ops = parsed.ops
     if not ops or ops[-1][0] != "summarize" or not compiled.aggregated:
         return None
-    if any(op[0] != "where" or not _time_only(op[1]) for op in ops[:-1]):
-        return None
+    filters: list[tuple[bool, str]] = []
+    for op in ops[:-1]:
+        if op[0] != "where":
+            return None
+        level = _level_filter(op[1])
+        if level is not None:
+            filters.append(level)
+        elif not _time_only(op[1]):
+            return None
     _, aggs, groups = ops[-1]
     if not aggs or any(not (isinstance(c, Call) and c.name == "count" and not c.args)
                        for _, c in aggs):
@@ -201,7 +243,7 @@ def _shape(parsed: Any, compiled: Any) -> list[str] | None:
             return None
     if len(set(shape)) != len(shape):
         return None
-    return shape
+    return shape, filters
 
 
 def _end(db: sqlite3.Connection) -> None:
@@ -226,9 +268,10 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
     """The raw rows (as ``aplsql_run.fetch_rows`` gives them) of a query of the page's
     histogram's shape over ``[lo, hi)``, from the per-minute counts; None when the query is
     of another shape (or a level is an object): then it runs as a scan."""
-    shape = _shape(parsed, compiled)
-    if shape is None or (lo is not None and lo < 0):
+    found = _shape(parsed, compiled)
+    if found is None or (lo is not None and lo < 0):
         return None
+    shape, filters = found
     dataset = compiled.dataset
     span = compiled.bin_us or MINUTE_US
     db.execute("BEGIN")  # one snapshot for the counts and the edges' events
@@ -265,6 +308,9 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
         _end(db)
     if any(key == _COMPLEX for _, key in counts):
         return None
+    if filters:
+        kept = {key: _passes(key, filters) for key in {k for _, k in counts}}
+        counts = Counter({k: n for k, n in counts.items() if kept[k[1]]})
     groups: Counter[tuple[int | None, str | None]] = Counter()
     for (start, key), n in counts.items():
         groups[(start if "bin" in shape else None,
