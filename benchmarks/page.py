@@ -270,6 +270,8 @@ def right(drv: Any, client: Any) -> bool:
     answer = [r["_rowId"] for r in client.query(apl)]
     if shown == answer:
         return True
+    if not shown:
+        return False
     newer = [r for r in answer if r not in shown]
     return answer[len(newer):] == shown[:len(shown) - len(newer)] and all(
         int(r, 16) > max(int(s, 16) for s in shown) for r in newer)
