@@ -1652,3 +1652,26 @@ def test_a_timed_out_histogram_runs_again_and_live_mode_retries_it(
         "the histogram, asked again by live mode")
     wait_until(driver, lambda d: "of 300" in d.find_element(By.ID, "facets-said").text,
                "the fields, asked again")
+
+
+def test_a_query_that_timed_out_is_asked_again_by_live_mode(driver: Any, svc: Any,
+                                                            slow: str) -> None:
+    """An APL query whose run timed out says so, and live mode runs it again by itself: its
+    answer replaces the time-out box, even an answer of no rows."""
+    from selenium.webdriver.common.by import By
+
+    ingest(svc, "again", [{"level": "info", "service": ["a", "b"][i % 2]} for i in range(10)])
+    open_page(driver, svc, dataset="again")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
+    add_rule(driver, match="by service", rewrite={"apl": SLOW_APL, "timeout": 0.05}, once=True)
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['again'] | where service == 'c' | summarize count() by service")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: "timed out" in d.find_element(By.ID, "events-state").text,
+               "the time-out")
+    wait_until(driver, lambda d: not d.find_element(By.ID, "events-state").is_displayed()
+               and d.find_element(By.ID, "empty").is_displayed(),
+               "the (empty) answer, asked again by live mode")
+    driver.find_element(By.ID, "editor-toggle").click()

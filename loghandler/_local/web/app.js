@@ -709,7 +709,8 @@ function pollEvents() {
     panels.events.run((signal) => query(apl, opts, signal), (answer) => {
       let rows = answer.rows;
       if (rows.every((r) => "_sysTime" in r)) rows = rows.map(compact);
-      if (JSON.stringify(rows) !== JSON.stringify(state.rows)) {
+      // A new answer, or the first after a failure (its box goes, whatever the rows).
+      if (JSON.stringify(rows) !== JSON.stringify(state.rows) || !$("events-state").hidden) {
         state.rows = rows;
         state.fields = answer.fields;
         renderEvents(key);
