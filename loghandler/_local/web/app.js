@@ -934,7 +934,7 @@ function drawDetailFields(row, onDataset) {
       acts.append(forBtn, outBtn);
     }
     const copy = el("button", { type: "button", class: "copy", "data-field": name,
-      title: "copy the value", "aria-label": "copy " + name, text: "⧉" });
+      title: "copy the value", "aria-label": "copy " + name, text: "copy" });
     copy.addEventListener("click", () => copyText(text(v), name));
     acts.append(copy);
     body.append(el("tr", { "data-field": name }, el("th", { text: name }),
@@ -1214,7 +1214,8 @@ function drawTimeChart(root, legend, rows, values, groups, meta) {
     const x = xOf(t);
     root.append(svg("line", { x1: x, x2: x, y1: H - bottom, y2: H - bottom + 4, class: "gridline tick" }));
     const label = long ? fmtTime(t).slice(0, 16) : fmtTime(t, false).slice(0, 5);
-    axisText(root, x, H - 6, label, "middle");
+    // A label at an end of the axis stays inside the chart.
+    axisText(root, x, H - 6, label, x > W - 40 ? "end" : x < left + 40 ? "start" : "middle");
   }
   all.forEach((s) => { s.colour = seriesColour(s.name, byLevel); });
   if (stacked) {
