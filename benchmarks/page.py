@@ -6,8 +6,12 @@ a second into the dataset as a live service would, and drives the page in headle
 (1440x900) in live mode, as a developer would:
 
 - each search of issue 38 (``status:500``, ``duration_ms>1000``, a negation, a rare word): the
-  time from Enter to the right events on screen, checked against the API's answer to the same
-  query (right the first time, or not);
+  time from the Enter key (the page searches on Enter only: no typing pause starts it early)
+  to the right events on screen, checked against the API's answer to the same query (right
+  the first time, or not), and to the full result (events, histogram and fields shown);
+- the day-wide views of issue 46: the page opened on the last 24 hours (navigation to its
+  events, histogram and fields), a 24-hour ``count() by level`` chart and p95 by path over 24
+  hours;
 - the same queries through the API alone, and with the page open (paired, interleaved);
 - the requests the page makes while idle in live mode, and the most in flight per panel;
 - a 24-hour ``count() by level, bin_auto(_time)`` chart;
@@ -16,9 +20,10 @@ a second into the dataset as a live service would, and drives the page in headle
   by path for the last hour, with no wrong screen on the way (a panel showing the answer to
   another query than the one asked).
 
-Every figure is the median of ``--repeat`` (3) runs; the machine's load average is printed
-with each. ``--events 100000`` for a quick run; ``--screenshots DIR`` also saves the docs'
-screenshots (docs/local-service*.png) along the way.
+Every figure is the median of ``--repeat`` (3) runs; the machine's one-minute load average
+(``os.getloadavg()``) is printed beside each, in the table too. ``--events 100000`` for a
+quick run; ``--screenshots DIR`` also saves the docs' screenshots (docs/local-service*.png)
+along the way.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 SEARCHES = [("status:500", 1.0), ("duration_ms>1000", 1.0), ("-level:debug", 1.0),
             (weblogs.RARE_WORD, 1.5)]
 CHART = "['web'] | summarize count() by level, bin_auto(_time)"
-SECTIONS = ("searches", "api", "idle", "chart", "link", "journey")
+SECTIONS = ("views", "searches", "api", "idle", "chart", "link", "journey")
+LEVELS_24H = "['web'] | summarize count() by level"
 P95 = ("['web'] | where isnotempty(path) "
        "| summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
 
@@ -80,14 +86,27 @@ NET_JS = r"""
 # When the events panel first shows the answer to what is asked (its key), and any moment a
 # panel shows the answer to something else (a wrong screen).
 WATCH_JS = r"""
-window.__bench = { enterAt: null, shown: {}, wrong: [] };
+window.__bench = { enterAt: null, shown: {}, full: {}, wrong: [] };
 document.addEventListener("keydown", (e) => {
   if (e.key === "Enter") window.__bench.enterAt = performance.now(); }, true);
+const answered = (id, key) => {
+  const n = document.getElementById(id);
+  return n && n.dataset.key === key && n.getAttribute("aria-busy") !== "true"
+    && !n.classList.contains("stale");
+};
 new MutationObserver(() => {
   const key = document.body.dataset.key;
-  const w = document.getElementById("events-wrap");
-  if (w && w.dataset.key === key && w.getAttribute("aria-busy") !== "true"
-      && !(key in window.__bench.shown)) window.__bench.shown[key] = performance.now();
+  const b = window.__bench;
+  if (answered("events-wrap", key) && !(key in b.shown)) b.shown[key] = performance.now();
+  // The full result: the events, the histogram's bars (or its "no events") and the fields.
+  if (answered("events-wrap", key) && answered("histogram", key) && answered("facets", key)
+      && !(key in b.full)) {
+    // A panel that ran out of time: the full result never came (-1).
+    const out = ["histogram", "facets"].some((id) => /timed out/.test(
+      (document.querySelector("#" + id + " .panel-state") || {}).textContent || ""));
+    if (out) b.full[key] = -1;
+    else if (document.querySelector("#histogram .legend")) b.full[key] = performance.now();
+  }
   for (const id of ["events-wrap", "histogram", "facets"]) {
     const n = document.getElementById(id);
     if (!n || n.hidden || n.classList.contains("busy") || n.classList.contains("stale")) continue;
@@ -99,6 +118,12 @@ new MutationObserver(() => {
 
 def load() -> str:
     return "load %.2f" % os.getloadavg()[0]
+
+
+def loads(values: list[float]) -> str:
+    """The load averages seen over a figure's runs, beside the figure."""
+    return "load " + "-".join(f"{v:.1f}" for v in (min(values), max(values))) if len(
+        values) > 1 and min(values) != max(values) else f"load {values[0]:.1f}"
 
 
 def median(values: list[float]) -> float:
@@ -204,20 +229,23 @@ def open_dataset(drv: Any, base: str, token: str, extra: str = "") -> None:
     drv.execute_script(WATCH_JS)
 
 
-def search(drv: Any, text: str) -> float:
-    """Type a search and press Enter: the seconds from Enter to its events on screen."""
+def search(drv: Any, text: str) -> tuple[float, float]:
+    """Type a search and press Enter: the seconds from the Enter key to its events on screen,
+    and to its full result (events, histogram and fields)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     box = drv.find_element(By.ID, "filter")
     if box.get_attribute("value") == text:
-        return 0.0  # asked already: Enter would ask nothing new
+        return 0.0, 0.0  # asked already: Enter would ask nothing new
     box.clear()
     box.send_keys(text)
     # Forget this search's earlier runs: the time is this run's.
     drv.execute_script("const b = window.__bench; b.enterAt = null;"
                        "for (const k of Object.keys(b.shown))"
-                       "  if (k.split('|')[1] === arguments[0]) delete b.shown[k];", text)
+                       "  if (k.split('|')[1] === arguments[0]) delete b.shown[k];"
+                       "for (const k of Object.keys(b.full))"
+                       "  if (k.split('|')[1] === arguments[0]) delete b.full[k];", text)
     box.send_keys(Keys.ENTER)
     key = wait(drv, lambda d: d.execute_script(
         "const k = document.body.dataset.key; const b = window.__bench;"
@@ -225,7 +253,11 @@ def search(drv: Any, text: str) -> float:
         text), f"the events of {text!r}")
     took = drv.execute_script("const b = window.__bench; return b.shown[arguments[0]] "
                               "- b.enterAt;", key)
-    return float(took) / 1000
+    full = wait(drv, lambda d: d.execute_script(
+        "const b = window.__bench; if (!(arguments[0] in b.full)) return false;"
+        "return b.full[arguments[0]] === -1 ? 'out' : b.full[arguments[0]] - b.enterAt;", key),
+        f"the histogram and fields of {text!r}")
+    return float(took) / 1000, (float("nan") if full == "out" else float(full) / 1000)
 
 
 def right(drv: Any, client: Any) -> bool:
@@ -238,6 +270,8 @@ def right(drv: Any, client: Any) -> bool:
     answer = [r["_rowId"] for r in client.query(apl)]
     if shown == answer:
         return True
+    if not shown:
+        return False
     newer = [r for r in answer if r not in shown]
     return answer[len(newer):] == shown[:len(shown) - len(newer)] and all(
         int(r, 16) > max(int(s, 16) for s in shown) for r in newer)
@@ -249,8 +283,9 @@ def api_time(client: Any, apl: str) -> float:
     return time.perf_counter() - started
 
 
-def run_apl(drv: Any, apl: str, range_value: str) -> float:
-    """Run ``apl`` in the editor over ``range_value``: the seconds to its chart."""
+def run_apl(drv: Any, apl: str, range_value: str, or_timeout: bool = False) -> float:
+    """Run ``apl`` in the editor over ``range_value``: the seconds to its chart (with
+    ``or_timeout``, NaN when the page says it timed out)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -265,9 +300,13 @@ def run_apl(drv: Any, apl: str, range_value: str) -> float:
     done = wait(drv, lambda d: d.execute_script(
         "const w = document.getElementById('events-wrap');"
         "const c = document.getElementById('chart');"
+        "const st = document.getElementById('events-state');"
+        "if (arguments[0] && !st.hidden && /timed out/.test(st.textContent)) return -1;"
         "return w.dataset.key === document.body.dataset.key"
         " && w.getAttribute('aria-busy') !== 'true' && !c.hidden"
-        " && c.querySelector('rect, path') && performance.now();"), "the chart")
+        " && c.querySelector('rect, path') && performance.now();", or_timeout), "the chart")
+    if done == -1:
+        return float("nan")
     return (float(done) - float(started)) / 1000
 
 
@@ -279,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of idle live mode to count requests over")
     parser.add_argument("--db", help="keep the database in this file (default: a temporary "
                                      "one, removed at the end)")
+    parser.add_argument("--reuse-db", action="store_true",
+                        help="with --db: use the events already in that file (no new fill)")
     parser.add_argument("--screenshots", help="save the docs' screenshots in this directory")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"some of {','.join(SECTIONS)} (default: all)")
@@ -289,16 +330,19 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.mkdtemp(prefix="loghandler-page-bench-")
     db = args.db or os.path.join(tmp, "events.sqlite")
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(db + suffix):
-            os.remove(db + suffix)
-    print(f"storing {args.events:,} events of a web service's logs over 24 hours ({load()})")
-    store = Store(db)
-    try:
-        seconds = weblogs.fill(store, args.events)
-    finally:
-        store.close()
-    print(f"  {seconds:.1f} s ({args.events / seconds:,.0f} events/s through Store.add_events)")
+    if not (args.reuse_db and args.db and os.path.exists(db)):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.remove(db + suffix)
+        print(f"storing {args.events:,} events of a web service's logs over 24 hours "
+              f"({load()})")
+        store = Store(db)
+        try:
+            seconds = weblogs.fill(store, args.events)
+        finally:
+            store.close()
+        print(f"  {seconds:.1f} s ({args.events / seconds:,.0f} events/s through "
+              f"Store.add_events)")
     results: list[tuple[str, str, str]] = []
     try:
         with serve(db) as (base, token):
@@ -335,25 +379,36 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
         open_dataset(drv, base, token)
 
     only = set(args.only.split(","))
+    if "views" in only:
+        views(drv, base, token, args, out)
     # 1. The searches, with the page open in live mode.
     apls: dict[str, str] = {}
     for text, target in SEARCHES if only & {"searches", "api"} else []:
         if text == SEARCHES[0][0]:
             print(f"\nsearches, the page open in live mode ({load()})")
-        times, firsts = [], 0
+        times, fulls, seen, firsts = [], [], [], 0
         for _ in range(reps):
             search(drv, "")  # back to no search, settled, then the search
             wait(drv, settled, "the page settled")
-            took = search(drv, text)
+            seen.append(os.getloadavg()[0])
+            took, full = search(drv, text)
             ok = right(drv, client)
             firsts += ok
             times.append(took)
+            fulls.append(full)
             apls[text] = drv.find_element(By.ID, "query").text
             wait(drv, settled, "the page settled")
-        print(f"  {text:20} {', '.join(f'{t:.2f}' for t in times)} s; right the first time "
+        print(f"  {text:20} events {', '.join(f'{t:.2f}' for t in times)} s, full "
+              f"{', '.join(f'{t:.2f}' for t in fulls)} s; right the first time "
               f"{firsts}/{reps} ({load()})")
-        out.append((f"search {text}: to its events (median)",
-                    f"{median(times):.2f} s, {firsts}/{reps} right", f"< {target:g} s"))
+        out.append((f"search {text}: Enter to its events (median)",
+                    f"{median(times):.2f} s, {firsts}/{reps} right ({loads(seen)})",
+                    f"< {target:g} s"))
+        done = [t for t in fulls if t == t]  # NaN: the histogram or the fields timed out
+        out.append((f"search {text}: Enter to events+histogram+fields",
+                    (f"{median(done):.2f} s" if done else "-") + (
+                        f", {len(fulls) - len(done)}/{len(fulls)} timed out"
+                        if len(done) < len(fulls) else "") + f" ({loads(seen)})", "< 1 s"))
     search(drv, "")
     wait(drv, settled, "the page settled")
 
@@ -372,7 +427,8 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
         print(f"  {text:20} alone {median(alone) * 1000:7.1f} ms, page open "
               f"{median(beside) * 1000:7.1f} ms: {ratio:.2f}x ({load()})")
         out.append((f"API {text}: page open / alone", f"{ratio:.2f}x "
-                    f"({median(beside) * 1000:.0f}/{median(alone) * 1000:.0f} ms)", "<= 1.5x"))
+                    f"({median(beside) * 1000:.0f}/{median(alone) * 1000:.0f} ms, {load()})",
+                    "<= 1.5x"))
 
     # 3. Idle in live mode: the requests made, and the most in flight per panel.
     if "idle" in only:
@@ -396,6 +452,41 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
     return out
 
 
+def views(drv: Any, base: str, token: str, args: Any, out: list[tuple[str, str, str]]) -> None:
+    """The day-wide views: the page opened on the last 24 hours (from navigation to its
+    events, histogram and fields), the 24-hour level chart and p95 by path over 24 hours."""
+    from selenium.webdriver.common.by import By
+
+    print(f"\nthe day-wide views ({load()})")
+    opens, seen = [], []
+    for _ in range(args.repeat):
+        drv.get("about:blank")
+        seen.append(os.getloadavg()[0])
+        drv.get(f"{base}/#token={token}&dataset={weblogs.DATASET}&range=24h")
+        done = wait(drv, lambda d: len(page_rows(d)) == 200 and settled(d) and d.execute_script(
+            "return document.querySelectorAll('#histogram rect').length > 0"
+            " && document.querySelectorAll('#facets .facet').length > 0"
+            " && performance.now();"), "the day's events, histogram and fields")
+        opens.append(float(done) / 1000)
+        print(f"  open on 24 h: {opens[-1]:.2f} s ({load()})")
+    out.append(("open on 24 h: events+histogram+fields (median)",
+                f"{median(opens):.2f} s ({loads(seen)})", "< 1 s"))
+    drv.execute_script(WATCH_JS)
+    for name, apl in (("24-hour count() by level chart", LEVELS_24H),
+                      ("24-hour p95 by path chart", P95)):
+        took, seen = [], []
+        for _ in range(args.repeat):
+            seen.append(os.getloadavg()[0])
+            took.append(run_apl(drv, apl, "24h", or_timeout=True))
+            print(f"  {name}: {took[-1]:.2f} s ({load()})")
+        done = [t for t in took if t == t]  # NaN: timed out
+        out.append((name, (f"{median(done):.2f} s" if done else "-") + (
+            f", {len(took) - len(done)}/{len(took)} timed out" if len(done) < len(took)
+            else "") + f" ({loads(seen)})", "< 1 s"))
+    drv.find_element(By.ID, "editor-toggle").click()
+    open_dataset(drv, base, token)
+
+
 def idle(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:
     print(f"\nidle in live mode for {args.idle:g} s ({load()})")
     n0 = drv.execute_script("return window.__net.log.length;")
@@ -410,12 +501,13 @@ def idle(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:
 def chart(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:
     """A day's chart through the APL editor (and the docs' chart screenshot)."""
     print(f"\nthe chart {CHART!r} over 24 hours ({load()})")
-    charts = []
+    charts, seen = [], []
     for _ in range(args.repeat):
+        seen.append(os.getloadavg()[0])
         charts.append(run_apl(drv, CHART, "24h"))
         print(f"  {charts[-1]:.2f} s ({load()})")
-    out.append(("24-hour count() by level, bin_auto(_time) chart", f"{median(charts):.2f} s",
-                "< 2 s"))
+    out.append(("24-hour count() by level, bin_auto(_time) chart",
+                f"{median(charts):.2f} s ({loads(seen)})", "< 2 s"))
     if args.screenshots:
         wait(drv, settled, "the chart settled")
         run_apl(drv, P95, "1h")
@@ -469,7 +561,8 @@ def journey(drv: Any, base: str, token: str, screenshots: str | None) -> tuple[f
     if screenshots:
         wait(drv, settled, "the page settled")
         drv.save_screenshot(os.path.join(screenshots, "local-service-search.png"))
-    request_id = json.loads(drv.find_element(By.ID, "detail-json").text)["request_id"]
+    request_id = json.loads(drv.find_element(By.ID, "detail-json")
+                            .get_attribute("textContent"))["request_id"]
     drv.find_element(By.ID, "detail-request").click()
     wait(drv, lambda d: settled(d) and d.find_element(By.ID, "filter").get_attribute(
         "value") == "request_id:" + request_id

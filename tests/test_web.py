@@ -7,6 +7,7 @@ skip, unless ``LOGHANDLER_REQUIRE_BROWSER=1`` (set by ``.ci/run``): then they fa
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -164,6 +165,13 @@ def rows(drv: Any) -> list[str]:
         "return [...document.querySelectorAll('#events tr.row')].map(r => r.innerText);"))
 
 
+def detail_json(drv: Any) -> Any:
+    """The event pane's JSON (its tab may be hidden behind the fields')."""
+    from selenium.webdriver.common.by import By
+
+    return json.loads(drv.find_element(By.ID, "detail-json").get_attribute("textContent"))
+
+
 def click(drv: Any, xpath: str, what: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -212,6 +220,7 @@ def test_page_shows_events_live_filters_and_opens_views(
     """Open the printed URL; events ingested later appear without a reload; the filter
     narrows them; a click shows the JSON; a view shows its query's rows or why not."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     page, token = served
     base = page.split("/#", 1)[0]
@@ -249,22 +258,20 @@ def test_page_shows_events_live_filters_and_opens_views(
                "the histogram's bars by level")
 
     box = driver.find_element(By.ID, "filter")
-    box.send_keys("ann")
+    box.send_keys("ann", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 2, "the filter")
     assert all("ann" in r for r in rows(driver))
     box.clear()
     box.send_keys("x")
-    box.send_keys("\b")
+    box.send_keys("\b", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 4, "the filter cleared")
 
     click(driver, "//tr[contains(., 'payment declined')]", "a click on an event")
-    detail = json.loads(driver.find_element(By.ID, "detail-json").text)
+    detail = detail_json(driver)
     assert detail["order"] == 17 and detail["user"] == "bob" and "_rowId" in detail
-    from selenium.webdriver.common.keys import Keys
-
     wait_until(driver, lambda d: d.find_element(By.XPATH, "//tr[contains(., 'stock low')]")
                .send_keys(Keys.ENTER) or True, "Enter on an event")
-    assert json.loads(driver.find_element(By.ID, "detail-json").text)["message"] == "stock low"
+    assert detail_json(driver)["message"] == "stock low"
     driver.save_screenshot(str(tmp_path / "events.png"))
 
     click(driver, "//li[@data-view='1']", "a click on the first view")
@@ -357,6 +364,7 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
     import time as _time
 
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     page, token = served
@@ -373,7 +381,7 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
     assert not any("declined" in r for r in rows(driver))  # all 50 are older than those
 
     box = driver.find_element(By.ID, "filter")
-    box.send_keys("declined")
+    box.send_keys("declined", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 50 and all("declined" in r for r in rows(d)),
                "the search's 50 events, beyond the 200 shown before")
     assert driver.find_element(By.ID, "query").text == (
@@ -381,13 +389,13 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
     assert "dataset=checkout" in driver.current_url and "q=declined" in driver.current_url
 
     box.clear()
-    box.send_keys("level:error order>=40")
+    box.send_keys("level:error order>=40", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 10, "a field filter and a comparison")
     assert "where level =~ \"error\" | where order >= 40" in driver.find_element(
         By.ID, "query").text
 
     box.clear()
-    box.send_keys("-level:info")
+    box.send_keys("-level:info", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 50, "a negation")
 
     Select(driver.find_element(By.ID, "range")).select_by_value("15m")
@@ -404,7 +412,7 @@ def test_search_covers_the_dataset_and_the_address_keeps_it(
         "value") == "15m"
 
     box = driver.find_element(By.ID, "filter")
-    box.send_keys(" status>=oops")
+    box.send_keys(" status>=oops", Keys.ENTER)
     notice = wait_until(driver, lambda d: d.find_element(By.ID, "notice").is_displayed()
                         and d.find_element(By.ID, "notice"), "a search that cannot run")
     assert "a comparison needs a number" in notice.text
@@ -451,6 +459,7 @@ def test_facets_show_top_values_and_filter_in_and_out(
     """Issue 27: for the current search, the fields present with their top values and
     counts; a value filters in, its − button filters out (the search box says so)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     page, token = served
     base = page.split("/#", 1)[0]
@@ -474,7 +483,7 @@ def test_facets_show_top_values_and_filter_in_and_out(
     assert driver.find_element(By.ID, "filter").get_attribute("value") == "level:error"
     wait_until(driver, lambda d: values(d, "level") == ["error 3"], "facets of the search")
     driver.find_element(By.ID, "filter").clear()
-    driver.find_element(By.ID, "filter").send_keys(" ")
+    driver.find_element(By.ID, "filter").send_keys(" ", Keys.ENTER)
     wait_until(driver, lambda d: len(rows(d)) == 10, "the search cleared")
     click(driver, "//button[@data-field='service' and .='search']/following-sibling::button",
           "filter out service:search")
@@ -632,6 +641,7 @@ def test_from_an_error_to_its_request_and_the_lines_around_it(
     import time as _time
 
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
     page, token = served
@@ -654,7 +664,7 @@ def test_from_an_error_to_its_request_and_the_lines_around_it(
     wait_until(driver, lambda d: len(rows(d)) == len(events), "the events")
 
     box = driver.find_element(By.ID, "filter")
-    box.send_keys("level:error service:checkout")
+    box.send_keys("level:error service:checkout", Keys.ENTER)
     Select(driver.find_element(By.ID, "range")).select_by_value("15m")
     Select(driver.find_element(By.ID, "group")).select_by_value("request_id")
     wait_until(driver, lambda d: len(rows(d)) == 4 and all("payment declined" in r
@@ -1158,8 +1168,12 @@ def test_comparisons_with_spaces_and_completion(driver: Any, svc: Any) -> None:
     box.send_keys("lev")
     options = lambda d: d.execute_script(  # noqa: E731
         "const c = document.getElementById('complete');"
-        "return c.hidden ? [] : [...c.children].map(li => li.dataset.insert);")
+        "return c.hidden ? [] : [...c.querySelectorAll('[role=option]')]"
+        ".map(li => li.dataset.insert);")
     wait_until(driver, lambda d: options(d) == ["level:"], "the field name")
+    # The counts say what they count (the fields over a sample, when there are many events).
+    note = driver.find_element(By.CSS_SELECTOR, "#complete .complete-note").text
+    assert re.fullmatch(r"counts of \d+ events", note), note
     box.send_keys(Keys.TAB)
     assert box.get_attribute("value") == "level:"
     wait_until(driver, lambda d: sorted(options(d)) == ["level:error ", "level:info "],
@@ -1184,7 +1198,7 @@ def test_event_links_open_the_event_whatever_the_search(driver: Any, svc: Any) -
     driver.execute_cdp_cmd("Browser.grantPermissions", {
         "origin": svc.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
     click(driver, "//tr[contains(., 'line 350')]", "an event")
-    shown = json.loads(driver.find_element(By.ID, "detail-json").text)
+    shown = detail_json(driver)
     driver.find_element(By.ID, "copy-link").click()
     wait_until(driver, lambda d: "copied" in d.find_element(By.ID, "detail-said").text,
                "the link copied")
@@ -1203,7 +1217,8 @@ def test_event_links_open_the_event_whatever_the_search(driver: Any, svc: Any) -
     wait_until(driver, lambda d: len(rows(d)) == 10, "a search that leaves the event out")
     driver.get(link)
     got = wait_until(driver, lambda d: d.find_element(By.ID, "detail").is_displayed()
-                     and d.find_element(By.ID, "detail-json").text, "the linked event")
+                     and d.find_element(By.ID, "detail-json").get_attribute("textContent"),
+                     "the linked event")
     assert json.loads(got)["message"] == "line 350"
     assert "/" in driver.find_element(By.ID, "range").get_attribute("value")  # its minute
     wait_until(driver, lambda d: any("line 350" in r for r in rows(d)), "its minute's events")
@@ -1262,10 +1277,10 @@ def test_keyboard_search_rows_and_the_pane(driver: Any, svc: Any) -> None:
     second = active(driver)
     assert first != second and rows(driver)[1].find("key 3") >= 0
     ActionChains(driver).send_keys(Keys.ENTER).perform()
-    wait_until(driver, lambda d: json.loads(d.find_element(By.ID, "detail-json").text)
+    wait_until(driver, lambda d: detail_json(d)
                ["message"] == "key 3", "Enter opens the event")
     ActionChains(driver).send_keys(Keys.ARROW_UP).perform()
-    wait_until(driver, lambda d: json.loads(d.find_element(By.ID, "detail-json").text)
+    wait_until(driver, lambda d: detail_json(d)
                ["message"] == "key 4", "the pane follows the arrows")
     ActionChains(driver).send_keys(Keys.ESCAPE).perform()
     assert not driver.find_element(By.ID, "detail").is_displayed()
@@ -1310,7 +1325,7 @@ def test_the_journey_errors_traceback_request_p95_in_under_a_minute(
     trace = wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#detail-traces pre")
                        .text, "its traceback")
     assert trace.startswith("Traceback (most recent call last):")
-    request_id = json.loads(driver.find_element(By.ID, "detail-json").text)["request_id"]
+    request_id = detail_json(driver)["request_id"]
     click(driver, "//button[@id='detail-request']", "its request")
     wait_until(driver, lambda d: len(rows(d)) >= 2 and all(request_id in r for r in rows(d))
                and any(" in " in r and "INFO" in r for r in rows(d)),
@@ -1331,4 +1346,332 @@ def test_the_journey_errors_traceback_request_p95_in_under_a_minute(
     assert driver.execute_script("return window.__wrong;") == []
     assert took < 60, f"the journey took {took:.1f} s"
     assert errors
+    driver.find_element(By.ID, "editor-toggle").click()
+
+
+# ---------------------------------------------------------------------------- issue 46: the
+# page at a million, round two.
+
+def test_back_and_forward_stay_in_the_page_and_zoom_out_after_a_drag(
+        driver: Any, svc: Any) -> None:
+    """Each state a user makes (a search, a range, a drag on the histogram, zoom out) is an
+    entry of the browser's history: Back and Forward step through them within the page,
+    each restoring its search and range; zoom out doubles a drag's range."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    now = time.time()
+    # 300 events in the hour before the last (none within 10 minutes of its end), 300 in the
+    # last 45 minutes: "the last hour" holds 300 however long the test takes.
+    ingest(svc, "hist", [{"_time": now - 7200 + i * 10 if i < 300 else now - 2700 + (i - 300) * 9,
+                          "level": ["info", "error"][i % 2],
+                          "message": f"{['apple', 'pear'][i % 2]} {i}"} for i in range(600)])
+    open_page(driver, svc, dataset="hist")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    page = driver.current_url.split("#")[0]
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("apple", Keys.ENTER)
+    wait_until(driver, lambda d: rows(d) and all("apple" in r for r in rows(d)), "the search")
+    Select(driver.find_element(By.ID, "range")).select_by_value("1h")
+    wait_until(driver, lambda d: "range=1h" in d.current_url and len(rows(d)) == 150,
+               "the range")
+
+    def shown(d: Any) -> tuple[str, str, str]:
+        return (d.find_element(By.ID, "filter").get_attribute("value"),
+                d.find_element(By.ID, "range").get_attribute("value"),
+                d.find_element(By.ID, "query").text)
+
+    driver.back()
+    wait_until(driver, lambda d: shown(d)[:2] == ("apple", "all") and "ago(" not in shown(d)[2]
+               and len(rows(d)) == 200, "Back: the search over all time")
+    assert driver.current_url.startswith(page)
+    driver.back()
+    wait_until(driver, lambda d: shown(d)[:2] == ("", "all") and "search" not in shown(d)[2],
+               "Back again: no search")
+    assert driver.current_url.startswith(page) and "dataset=hist" in driver.current_url
+    driver.forward()
+    wait_until(driver, lambda d: shown(d)[:2] == ("apple", "all") and "apple" in shown(d)[2],
+               "Forward: the search again")
+    driver.forward()
+    wait_until(driver, lambda d: shown(d)[1] == "1h" and len(rows(d)) == 150, "Forward: 1h")
+
+    # A drag across the histogram, then zoom out: twice its range, around its middle.
+    svg = wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#histogram svg"),
+                     "the histogram")
+    width = svg.size["width"]
+    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.1), 0).click_and_hold() \
+        .move_to_element_with_offset(svg, int(width * 0.3), 0).release().perform()
+    dragged = wait_until(driver, lambda d: "/" in shown(d)[1] and shown(d)[1], "the drag")
+    a, b = (parse_iso(x) for x in dragged.split("/"))
+    click(driver, "//button[@id='zoom-out']", "zoom out")
+    wider = wait_until(driver, lambda d: shown(d)[1] != dragged and "/" in shown(d)[1]
+                       and shown(d)[1], "zoomed out")
+    c, d2 = (parse_iso(x) for x in wider.split("/"))
+    assert abs((d2 - c) - 2 * (b - a)) < 2 and abs((c + d2) / 2 - (a + b) / 2) < 2
+    driver.back()
+    wait_until(driver, lambda d: shown(d)[1] == dragged, "Back: the drag's range")
+    driver.back()
+    wait_until(driver, lambda d: shown(d)[1] == "1h", "Back: before the drag")
+    assert driver.current_url.startswith(page)
+
+
+def parse_iso(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_event_is_a_table_of_fields_with_filters_and_copy(driver: Any, svc: Any) -> None:
+    """The event's pane lists its fields, each with filter for / filter out / copy; a long
+    value wraps inside the pane; the JSON is a tab away."""
+    from selenium.webdriver.common.by import By
+
+    long_text = "word " * 2000
+    ingest(svc, "pane", [{"level": "info", "service": ["cart", "search", "cart"][i % 3],
+                          "message": f"event {i}", "n": i} for i in range(9)]
+           + [{"level": "warning", "service": "cart", "message": "long one", "blob": long_text}])
+    open_page(driver, svc, dataset="pane")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
+    click(driver, "//tr[contains(., 'event 4')]", "an event")
+    names = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#detail-fields tr')].map(r => r.dataset.field);"),
+        "the fields")
+    assert {"_time", "level", "service", "message", "n"} <= set(names)
+    assert driver.find_element(By.ID, "detail-fields").is_displayed()
+    assert not driver.find_element(By.ID, "detail-json").is_displayed()
+    click(driver, "//tr[@data-field='service']//button[contains(@class, 'filter-for')]",
+          "filter for service")
+    # Event 4's service is "search" (events 1, 4 and 7).
+    wait_until(driver, lambda d: len(rows(d)) == 3 and d.find_element(By.ID, "filter")
+               .get_attribute("value") == "service:search", "only service:search")
+    want = 3
+    click(driver, "//tr[contains(., 'event')]", "an event of the search")
+    click(driver, "//tr[@data-field='n']//button[contains(@class, 'filter-out')]",
+          "filter out n")
+    wait_until(driver, lambda d: len(rows(d)) == want - 1
+               and "-n:" in d.find_element(By.ID, "filter").get_attribute("value"),
+               "all but that n")
+    click(driver, "//tr[@data-field='message']//button[contains(@class, 'copy')]", "copy")
+    wait_until(driver, lambda d: "copied" in d.find_element(By.ID, "detail-said").text,
+               "the value copied")
+    assert driver.find_element(By.ID, "detail").get_attribute("data-copied").startswith("event")
+
+    # The long value wraps: no cell wider than the pane.
+    driver.find_element(By.ID, "filter").clear()
+    from selenium.webdriver.common.keys import Keys
+
+    driver.find_element(By.ID, "filter").send_keys(Keys.ENTER)
+    click(driver, "//tr[contains(., 'long one')]", "the long event")
+    sizes = wait_until(driver, lambda d: d.execute_script(
+        "const td = document.querySelector('#detail-fields tr[data-field=blob] td.value');"
+        "const pane = document.getElementById('detail');"
+        "return td && [td.scrollWidth, td.clientWidth, pane.scrollWidth, pane.clientWidth,"
+        " td.getBoundingClientRect().height];"), "the long value")
+    assert sizes[0] <= sizes[1] + 1 and sizes[2] <= sizes[3] + 1 and sizes[4] > 100, sizes
+    click(driver, "//button[@id='tab-json']", "the JSON tab")
+    assert driver.find_element(By.ID, "detail-json").is_displayed()
+    assert detail_json(driver)["blob"] == long_text
+    assert not driver.find_element(By.ID, "detail-fields").is_displayed()
+    click(driver, "//button[@id='tab-fields']", "the fields tab")
+
+
+def test_search_runs_on_enter_and_completion_on_typing(driver: Any, svc: Any,
+                                                       slow: str) -> None:
+    """Typing completes field names and does not search, however long it pauses; Enter
+    searches; the old time-out box and the old chart go when a new question is asked."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    ingest(svc, "enter", [{"level": "info", "service": "cart", "message": f"m{i}"}
+                          for i in range(20)])
+    open_page(driver, svc, dataset="enter")
+    wait_until(driver, lambda d: len(rows(d)) == 20, "the events")
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys("serv")
+    wait_until(driver, lambda d: d.find_element(By.ID, "complete").is_displayed(),
+               "the completion")
+    typed = driver.execute_script("return performance.now();")
+    # Well past the old 400 ms pause (a condition on the page's clock, not a sleep).
+    wait_until(driver, lambda d: d.execute_script("return performance.now();") - typed > 1500,
+               "a long pause")
+    asked = [e for e in net_log(driver) if "/local/search" in e["url"] and "serv" in e["body"]]
+    assert asked == [], "the pause searched"
+    box.clear()
+    box.send_keys("service:cart", Keys.ENTER)
+    wait_until(driver, lambda d: any("/local/search" in e["url"] and "service:cart" in e["body"]
+                                     for e in net_log(d)), "the search on Enter")
+    wait_until(driver, lambda d: len(rows(d)) == 20 and "cart" in d.find_element(
+        By.ID, "query").text, "its events")
+
+    # A timed-out box leaves with a new search.
+    add_rule(driver, match='\\"m3\\"', rewrite={"apl": SLOW_APL, "timeout": 0.05}, once=True)
+    box.clear()
+    box.send_keys("m3", Keys.ENTER)
+    wait_until(driver, lambda d: "timed out" in d.find_element(By.ID, "events-state").text,
+               "the time-out box")
+    add_rule(driver, match='\\"m4\\"', delay=1500, once=True)
+    box.clear()
+    box.send_keys("m4", Keys.ENTER)
+    assert not driver.find_element(By.ID, "events-state").is_displayed()
+    wait_until(driver, lambda d: len(rows(d)) == 1, "the new search's event")
+
+    # The previous query's chart is not shown while the next one runs.
+    driver.find_element(By.ID, "editor-toggle").click()
+    apl = driver.find_element(By.ID, "editor-apl")
+    apl.clear()
+    apl.send_keys("['enter'] | summarize count() by service")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: d.find_element(By.ID, "chart").is_displayed(), "the chart")
+    add_rule(driver, match="by level", delay=2000, once=True)
+    apl.clear()
+    apl.send_keys("['enter'] | summarize count() by level")
+    driver.find_element(By.ID, "editor-run").click()
+    assert not driver.find_element(By.ID, "chart").is_displayed()
+    wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#chart rect')].map(r => r.dataset.series);")
+        == ["info"], "the new chart")
+    driver.find_element(By.ID, "editor-toggle").click()
+
+
+def test_charts_use_the_level_colours_a_linear_time_axis_and_say_what_they_leave_out(
+        driver: Any, svc: Any) -> None:
+    """Levels are painted as the histogram paints them, other series by their name (the same
+    colour every run); time is linear (a gap stays a gap), with ticks, units and a hover
+    readout; series past the limit are named as left out; a "(none)" series does not set
+    the scale; the WARNING badge is not clipped."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    now = time.time() // 60 * 60
+    events = []
+    for i in range(40):  # minutes 0-19 and 27-46: a 7-minute gap
+        minute = i if i < 20 else i + 7
+        events.append({"_time": now - 3600 + minute * 60 + 5, "level": ["info", "debug",
+                       "warning", "error"][i % 4], "path": f"/p{i % 15}",
+                       "duration_ms": 100 + i})
+    events.append({"_time": now - 3600 + 65, "level": "info", "duration_ms": 90_000})  # no path
+    ingest(svc, "colours", events)
+    open_page(driver, svc, dataset="colours")
+    wait_until(driver, lambda d: len(rows(d)) == 41, "the events")
+    badge = driver.execute_script(
+        "const b = document.querySelector('#events .level.warning'); const td = b.parentNode;"
+        "return [td.scrollWidth, td.clientWidth];")
+    assert badge[0] <= badge[1], badge
+    hist = wait_until(driver, lambda d: d.execute_script(
+        "const o = {}; for (const r of document.querySelectorAll('#histogram rect'))"
+        " o[r.dataset.level] = r.getAttribute('fill'); return Object.keys(o).length >= 4 && o;"),
+        "the histogram's colours")
+
+    def run(apl: str) -> None:
+        box = driver.find_element(By.ID, "editor-apl")
+        box.clear()
+        box.send_keys(apl)
+        driver.find_element(By.ID, "editor-run").click()
+
+    driver.find_element(By.ID, "editor-toggle").click()
+    run("['colours'] | summarize count() by level")
+    bars = wait_until(driver, lambda d: d.execute_script(
+        "const o = {}; for (const r of document.querySelectorAll('#chart rect'))"
+        " o[r.dataset.series] = r.getAttribute('fill'); return Object.keys(o).length === 4 && o;"),
+        "the level chart")
+    assert bars == {k: hist[k] for k in bars}
+    run("['colours'] | summarize count() by bin(_time, 1m), level")
+    stacked = wait_until(driver, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#chart rect')].map(r => [r.dataset.series,"
+        " r.getAttribute('fill'), Number(r.getAttribute('x')), r.dataset.label]);"),
+        "the stacked chart")
+    assert all(fill == hist[s] for s, fill, _, _ in stacked)
+    xs = {label: x for _, _, x, label in stacked}
+    times = sorted(xs, key=parse_time_label)
+    gaps = [xs[b] - xs[a] for a, b in itertools.pairwise(times)]
+    step = min(gaps)
+    assert max(gaps) > 7 * step, "the 7-minute gap collapsed"
+    ticks = driver.execute_script("return document.querySelectorAll('#chart line.tick').length;")
+    assert ticks >= 3
+
+    run("['colours'] | summarize percentile(duration_ms, 95) by path, bin(_time, 10m)")
+    first = wait_until(driver, lambda d: d.execute_script(
+        "const o = {}; for (const p of document.querySelectorAll('#chart path[data-series]'))"
+        " o[p.dataset.series] = [p.getAttribute('stroke'), p.getAttribute('d')];"
+        " return Object.keys(o).length && o;"), "the lines")
+    note = driver.find_element(By.CSS_SELECTOR, "#chart .more-series").text
+    assert note.startswith("4 more series"), note  # 16 series: 15 paths and (none)
+    label = driver.find_element(By.CSS_SELECTOR, "#chart svg").get_attribute("aria-label")
+    assert "(ms)" in label
+    assert any(" ms" in t.text for t in driver.find_elements(By.CSS_SELECTOR, "#chart text"))
+    # The (none) series' 90 s does not set the scale: the others' lines use its height.
+    top = driver.execute_script(
+        "return [...document.querySelectorAll('#chart text')].map(t => t.textContent);")
+    assert not any("90k" in t or "90000" in t for t in top), top
+    svg = driver.find_element(By.CSS_SELECTOR, "#chart svg")
+    ActionChains(driver).move_to_element_with_offset(svg, 0, 0).perform()
+    readout = wait_until(driver, lambda d: d.find_element(
+        By.CSS_SELECTOR, "#chart .readout").text, "the hover values")
+    assert " ms" in readout and "·" in readout
+    run("['colours'] | summarize percentile(duration_ms, 95) by path, bin(_time, 10m)")
+    again = wait_until(driver, lambda d: d.execute_script(
+        "const o = {}; for (const p of document.querySelectorAll('#chart path[data-series]'))"
+        " o[p.dataset.series] = [p.getAttribute('stroke'), p.getAttribute('d')];"
+        " return Object.keys(o).length && o;"), "the lines again")
+    assert {k: v[0] for k, v in again.items()} == {k: v[0] for k, v in first.items()}
+    driver.find_element(By.ID, "editor-toggle").click()
+
+
+def parse_time_label(label: str) -> float:
+    return parse_iso(label.replace(" ", "T"))
+
+
+def test_a_timed_out_histogram_runs_again_and_live_mode_retries_it(
+        driver: Any, svc: Any, slow: str) -> None:
+    """The histogram that runs out of time offers "run again with more time", and live mode
+    asks for it again by itself; the fields' header does not describe what is not shown."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    now = time.time()
+    ingest(svc, "histo", [{"_time": now - 600 + i, "level": "info", "message": f"m {i}"}
+                          for i in range(300)])
+    open_page(driver, svc, dataset="histo")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    # The next histogram is a slow query given 50 ms; the next fields cannot run.
+    add_rule(driver, match="bin(_time", rewrite={"apl": SLOW_APL, "timeout": 0.05}, once=True)
+    add_rule(driver, match="/local/facets", rewrite={"q": "status>=oops"}, once=True)
+    Select(driver.find_element(By.ID, "range")).select_by_value("1h")
+    said = wait_until(driver, lambda d: d.find_element(By.ID, "histogram").text
+                      if "timed out" in d.find_element(By.ID, "histogram").text else None,
+                      "the histogram's time-out")
+    assert "Run again with 60 s" in said
+    wait_until(driver, lambda d: "failed" in d.find_element(By.ID, "facets").text,
+               "the fields' failure")
+    assert driver.find_element(By.ID, "facets-said").text == ""
+    # Live mode asks again, unasked.
+    wait_until(driver, lambda d: d.execute_script(
+        "return document.querySelectorAll('#histogram rect').length;") > 0,
+        "the histogram, asked again by live mode")
+    wait_until(driver, lambda d: "of 300" in d.find_element(By.ID, "facets-said").text,
+               "the fields, asked again")
+
+
+def test_a_query_that_timed_out_is_asked_again_by_live_mode(driver: Any, svc: Any,
+                                                            slow: str) -> None:
+    """An APL query whose run timed out says so, and live mode runs it again by itself: its
+    answer replaces the time-out box, even an answer of no rows."""
+    from selenium.webdriver.common.by import By
+
+    ingest(svc, "again", [{"level": "info", "service": ["a", "b"][i % 2]} for i in range(10)])
+    open_page(driver, svc, dataset="again")
+    wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
+    add_rule(driver, match="by service", rewrite={"apl": SLOW_APL, "timeout": 0.05}, once=True)
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['again'] | where service == 'c' | summarize count() by service")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: "timed out" in d.find_element(By.ID, "events-state").text,
+               "the time-out")
+    wait_until(driver, lambda d: not d.find_element(By.ID, "events-state").is_displayed()
+               and d.find_element(By.ID, "empty").is_displayed(),
+               "the (empty) answer, asked again by live mode")
     driver.find_element(By.ID, "editor-toggle").click()

@@ -27,6 +27,7 @@ from typing import Any
 from . import apl as apl
 from . import aplsql as aplsql
 from . import aplsql_run as aplsql_run
+from . import rollups
 from .ingest import HttpError
 from .sqlfunctions import QUERY, QUERY_TIMEOUT, add_functions, sort_key
 
@@ -302,6 +303,9 @@ class Reader:
              args: dict[str, Any], lo: int | None, hi: int, stop: _Stop,
              client: Any = None) -> Any:
         started = time.perf_counter()
+        counted = rollups.answer_rows(db, parsed, compiled, lo, hi)  # the page's histogram
+        if counted is not None:
+            return aplsql_run.build(compiled, counted, False, stop.deadline, started)
         if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
                 parsed, compiled):
             parts = self._parts(db, compiled, lo, hi)

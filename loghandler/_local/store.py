@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
+from . import rollups
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -41,13 +42,18 @@ else:  # pragma: no cover - CPython has the C encoder
     _iterencode = _encoder.iterencode
 
 
+def _times(events: list[dict[str, Any]]) -> list[int]:
+    now_us = time.time_ns() // 1000
+    return [now_us if t is None else t for t in
+            (parse_time(event.get("_time")) for event in events)]
+
+
 def _rows(dataset: str, events: list[dict[str, Any]], times: list[int] | None
           ) -> list[tuple[str, int, str, str]]:
     now_us = time.time_ns() // 1000
     sys_time = format_time(now_us)
     if times is None:
-        times = [now_us if t is None else t for t in
-                 (parse_time(event.get("_time")) for event in events)]
+        times = _times(events)
     join, it = "".join, _iterencode
     return [(dataset, t, sys_time, join(it(event, 0))) for event, t in zip(events, times,
                                                                            strict=True)]
@@ -123,6 +129,7 @@ class Store:
                     hidden INTEGER NOT NULL DEFAULT 0, UNIQUE (dataset, name));
             """)
             self._migrate_batches_locked()
+            rollups.create_locked(self._db)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -168,13 +175,17 @@ class Store:
         each event's ``_time`` in epoch microseconds, when the caller has them already."""
         if not events:
             return
+        if times is None:
+            times = _times(events)
         rows = _rows(dataset, events, times)  # the JSON is made before the lock is taken
+        counts = rollups.tally(events, times)
         with self._lock:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
+                rollups.add_locked(self._db, dataset, counts)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -266,6 +277,7 @@ class Store:
                 return False
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
             self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
+            rollups.delete_locked(self._db, name)
             self._db.execute("DELETE FROM fields WHERE dataset = ?", (name,))
             self._names.discard(name)
             self._counts.pop(name, None)
@@ -281,6 +293,7 @@ class Store:
             cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
                                    (name, older_than_us))
             n = cur.rowcount
+            rollups.trim_locked(self._db, name, older_than_us)
             self._counts[name] = max(0, self._counts.get(name, 0) - n)
             return n
 
@@ -350,6 +363,7 @@ class Store:
     def clear_events(self) -> None:
         with self._lock:
             self._db.execute("DELETE FROM events")
+            rollups.delete_locked(self._db, None)
             self._counts.clear()
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",

@@ -211,9 +211,62 @@ function addressParts() {
   return parts;
 }
 
-function writeHash() {
+// Each state a user makes is an entry of the browser's history (Back and Forward step
+// through them within the page: restore()); the page's own corrections (the first dataset
+// chosen, a state restored by Back) replace the entry they are in.
+function writeHash(replace) {
   const hash = "#" + ["token=" + encodeURIComponent(state.token), ...addressParts()].join("&");
-  if (location.hash !== hash) history.replaceState(null, "", hash);
+  if (location.hash === hash) return;
+  state.lastHash = hash;
+  if (replace || state.restoring || !state.shown) history.replaceState(null, "", hash);
+  else history.pushState(null, "", hash);
+}
+
+// Back, Forward, or a link pasted into the address bar: the state the address names, in
+// place (no new entry); another token signs in again from the start.
+function restore() {
+  if (location.hash === state.lastHash) return; // popstate and hashchange: one step, once
+  state.lastHash = location.hash;
+  const params = hashParams();
+  const s = state.selected;
+  const token = tokenFromHash();
+  if (!state.token || !s || (token && token !== state.token)) { start(); return; }
+  state.restoring = true;
+  try {
+    state.search = params.q || "";
+    $("filter").value = state.search;
+    state.range = RANGE_SECONDS[params.range] || customRange(params.range) ? params.range : "all";
+    state.tz = params.tz === "local" ? "local" : "utc";
+    $("tz").value = state.tz;
+    state.group = params.group || "";
+    $("group").value = state.group;
+    state.columns = params.cols ? params.cols.split(",").filter(Boolean) : [];
+    state.context = null;
+    let event = null;
+    if (params.event) {
+      const i = params.event.lastIndexOf("~");
+      if (i > 0) event = { time: params.event.slice(0, i), id: params.event.slice(i + 1) };
+    }
+    if (params.dataset && !(s.kind === "dataset" && s.name === params.dataset)) {
+      state.wanted = { event };
+      select({ kind: "dataset", name: params.dataset });
+    } else if (params.apl && !(s.kind === "query" && s.apl === params.apl)) {
+      $("editor-apl").value = params.apl;
+      select({ kind: "query", apl: params.apl });
+    } else if (params.view && !(s.kind === "view" && s.view.id === params.view)) {
+      start();
+    } else {
+      const open = state.detailRow;
+      if (!event && (open || state.linkEvent)) closeDetail();
+      else if (event && s.kind === "dataset" && !(open && open._rowId === event.id)) {
+        state.linkEvent = event;
+        openLinkedEvent(event);
+      }
+      recompute();
+    }
+  } finally {
+    state.restoring = false;
+  }
 }
 
 // An event's own link: its dataset, its time and id, and the minute around it as the range;
@@ -379,7 +432,8 @@ const panels = {
 };
 
 // A panel's message in place of its content: a time-out says so and what to do.
-function panelMessage(node, err, rerun) {
+// ``again``: a panel that cannot be given more time is offered to try again.
+function panelMessage(node, err, rerun, again) {
   node.replaceChildren();
   const p = el("p", { class: "panel-state bad", role: "status" });
   if (err.timedOut) {
@@ -394,7 +448,12 @@ function panelMessage(node, err, rerun) {
       p.append(btn);
     }
   } else {
-    p.append("The query failed: " + err.message);
+    p.append("The query failed: " + err.message + " ");
+  }
+  if (again && !rerun) {
+    const btn = el("button", { type: "button", class: "more-time", text: "Try again" });
+    btn.addEventListener("click", () => again());
+    p.append(btn);
   }
   node.append(p);
 }
@@ -548,12 +607,26 @@ function recompute() {
   state.rows = [];
   state.more = false;
   state.hist = null;
+  state.histFailed = false;
+  state.facetsFailed = false;
+  state.histTimeout = null;
   setRangeOption();
   writeHash();
+  state.shown = true;
   drawContext();
   $("notice").hidden = true;
   $("query").classList.add("running");
   document.body.dataset.key = currentKey();
+  // What answered the last question goes: its chart, its time-out box.
+  $("events-state").hidden = true;
+  drawChart([], []);
+  for (const id of ["histogram", "facets"]) {
+    const node = $(id);
+    if (node.querySelector(".panel-state")) {
+      node.replaceChildren(el("p", { class: "panel-state loading", text: "loading…" }));
+    }
+  }
+  $("facets-said").textContent = "";
   if (s.kind !== "dataset") {
     $("query").textContent = currentApl();
     loadEvents(); // aborts what the events panel had in flight
@@ -664,7 +737,8 @@ function pollEvents() {
     panels.events.run((signal) => query(apl, opts, signal), (answer) => {
       let rows = answer.rows;
       if (rows.every((r) => "_sysTime" in r)) rows = rows.map(compact);
-      if (JSON.stringify(rows) !== JSON.stringify(state.rows)) {
+      // A new answer, or the first after a failure (its box goes, whatever the rows).
+      if (JSON.stringify(rows) !== JSON.stringify(state.rows) || !$("events-state").hidden) {
         state.rows = rows;
         state.fields = answer.fields;
         renderEvents(key);
@@ -830,17 +904,17 @@ function renderEvents(key) {
   $("older").hidden = !state.more;
   if (state.selectedRow && $("detail").hidden) {
     const row = rows.find((r) => rowKey(r) === state.selectedRow);
-    if (row) showDetail(row);
+    if (row) showDetail(row, true);
   }
 }
 
-function showDetail(row) {
+function showDetail(row, again) {
   const key = rowKey(row);
   state.selectedRow = key;
   state.detailRow = row;
   state.linkEvent = null;
   panels.detail.abort();
-  writeHash();
+  writeHash(again);
   // A traceback reads as one, with its lines, not as a JSON string full of \n.
   const traces = $("detail-traces");
   traces.replaceChildren();
@@ -858,11 +932,51 @@ function showDetail(row) {
   $("copy-link").hidden = !onDataset || !row._rowId;
   $("detail-said").textContent = "";
   $("detail-json").textContent = JSON.stringify(row, null, 2);
+  drawDetailFields(row, onDataset);
   $("detail").hidden = false;
   $("panes").classList.add("with-detail");
   for (const tr of document.querySelectorAll("#events tr.row")) {
     tr.classList.toggle("selected", tr.dataset.rowId === key);
   }
+}
+
+// The event as a table of its fields: each with filter for (+), filter out (−) and copy;
+// long values wrap. The time first, then the event's own fields in its order.
+function drawDetailFields(row, onDataset) {
+  const table = $("detail-fields");
+  const body = el("tbody");
+  const names = Object.keys(row).filter((k) => k !== "_rowId" && k !== "_sysTime");
+  for (const name of names) {
+    const v = row[name];
+    const scalar = typeof v === "string" || typeof v === "number" || typeof v === "boolean";
+    const acts = el("td", { class: "acts" });
+    if (onDataset && scalar && !SYSTEM.has(name)) {
+      const forBtn = el("button", { type: "button", class: "filter-for", "data-field": name,
+        title: "only events with " + term(name, v), "aria-label": "filter for " + name,
+        text: "+" });
+      forBtn.addEventListener("click", () => addTerm(term(name, v)));
+      const outBtn = el("button", { type: "button", class: "filter-out", "data-field": name,
+        title: "leave out events with " + term(name, v), "aria-label": "filter out " + name,
+        text: "−" });
+      outBtn.addEventListener("click", () => addTerm("-" + term(name, v)));
+      acts.append(forBtn, outBtn);
+    }
+    const copy = el("button", { type: "button", class: "copy", "data-field": name,
+      title: "copy the value", "aria-label": "copy " + name, text: "copy" });
+    copy.addEventListener("click", () => copyText(text(v), name));
+    acts.append(copy);
+    body.append(el("tr", { "data-field": name }, el("th", { text: name }),
+      el("td", { class: "value", text: name === "_time" ? fmtTime(v) : text(v) }), acts));
+  }
+  table.replaceChildren(body);
+}
+
+function showTab(which) {
+  const json = which === "json";
+  $("tab-json").setAttribute("aria-selected", String(json));
+  $("tab-fields").setAttribute("aria-selected", String(!json));
+  $("detail-json").hidden = !json;
+  $("detail-fields").hidden = json;
 }
 
 function closeDetail() {
@@ -890,14 +1004,16 @@ function openLinkedEvent(ev) {
   $("panes").classList.add("with-detail");
   $("detail-said").textContent = "opening the event…";
   $("detail-json").textContent = "";
+  $("detail-fields").replaceChildren();
   panels.detail.run((signal) => query(apl, opts, signal), (answer) => {
     const row = answer.rows.map(compact)[0];
     if (!row) {
+      writeHash(true);
       $("detail-said").textContent = "This link's event is not in dataset " + s.name
         + " (deleted or trimmed?).";
       return;
     }
-    showDetail(row);
+    showDetail(row, true);
   }, (err) => { $("detail-said").textContent = "The event could not be read: " + err.message; },
   true);
 }
@@ -1006,7 +1122,7 @@ function drawChart(rows, fields) {
   fig.replaceChildren(root, legend);
   fig.hidden = false;
   if (overTime) drawTimeChart(root, legend, rows, values, groups, meta);
-  else drawBarChart(root, legend, rows, values, groups);
+  else drawBarChart(root, legend, rows, values, groups, meta);
 }
 
 function axisText(root, x, y, str, anchor) {
@@ -1022,11 +1138,58 @@ function fmtNum(v) {
   return Number.isInteger(v) ? String(v) : v.toFixed(1);
 }
 
+// A series' colour, the same in every run: a level's own (as the histogram paints it) when
+// the series are levels, else one picked by the series' name.
+const SERIES_PALETTE = ["#4c6ef5", "#1098ad", "#f76707", "#74b816", "#d6336c", "#5c7cfa",
+  "#0ca678", "#ae3ec9", "#845ef7", "#495057", "#f59f00", "#1c7ed6"];
+function seriesColour(name, byLevel) {
+  if (byLevel) {
+    const level = levelOf({ level: name });
+    return LEVEL_COLOURS[LEVELS.includes(level) ? level : "other"];
+  }
+  let h = 0;
+  for (const ch of String(name)) h = (Math.imul(h, 31) + ch.codePointAt(0)) >>> 0;
+  return SERIES_PALETTE[h % SERIES_PALETTE.length];
+}
+
+function isLevelGroup(groups) {
+  return groups.length === 1 && /^(level|severity|severity_text)$/i.test(groups[0]);
+}
+
+// The unit of a value column, from the field it aggregates (duration_ms: ms).
+function unitOf(name, meta) {
+  const m = meta && meta.get(name);
+  const field = (m && m.agg && m.agg.fields && m.agg.fields[0]) || name;
+  if (m && m.agg && ["count", "countif", "dcount"].includes(m.agg.name)) return "events";
+  if (/(_ms|Ms|millis)$/.test(field)) return "ms";
+  if (/(_us|Us|micros)$/.test(field)) return "µs";
+  if (/(_ns|Ns|nanos)$/.test(field)) return "ns";
+  if (/(_s|_sec|_secs|_seconds)$/.test(field)) return "s";
+  if (/bytes?$/i.test(field)) return "B";
+  return "";
+}
+
+function withUnit(v, unit) {
+  return fmtNum(v) + (unit && unit !== "events" ? " " + unit : "");
+}
+
+// Time ticks: the smallest round step that gives at most ``most`` ticks over [t0, t1].
+const TICK_STEPS = [1e3, 5e3, 15e3, 30e3, 60e3, 300e3, 900e3, 1800e3, 3600e3, 3 * 3600e3,
+  6 * 3600e3, 12 * 3600e3, 86400e3, 7 * 86400e3, 30 * 86400e3];
+function timeTicks(t0, t1, most) {
+  const step = TICK_STEPS.find((s) => (t1 - t0) / s <= most) || TICK_STEPS[TICK_STEPS.length - 1];
+  const out = [];
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) out.push(t);
+  return { step, ticks: out };
+}
+
 function drawTimeChart(root, legend, rows, values, groups, meta) {
   // Series: one per group (and per value column when there are several).
   const series = new Map();
-  const times = [...new Set(rows.map((r) => r._time))].sort();
+  const times = [...new Set(rows.map((r) => Date.parse(r._time)))].filter((t) => !Number.isNaN(t))
+    .sort((a, b) => a - b);
   for (const r of rows) {
+    const t = Date.parse(r._time);
     for (const v of values) {
       const parts = groups.map((g) => (r[g] === null || r[g] === "" ? "(none)" : text(r[g])));
       if (values.length > 1) parts.push(v);
@@ -1034,7 +1197,7 @@ function drawTimeChart(root, legend, rows, values, groups, meta) {
       if (!series.has(name)) series.set(name, { name, points: new Map(), total: 0 });
       const s = series.get(name);
       const y = r[v];
-      if (typeof y === "number") { s.points.set(r._time, y); s.total += y; }
+      if (typeof y === "number") { s.points.set(t, y); s.total += y; }
     }
   }
   let all = [...series.values()].sort((a, b) => b.total - a.total);
@@ -1045,55 +1208,73 @@ function drawTimeChart(root, legend, rows, values, groups, meta) {
     const agg = m && m.agg ? m.agg.name : (v.startsWith("count") ? "count" : "");
     return COUNTS.has(agg);
   });
-  const W = 1000, H = 200, top = 8, bottom = 22, left = 44;
+  const byLevel = isLevelGroup(groups);
+  const unit = values.length === 1 ? unitOf(values[0], meta) : "";
+  const W = 1000, H = 200, top = 14, bottom = 22, left = 56;
   const plotH = H - top - bottom;
-  const n = Math.max(1, times.length);
-  const slot = (W - left) / n;
-  const index = new Map(times.map((t, i) => [t, i]));
+  // A linear time axis: each bin at its own time, so a gap in the data is a gap on the chart.
+  let step = Infinity;
+  for (let i = 1; i < times.length; i++) step = Math.min(step, times[i] - times[i - 1]);
+  if (!Number.isFinite(step) || step <= 0) step = 60e3;
+  const t0 = times.length ? times[0] : 0;
+  const t1 = (times.length ? times[times.length - 1] : 0) + step;
+  const xOf = (t) => left + ((t - t0) / (t1 - t0)) * (W - left);
+  const slot = (step / (t1 - t0)) * (W - left);
   let max = 1;
   if (stacked) {
     for (const t of times) max = Math.max(max, all.reduce((a, s) => a + (s.points.get(t) || 0), 0));
   } else {
-    for (const s of all) for (const y of s.points.values()) max = Math.max(max, y);
+    // A "(none)" series (the events without the field) does not set the scale of the others.
+    const scaled = all.length > 1 ? all.filter((s) => s.name !== "(none)") : all;
+    for (const s of scaled) for (const y of s.points.values()) max = Math.max(max, y);
   }
+  const yOf = (y) => H - bottom - (Math.min(y, max) / max) * plotH;
   root.setAttribute("aria-label", values.join(", ") + " over time"
-    + (groups.length ? " by " + groups.join(", ") : ""));
-  root.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, class: "gridline" }));
-  axisText(root, left - 4, top + 8, fmtNum(max), "end");
-  axisText(root, left - 4, H - bottom, "0", "end");
-  if (times.length) {
-    axisText(root, left, H - 6, fmtTime(times[0]), "start");
-    if (times.length > 1) axisText(root, W, H - 6, fmtTime(times[times.length - 1]), "end");
+    + (groups.length ? " by " + groups.join(", ") : "") + (unit ? " (" + unit + ")" : ""));
+  for (const f of [0, 0.5, 1]) {
+    const y = H - bottom - f * plotH;
+    root.append(svg("line", { x1: left, x2: W, y1: y, y2: y, class: "gridline" }));
+    axisText(root, left - 4, y + (f === 1 ? 8 : 0), withUnit(max * f, unit), "end");
   }
-  all.forEach((s, j) => { s.colour = PALETTE[j % PALETTE.length]; });
+  const { ticks } = timeTicks(t0, t1, 6);
+  const long = t1 - t0 > 86400e3;
+  for (const t of ticks) {
+    const x = xOf(t);
+    root.append(svg("line", { x1: x, x2: x, y1: H - bottom, y2: H - bottom + 4, class: "gridline tick" }));
+    const label = long ? fmtTime(t).slice(0, 16) : fmtTime(t, false).slice(0, 5);
+    // A label at an end of the axis stays inside the chart.
+    axisText(root, x, H - 6, label, x > W - 40 ? "end" : x < left + 40 ? "start" : "middle");
+  }
+  all.forEach((s) => { s.colour = seriesColour(s.name, byLevel); });
   if (stacked) {
-    const base = new Array(n).fill(0);
+    const base = new Map();
     for (const s of all) {
       for (const [t, y] of s.points) {
-        const i = index.get(t);
-        const h = (y / max) * plotH;
-        base[i] += h;
-        const rect = svg("rect", { x: left + i * slot + 0.5, y: H - bottom - base[i],
+        const h = (Math.min(y, max) / max) * plotH;
+        const b = (base.get(t) || 0) + h;
+        base.set(t, b);
+        const rect = svg("rect", { x: xOf(t) + 0.5, y: H - bottom - b,
           width: Math.max(1, slot - 1), height: h, fill: s.colour, "data-series": s.name,
-          "data-label": fmtTime(t).replace(/\.0+(Z?)$/, "$1"), "data-value": y });
+          "data-label": fmtTime(t), "data-value": y });
         const title = svg("title");
-        title.textContent = `${fmtTime(t)} ${s.name}: ${y}`;
+        title.textContent = `${fmtTime(t)} ${s.name}: ${withUnit(y, unit)}`;
         rect.append(title);
         root.append(rect);
       }
     }
   } else {
     for (const s of all) {
-      // A line per series; a bin without a value breaks it.
+      // A line per series; a missing bin (a gap in time) breaks it.
       let d = "";
-      let pen = false;
-      times.forEach((t, i) => {
+      let last = null;
+      for (const t of times) {
         const y = s.points.get(t);
-        if (y === undefined) { pen = false; return; }
-        const x = left + (i + 0.5) * slot;
-        d += (pen ? " L" : " M") + x.toFixed(1) + " " + (H - bottom - (y / max) * plotH).toFixed(1);
-        pen = true;
-      });
+        if (y === undefined) { last = null; continue; }
+        const x = xOf(t) + slot / 2;
+        const pen = last !== null && t - last <= step * 1.5;
+        d += (pen ? " L" : " M") + x.toFixed(1) + " " + yOf(y).toFixed(1);
+        last = t;
+      }
       const path = svg("path", { d: d.trim(), fill: "none", stroke: s.colour,
         "stroke-width": 1.8, "vector-effect": "non-scaling-stroke", "data-series": s.name,
         "data-points": s.points.size });
@@ -1103,48 +1284,84 @@ function drawTimeChart(root, legend, rows, values, groups, meta) {
       root.append(path);
     }
   }
+  // Hover: the values of every series at the bin under the pointer.
+  const readout = el("span", { class: "readout", role: "status" });
+  const cursor = svg("line", { x1: 0, x2: 0, y1: top, y2: H - bottom, class: "cursor",
+    visibility: "hidden" });
+  root.append(cursor);
+  root.addEventListener("mousemove", (e) => {
+    const rect = root.getBoundingClientRect();
+    const x = (e.clientX - rect.left) / rect.width * W;
+    const t = t0 + Math.max(0, (x - left) / (W - left)) * (t1 - t0);
+    let near = times[0];
+    for (const u of times) if (Math.abs(u - t) < Math.abs(near - t)) near = u;
+    if (near === undefined) return;
+    cursor.setAttribute("x1", xOf(near) + slot / 2);
+    cursor.setAttribute("x2", xOf(near) + slot / 2);
+    cursor.setAttribute("visibility", "visible");
+    const said = all.filter((s) => s.points.has(near))
+      .map((s) => s.name + " " + withUnit(s.points.get(near), unit));
+    readout.textContent = fmtTime(near) + " · " + (said.join(" · ") || "no value");
+  });
+  root.addEventListener("mouseleave", () => { cursor.setAttribute("visibility", "hidden"); });
   for (const s of all) {
     const sw = el("span", { class: "swatch" });
     sw.style.background = s.colour;
     legend.append(el("span", { class: "series", "data-series": s.name }, sw, s.name));
   }
-  if (hidden > 0) legend.append(el("span", { class: "muted", text: `(${hidden} smaller series not drawn)` }));
+  if (hidden > 0) {
+    legend.append(el("span", { class: "more-series", text: `${hidden} more series not drawn `
+      + `(the ${MAX_SERIES} largest are)` }));
+  }
+  legend.append(readout);
 }
 
-function drawBarChart(root, legend, rows, values, groups) {
-  const W = 1000, H = 200, top = 8, bottom = 22, left = 44;
+function drawBarChart(root, legend, rows, values, groups, meta) {
+  const W = 1000, H = 200, top = 14, bottom = 22, left = 56;
   const plotH = H - top - bottom;
-  const label = (r) => groups.map((g) => text(r[g])).join(" · ") || "all";
+  const label = (r) => groups.map((g) => (r[g] === null || r[g] === "" ? "(none)"
+    : text(r[g]))).join(" · ") || "all";
   const max = Math.max(1, ...rows.flatMap((r) => values.map((k) => r[k] || 0)));
   const slot = (W - left) / rows.length;
   const barW = Math.max(1, (slot - 4) / values.length);
-  root.setAttribute("aria-label", values.join(", ") + " by " + (groups.join(", ") || "all"));
-  axisText(root, left - 4, top + 8, fmtNum(max), "end");
-  axisText(root, left - 4, H - bottom, "0", "end");
-  // One colour per group when there is one value column (a legend of groups), else one per
-  // value column.
+  const unit = values.length === 1 ? unitOf(values[0], meta) : "";
+  root.setAttribute("aria-label", values.join(", ") + " by " + (groups.join(", ") || "all")
+    + (unit ? " (" + unit + ")" : ""));
+  for (const f of [0, 0.5, 1]) {
+    const y = H - bottom - f * plotH;
+    root.append(svg("line", { x1: left, x2: W, y1: y, y2: y, class: "gridline" }));
+    axisText(root, left - 4, y + (f === 1 ? 8 : 0), withUnit(max * f, unit), "end");
+  }
+  // One colour per group when there is one value column (a legend of groups: a level's own
+  // colour for levels), else one per value column.
   const byGroup = values.length === 1;
+  const byLevel = isLevelGroup(groups);
+  const colourOf = (r, k) => (byGroup ? seriesColour(label(r), byLevel) : seriesColour(k, false));
   rows.forEach((r, i) => {
     values.forEach((k, j) => {
       const v = r[k] || 0;
       const h = (v / max) * plotH;
-      const colour = PALETTE[(byGroup ? i : j) % PALETTE.length];
       const rect = svg("rect", { x: left + i * slot + 2 + j * barW, y: H - bottom - h,
-        width: Math.max(1, barW - 1), height: h, fill: colour,
+        width: Math.max(1, barW - 1), height: h, fill: colourOf(r, k),
         "data-series": byGroup ? label(r) : k, "data-label": label(r), "data-value": v });
       const title = svg("title");
-      title.textContent = `${label(r)} ${k}: ${v}`;
+      title.textContent = `${label(r)} ${k}: ${withUnit(v, unit)}`;
       rect.append(title);
       root.append(rect);
     });
     if (rows.length <= 24) axisText(root, left + (i + 0.5) * slot, H - 6, label(r), "middle");
   });
-  const entries = byGroup ? rows.slice(0, 40).map((r, i) => [label(r), PALETTE[i % PALETTE.length]])
-    : values.map((k, j) => [k, PALETTE[j % PALETTE.length]]);
+  const LEGEND_MAX = 40;
+  const entries = byGroup ? rows.slice(0, LEGEND_MAX).map((r) => [label(r), colourOf(r, values[0])])
+    : values.map((k) => [k, seriesColour(k, false)]);
   for (const [name, colour] of entries) {
     const sw = el("span", { class: "swatch" });
     sw.style.background = colour;
     legend.append(el("span", { class: "series", "data-series": name }, sw, name));
+  }
+  if (byGroup && rows.length > LEGEND_MAX) {
+    legend.append(el("span", { class: "more-series", text: `${rows.length - LEGEND_MAX} more `
+      + "groups drawn, not named here" }));
   }
 }
 
@@ -1207,14 +1424,21 @@ function loadFacets() {
   panels.facets.run((signal) => api("POST", "/local/facets", asked, signal), (got) => {
     panels.facets.schedule(FACETS_EVERY_MS);
     state.facets = got;
+    state.facetsFailed = false;
     state.facetsNew = state.newSince || 0;
-    if (!state.search) state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    if (!state.search) {
+      state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields,
+        said: facetsSaid(got) };
+    }
     drawFacets(key);
     drawColumnPicker();
   }, (err) => {
-    panels.facets.schedule(FACETS_EVERY_MS);
+    panels.facets.schedule(HISTOGRAM_EVERY_MS); // a failure is asked again sooner
     $("facets").dataset.key = key;
-    panelMessage($("facets"), err, null);
+    state.facets = null;
+    state.facetsFailed = true;
+    $("facets-said").textContent = ""; // no header describing what is not shown
+    panelMessage($("facets"), err, null, () => loadFacets());
   }, true);
 }
 
@@ -1314,7 +1538,7 @@ function toggleColumn(name) {
 // The histogram of the search over the range. Live, only its newest bins are asked again
 // (from a little before the last answer); under "all time", when the data has grown to many
 // more bins than it was planned with, the service plans it again (wider bins).
-function loadHistogram(fromMs, replan) {
+function loadHistogram(fromMs, replan, timeout) {
   const s = state.selected;
   const plan = state.plan;
   if (!s || s.kind !== "dataset" || !plan || !plan.histogram) return;
@@ -1328,11 +1552,14 @@ function loadHistogram(fromMs, replan) {
         { dataset: s.name, q: state.search, range: state.range }, signal);
       h = again.histogram;
     }
-    const answer = await query(h.apl, partial ? { startTime: iso(fromMs) } : {}, signal);
+    const opts = partial ? { startTime: iso(fromMs) } : {};
+    if (timeout || state.histTimeout) opts.timeout = timeout || state.histTimeout;
+    const answer = await query(h.apl, opts, signal);
     return { h, answer };
   }, ({ h, answer }) => {
     panels.histogram.schedule(HISTOGRAM_EVERY_MS);
     state.histNew = state.newSince || 0;
+    state.histFailed = false;
     if (replan) plan.histogram = h;
     let bins;
     if (partial) {
@@ -1355,7 +1582,12 @@ function loadHistogram(fromMs, replan) {
   }, (err) => {
     panels.histogram.schedule(HISTOGRAM_EVERY_MS);
     $("histogram").dataset.key = key;
-    panelMessage($("histogram"), err, null);
+    state.hist = null;
+    state.histFailed = true; // live mode asks again (at its slower pace after a slow answer)
+    panelMessage($("histogram"), err, (more) => {
+      state.histTimeout = more;
+      loadHistogram(undefined, false, more);
+    });
   }, !partial && !replan);
 }
 
@@ -1416,9 +1648,32 @@ function drawHistogram(key) {
     legend.append(el("span", {}, sw, level));
   }
   if (!present.size) legend.append(el("span", { text: "no events in this range" }));
+  if (state.range !== "all") {
+    const out = el("button", { type: "button", id: "zoom-out", class: "tool",
+      title: "twice the time, around the same middle", text: "zoom out" });
+    out.addEventListener("click", zoomOut);
+    legend.append(out);
+  }
   legend.append(el("span", { class: "total", "data-total": total, text: total.toLocaleString()
     + " event" + (total === 1 ? "" : "s") + " · " + fmtSpan(binMs) + " bars" }));
   fig.replaceChildren(root, legend);
+}
+
+// Twice the range around its middle (a drag's range, a context window), or the next
+// longer preset; a new entry of the history, like the drag.
+const PRESETS = ["5m", "15m", "1h", "24h", "7d", "all"];
+function zoomOut() {
+  const custom = customRange(state.range);
+  if (custom) {
+    const [a, b] = custom;
+    const w = b - a;
+    const end = Math.min(b + w / 2, Date.now() + 60e3);
+    state.range = iso(Math.floor(a - w / 2)) + "/" + iso(Math.ceil(end));
+  } else {
+    state.range = PRESETS[Math.min(PRESETS.length - 1, PRESETS.indexOf(state.range) + 1)];
+  }
+  state.context = null;
+  recompute();
 }
 
 // ------------------------------------------------------------------ completion
@@ -1431,7 +1686,8 @@ function loadFieldsInfo() {
   if (info && info.dataset === s.name && Date.now() - info.at < 60e3) return;
   panels.fields.run((signal) => api("POST", "/local/facets",
     { dataset: s.name, q: "", range: state.range }, signal), (got) => {
-    state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields };
+    state.fieldsInfo = { dataset: s.name, at: Date.now(), fields: got.fields,
+      said: facetsSaid(got) };
     if ($("complete").hidden) complete(); // never under a choice being made
   });
 }
@@ -1482,6 +1738,11 @@ function complete() {
     li.addEventListener("mousedown", (e) => { e.preventDefault(); acceptCompletion(li); });
     list.append(li);
   });
+  // Where the counts come from: the dataset's fields over a sample, said as the panel says it.
+  if (info.said) {
+    list.append(el("li", { class: "complete-note", role: "presentation",
+      text: "counts " + info.said.replace(/^· /, "") }));
+  }
   list.hidden = false;
   box.setAttribute("aria-expanded", "true");
 }
@@ -1492,7 +1753,7 @@ function hideComplete() {
 }
 
 function moveCompletion(step) {
-  const items = [...$("complete").children];
+  const items = [...$("complete").querySelectorAll("[role=option]")];
   let i = items.findIndex((li) => li.getAttribute("aria-selected") === "true");
   i = (i + step + items.length) % items.length;
   items.forEach((li, j) => li.setAttribute("aria-selected", String(i === j)));
@@ -1512,9 +1773,7 @@ function acceptCompletion(li) {
   else complete(); // a field name: now its values
 }
 
-let typing = null;
 function searchNow() {
-  clearTimeout(typing);
   const value = $("filter").value.trim();
   if (value === state.search && state.plan) return;
   state.search = value;
@@ -1597,6 +1856,9 @@ function liveTick() {
     else loadHistogram(Math.floor((h.until - LIVE_OVERLAP_MS) / h.binMs) * h.binMs);
   }
   if (due(panels.facets) && state.facets && fresh > (state.facetsNew || 0)) loadFacets();
+  // A histogram or fields that failed (a time-out under load) are asked again.
+  if (due(panels.histogram) && state.histFailed) loadHistogram();
+  if (due(panels.facets) && state.facetsFailed) loadFacets();
 }
 
 // ------------------------------------------------------------------ start
@@ -1649,6 +1911,8 @@ function start() {
   state.columns = params.cols ? params.cols.split(",").filter(Boolean) : [];
   state.selected = null;
   state.context = null;
+  state.shown = false;
+  state.lastHash = location.hash;
   $("filter").value = state.search;
   setRangeOption();
   $("tz").value = state.tz;
@@ -1678,9 +1942,9 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   const box = $("filter");
   box.addEventListener("input", () => {
+    // Typing completes; Enter searches (a search at each pause scanned the dataset for
+    // words half typed, and raced the Enter).
     $("notice").hidden = true;
-    clearTimeout(typing);
-    typing = setTimeout(searchNow, 400); // one query when the typing pauses
     complete();
   });
   box.addEventListener("focus", () => { loadFieldsInfo(); complete(); });
@@ -1783,6 +2047,8 @@ document.addEventListener("DOMContentLoaded", () => {
     recompute();
   });
   $("detail-close").addEventListener("click", closeDetail);
+  $("tab-fields").addEventListener("click", () => showTab("fields"));
+  $("tab-json").addEventListener("click", () => showTab("json"));
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("login-token").value.trim();
@@ -1794,6 +2060,7 @@ document.addEventListener("DOMContentLoaded", () => {
     location.hash = ["token=" + encodeURIComponent(token), ...rest].join("&");
   });
   // A link pasted into the address bar (another dataset, search or token): start over.
-  window.addEventListener("hashchange", start);
+  window.addEventListener("hashchange", restore);
+  window.addEventListener("popstate", restore);
   start();
 });
