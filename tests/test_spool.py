@@ -418,6 +418,64 @@ class TestReplayTarget:
         assert [json.loads(e)["id"] for p in target.sent for e in p] == ids
 
 
+class TestOrder:
+    """Issue 48.1: replay follows the order events were submitted, whoever wrote the file and
+    whenever (docs/reliability.md, "Disk spool")."""
+
+    def test_files_replay_by_their_first_events_number_not_their_write_time(self, tmp_path):
+        """Writes named by a submission number (``seq``) replay in its order, though written
+        the other way round; the cut of a large write keeps it per file."""
+        spool = Spool(tmp_path, DATASET, max_file_events=4)
+        spool.write(parts("e", 6, start=10), seq=10)  # newer events, written first
+        spool.write(parts("e", 10, start=0), seq=0)   # the flusher's batch, written last
+        target = FakeTarget()
+        Spool(tmp_path, DATASET, max_file_events=4).replay(target)
+        assert [json.loads(e)["id"] for p in target.sent for e in p] == \
+            [f"e{i}" for i in range(16)]
+
+    def test_a_batch_retried_while_callers_spill_replays_first(self, tmp_path, receiver):
+        """The service answers 503 while the application logs a burst: the flusher's batch is
+        under way (held by the service, then refused) meanwhile, and the application's threads
+        spill the newer events that fill the queue (spooled_by_caller); the flusher's batch
+        reaches the spool last. Every spooled
+        event is delivered later, in the order it was logged (before: file names sorted by
+        write time, and newer batches were replayed first: 13 of 24 runs of the issue)."""
+        receiver.script = [503] * 100_000
+        handler = loghandler.IngestHandler(DATASET, url=receiver.url, token=TOKEN,
+                                           spool_dir=str(tmp_path), max_queue_size=1000,
+                                           batch_size=500, max_retries=3, retry_backoff=0.2,
+                                           flush_interval=0.05, shutdown_timeout=5)
+        log = logging.getLogger("order-while-retrying")
+        log.propagate = False
+        log.addHandler(handler)
+        n = 10_000
+        receiver.gate = threading.Event()  # the first request is held: the flusher is busy
+        try:
+            for i in range(500):
+                log.warning("event %d", i, extra={"id": i})
+            assert receiver.wait(lambda: receiver.held >= 1)
+            for i in range(500, n):  # the queue fills: the application's threads spill
+                log.warning("event %d", i, extra={"id": i})
+            receiver.gate.set()  # 503 (and the same for each retry): the batch is spooled
+            assert handler.flush(60) is False
+            st = handler.stats()
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+        assert (st.submitted, st.spooled, st.dropped) == (n, n, 0), st
+        # The case of the issue: the flusher's batch was tried against the 503 while the
+        # application's threads spilled.
+        assert st.spooled_by_caller > 0 and receiver.requests > 0, st
+        assert spooled_ids(tmp_path) == list(range(n))  # files in name order: logged order
+        with receiver.cond:
+            receiver.script.clear()
+        with make_shipper(receiver.url, tmp_path, batch_size=500) as shipper:
+            assert receiver.wait(lambda: len(receiver.ids) >= n, timeout=60)
+            assert wait_until(lambda: shipper.stats().replayed == n, timeout=20)
+        assert receiver.ids == list(range(n))
+        assert left_in_spool(tmp_path) == []
+
+
 class TestReplay:
     def test_dead_service_then_new_process_delivers_exactly_n(self, tmp_path, receiver):
         """Service down: a process spools N events privately at exit; the next delivers N."""

@@ -252,7 +252,9 @@ class Spiller:
         disk (the rest are the caller's to count). ``batches``: per file (a spill step)."""
         assert self.spool is not None
         try:
-            dropped = self.spool.write(parts, batches)
+            # Named by the first event's submission number: the flusher's batch, written after
+            # newer events an application thread spilled meanwhile, still replays first.
+            dropped = self.spool.write(parts, batches, seq=self.ledger.oldest_in_flight())
         except Exception as exc:
             self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
                                                     f"({clip(printable(str(exc)), 80)}): check "
@@ -280,7 +282,7 @@ class Spiller:
         assert self.spool is not None
         ledger = self.ledger
         try:
-            dropped = self.spool.write(parts)
+            dropped = self.spool.write(parts, seq=first)
         except Exception as exc:
             self.reporter.report(Cause.SPOOL_WRITE, f"could not write to the spool "
                                                     f"({clip(printable(str(exc)), 80)}): check "
@@ -299,7 +301,8 @@ class Spiller:
 
     def take_over(self, n: int, held: list[Chunk], carry: list[bytes], queued: list[Any],
                   to_events: Callable[[list[Any]], list[Item]], posting: bool,
-                  settled: list[tuple[int, Fate]] | None = None) -> None:
+                  settled: list[tuple[int, Fate]] | None = None,
+                  first: int | None = None) -> None:
         """The flusher is stuck past the deadline and the ledger gave its ``n`` events to the
         closing thread (``Ledger.abandon``): ``settled`` (pieces of the batch already answered:
         their fates), ``held`` (what it was posting, then what waited to be posted),
@@ -308,7 +311,8 @@ class Spiller:
         disk counts as spooled; events whose encoding does not finish within
         ``ABANDON_GRACE`` count as ``dropped_shutdown``. ``posting``: ``held[0]`` was sent and
         its answer did not come: with a spool it is spooled (it may then arrive twice:
-        at-least-once), else counted ``unconfirmed`` (the service may have stored it)."""
+        at-least-once), else counted ``unconfirmed`` (the service may have stored it).
+        ``first``: the submission number of the oldest of them (the spool's order)."""
         ledger = self.ledger
         for k, fate in settled or ():
             k = min(k, n)
@@ -322,7 +326,7 @@ class Spiller:
             written = 0
             if parts:
                 try:
-                    ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts))
+                    ledger.count(Count.SPOOL_DROPPED, self.spool.write(parts, seq=first))
                     written = len(parts)
                 except Exception as exc:
                     self.reporter.report(

@@ -11,13 +11,22 @@ Layout, one directory per dataset, named by a hash so no dataset name reaches a 
     <spool_dir>/                          created 0700 when it does not exist
       ds-<sha256(dataset)[:32]>/          0700
         DATASET                           0600, the real dataset name, for operators
-        <time_ns>-<pid>-<n>.spool         0600, events waiting for replay (oldest name first)
+        <epoch>-<seq>-<pid>-<n>.spool     0600, events waiting for replay (lowest name first)
         <name>.claim-<pid>-<start>        a file being replayed by process <pid>
         <name>.corrupt                    a damaged file, moved aside and reported once
         tmp-<pid>-<start>-<n>.tmp         a file being written, renamed when complete
 
 A file is a header line ``LHSPOOL 1 <events> <payload bytes> <crc32 hex>`` and then the payload:
 one compact JSON event per line. Truncation and corruption are detected by the length and crc.
+
+Order: replay sends files in the order of their names, and a name says when its events were
+submitted, not when the file was written: ``<seq>`` is the shipper's sequence number of the
+file's first event (the ledger numbers events in submission order), ``<epoch>`` the time (ns)
+the spool of that shipper started (a new process, or a forked child, starts later). A batch the
+flusher was still retrying when the application's threads spilled newer events to the spool
+(``spilling.Spiller.write_from_caller``) is written after them and still replays before them.
+Both fields are zero-padded to 20 digits, so names sort as numbers. A ``Spool`` used on its own
+(``write`` without ``seq``) names files by write time (``<epoch>`` the time of the write).
 """
 
 from __future__ import annotations
@@ -271,6 +280,9 @@ class Spool:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
+        # Names of this spool's files start with it (module docstring, "Order"): a forked child
+        # numbers its events anew, and its files sort after the parent's.
+        self._epoch = time.time_ns()
         self._lock = threading.Lock()
         self._pending = True  # unknown until the first scan
         self._empty_mtime: int | None = None
@@ -317,13 +329,15 @@ class Spool:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, parts: list[bytes], batches: int = 1) -> int:
+    def write(self, parts: list[bytes], batches: int = 1, *, seq: int | None = None) -> int:
         """Store encoded events, crash-safely. Returns how many older spooled events were
         deleted to stay within ``max_bytes`` (or events of this write when it alone is larger).
 
         ``batches``: files of up to that many batches (``max_file_events``, ``max_file_bytes``)
         each, at most 4 (a reader takes a file of up to 4 times ``max_file_bytes``); replay
-        sends such a file one batch per request. Fewer files, fewer system calls.
+        sends such a file one batch per request. Fewer files, fewer system calls. ``seq``: the
+        submission number of the first event (module docstring, "Order"), which replay orders
+        by; None: the order of the writes.
 
         Raises ``SpoolWriteError`` (an ``OSError``) when the disk refused part or all of it
         (ENOSPC, EIO, ...); it says how many of these events are on disk regardless (``stored``:
@@ -361,7 +375,10 @@ class Spool:
             with self._lock:
                 dropped += self._make_room(need)
             for blob, chunk in zip(blobs, self._chunks(parts, batches), strict=True):
-                self._write_file(os.path.join(self.path, self._new_name()), blob)
+                # Each file named by its own first event (the events cut for the bound
+                # above were the oldest: the rest start ``own`` later).
+                first = None if seq is None else seq + own + stored
+                self._write_file(os.path.join(self.path, self._new_name(first)), blob)
                 stored += len(chunk)
         except OSError as exc:
             if stored:
@@ -421,13 +438,19 @@ class Spool:
         self._known_bytes = total + need
         return dropped
 
-    def _new_name(self) -> str:
+    def _new_name(self, seq: int | None) -> str:
+        """A file's name (module docstring, "Order"): by ``seq``, the submission number of
+        its first event; without one, by the time of the write."""
         global _last_time_ns
         with _names_lock:
-            # Sortable by creation order: time first; a clock that did not move still counts up.
-            t = _last_time_ns = max(time.time_ns(), _last_time_ns + 1)
             n = next(_names)
-        return f"{t:020d}-{os.getpid():010d}-{n:010d}{READY}"
+            if seq is None:
+                # A clock that did not move still counts up.
+                epoch = _last_time_ns = max(time.time_ns(), _last_time_ns + 1)
+                seq = 0
+            else:
+                epoch = self._epoch
+        return f"{epoch:020d}-{max(0, seq):020d}-{os.getpid():010d}-{n:010d}{READY}"
 
     def _write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` atomically: temporary file, fsync, rename."""

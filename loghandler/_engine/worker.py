@@ -393,6 +393,7 @@ class Worker:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
         or in a value's ``__repr__`` while encoding): take its events over on this thread, spool
         them or count them (``Spiller.take_over``), and let the flusher count nothing more."""
+        first = self.ledger.oldest_in_flight()  # the spool's order, before abandon() clears it
         taken = self.ledger.abandon()
         if taken is None:
             return
@@ -405,4 +406,4 @@ class Worker:
         # (_deliver): their fates are known, and count as such.
         deferred = list(self.deferred or ())
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
-                               posting=sent, settled=deferred)
+                               posting=sent, settled=deferred, first=first)
