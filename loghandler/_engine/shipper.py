@@ -28,6 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from .._config import (
@@ -39,7 +40,7 @@ from .._config import (
     split_options,
 )
 from .._errors import ConfigurationError
-from .._output import print_line, redact, shown
+from .._output import clip, print_line, printable, redact, shown
 from .._wire.client import Client, dataset_path, shared_client
 from .._wire.imports import ImportsRestored, preload_http
 from . import lifecycle as lifecycle
@@ -244,7 +245,11 @@ class Shipper:
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
-        return self._ledger.snapshot()
+        st = self._ledger.snapshot()
+        spool = self._flusher.spool
+        if spool is not None and spool.unsynced:  # the spool's own count (Spool.sync)
+            st = replace(st, spool_unsynced=spool.unsynced)
+        return st
 
     def __enter__(self) -> Shipper:
         return self
@@ -291,6 +296,14 @@ class Flusher:
         self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late),
                              _weak(self._spill_from_caller))
         self.reporter = Reporter(dataset, options.on_error)
+        if spool is not None and spool.problem is not None:
+            # Once, now: the writes that fail later are the same cause (not told again).
+            where = clip(printable(str(options.spool_dir)), 120)
+            self.reporter.report(
+                Cause.SPOOL_WRITE, f"spool_dir {where} cannot be written now "
+                                   f"({clip(spool.problem, 60)}): what cannot be delivered is "
+                                   "counted, not spooled, until it can: check its disk space "
+                                   "and permissions")
         self.worker = Worker(self.ledger, self.reporter, transport, dataset_path(dataset),
                              dataset, options, spool)
         self.thread: threading.Thread | None = None

@@ -173,6 +173,7 @@ class Worker:
                         self._summarize(True)
                         self._send_available(partial=True)
                     self._tell_drops()
+                    spiller.make_durable()
                     if closed:
                         if self._deadline_passed():
                             self._settle_leftovers_at_deadline()
@@ -180,6 +181,7 @@ class Worker:
                         # waited for until the deadline: its events then count as spooled.
                         if ledger.idle() and (not ledger.side_pending()
                                               or self._deadline_passed()):
+                            spiller.make_durable()  # a last write of the application's
                             return
                 if not closed and spiller.replay_due(interval):
                     spiller.replay()
@@ -218,6 +220,7 @@ class Worker:
             self._send_available(partial=True)
             if self._deadline_passed():
                 self._settle_leftovers_at_deadline()
+            self.spiller.make_durable()
         finally:
             _FLUSHERS.discard(ident)
             self.send_lock.release()
