@@ -104,6 +104,19 @@ class _Spare:
 SPARE = _Spare()
 
 
+class _Write:
+    """The flusher's spool write under way (``Spiller.fail``): what the closing thread waits
+    for when it takes over at the deadline (``take_over``), so that events that reach the disk
+    count as spooled, not lost."""
+
+    __slots__ = ("chunk", "done", "stored")
+
+    def __init__(self, chunk: Chunk) -> None:
+        self.chunk = chunk
+        self.done = threading.Event()
+        self.stored = 0
+
+
 class Spiller:
     """Spools or counts what cannot be delivered, and replays the spool (module docstring).
 
@@ -135,6 +148,7 @@ class Spiller:
         self.last_replay = 0.0
         # The close deadline was met while sending: stop trying the rest.
         self.gave_up = False
+        self.writing: _Write | None = None  # the flusher's spool write under way
         # A spool write of an application thread failed: its full queue drops again (the
         # overflow policy) until a write of the flusher succeeds.
         self.side_paused = False
@@ -204,7 +218,13 @@ class Spiller:
         assert fate is not None
         spooled = False
         if self.spool is not None and outcome.spoolable:
-            stored = self._write(chunk.as_parts(), SPILL_BATCHES if spill else 1)
+            write = self.writing = _Write(chunk)
+            try:
+                stored = write.stored = self._write(chunk.as_parts(),
+                                                    SPILL_BATCHES if spill else 1)
+            finally:
+                self.writing = None
+                write.done.set()
             spooled = stored == len(chunk)
             if stored and not spooled:  # on disk all the same: a later replay delivers them
                 chunk = Chunk(parts=chunk.as_parts()[stored:])
@@ -330,15 +350,31 @@ class Spiller:
         at-least-once), else counted ``unconfirmed`` (the service may have stored it).
         ``first``: the submission number of the oldest of them (the spool's order)."""
         ledger = self.ledger
+        grace_end = _monotonic() + ABANDON_GRACE
         for k, fate in settled or ():
             k = min(k, n)
             ledger.settle_abandoned(k, fate)
             n -= k
+        lost_in_write = 0
+        write = self.writing
+        if write is not None:
+            # The flusher is writing a batch to the spool (a slow disk): what reaches the disk
+            # is spooled (the next process delivers it), so wait for the write, within the
+            # grace; its events are not written again (held may name its chunk).
+            finished = write.done.wait(ABANDON_GRACE)
+            stored = min(write.stored if finished else 0, n)
+            ledger.settle_abandoned(stored, Fate.SPOOLED)
+            k = min(len(write.chunk), n)
+            n -= k
+            lost_in_write = k - stored
+            held = [c for c in held if c is not write.chunk]
+            posting = False  # writing, not waiting for an answer
         unanswered = len(held[0]) if posting and held else 0
         if posting:
             self.reporter.note_shutdown_error(f"no answer within {ledger.close_what}")
         if n and self.spool is not None:
-            parts = self._encode_in_time(held, carry, queued, to_events)[:n]
+            parts = self._encode_in_time(held, carry, queued, to_events,
+                                         max(0.0, grace_end - _monotonic()))[:n]
             written = 0
             if parts:
                 try:
@@ -358,15 +394,17 @@ class Spiller:
         unanswered = min(unanswered, n)
         if unanswered:
             ledger.settle_abandoned(unanswered, Fate.UNCONFIRMED)
-        ledger.settle_abandoned(n - unanswered, Fate.DROPPED_SHUTDOWN)
+        dropped = n - unanswered + lost_in_write
+        ledger.settle_abandoned(dropped, Fate.DROPPED_SHUTDOWN)
         # Told as a close at the deadline tells them (outside the exit hook: its line does).
         if unanswered:
             self._tell_closed(unanswered, Fate.UNCONFIRMED, None)
-        if n - unanswered:
-            self._tell_closed(n - unanswered, Fate.DROPPED_SHUTDOWN, None)
+        if dropped:
+            self._tell_closed(dropped, Fate.DROPPED_SHUTDOWN, None)
 
     def _encode_in_time(self, held: list[Chunk], carry: list[bytes], queued: list[Any],
-                        to_events: Callable[[list[Any]], list[Item]]) -> list[bytes]:
+                        to_events: Callable[[list[Any]], list[Item]],
+                        grace: float = ABANDON_GRACE) -> list[bytes]:
         """The encoded events of what ``take_over`` took, in order, as far as encoding got
         within ``ABANDON_GRACE``. Encoding calls into the application (a value's ``__repr__``,
         which may hang), so it runs on a helper thread, and the exiting thread waits for it no
@@ -408,7 +446,7 @@ class Spiller:
             # spare started with the flusher (SPARE) does the work instead.
             if not SPARE.submit(job):
                 return []
-        finished.wait(ABANDON_GRACE)
+        finished.wait(grace)
         done = list(parts)  # a snapshot: what the helper appends later is counted as dropped
         if not finished.is_set():
             self.reporter.report(
