@@ -240,6 +240,7 @@ class Shipper:
             if not logging_lock_held():
                 flusher.wait_closed()
                 flusher.release_client()
+                lifecycle.end_idle_threads()
         except Exception:
             pass
 
@@ -483,8 +484,19 @@ class Flusher:
                         f"__del__) was {where} ({why}): raise shutdown_timeout")
 
     def exit_summary(self) -> str | None:
-        """This shipper's part of the exit hook's line: None when everything was delivered."""
-        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
+        """This shipper's part of the exit hook's line: None when everything was delivered.
+
+        Events logged after the exit hook closed the shipper are sent at once on the thread
+        that logged them (``_send_late``): loguru's own thread with ``enqueue=True`` hands its
+        queue over just then. The line waits for those under way (within the exit's deadline),
+        rather than call them "still queued" while they are being delivered."""
+        ledger = self.ledger
+        st = ledger.snapshot()
+        deadline = ledger.close_deadline
+        while (st.queued and deadline is not None and _monotonic() < deadline
+               and ledger.wait_late_settled(deadline)):
+            st = ledger.snapshot()  # one more late event may have come meanwhile
+        return self.reporter.exit_summary(st, self.options.spool_dir)
 
     def uses(self, client: object) -> bool:
         """Whether this (open) shipper ships through ``client``."""

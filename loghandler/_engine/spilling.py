@@ -58,7 +58,7 @@ class _Spare:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
-        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.busy = False
         self.pid = 0
 
@@ -79,10 +79,12 @@ class _Spare:
                 return
             self.thread, self.pid = thread, os.getpid()
 
-    def _run(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+    def _run(self, jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         block_sigterm_in_this_thread()
         while True:
             job = jobs.get()
+            if job is None:  # stop(): no shipper with a spool is left
+                return
             self.busy = True
             try:
                 job()
@@ -90,6 +92,22 @@ class _Spare:
                 pass
             finally:
                 self.busy = False
+
+    def stop(self, wait: float = 0.5) -> None:
+        """End the thread (the last shipper closed: no thread of ours outlives ``close()``);
+        the next flusher with a spool starts it again. A job under way finishes first."""
+        if sys.is_finalizing() or not self.lock.acquire(timeout=0.1):
+            return  # (at exit a daemon thread may have ended holding it)
+        try:
+            thread = self.thread
+            if self.pid != os.getpid() or thread is None:
+                return
+            self.thread = None
+            self.jobs.put(None)
+        finally:
+            self.lock.release()
+        if thread is not threading.current_thread():
+            thread.join(wait)
 
     def submit(self, job: Callable[[], None]) -> bool:
         """Run ``job`` on the spare thread; False when there is none, or it is busy."""
