@@ -1,6 +1,7 @@
 """A burst at full speed with a spool while the service is down (issue 23, item 4; issue 35.1).
 
     python -m benchmarks.spool_burst [--reps 3] [--seconds 60] [--load] [--instructions]
+                                     [--callers] [--dir PATH]
 
 Each run is a fresh process: a tight loop of ``log.info("event %d", i, extra={"i": i})`` into an
 ``IngestHandler`` whose address has nothing listening, with ``spool_dir`` set, then ``flush()``:
@@ -15,7 +16,13 @@ before the caller's fallback, 9,300-14,000 were dropped on a quiet machine and 7
 cores busy); 200,000 into a 10,000-event queue; and with ``--seconds`` the defaults
 (100,000-event queue) for that long (``max_spool_bytes`` raised to 4 GiB so that the spool's
 bound is not what is measured). Each loghandler run also times every call: the slowest, and how
-many calls took over 100 us (those that wrote a batch to the spool, and the GIL's hand-overs).
+many calls took over 100 us (those that wrote a batch to the spool, and the GIL's hand-overs);
+and the calls that wrote a batch themselves (issue 48.2: the caller's latency with a spool):
+their median and slowest (the child notes which calls those are: ``Spool.write`` is wrapped to
+flag a write made on the logging thread).
+
+The spool is a fresh directory under ``--dir`` (default: the current directory, so that it is on
+the disk the project lives on, not a tmpfs /tmp); its file system is printed with the load.
 
 ``--load`` starts one CPU hog per core for the runs (as ``pytest --load`` does): a busy host, on
 which the flusher gets less CPU than the application. ``--instructions`` (needs valgrind)
@@ -43,6 +50,7 @@ from contextlib import contextmanager
 
 CHILD = r"""
 import json, logging, sys, time
+from array import array
 mode, n, queue, seconds, spool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     float(sys.argv[4]), sys.argv[5]
 settings = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
@@ -62,6 +70,15 @@ else:
         opts["max_spool_bytes"] = 4 * 2**30
     h = loghandler.IngestHandler("ds", **opts)
     log.addHandler(h)
+    # Which calls wrote a batch themselves: a write on this (the logging) thread flags it.
+    import threading
+    from loghandler._engine.spool import Spool
+    main, real_write, flag = threading.get_ident(), Spool.write, [0]
+    def write(self, *args, **kw):
+        if threading.get_ident() == main:
+            flag[0] += 1
+        return real_write(self, *args, **kw)
+    Spool.write = write
 info = log.info
 clock = time.perf_counter_ns
 slow = 0
@@ -77,10 +94,14 @@ if seconds:
         if time.perf_counter() >= end:
             break
 else:
+    spills = array("q")
     for i in range(n):
+        before = flag[0] if h is not None else 0
         t0 = clock()
         info("event %d", i, extra={"i": i})
         took = clock() - t0
+        if h is not None and flag[0] != before:
+            spills.append(took)
         if took > 100_000:
             slow += 1
             if took > slowest:
@@ -96,6 +117,11 @@ if h is not None:
                balanced=st.submitted == st.delivered + st.dropped + st.failed + st.spooled
                + st.queued + st.unconfirmed)
     h.close()
+    if not seconds:
+        spills = sorted(spills)
+        out.update(spill_calls=len(spills),
+                   spill_median_ms=spills[len(spills) // 2] / 1e6 if spills else 0.0,
+                   spill_max_ms=spills[-1] / 1e6 if spills else 0.0)
 print(json.dumps(out))
 """
 
@@ -160,8 +186,9 @@ def cpu_load(enabled: bool) -> Iterator[None]:
             proc.wait()
 
 
-def run(mode: str, n: int, queue: int, seconds: float, settings: dict[str, object]) -> dict:
-    spool = tempfile.mkdtemp(prefix="loghandler-burst-")
+def run(mode: str, n: int, queue: int, seconds: float, settings: dict[str, object],
+        parent: str | None = None) -> dict:
+    spool = tempfile.mkdtemp(prefix="loghandler-burst-", dir=parent)
     try:
         out = subprocess.run([sys.executable, "-c", CHILD, mode, str(n), str(queue),
                               str(seconds), spool, json.dumps(settings)], capture_output=True,
@@ -169,6 +196,22 @@ def run(mode: str, n: int, queue: int, seconds: float, settings: dict[str, objec
         return json.loads(out)
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+
+
+def file_system(path: str) -> str:
+    """The type of the file system holding ``path`` (from /proc/mounts), for the report."""
+    path = os.path.realpath(path)
+    best, kind = "", "unknown file system"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and (path == fields[1] or path.startswith(
+                        fields[1].rstrip("/") + "/")) and len(fields[1]) > len(best):
+                    best, kind = fields[1], fields[2]
+    except OSError:
+        pass
+    return f"{kind} ({path})"
 
 
 def instructions() -> int:
@@ -216,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", action="store_true", help="with a CPU hog on every core")
     ap.add_argument("--instructions", action="store_true",
                     help="instructions per call in the fallback's state (valgrind)")
+    ap.add_argument("--callers", action="store_true",
+                    help="only the row where the application's threads write batches (issue "
+                         "35.1's settings): the caller's latency with a spool")
+    ap.add_argument("--dir", default=".",
+                    help="where the spool goes (default: here, the project's disk)")
     args = ap.parse_args(argv)
     if args.instructions:
         return instructions()
@@ -224,27 +272,33 @@ def main(argv: list[str] | None = None) -> int:
         (20_000, 1_000, 0.0, ISSUE_35, "issue 35.1's settings"),
         (200_000, 10_000, 0.0, SPOOL_DEFAULTS, "spool defaults"),
     ]
-    if args.seconds:
+    if args.callers:
+        rows = rows[1:2]
+    elif args.seconds:
         rows.append((0, 0, args.seconds, SPOOL_DEFAULTS, "defaults"))
-    print(f"load: {'a CPU hog per core' if args.load else 'none added'}; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"load: {'a CPU hog per core' if args.load else 'none added'}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the start; spool on "
+          f"{file_system(args.dir)}; {time.strftime('%Y-%m-%d %H:%M')}")
     print("| burst | settings | NullHandler (floor) | IngestHandler + spool | dropped_queue_full "
-          "| spooled | by the caller | calls > 100 us | slowest call | balanced |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| spooled | by the caller | calls > 100 us | slowest call | calls that wrote a batch: "
+          "median / slowest | balanced |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with cpu_load(args.load):
         for n, queue, seconds, settings, name in rows:
             for _ in range(args.reps if not seconds else 1):
                 floor = run("null", n, queue, seconds, {})
-                res = run("ingest", n, queue, seconds, settings)
+                res = run("ingest", n, queue, seconds, settings, args.dir)
                 what = (f"{res['events']:,} events, {queue:,} queue" if queue
                         else f"{seconds:g} s, defaults ({res['events']:,} events)")
                 # The timed run's calls are not timed one by one.
                 slow, slowest = (("-", "-") if seconds else
                                  (f"{res['slow']:,}", f"{res['slowest_ms']:.1f} ms"))
+                spills = (f"{res['spill_calls']}: {res['spill_median_ms']:.2f} / "
+                          f"{res['spill_max_ms']:.2f} ms" if res.get("spill_calls") else "-")
                 print(f"| {what} | {name} | {floor['rate']:,.0f}/s | {res['rate']:,.0f}/s "
                       f"({res['rate'] / floor['rate']:.2f}x) | {res['dropped']:,} | "
                       f"{res['spooled']:,} | {res['by_caller']:,} | {slow} | {slowest} | "
-                      f"{res['balanced']} |", flush=True)
+                      f"{spills} | {res['balanced']} |", flush=True)
     return 0
 
 

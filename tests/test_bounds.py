@@ -369,7 +369,12 @@ def test_an_internal_error_on_the_locked_path_is_counted_not_lost(
 def test_a_full_queue_is_told_on_stderr_when_it_happens() -> None:
     """Events dropped because the queue is full are told on stderr at the flusher's next look
     (the caller's thread prints nothing), not only counted or summed up at exit: one line, with
-    the bounds, the count and what to do."""
+    the bounds, the count and what to do.
+
+    The count: 1,000 events into a queue of 100 while the service refuses connections. The
+    queue keeps 100; the flusher's batch, when it wakes during the loop, takes up to the
+    queue's 100 more out of it (its retries then hold it past the loop): 800-900 dropped, as
+    the host's timing has it (a quiet host: 900; a loaded one: 800)."""
     code = textwrap.dedent("""
         import logging, sys
         from loghandler import IngestHandler
@@ -387,7 +392,7 @@ def test_a_full_queue_is_told_on_stderr_when_it_happens() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     before, _, after = proc.stderr.partition("MARK")
-    assert after.split()[0] == "900", proc.stderr
+    assert 800 <= int(after.split()[0]) <= 900, proc.stderr
     assert before.count("the queue is full") == 1, proc.stderr
     line = next(x for x in before.splitlines() if "the queue is full" in x)
     assert re.fullmatch(r"loghandler: dataset 'ds': the queue is full \(max_queue_size=100\): "

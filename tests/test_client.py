@@ -448,11 +448,14 @@ class TestIngest:
 class TestRetryAfter:
     @pytest.mark.parametrize(
         ("value", "expected"),
-        [(None, None), ("", None), ("3", 3.0), (" 2.5 ", 2.5), ("-4", 0.0), ("nan", None),
-         ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)],
+        [(None, None), ("", None), ("3", 3.0), (" 2.5 ", 2.5), ("-4", None), ("0", None),
+         ("-0", None), ("nan", None), ("inf", None), ("-inf", None), ("1e12", None),
+         ("31622400", 31622400.0), ("31622401", None), ("soon", None),
+         ("Wed, 21 Oct 2015 07:28:00 GMT", None)],
     )
     def test_parse(self, value: str | None, expected: float | None) -> None:
-        """Retry-After: delta-seconds, HTTP dates (past -> 0), garbage -> None."""
+        """Retry-After: delta-seconds or an HTTP date; what is no real wait (negative, zero,
+        past, non-finite, more than a year) and garbage -> None, as if absent."""
         assert parse_retry_after(value) == expected
 
     def test_future_date(self) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from typing import Any
 
 import pytest
 from helpers import TOKEN, closed_port_url
@@ -251,3 +253,44 @@ class TestUwsgi:
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr.count("--enable-threads") == 2  # one line, naming the flag twice
         assert len([x for x in proc.stderr.splitlines() if "uWSGI" in x]) == 1
+
+
+def test_no_thread_of_ours_outlives_close(tmp_path) -> None:
+    """Issue 48.3: a sub-interpreter (mod_wsgi's) ends only when its threads have, or the
+    whole process aborts ("Py_EndInterpreter: not the last thread"). After close() of the last
+    shipper, no thread of loghandler's is left: not the flusher, not the request watchdog
+    (before: it outlived close() by seconds), not the spool's spare thread (before: never
+    ended). A new shipper afterwards starts them again and delivers."""
+    from loghandler.testing import LocalService
+
+    with LocalService(token=TOKEN) as svc:
+        _threads_after_close(svc, tmp_path)
+
+
+def _threads_after_close(svc: Any, tmp_path: Any) -> None:
+    code = textwrap.dedent(f"""
+        import json, threading
+        from loghandler import Client, Shipper
+
+        def ours():
+            return sorted(t.name.split(":")[0] for t in threading.enumerate()
+                          if t.name.startswith("loghandler"))
+
+        for round in range(2):
+            s = Shipper(Client({TOKEN!r}, url={svc.url!r}), "threads",
+                        spool_dir={str(tmp_path)!r})
+            s.submit({{"round": round}})
+            assert s.flush(10), s.stats()
+            during = ours()
+            s.close()
+            print(json.dumps([round, during, ours()]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():
+        _, during, after = json.loads(line)
+        assert "loghandler-watchdog" in during and "loghandler-spare" in during, line
+        assert after == [], line
+    assert len(proc.stdout.splitlines()) == 2
+    assert len(svc.events("threads")) == 2

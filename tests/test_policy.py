@@ -77,11 +77,14 @@ NOW = 1_800_000_000.0
     (429, {"x-ratelimit-reset": str(int(NOW) + 20)}, None, (Outcome.LIMITED, 20.0)),
     (429, {"Retry-After": "5", "X-RateLimit-Reset": str(NOW + 20)}, None,
      (Outcome.LIMITED, 5.0)),  # Retry-After first
-    (429, {"X-RateLimit-Reset": str(NOW - 10)}, None, (Outcome.LIMITED, 0.0)),  # past: now
+    # A reset already past is no wait: an ordinary retry, which spends one.
+    (429, {"X-RateLimit-Reset": str(NOW - 10)}, None, (Outcome.RETRY, None)),
     (429, {"X-RateLimit-Reset": "soon"}, None, (Outcome.RETRY, None)),
     (429, {"X-RateLimit-Reset": "nan"}, None, (Outcome.RETRY, None)),
     (429, {"X-RateLimit-Reset": str(NOW + 86_400)}, None, (Outcome.LIMITED, MAX_PAUSE)),
+    (429, {"Retry-After": "7200"}, None, (Outcome.LIMITED, MAX_PAUSE)),
     (429, {"Retry-After": "999999"}, None, (Outcome.LIMITED, MAX_PAUSE)),
+    (429, {"Retry-After": "1e9"}, None, (Outcome.RETRY, None)),  # absurd: as if absent
     (430, {}, None, (Outcome.RETRY, None)),
     (430, {"X-IngestLimit-Reset": str(NOW + 12)}, None, (Outcome.LIMITED, 12.0)),
     (430, {"Retry-After": "3"}, None, (Outcome.LIMITED, 3.0)),
@@ -214,6 +217,16 @@ def test_query_limit_names_the_query_limit() -> None:
     (503, {"X-RateLimit-Reset": str(NOW + 9)}, "ingest", None),  # not a limit: no reset
     (500, {"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, "ingest", 30.0),
     (204, {"Retry-After": "5"}, "ingest", None),
+    # No real wait counts as absent: then a limit's reset header, else nothing.
+    (429, {"Retry-After": "-5", "X-RateLimit-Reset": str(NOW + 9)}, "ingest", 9.0),
+    (429, {"Retry-After": "0"}, "ingest", None),
+    (429, {"Retry-After": "inf"}, "ingest", None),
+    (429, {"Retry-After": "1e12"}, "ingest", None),
+    (429, {"X-RateLimit-Reset": str(NOW - 1)}, "ingest", None),  # already past
+    (429, {"X-RateLimit-Reset": str(NOW)}, "ingest", None),
+    (429, {"X-RateLimit-Reset": "1e300"}, "ingest", None),
+    (429, {"X-RateLimit-Reset": "inf"}, "ingest", None),
+    (430, {"X-IngestLimit-Reset": "-1"}, "ingest", None),
 ])
 def test_the_wait_rule(status: int, headers: dict[str, str], limit: Any,
                        expected: float | None) -> None:
@@ -255,7 +268,8 @@ def test_bisection_bound(n: int) -> None:
 
 
 def test_retry_state_is_immutable() -> None:
-    """increment() returns a new state; limits spend no try; exhausted after total retries."""
+    """increment() returns a new state; the first limit spends no try, a repeat does;
+    exhausted after total retries."""
     r0 = Retry(2, 0.5, 30)
     r1 = r0.increment(Outcome.RETRY, None)
     assert (r0.attempts, r1.attempts) == (0, 1) and r1 is not r0
@@ -263,6 +277,10 @@ def test_retry_state_is_immutable() -> None:
         r1.attempts = 5  # type: ignore[misc]
     limited = r1.increment(Outcome.LIMITED, 10.0)
     assert (limited.attempts, limited.limited) == (1, 1) and not limited.exhausted
+    # A limit that comes again spends a retry: a service cannot hold a request for ever.
+    again = limited.increment(Outcome.LIMITED, 10.0)
+    assert (again.attempts, again.limited) == (2, 2) and again.exhausted is False
+    assert again.increment(Outcome.LIMITED, 10.0).exhausted
     # A limit without a time is an ordinary retry.
     assert r1.increment(Outcome.LIMITED, None).attempts == 2
     r3 = r1.increment(Outcome.RETRY, None).increment(Outcome.THROTTLED, 1.0)
@@ -313,9 +331,12 @@ def test_ingest_status_shape() -> None:
 
 
 def test_pause_cap() -> None:
-    """Every pause is capped at MAX_PAUSE: a wrong header must not stop us for days."""
-    assert classify(429, {"Retry-After": "1e12"})[1] == MAX_PAUSE
-    assert classify(503, {"Retry-After": "1e12"})[1] == MAX_PAUSE
+    """Every pause is capped at MAX_PAUSE: a wrong header must not stop us for days; and one
+    asking more than a year (MAX_WAIT) is no wait at all."""
+    assert classify(429, {"Retry-After": "7200"})[1] == MAX_PAUSE
+    assert classify(503, {"Retry-After": "80000"})[1] == MAX_PAUSE
+    assert classify(429, {"Retry-After": "1e12"}) == (Outcome.RETRY, None)
+    assert classify(503, {"Retry-After": "1e12"}) == (Outcome.RETRY, None)
 
 
 def test_replay_backoff_doubles_from_one_second_up_to_its_cap() -> None:

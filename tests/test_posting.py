@@ -143,3 +143,54 @@ def test_an_ingest_status_that_turns_events_down() -> None:
     (error,) = errors
     assert isinstance(error, PartialIngestError) and error.failed == 2
     assert "bad _time" in str(error)
+
+
+HOSTILE_WAITS = ("-5", "0", "-0", "inf", "-inf", "1e12", "nan", "abc",
+                 "Wed, 21 Oct 2015 07:28:00 GMT")
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("value", HOSTILE_WAITS)
+def test_a_hostile_retry_after_is_no_wait(httpserver: Any, status: int, value: str) -> None:
+    """A real service over loopback answers every request ``status`` with a Retry-After that
+    is no real wait (negative, zero, non-finite, absurd, past, garbage): it counts as absent,
+    so each try spends a retry with the backoff, and the batch is given up after
+    max_retries+1 requests (before: "wait 0 s" spent nothing and re-sent for ever; ``inf`` or
+    1e12 paused all sending for the hour's cap)."""
+    from helpers import TOKEN
+
+    from loghandler import Client
+
+    httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json(
+        {"code": status, "message": "hostile"}, status=status, headers={"Retry-After": value})
+    s = Shipper(Client(TOKEN, url=httpserver.url_for("").rstrip("/")), "ds",
+                max_retries=2, **FAST)
+    s.submit({"a": 1})
+    started = time.monotonic()
+    assert s.flush(20) is False
+    took = time.monotonic() - started
+    st = s.stats()
+    s.close(1)
+    assert len(httpserver.log) == 3  # the first try and max_retries=2 retries, no more
+    assert (st.failed_retries_exhausted, st.retried, st.delivered) == (1, 2, 0)
+    assert took < 15  # not paused for the hour a huge value used to ask
+
+
+def test_a_limit_that_comes_again_spends_the_retry_budget(httpserver: Any) -> None:
+    """429 with a valid Retry-After on every answer: the first wait is free, each further one
+    spends a retry, so with max_retries=1 the batch is given up after three requests, each
+    after the wait asked (before: waited out for ever, holding every batch behind it)."""
+    from helpers import TOKEN
+
+    from loghandler import Client
+
+    httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json(
+        {"code": 429, "message": "limit"}, status=429, headers={"Retry-After": "0.2"})
+    s = Shipper(Client(TOKEN, url=httpserver.url_for("").rstrip("/")), "ds",
+                max_retries=1, **FAST)
+    s.submit({"a": 1})
+    assert s.flush(20) is False
+    st = s.stats()
+    s.close(1)
+    log = httpserver.log
+    assert len(log) == 3 and st.failed_retries_exhausted == 1 and st.delivered == 0

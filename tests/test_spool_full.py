@@ -117,3 +117,72 @@ class TestSpoolOnAFullDisk:
         assert 0 < stored < 2000
         assert st.spooled == stored and st.dropped_shutdown == 2000 - stored
         assert st.submitted == 2000 and st.queued == 0
+
+
+# --------------------------------------------------------------------------- issue 48.6
+
+def _make(state: str, mnt: Path) -> None:
+    """The disk state: full (a ballast file to the last byte) or read-only (remounted)."""
+    if state == "full":
+        fill(mnt)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+
+def _run(spool_dir: Path) -> dict[str, int]:
+    s = Shipper(Client(TOKEN, url=closed_port_url()), "ds", spool_dir=str(spool_dir),
+                max_retries=0, retry_backoff=0.001, flush_interval=60)
+    for i in range(5):
+        s.submit({"i": i})
+    assert s.flush(10) is False
+    st = s.stats()
+    s.close(1)
+    return {k: v for k, v in st.__dict__.items() if v}
+
+
+@pytest.mark.parametrize("state", ["full", "read-only"])
+def test_an_unwritable_spool_dir_at_construction_starts_and_counts(
+        tmpfs: Path, state: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """A spool_dir on a full or read-only disk at construction: the shipper starts (before:
+    ConfigurationError, so the application did not start), says so once on stderr, and counts
+    the events as it does when the disk turns so one second later."""
+    later = tmpfs / "later"
+    later_run = Shipper(Client(TOKEN, url=closed_port_url()), "ds", spool_dir=str(later))
+    later_run.close(1)  # its directory made while the disk is fine
+    _make(state, tmpfs)
+    capfd.readouterr()
+    at_start = _run(tmpfs / "now")
+    err = capfd.readouterr().err
+    assert err.count("cannot be written now") == 1, err
+    assert "check its disk space and permissions" in err
+    assert "could not write to the spool" not in err, err  # the failing writes: not again
+    assert at_start == _run(later)  # the same counts as the same disk state later
+    assert at_start["failed_retries_exhausted"] == 5 and "spooled" not in at_start
+
+
+def test_an_unwritable_spool_dir_through_dict_config(tmpfs: Path,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    """The same through logging.config.dictConfig (before: ValueError): the handler is made
+    and configured, and told once."""
+    import logging
+    import logging.config
+
+    _make("read-only", tmpfs)
+    logging.config.dictConfig({
+        "version": 1, "disable_existing_loggers": False,
+        "handlers": {"ship": {"class": "loghandler.IngestHandler", "dataset": "ds",
+                              "token": TOKEN, "url": closed_port_url(),
+                              "spool_dir": str(tmpfs / "spool"), "max_retries": 0}},
+        "loggers": {"unwritable-spool": {"handlers": ["ship"], "propagate": False}},
+    })
+    log = logging.getLogger("unwritable-spool")
+    (handler,) = log.handlers
+    try:
+        log.warning("hello")
+        assert handler.flush(10) is False  # type: ignore[attr-defined]
+        st = handler.stats()  # type: ignore[attr-defined]
+        assert st.submitted == 1 and st.failed == 1 and st.spooled == 0
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    assert capfd.readouterr().err.count("cannot be written now") == 1

@@ -143,3 +143,50 @@ def test_a_take_over_counts_the_pieces_already_delivered(
     lines = capfd.readouterr().err.splitlines()
     assert len(lines) == 1, lines
     assert "5 events not answered within close()'s timeout (0.3 s)" in lines[0], lines
+
+
+def test_a_spool_write_under_way_at_the_close_deadline_counts_as_spooled(
+        tmp_path: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 48.5: the flusher is writing a batch to the spool when close()'s deadline comes
+    (a slow disk: here its write is held until the closing thread has taken over). The write
+    completes: its events are on disk, and count as spooled, not dropped_shutdown, and the
+    close tells no loss (before: counted dropped_shutdown and told "undelivered" while the next
+    process delivered them)."""
+    from helpers import closed_port_url
+
+    from loghandler import Client
+    from loghandler._engine.spool import decode_file
+
+    s = Shipper(Client("xaat-close-during-write-1", url=closed_port_url()), "slow-disk",
+                spool_dir=str(tmp_path), max_retries=0, retry_backoff=0.001, flush_interval=60)
+    spool = s._flusher.spool
+    assert spool is not None
+    real = spool._write_file
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_write(path: str, data: bytes, sync: bool = True) -> None:
+        entered.set()
+        release.wait(10)  # the disk answers once the closing thread took over
+        real(path, data, sync)
+
+    spool._write_file = slow_write  # type: ignore[method-assign]
+    ledger = s._flusher.ledger
+    releaser = threading.Thread(
+        target=lambda: (wait_until(lambda: ledger.abandoned, timeout=10), release.set()),
+        daemon=True)
+    releaser.start()
+    try:
+        for i in range(50):
+            s.submit({"i": i})
+        threading.Thread(target=s.flush, args=(5,), daemon=True).start()
+        assert entered.wait(5), "the flusher never wrote to the spool"
+        s.close(0.3)
+        st = s.stats()
+    finally:
+        release.set()
+        releaser.join(10)
+    on_disk = sum(len(decode_file(p.read_bytes())) for p in tmp_path.rglob("*.spool"))
+    assert on_disk == 50, st
+    assert (st.spooled, st.dropped_shutdown, st.dropped) == (50, 0, 0), st
+    assert balanced(st)
+    assert "undelivered" not in capfd.readouterr().err

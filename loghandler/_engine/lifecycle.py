@@ -102,6 +102,20 @@ def live_shippers() -> list[Member]:
     return list(_live)
 
 
+def end_idle_threads() -> None:
+    """After a close: when no shipper of the process is open or delivering any more, end the
+    threads shared by all of them (the request watchdog, the spool's spare thread), so that
+    none outlives ``close()`` (a sub-interpreter ends only when its threads have: mod_wsgi's
+    reload aborted the process). The next shipper's first request or flusher starts them."""
+    if any(not s.closed or s.flusher_alive() for s in list(_live)):
+        return
+    from .._wire.watchdog import watchdog
+    from .spilling import SPARE
+
+    SPARE.stop()
+    watchdog.stop_if_idle()
+
+
 def adopt(member: Member) -> None:
     """Keep ``member`` (a dropped shipper's Flusher) alive while it delivers what it held."""
     _adopted.add(member)

@@ -22,7 +22,9 @@ What the service's answers mean (``docs/answers.md`` tells it from the user's si
   delivered; the events are counted ``failed_by_service`` (not retried: the service may have
   stored them all, and a retry would store them twice).
 - 429 / 430 (rate and ingest limits) with ``Retry-After`` or a reset header: all sending pauses
-  until then (``LIMITED``), without spending a try; without either, an ordinary retry.
+  until then (``LIMITED``), the first time without spending a try (a limit that comes again
+  spends one); without either (or with one that is no real wait: ``_wire/answer.py``), an
+  ordinary retry.
 - 408, 5xx, no answer: retried with backoff (``RETRY``); 503 with ``Retry-After`` pauses all
   sending (``THROTTLED``).
 - 413 / 400: the request is halved to isolate the events refused (``TOO_LARGE``, ``REJECTED``).
@@ -257,7 +259,7 @@ class Retry:
 
     ``total``: the retries allowed (``max_retries``); ``base`` and ``cap``: the backoff's
     (``retry_backoff``, ``max_retry_delay``); ``attempts``: tries failed that spend a retry;
-    ``limited``: waits for a limit the service announced (they spend none).
+    ``limited``: waits for a limit the service announced (the first spends none).
     """
 
     total: int
@@ -267,9 +269,13 @@ class Retry:
     limited: int = 0
 
     def increment(self, outcome: Outcome, pause: float | None) -> Retry:
-        """The state after a try that ended in ``outcome`` (with its ``pause``)."""
+        """The state after a try that ended in ``outcome`` (with its ``pause``). The first
+        limit waited out spends no retry (the service said when to come back); a limit that
+        comes again spends one, as any failed try: a service that keeps asking to wait cannot
+        hold one request, and every batch behind it, for ever."""
         if outcome is Outcome.LIMITED and pause is not None:
-            return replace(self, limited=self.limited + 1)
+            spent = self.attempts + (1 if self.limited else 0)
+            return replace(self, attempts=spent, limited=self.limited + 1)
         return replace(self, attempts=self.attempts + 1)
 
     @property

@@ -110,11 +110,11 @@ class Poster:
     def post(self, chunk: Chunk, retry: Retry, *, patient: bool = True,
              give_up: GiveUp | None = None) -> tuple[Outcome, Error | None]:
         """Post one request until it has a final outcome (``classify``), retried as ``retry``
-        allows; the service's limits are waited out without spending a retry, unless not
-        ``patient`` (then ``LIMITED`` is returned, and sending stays paused). ``give_up`` (a
-        delivery, with a spool): asked after each failed try and while a wait lets the queue
-        fill; when it says so, the batch is given up at once (``RETRIES_EXHAUSTED``: the
-        caller spools it)."""
+        allows; the service's limits are waited out (the first without spending a retry),
+        unless not ``patient`` (then ``LIMITED`` is returned, and sending stays paused).
+        ``give_up`` (a delivery, with a spool): asked after each failed try and while a wait
+        lets the queue fill; when it says so, the batch is given up at once
+        (``RETRIES_EXHAUSTED``: the caller spools it)."""
         body, headers = self._body(chunk)
         error: Error | None = None
         while True:

@@ -28,6 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._config import (
@@ -39,7 +40,7 @@ from .._config import (
     split_options,
 )
 from .._errors import ConfigurationError
-from .._output import print_line, redact, shown
+from .._output import clip, print_line, printable, redact, shown
 from .._wire.client import Client, dataset_path, shared_client
 from .._wire.imports import ImportsRestored, preload_http
 from . import lifecycle as lifecycle
@@ -242,12 +243,17 @@ class Shipper:
             if not logging_lock_held():
                 flusher.wait_closed()
                 flusher.release_client()
+                lifecycle.end_idle_threads()
         except Exception:
             pass
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters."""
-        return self._ledger.snapshot()
+        st = self._ledger.snapshot()
+        spool = self._flusher.spool
+        if spool is not None and spool.unsynced:  # the spool's own count (Spool.sync)
+            st = replace(st, spool_unsynced=spool.unsynced)
+        return st
 
     def __enter__(self) -> Shipper:
         return self
@@ -294,6 +300,14 @@ class Flusher:
         self.ledger = Ledger(options, _weak(self._ensure_thread_locked), _weak(self._send_late),
                              _weak(self._spill_from_caller))
         self.reporter = Reporter(dataset, options.on_error)
+        if spool is not None and spool.problem is not None:
+            # Once, now: the writes that fail later are the same cause (not told again).
+            where = clip(printable(str(options.spool_dir)), 120)
+            self.reporter.report(
+                Cause.SPOOL_WRITE, f"spool_dir {where} cannot be written now "
+                                   f"({clip(spool.problem, 60)}): what cannot be delivered is "
+                                   "counted, not spooled, until it can: check its disk space "
+                                   "and permissions")
         self.worker = Worker(self.ledger, self.reporter, transport, dataset_path(dataset),
                              dataset, options, spool)
         self.thread: threading.Thread | None = None
@@ -473,8 +487,19 @@ class Flusher:
                         f"__del__) was {where} ({why}): raise shutdown_timeout")
 
     def exit_summary(self) -> str | None:
-        """This shipper's part of the exit hook's line: None when everything was delivered."""
-        return self.reporter.exit_summary(self.ledger.snapshot(), self.options.spool_dir)
+        """This shipper's part of the exit hook's line: None when everything was delivered.
+
+        Events logged after the exit hook closed the shipper are sent at once on the thread
+        that logged them (``_send_late``): loguru's own thread with ``enqueue=True`` hands its
+        queue over just then. The line waits for those under way (within the exit's deadline),
+        rather than call them "still queued" while they are being delivered."""
+        ledger = self.ledger
+        st = ledger.snapshot()
+        deadline = ledger.close_deadline
+        while (st.queued and deadline is not None and _monotonic() < deadline
+               and ledger.wait_late_settled(deadline)):
+            st = ledger.snapshot()  # one more late event may have come meanwhile
+        return self.reporter.exit_summary(st, self.options.spool_dir)
 
     def uses(self, client: object) -> bool:
         """Whether this (open) shipper ships through ``client``."""

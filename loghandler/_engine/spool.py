@@ -11,13 +11,22 @@ Layout, one directory per dataset, named by a hash so no dataset name reaches a 
     <spool_dir>/                          created 0700 when it does not exist
       ds-<sha256(dataset)[:32]>/          0700
         DATASET                           0600, the real dataset name, for operators
-        <time_ns>-<pid>-<n>.spool         0600, events waiting for replay (oldest name first)
+        <epoch>-<seq>-<pid>-<n>.spool     0600, events waiting for replay (lowest name first)
         <name>.claim-<pid>-<start>        a file being replayed by process <pid>
         <name>.corrupt                    a damaged file, moved aside and reported once
         tmp-<pid>-<start>-<n>.tmp         a file being written, renamed when complete
 
 A file is a header line ``LHSPOOL 1 <events> <payload bytes> <crc32 hex>`` and then the payload:
 one compact JSON event per line. Truncation and corruption are detected by the length and crc.
+
+Order: replay sends files in the order of their names, and a name says when its events were
+submitted, not when the file was written: ``<seq>`` is the shipper's sequence number of the
+file's first event (the ledger numbers events in submission order), ``<epoch>`` the time (ns)
+the spool of that shipper started (a new process, or a forked child, starts later). A batch the
+flusher was still retrying when the application's threads spilled newer events to the spool
+(``spilling.Spiller.write_from_caller``) is written after them and still replays before them.
+Both fields are zero-padded to 20 digits, so names sort as numbers. A ``Spool`` used on its own
+(``write`` without ``seq``) names files by write time (``<epoch>`` the time of the write).
 """
 
 from __future__ import annotations
@@ -253,7 +262,9 @@ class Spool:
     ``max_bytes`` bounds the dataset's directory; when a write would exceed it the oldest files
     go first. ``max_file_events`` and ``max_file_bytes`` bound one file, and one replayed
     request (the shipper passes its ``batch_size`` and ``max_batch_bytes``).
-    Raises ``ConfigurationError`` when the directory cannot be created or is not ours.
+    Raises ``ConfigurationError`` when the directory is not one (a file in the way) or not
+    ours; a disk that refuses it (read-only, full, no permission) is the disk's state, which
+    may change: the spool is made with ``problem`` saying why, and writes fail until it heals.
     """
 
     def __init__(self, spool_dir: str | os.PathLike[str], dataset: str, *,
@@ -265,12 +276,23 @@ class Spool:
         self.max_file_events = max(1, max_file_events)
         self.max_file_bytes = max(1, max_file_bytes)
         self.path = dataset_dir(spool_dir, dataset)
-        self._setup(os.path.dirname(self.path))
+        # Why the spool cannot be written now (a read-only or full disk, no permission), or
+        # None: the application starts all the same, the shipper says so once, and each write
+        # fails and is counted as a write that fails later would be (the directory is created
+        # by the first write that finds the disk writable).
+        self.problem: str | None = None
+        try:
+            self._setup(os.path.dirname(self.path))
+        except OSError as exc:
+            self.problem = f"{exc.strerror or exc}"
         self._reset()
         _own_start()  # read once now, not by the first write during an outage
 
     def _reset(self) -> None:
         self._pid = os.getpid()
+        # Names of this spool's files start with it (module docstring, "Order"): a forked child
+        # numbers its events anew, and its files sort after the parent's.
+        self._epoch = time.time_ns()
         self._lock = threading.Lock()
         self._pending = True  # unknown until the first scan
         self._empty_mtime: int | None = None
@@ -283,6 +305,10 @@ class Spool:
         self._sizes: dict[tuple[str, int], int] = {}
         self._known_bytes = 0  # see _make_room
         self._known_until = 0.0
+        # Files of application threads' writes not yet synced (write's durable=False), and
+        # their events: the flusher syncs them (sync). In a forked child: the parent's to sync.
+        self._unsynced: list[tuple[str, int]] = []
+        self._unsynced_events = 0
 
     def __repr__(self) -> str:
         return redact(f"Spool(path={self.path!r}, max_bytes={self.max_bytes})")
@@ -309,6 +335,8 @@ class Spool:
             if not os.path.exists(meta):
                 self._write_file(meta, self.dataset.encode("utf-8", "surrogatepass") + b"\n")
         except OSError as exc:
+            if exc.errno in _DISK_STATES:
+                raise  # the disk's state, which may change: Spool.__init__ starts all the same
             raise ConfigurationError(f"spool_dir: cannot use {root}: {exc}") from None
 
     def _check_fork(self) -> None:
@@ -317,13 +345,19 @@ class Spool:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, parts: list[bytes], batches: int = 1) -> int:
+    def write(self, parts: list[bytes], batches: int = 1, *, seq: int | None = None,
+              durable: bool = True) -> int:
         """Store encoded events, crash-safely. Returns how many older spooled events were
         deleted to stay within ``max_bytes`` (or events of this write when it alone is larger).
 
         ``batches``: files of up to that many batches (``max_file_events``, ``max_file_bytes``)
         each, at most 4 (a reader takes a file of up to 4 times ``max_file_bytes``); replay
-        sends such a file one batch per request. Fewer files, fewer system calls.
+        sends such a file one batch per request. Fewer files, fewer system calls. ``seq``: the
+        submission number of the first event (module docstring, "Order"), which replay orders
+        by; None: the order of the writes. ``durable=False`` (an application thread's write,
+        which must not wait on the disk): the files are written and renamed into place, so a
+        crash of the process loses nothing, but not synced: until ``sync()`` (the flusher's)
+        a power loss may (``unsynced``).
 
         Raises ``SpoolWriteError`` (an ``OSError``) when the disk refused part or all of it
         (ENOSPC, EIO, ...); it says how many of these events are on disk regardless (``stored``:
@@ -361,14 +395,24 @@ class Spool:
             with self._lock:
                 dropped += self._make_room(need)
             for blob, chunk in zip(blobs, self._chunks(parts, batches), strict=True):
-                self._write_file(os.path.join(self.path, self._new_name()), blob)
+                # Each file named by its own first event (the events cut for the bound
+                # above were the oldest: the rest start ``own`` later).
+                first = None if seq is None else seq + own + stored
+                path = os.path.join(self.path, self._new_name(first))
+                self._write_file(path, blob, sync=durable)
+                if not durable:
+                    with self._lock:
+                        self._unsynced.append((path, len(chunk)))
+                        self._unsynced_events += len(chunk)
                 stored += len(chunk)
         except OSError as exc:
             if stored:
-                self._fsync_dir()
+                if durable:
+                    self._fsync_dir()
                 self._pending = True
             raise SpoolWriteError(exc, stored=own + stored, dropped=dropped) from None
-        self._fsync_dir()
+        if durable:
+            self._fsync_dir()
         self._pending = True
         if dropped and not self._full_reported:
             self._full_reported = True
@@ -421,25 +465,35 @@ class Spool:
         self._known_bytes = total + need
         return dropped
 
-    def _new_name(self) -> str:
+    def _new_name(self, seq: int | None) -> str:
+        """A file's name (module docstring, "Order"): by ``seq``, the submission number of
+        its first event; without one, by the time of the write."""
         global _last_time_ns
         with _names_lock:
-            # Sortable by creation order: time first; a clock that did not move still counts up.
-            t = _last_time_ns = max(time.time_ns(), _last_time_ns + 1)
             n = next(_names)
-        return f"{t:020d}-{os.getpid():010d}-{n:010d}{READY}"
+            if seq is None:
+                # A clock that did not move still counts up.
+                epoch = _last_time_ns = max(time.time_ns(), _last_time_ns + 1)
+                seq = 0
+            else:
+                epoch = self._epoch
+        return f"{epoch:020d}-{max(0, seq):020d}-{os.getpid():010d}-{n:010d}{READY}"
 
-    def _write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` atomically: temporary file, fsync, rename."""
+    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+        """Write ``data`` to ``path`` atomically: temporary file, fsync (unless not
+        ``sync``: ``write``'s ``durable``), rename."""
         with _names_lock:
             n = next(_names)
         tmp = os.path.join(self.path, f"tmp-{os.getpid()}-{_own_start()}-{n}{TMP}")
         # O_DSYNC: each write returns once its data is on disk, as a write and an fsync would,
         # in one system call less (each costs the flusher the GIL; see _make_room).
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | _DSYNC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | (
+            _DSYNC if sync else 0)
         try:
             fd = os.open(tmp, flags, 0o600)
-        except FileNotFoundError:  # the directory was removed under us (a tmp cleaner)
+        except FileNotFoundError:
+            # The directory was removed under us (a tmp cleaner), or never made (the disk
+            # refused it at construction: Spool.problem).
             try:
                 self._setup(os.path.dirname(self.path))
             except ConfigurationError as exc:
@@ -450,7 +504,7 @@ class Spool:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                if not _DSYNC:
+                if sync and not _DSYNC:
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -461,6 +515,37 @@ class Spool:
             except OSError:
                 pass
             raise
+
+    @property
+    def unsynced(self) -> int:
+        """Events written with ``durable=False`` and not yet synced (``stats()``'s
+        ``spool_unsynced``): on disk for any crash of the process, not yet for a power loss."""
+        return self._unsynced_events
+
+    def sync(self) -> int:
+        """Make the files of ``durable=False`` writes durable (the flusher's, between batches,
+        and at close): fsync each, then the directory. Returns the events made durable (a file
+        replayed or deleted meanwhile counts too: nothing of it is left at risk)."""
+        with self._lock:
+            files, self._unsynced = self._unsynced, []
+        if not files:
+            return 0
+        for path, _ in files:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue  # claimed (a replay rewrites it synced), delivered or deleted
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # not supported everywhere; the directory's sync below still runs
+            finally:
+                os.close(fd)
+        self._fsync_dir()
+        n = sum(k for _, k in files)
+        with self._lock:
+            self._unsynced_events -= n
+        return n
 
     def _fsync_dir(self) -> None:
         try:
@@ -692,6 +777,10 @@ class Spool:
 
 
 _DSYNC = getattr(os, "O_DSYNC", 0)
+# Errors of the disk's state, not of the configuration: a spool_dir that cannot be written at
+# construction because of one of these does not stop the application from starting.
+_DISK_STATES = frozenset(getattr(errno, name) for name in (
+    "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EIO", "ENOENT") if hasattr(errno, name))
 
 
 def _progress(target: ReplayTarget) -> int:

@@ -53,12 +53,16 @@ class Stats:
     # of spooled: events the application's threads wrote to the spool themselves, when the
     # queue was full and the flusher behind (docs/reliability.md, "A burst with a spool")
     spooled_by_caller: int = 0
+    # of spooled_by_caller: events written to the spool and not yet synced (the flusher syncs
+    # them at once): safe from a crash of the process, not yet from a power loss (computed)
+    spool_unsynced: int = 0
     # records the flusher thread (or a thread sending at exit) logged, deliberately not shipped
     suppressed: int = 0
 
 
 class Count(str, Enum):
-    """The counters of ``Stats`` (but ``queued``, which is computed), one member each.
+    """The counters of ``Stats`` (but ``queued`` and ``spool_unsynced``, which are computed),
+    one member each.
 
     A ``str`` enum: hashed and compared in C, so counting never runs Python code (a signal
     handler's exception can then never land halfway through a count: ledger/intake.py)."""

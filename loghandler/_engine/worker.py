@@ -173,6 +173,7 @@ class Worker:
                         self._summarize(True)
                         self._send_available(partial=True)
                     self._tell_drops()
+                    spiller.make_durable()
                     if closed:
                         if self._deadline_passed():
                             self._settle_leftovers_at_deadline()
@@ -180,6 +181,7 @@ class Worker:
                         # waited for until the deadline: its events then count as spooled.
                         if ledger.idle() and (not ledger.side_pending()
                                               or self._deadline_passed()):
+                            spiller.make_durable()  # a last write of the application's
                             return
                 if not closed and spiller.replay_due(interval):
                     spiller.replay()
@@ -218,6 +220,7 @@ class Worker:
             self._send_available(partial=True)
             if self._deadline_passed():
                 self._settle_leftovers_at_deadline()
+            self.spiller.make_durable()
         finally:
             _FLUSHERS.discard(ident)
             self.send_lock.release()
@@ -393,6 +396,7 @@ class Worker:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
         or in a value's ``__repr__`` while encoding): take its events over on this thread, spool
         them or count them (``Spiller.take_over``), and let the flusher count nothing more."""
+        first = self.ledger.oldest_in_flight()  # the spool's order, before abandon() clears it
         taken = self.ledger.abandon()
         if taken is None:
             return
@@ -405,4 +409,4 @@ class Worker:
         # (_deliver): their fates are known, and count as such.
         deferred = list(self.deferred or ())
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
-                               posting=sent, settled=deferred)
+                               posting=sent, settled=deferred, first=first)

@@ -9,6 +9,11 @@ The wait rule, written here only: an answer that is not a 2xx asks to wait ``Ret
 (delta-seconds or an HTTP date); a limit's answer (429, 430) without one asks to wait until the
 epoch-seconds reset header of its own limit (``X-RateLimit-Reset`` for 429; for 430 the
 request's limit: ``X-IngestLimit-Reset`` on an ingest, ``X-QueryLimit-Reset`` on a query).
+A wait must be a real one: a value that is not a finite number of seconds more than 0 and at
+most ``MAX_WAIT`` away (negative, zero, a date or a reset already past, ``inf``, ``nan``,
+``1e12``) counts as absent, so the answer is an ordinary retry that spends the retry budget
+(a hostile or broken header cannot hold sending for ever, nor re-send in a tight loop). The
+engine caps a valid wait at its own pause bound (``policy.MAX_PAUSE``).
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from typing import Any, Literal
 
 from .._status import LIMITS, RATE_LIMIT, RESET_HEADERS, is_success
 
-__all__ = ["Answer", "Limit", "header", "parse_reset", "parse_retry_after", "wait_of"]
+__all__ = ["MAX_WAIT", "Answer", "Limit", "header", "parse_reset", "parse_retry_after", "wait_of"]
 
 # Which of the service's limits a 430 means: it depends on the request (status.INGEST_LIMIT).
 Limit = Literal["ingest", "query"]
+# The longest wait an answer may ask (a year): beyond, the header is taken as broken, not as a
+# pause (the service's longest limit is a monthly ingest quota, whose reset may be weeks away).
+MAX_WAIT = 366 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +84,15 @@ def wait_of(status: int, headers: Mapping[str, str], limit: Limit = "ingest",
     return wait
 
 
+def _valid(seconds: float) -> float | None:
+    """``seconds`` as a wait, or None when it is no real one (the module docstring)."""
+    # NaN fails both comparisons; inf fails the second.
+    return seconds if 0.0 < seconds <= MAX_WAIT else None
+
+
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date (0 when past)."""
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date; None when
+    absent or no real wait (``_valid``)."""
     if not value:
         return None
     value = value.strip()
@@ -93,19 +108,16 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         if when is None:
             return None
         seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds:  # NaN
-        return None
-    return max(0.0, seconds)
+    return _valid(seconds)
 
 
 def parse_reset(value: str | None, now: float | None = None) -> float | None:
-    """Seconds until a limit resets, from its reset header (epoch seconds; 0 when past)."""
+    """Seconds until a limit resets, from its reset header (epoch seconds); None when absent
+    or no real wait (``_valid``: a reset already past among them)."""
     if not value:
         return None
     try:
         when = float(value.strip())
     except ValueError:
         return None
-    if when != when or when in (float("inf"), float("-inf")):
-        return None
-    return max(0.0, when - (time.time() if now is None else now))
+    return _valid(when - (time.time() if now is None else now))

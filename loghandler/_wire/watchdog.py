@@ -72,6 +72,7 @@ class Watchdog:
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._local = threading.local()
+        self._stopping = False  # end now when idle (stop_if_idle), not after WATCHDOG_IDLE
 
     def arm(self, deadline: float) -> Watch | None:
         if _is_finalizing():
@@ -91,11 +92,30 @@ class Watchdog:
                 except RuntimeError:  # interpreter shutdown: urllib3's timeouts only
                     self._thread = None
                     return None
+            self._stopping = False
             heapq.heappush(self._heap, (deadline, next(self._order), watch))
             if self._heap[0][2] is watch:
                 self._cond.notify()
         self._local.watch = watch
         return watch
+
+    def stop_if_idle(self, wait: float = 0.5) -> None:
+        """End the thread now if no request is under way (the last shipper closed: no thread
+        of ours outlives ``close()``, which a sub-interpreter's end requires), waiting up to
+        ``wait`` seconds for it to end."""
+        # Bounded: at exit a daemon thread may have ended holding the lock (arm()).
+        if _is_finalizing() or not self._lock.acquire(timeout=0.1):
+            return
+        try:
+            thread = self._thread
+            if thread is None or any(not w.done for _, _, w in self._heap):
+                return
+            self._stopping = True
+            self._cond.notify()
+        finally:
+            self._lock.release()
+        if thread is not threading.current_thread():
+            thread.join(wait)
 
     def disarm(self, watch: Watch | None) -> None:
         self._local.watch = None
@@ -122,9 +142,11 @@ class Watchdog:
                 while heap and heap[0][2].done:
                     heapq.heappop(heap)
                 if not heap:
-                    # Idle: the thread ends after a while, and the next request starts one
-                    # (so a process whose shippers are all gone keeps no thread of ours).
-                    self._cond.wait(WATCHDOG_IDLE)
+                    # Idle: the thread ends after a while (at once when the last shipper
+                    # closed: stop_if_idle), and the next request starts one (so a process
+                    # whose shippers are all gone keeps no thread of ours).
+                    if not self._stopping:
+                        self._cond.wait(WATCHDOG_IDLE)
                     if not heap:
                         self._thread = None
                         return

@@ -101,6 +101,19 @@ class Control(LedgerState):
         self._pressure.set()
         self._wake.set()
 
+    def wait_late_settled(self, deadline: float) -> bool:
+        """While late events are taken (``begin_close``'s ``late_ok``): wait until every event
+        queued now has met its fate, or ``deadline`` (monotonic). True when none is left
+        (without ``late_ok``: at once, True only when nothing is queued or in flight)."""
+        with self._lock:
+            target = self._taken + len(self._queue)
+            while self._settled_through_locked() < target:
+                remaining = deadline - _monotonic()
+                if not self._late_ok or remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.25))
+            return True
+
     def count_leftovers(self, fate: Fate) -> int:
         """Settle as ``fate`` whatever is still queued with nothing in flight (a late event no
         sender could take); returns how many."""

@@ -157,6 +157,13 @@ class Flushing(LedgerState):
             self._counts[Count.BYTES_SENT] += nbytes
             self._counts[Count.BATCHES] += 1
 
+    def oldest_in_flight(self) -> int:
+        """The sequence number of the oldest event in flight with the flusher (of the next to
+        be taken, when none is): a spool file of the flusher's batch is named by it, so that
+        replay keeps the order of submission (spool.py, "Order")."""
+        with self._lock:
+            return self._flight[0][0] if self._flight else self._taken + 1
+
     def delivered(self) -> int:
         """Events delivered so far."""
         with self._lock:
