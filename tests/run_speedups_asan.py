@@ -31,7 +31,7 @@ FUZZ = r"""
 import collections, logging, sys
 from hypothesis import HealthCheck, given, settings, strategies as st
 import loghandler
-from loghandler import _compiled
+from loghandler._engine import compiled as _compiled
 
 ext = _compiled.extension()
 assert ext is not None and ext.__file__ == sys.argv[2], "not the sanitized build"
@@ -69,7 +69,7 @@ def wires():
                      {"scrub": False, "identity": False}):
             s = Shipper(None, "ds", transport=MemoryTransport(), flush_interval=3600,
                         handle_sigterm=False, **opts)
-            WIRES.append((s, s.wire()))
+            WIRES.append((s, s.item_plan()))
     return [w for _, w in WIRES] + [None, (b"", frozenset()), ("x",) * 13, (1,) * 6]
 
 

@@ -17,7 +17,8 @@ import pytest
 from helpers import TOKEN, Receiver
 
 import loghandler
-from loghandler import ConfigurationError, IngestHandler, Shipper, _compiled
+from loghandler import ConfigurationError, IngestHandler, Shipper
+from loghandler._engine import compiled as _compiled
 from loghandler._engine.shaping import Selector
 
 
@@ -201,7 +202,7 @@ class TestFieldNames:
         h = IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=3600,
                           batch_size=10_000, field_names=NAMES, handle_sigterm=False)
         try:
-            assert h.shipper.wire() is not None
+            assert h.shipper.item_plan() is not None
             record = logging.LogRecord("app", logging.INFO, "/app.py", 1, "m %s", ("x",), None)
             h.handle(record)
             item = h.shipper.intake.queue[-1]
@@ -232,7 +233,7 @@ class TestFieldNames:
 
 BOTH_PATHS = """
 import json, logging
-from loghandler import _compiled
+from loghandler._engine import compiled as _compiled
 from loghandler.testing import LocalService
 import loghandler
 with LocalService(token="t0") as svc:

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 from test_event_model import records
 from test_spool import wait_until
 
-from loghandler import IngestHandler, _compiled
+from loghandler import IngestHandler
 from loghandler._encoding import encode
+from loghandler._engine import compiled as _compiled
 from loghandler._engine.events import RECORD, SIZE, item_events, record_to_event
 from loghandler._engine.shaping import make_finisher
 from loghandler.testing import LocalService
@@ -46,9 +47,9 @@ def test_the_compiled_path_is_built_and_in_use() -> None:
     assert EXT is not None
     assert _compiled.ACTIVE is (not PURE)
     assert (_compiled.record_put is None) is PURE
-    assert (_compiled.handle is None) is PURE
+    assert (_compiled.speedups is None) is PURE
     handle = IngestHandler.__dict__["handle"]
-    assert handle is _compiled.handle if not PURE else inspect.isfunction(handle)
+    assert handle is EXT.handle if not PURE else inspect.isfunction(handle)
 
 
 class PythonHandler(IngestHandler):
@@ -324,7 +325,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 SHIP = """
 import logging, sys
-from loghandler import _compiled
+from loghandler._engine import compiled as _compiled
 from loghandler.testing import LocalService
 import loghandler
 with LocalService(token="t0") as svc:
@@ -405,7 +406,7 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     the same items as the Python path's, in the same order."""
     import loghandler
 
-    assert IngestHandler.__dict__["handle"] is _compiled.handle
+    assert IngestHandler.__dict__["handle"] is EXT.handle
 
     def make(i: int, cls: type[logging.LogRecord] = logging.LogRecord,
              **extra: Any) -> logging.LogRecord:
@@ -512,7 +513,7 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
     """record_item's item for ``record`` with the shipper's wire (queued nowhere)."""
-    wire = handler.shipper.wire()
+    wire = handler.shipper.item_plan()
     assert wire is not None
     got = EXT.record_item(record.__dict__, wire)
     return None if got is None else got[0]
@@ -894,7 +895,7 @@ def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
     assert type(_wire_of(pair, host="mine")) is dict  # identity's field: the event's own wins
     assert _wire_of(pair, payload={"a": 1}) is None  # the careful path's
     assert type(compiled_wire(pair[0], _plain("x" * 100_000, ()))) is dict
-    wire = pair[0].shipper.wire()
+    wire = pair[0].shipper.item_plan()
     assert wire is not None
     clean = wire[2]  # the scrubber's set of keys it has nothing to do for
     assert "brand_new_key" not in clean
@@ -927,7 +928,7 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
                  {"fields": {"api_key": "sk-1"}}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
-            assert h.shipper.wire() is None, opts
+            assert h.shipper.item_plan() is None, opts
             h.handle(_plain())
             assert type(h.shipper.intake.queue[-1]) is dict, opts
         finally:
@@ -936,7 +937,7 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
                  {"exclude_fields": ["file"]}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
-            assert h.shipper.wire() is not None
+            assert h.shipper.item_plan() is not None
             h.handle(_plain())
             assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE), opts
             h.setFormatter(logging.Formatter("%(message)s"))
@@ -1023,7 +1024,7 @@ def test_gzip_is_zlibs_gzip_in_one_step() -> None:
     import random
     import zlib
 
-    from loghandler import _compiled
+    from loghandler._engine import compiled as _compiled
 
     gz = _compiled.gzip_extension()
     assert gz is not None  # built wherever zlib's headers are (CI's machines)

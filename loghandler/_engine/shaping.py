@@ -106,8 +106,8 @@ class Scrubber:
     Bounded: strings are looked at whole, containers to a depth of 16 (deeper values are
     replaced, since they cannot be checked)."""
 
-    __slots__ = ("_clean", "_keys", "_known", "_own", "_scan", "_suffixes", "_text",
-                 "_triggers")
+    __slots__ = ("_keys", "_known", "_own", "_suffixes", "_text", "_triggers", "clean",
+                 "scans_text")
 
     MAX_DEPTH = 16
 
@@ -129,8 +129,8 @@ class Scrubber:
         self._known: dict[str, bool] = {}
         # Keys known to be no secret, for flat events (see event()): the code's own fields to
         # begin with.
-        self._clean: set[Any] = set(_CODE_FIELDS)
-        self._scan = text or bool(own)
+        self.clean: set[Any] = set(_CODE_FIELDS)
+        self.scans_text = text or bool(own)
 
     def secret_key(self, key: str) -> bool:
         known = self._known.get(key)
@@ -143,7 +143,7 @@ class Scrubber:
 
     def text(self, value: str) -> str:
         n = len(value)
-        if n < 8 or not self._scan:
+        if n < 8 or not self.scans_text:
             return value
         lower = value.lower()
         search = self._triggers.search
@@ -170,20 +170,20 @@ class Scrubber:
         """True when ``key`` is known to be no secret's, now added to the clean keys (bounded
         as ``event`` bounds them). The compiled fast path asks on a key's first use, so that
         its events can be written on the caller's thread (events.py "Wire items")."""
-        if key in self._clean:
+        if key in self.clean:
             return True
-        if self._scan or len(self._clean) >= 4096 or self.secret_key(key):
+        if self.scans_text or len(self.clean) >= 4096 or self.secret_key(key):
             return False
-        self._clean.add(key)
+        self.clean.add(key)
         return True
 
     def event(self, event: dict[str, Any], plain: bool = False) -> None:
         """Scrub ``event`` in place. ``plain``: every value is a str, number, bool or None
         (the handler's fast path makes only such events)."""
-        if plain and not self._scan:
+        if plain and not self.scans_text:
             # By key only, on a flat event: a set difference in C leaves the keys not seen yet
             # (the same dozen recur event after event), and only those are looked at.
-            clean = self._clean
+            clean = self.clean
             if clean.issuperset(event):  # the common case, in C, with no set built
                 return
             rest = event.keys() - clean
@@ -192,15 +192,15 @@ class Scrubber:
                     value = event[key]
                     if value is not None and value != "":
                         event[key] = REDACTED
-                elif len(self._clean) < 4096:
-                    self._clean.add(key)
+                elif len(self.clean) < 4096:
+                    self.clean.add(key)
             return
         # Inlined for the common event (flat, short strings): this runs for every event on the
         # flusher thread, where its cost is the shipper's throughput.
         code = _CODE_FIELDS
         known = self._known
         text = self.text
-        scan = self._scan
+        scan = self.scans_text
         changes: list[tuple[str, Any]] | None = None
         for key, value in event.items():
             if key in code:
@@ -289,9 +289,9 @@ class Finisher:
         grows the set), for the compiled item_events to skip the call; None when every event
         needs the call (exclusions, renames, text scanning)."""
         scrubber = self._scrubber
-        if self._exclude or self._renames or scrubber is None or scrubber._scan:
+        if self._exclude or self._renames or scrubber is None or scrubber.scans_text:
             return None
-        return scrubber._clean
+        return scrubber.clean
 
     def wire_scrubber(self) -> tuple[set[Any] | None, Callable[[str], bool] | None] | None:
         """For a writer that leaves the excluded fields out and renames the fields itself (the
@@ -301,9 +301,9 @@ class Finisher:
         scrubber = self._scrubber
         if scrubber is None:
             return None, None
-        if scrubber._scan:
+        if scrubber.scans_text:
             return None
-        return scrubber._clean, scrubber.learn
+        return scrubber.clean, scrubber.learn
 
     @property
     def renames(self) -> tuple[tuple[str, str], ...]:

@@ -45,12 +45,13 @@ from .._wire.imports import ImportsRestored, preload_http
 from . import lifecycle as lifecycle
 from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
-from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
+from .fastpath import ItemPlan, item_plan
+from .guard import _SENDERS, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
 from .policy import Cause
 from .reporter import Reporter
-from .sampling import Sampler, trace_fraction
+from .sampling import ABSENT, Sampler
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -163,10 +164,10 @@ class Shipper:
         queueing; None when not configured."""
         return self._sampler
 
-    def wire(self) -> tuple[Any, ...] | None:
-        """What the compiled fast path needs to queue events as their final JSON (events.py
-        "Wire items"), or None when the flusher has work to do per event."""
-        return self._sender.wire()
+    def item_plan(self) -> ItemPlan | None:
+        """What the compiled fast path needs to queue events as their final JSON
+        (fastpath.ItemPlan), or None when the flusher has work to do per event."""
+        return item_plan(self.options, self._sender.finish)
 
     # ------------------------------------------------------------------ application side
 
@@ -178,7 +179,7 @@ class Shipper:
         encoded on the flusher thread.
         """
         try:
-            if _get_ident() in _SENDERS and own_record(None):
+            if _SENDERS and own_record(None):
                 return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
@@ -189,11 +190,9 @@ class Shipper:
             size = _estimate(event)
             event[_SIZE] = size
             sampler = self._sampler
-            if sampler is not None:
-                rate = sampler.rate(event.get("level"), event.get("logger"))
-                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event["trace_id"])
-                                                   if "trace_id" in event else sampler.static):
-                    return self._ledger.drop(Fate.DROPPED_SAMPLED)
+            if sampler is not None and not sampler.decide(
+                    event.get("level"), event.get("logger"), event.get("trace_id", ABSENT)):
+                return self._ledger.drop(Fate.DROPPED_SAMPLED)
             hold = self._hold
             if hold is not None and hold.take(event, size, level_number(event.get("level"))):
                 return True
