@@ -1,18 +1,25 @@
 /* loghandler._speedups: the compiled hot path, the same rules as the Python code it stands in
- * for. loghandler/_compiled.py alone decides whether it is used, and hands it everything it
- * needs in one configure(**table) call; the Python code stays the reference, and
- * tests/test_speedups.py proves the two equal on generated and hostile input.
+ * for. loghandler/_engine/compiled.py alone decides whether it is used, and hands it everything
+ * it needs in one configure(**table) call; what a front end hands it is the named contract of
+ * loghandler/_engine/fastpath.py (checked field by field in configure). The Python code stays
+ * the reference, and tests/test_speedups*.py prove the two equal on generated and hostile input.
  *
- *   1. module state: what configure() hands over, kept per module (multi-phase init)
- *   2. errors on the caller's path: only an Exception is handled here
- *   3. the caller's path: a plain record's message and event (events.fast_head and the
- *      handler's fast path)
- *   4. wire items: a plain record's event as its final JSON (events.py "Wire items")
- *   5. record_put: the record's queue item, and the ledger contract (the lock-free append)
- *   6. the flusher's path: _time and level formatted (_time.format_epoch's twin), item_events
- *      (format_items), items_size
- *   7. handle: IngestHandler.handle for the common record
- *   8. the module
+ * Its sections, by job, in this order (each opens with a "----- name" line):
+ *   module state       what configure() hands over, kept per module (multi-phase init), and
+ *                      the contract's field indexes
+ *   errors             only an Exception is handled on the caller's path
+ *   plain events       a plain record's message and event (events.fast_head's twin)
+ *   the JSON writer    an event as its final JSON (events.py "Wire items")
+ *   context and span   what a loghandler.context and the current span add, as JSON
+ *   sampling           Sampler.decide's twin, from fastpath.SamplePlan
+ *   record items       a record's pre-encoded item, from fastpath.ItemPlan
+ *   a record's way     the queue item of a record
+ *   an event's way     sampling, the item, hold-until-error, the queue (FrontEnd._queue's twin)
+ *   the flusher        _time and level formatted, item_events (format_items), items_size,
+ *                      wire_view, admit_repeats
+ *   handle             IngestHandler.handle for the common record
+ *   the other fronts   IngestProcessor, IngestSink, IngestLogRecordProcessor's calls
+ *   the module         configure, front_method, the method table
  *
  * Nothing here may crash the host: every C API call's failure is checked. An Exception raised
  * on the way (by the application's __str__, by memory running out) sends the record to the
@@ -48,7 +55,7 @@
 #define unicode_ready(s) 0 /* every str is ready from 3.12 on */
 #endif
 
-/* ------------------------------------------------------------------ 1. module state */
+/* ------------------------------------------------------------------ module state */
 
 /* The last JSON written for one head field's string (a logger's name, a function's, a file's
  * path, a thread's name: they repeat from record to record). A strong reference: an address
@@ -60,7 +67,7 @@ typedef struct {
     char json[HEAD_CACHE_BYTES];
 } HeadCache;
 
-/* A context's fields as JSON members, once per context (section 5): the merged dict a
+/* A context's fields as JSON members, once per context (context and span): the merged dict a
  * loghandler.context stores is never changed, so its members are written once and copied into
  * every event logged inside it. */
 #define CTX_MEMBERS 32
@@ -113,7 +120,7 @@ typedef struct {
     PyObject *span_source;         /* context.span_source */
     PyObject *head_set;            /* frozenset of the event keys of the head */
     PyObject *loads;               /* json.loads, for wire_view's values other than str */
-    /* The other front ends (section 12): structlog's method names' levels and the keys its
+    /* The other front ends (the other fronts): structlog's method names' levels and the keys its
      * careful path must see; time.time; loguru's record read for the head (model.HEAD's
      * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
     PyObject *method_levels, *structlog_skip, *now, *loguru_head, *level_number;
@@ -141,7 +148,7 @@ typedef struct {
     /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
-    /* The last contexts' and spans' JSON (section 5), used under the GIL. */
+    /* The last contexts' and spans' JSON (context and span), used under the GIL. */
     struct CtxEntry *ctx_cache;
     int ctx_next;
     struct SpanEntry *span_cache;
@@ -280,7 +287,7 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
-/* ------------------------------------------------------------------ 2. errors */
+/* ------------------------------------------------------------------ errors */
 
 /* After a call that failed: an Exception is this path's to handle (cleared, and the caller
  * falls back to the careful path); anything else (KeyboardInterrupt, SystemExit) stays set and
@@ -297,7 +304,7 @@ clear_if_exception(void)
     return 0;
 }
 
-/* ------------------------------------------------------------------ 3. the caller's path */
+/* ------------------------------------------------------------------ plain events */
 
 /* The value as the fast path keeps it: exact str, int, float, bool or None (model.PLAIN). */
 static inline int
@@ -426,10 +433,10 @@ fail:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ 4. wire items
+/* ------------------------------------------------------------------ the JSON writer
  *
  * A fast-path event as the very JSON the flusher would make of it (a bytes item), written on
- * the caller's thread when the shipper allows it (Shipper.wire: no context, no policy that
+ * the caller's thread when the shipper allows it (Shipper.item_plan: no context, no policy that
  * reads events, no field for the scrubber to look at). The flusher then only joins items into
  * a request body. The encoder's bytes for the same event, byte for byte (tests/test_speedups.py,
  * with orjson and with the standard library's encoder); what this cannot write as they do (a
@@ -791,7 +798,7 @@ put_key(State *st, Out *o, PyObject *key)
 
 static int format_time(State *st, double created, char out[28]);
 
-/* ------------------------------------------------------------------ 5. the caller's context
+/* ------------------------------------------------------------------ context and span
  *
  * What a loghandler.context and the current OpenTelemetry span add to an event (events.py
  * merge_context, on the flusher, for an event dict): the span's trace_id and span_id, then the
@@ -965,13 +972,13 @@ span_lookup(State *st, SpanEntry *out)
     return 1;
 }
 
-/* ------------------------------------------------------------------ 6. the caller's policies
+/* ------------------------------------------------------------------ sampling
  *
- * A front end's policy (_compiled.py, fast_path's fourth item): (trace_context, sample, hold).
- * sample: sampling.Sampler's tables, (levels, loggers, rand, trace_key, static fraction, drop,
- * trace_fraction, keep_level, kept_levels, kept); hold: (hold.level, hold.take). Sampling is decided before the event is
- * built (sampling.py): the level and logger give the rate; below 1, the trace id the event
- * would ship with, else the random source. */
+ * A front end's CallerPlan (fastpath.py): (trace_context, sample, hold); sample: a SamplePlan,
+ * sampling.Sampler's tables; hold: a HoldPlan, (level, take). Sampling is decided before the
+ * event is built, as Sampler.decide decides: the level and logger give the rate; below 1, the
+ * trace id the event would ship with (its own, the span's, the context's, fields='s), else the
+ * random source. */
 
 /* sampling.trace_fraction(value): a str whose last 16 characters are hex digits, computed
  * here; any other str is the Python function's to read; a value that is no str has none.
@@ -1135,13 +1142,13 @@ policy_ok(State *st, PyObject *policy)
     return 1;
 }
 
-/* ------------------------------------------------------------------ 7. wire items of records */
+/* ------------------------------------------------------------------ record items */
 
-/* What a wire item is made with: the shipper's wire (Shipper.wire: fields= as JSON, their
- * names, the scrubber's clean keys and learn, the excluded fields, a bit per head field
- * excluded) and the caller's context. */
+/* What a pre-encoded item is made with: the shipper's ItemPlan (Shipper.item_plan: fields= as
+ * JSON, their names, the scrubber's clean keys and learn, the excluded fields, a bit per head
+ * field excluded, field_names' renames) and the caller's context. */
 typedef struct Compose {
-    PyObject *wire;                /* the tuple (borrowed) */
+    PyObject *wire;                /* the ItemPlan (borrowed) */
     PyObject *fragment, *statics;  /* borrowed */
     PyObject *clean, *learn;       /* borrowed; NULL: no scrubber */
     PyObject *exclude;             /* borrowed; NULL: nothing excluded */
@@ -1912,24 +1919,7 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------ 8. a record's way */
-
-/* The item with its size, as a pair; steals item. None when the pair cannot be made (the
- * careful path); NULL to propagate. */
-static PyObject *
-pair(PyObject *item, Py_ssize_t size)
-{
-    PyObject *size_obj = PyLong_FromSsize_t(size);
-    PyObject *result = size_obj == NULL ? NULL : PyTuple_Pack(2, item, size_obj);
-    Py_DECREF(item);
-    Py_XDECREF(size_obj);
-    if (result == NULL) {
-        if (!clear_if_exception())
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    return result;
-}
+/* ------------------------------------------------------------------ a record's way */
 
 /* The record's queue item: its wire item (bytes) when c is given and the record is its case,
  * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
@@ -1980,7 +1970,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     return 1;
 }
 
-/* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
+/* The ledger contract (fastpath.py): gate is [queue, fast_len], which only the ledger
  * writes; append without the lock only while len(queue) < fast_len, and only items of at most
  * FAST_ITEM_BYTES (Intake.offer's test); anything else is put(item, size), locked. 0: done;
  * -1: an error to propagate (an Exception from put is the caller's: *failed set). */
@@ -2036,11 +2026,11 @@ call_front(PyObject *step, PyObject *const *args, Py_ssize_t nargs)
     return 0;
 }
 
-/* ------------------------------------------------------------------ the way of an event
+/* ------------------------------------------------------------------ an event's way
  *
  * What every front end's compiled call does after reading its event, as its Python path does
  * (FrontEnd._queue): the caller's context, sampling, the item, hold-until-error, the queue.
- * fast: the front end's (gate, wire, put, policy). */
+ * fast: the front end's FastPath (fastpath.py). */
 typedef struct {
     PyObject *self, *gate, *put, *sample, *hold;  /* borrowed (the caller holds fast) */
     PyObject *queue, *invalid, *python_path;      /* the FastPath's, borrowed */
@@ -2302,7 +2292,7 @@ static PyObject *
 not_configured(void)
 {
     PyErr_SetString(PyExc_RuntimeError,
-                    "loghandler._speedups is not configured (loghandler/_compiled.py does it)");
+                    "loghandler._speedups is not configured (loghandler/_engine/compiled.py does it)");
     return NULL;
 }
 
@@ -2328,31 +2318,7 @@ record_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-/* record_item(d, wire=None) -> (item, size) | None: the queue item alone (no context, no
- * policy), as the tests compare it with the Python path's. */
-static PyObject *
-record_item_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    State *st = get_state(module);
-    if (!st->configured)
-        return not_configured();
-    if (nargs != 1 && nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "record_item(d, wire=None)");
-        return NULL;
-    }
-    Compose c;
-    int wired = nargs == 2 && args[1] != Py_None && compose_wire(st, args[1], &c);
-    PyObject *item;
-    Py_ssize_t size = 0;
-    int got = record_item(st, args[0], wired ? &c : NULL, &item, &size);
-    if (got < 0)
-        return NULL;
-    if (got == 0)
-        Py_RETURN_NONE;
-    return pair(item, size);
-}
-
-/* ------------------------------------------------------------------ 9. the flusher's path */
+/* ------------------------------------------------------------------ the flusher */
 
 /* Days since 1970-01-01 as a proleptic Gregorian date (days >= 0): the civil-from-days
  * algorithm of eras of 400 years (146,097 days each), as gmtime computes it. */
@@ -3115,14 +3081,14 @@ error:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ 10. handle
+/* ------------------------------------------------------------------ handle
  *
- * IngestHandler.handle for the common record: the Python handle (the handler's
- * _handle_python, which it stands in for) and the record's way (record_way), without their
- * bytecode. It reads, from the handler's own __dict__, ``filters`` and ``_fast_path``
- * (_compiled.fast_path's (gate, wire, put, policy)), and nothing else. Anything else -- a thread
- * inside loghandler's own sending, filters, a record of another class, a handler without a
- * fast path (a subclass's emit, a formatter) -- is _handle_python's, called as it is. */
+ * IngestHandler.handle for the common record: the Python handle (its twin, which
+ * front_method was given) and the record's way (record_way), without their bytecode. It reads,
+ * from the handler's own __dict__, ``filters`` and the fast path (fastpath.ATTRIBUTE: a
+ * FastPath), and nothing else. Anything else -- a thread inside loghandler's own sending,
+ * filters, a record of another class, a handler without a fast path (a subclass's emit, a
+ * formatter) -- is the twin's, called as it is. */
 
 static PyObject *
 handle_done(State *st, PyObject *record)
@@ -3190,16 +3156,17 @@ python:;
     return PyObject_Vectorcall(st->fallback[F_HANDLE], call_args, 2, NULL);
 }
 
-/* ------------------------------------------------------------------ 12. the other front ends
+/* ------------------------------------------------------------------ the other fronts
  *
  * IngestProcessor.__call__ (structlog), IngestSink.__call__ (loguru) and the queueing of an
  * OpenTelemetry record's event (IngestLogRecordProcessor), compiled: each reads its event the
  * way its Python path does, then takes the way of an event above (sampling, a wire item,
- * hold, the queue). What they do not take is their Python path's, called as it is: ``_put``
- * (told whether sampling kept the event already). Their fast path is the front end's
- * ``_fast_path`` attribute (a slot), as the handler's. */
+ * hold, the queue). What they do not take is their Python path's, called as it is (the
+ * FastPath's python_path, or the twin front_method was given when there is no fast path; told
+ * whether sampling kept the event already). Their fast path is read as the handler's. */
 
-/* self._fast_path: a new reference, or NULL (none, or not readable: the Python path). */
+/* The front end's fast path (fastpath.ATTRIBUTE): a new reference, or NULL (none, or not
+ * readable: the Python path). */
 static PyObject *
 front_fast(State *st, PyObject *self)
 {
@@ -3823,7 +3790,7 @@ out:
     return result;
 }
 
-/* ------------------------------------------------------------------ 11. the module */
+/* ------------------------------------------------------------------ the module */
 
 static int
 intern_into(PyObject **slot, const char *text)
@@ -3923,7 +3890,7 @@ front_method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
-/* configure(**table): everything the module needs, from loghandler/_compiled.py (its _table()
+/* configure(**table): everything the module needs, from loghandler/_engine/compiled.py (its table()
  * names each item and where it comes from). Replaces what an earlier call set. */
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *table)
@@ -4067,13 +4034,10 @@ static PyMethodDef methods[] = {
      "front_method(kind, python) -> method: a front end's compiled call, told its Python "
      "twin."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(**table): the event model and what handle() reads (loghandler/_compiled.py)."},
+     "configure(**table): the event model and what handle() reads (loghandler/_engine/compiled.py)."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
      "record_put(handler, record, fast) -> bool: the record's way on the compiled path "
      "(sampling, its item, hold, the queue); False: nothing done, the careful path's."},
-    {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
-     "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
-     "item or the fast path's event), no context, no policy."},
     {"otel_put", (PyCFunction)(void (*)(void))otel_put, METH_FASTCALL,
      "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
      "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
@@ -4172,7 +4136,7 @@ static PyModuleDef_Slot slots[] = {
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
 #ifdef Py_mod_gil
-    /* Not proven safe without the GIL: _compiled uses the Python path on such builds. */
+    /* Not proven safe without the GIL: compiled.py uses the Python path on such builds. */
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

@@ -31,6 +31,7 @@ from loghandler import IngestHandler
 from loghandler._encoding import encode
 from loghandler._engine import compiled as _compiled
 from loghandler._engine.events import RECORD, SIZE, item_events, record_to_event
+from loghandler._engine.fastpath import CallerPlan, FastPath
 from loghandler._engine.shaping import make_finisher
 from loghandler.testing import LocalService
 
@@ -38,6 +39,28 @@ TOKEN = "speedups-token"
 PURE = os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0")
 # The extension itself, in both runs (turned off or not, it is compared with the Python path).
 EXT = _compiled.extension()
+
+
+class _Dict:
+    """Anything whose ``__dict__`` is the dict given: record_put reads a record's ``__dict__``."""
+
+
+def record_item(ext: Any, d: dict[Any, Any], plan: Any = None) -> tuple[Any, int] | None:
+    """The queue item the extension makes of a record's dict ``d`` (its ``record_put``, through
+    a FastPath that keeps what it queues: no context, no policy; ``plan``: an ItemPlan, for
+    pre-encoded items) as (item, size); None when it leaves the record to the careful path."""
+    got: list[tuple[Any, int]] = []
+
+    def keep(item: Any, size: int, *rest: Any) -> bool:
+        got.append((item, size))
+        return True
+
+    holder = _Dict()
+    holder.__dict__ = d
+    fast = FastPath([collections.deque(), 0], plan, keep, CallerPlan(False, None, None), keep,
+                    lambda: False, lambda *args: None)
+    ext.record_put(None, holder, fast)
+    return got[0] if got else None
 
 
 def test_the_compiled_path_is_built_and_in_use() -> None:
@@ -92,11 +115,11 @@ def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool 
 
 
 def compiled_item(record: logging.LogRecord) -> Any:
-    """The queue item the extension makes of ``record`` (record_item: no wire), or, for what
+    """The queue item the extension makes of ``record`` (record_item: no plan), or, for what
     it leaves to the careful path, that path's (record_to_event), as the compiled handle does.
     In both runs: the extension is compared with the Python path whether it is in use or not.
     (A record of another class never reaches it: the compiled handle checks the type.)"""
-    got = EXT.record_item(record.__dict__) if type(record) is logging.LogRecord else None
+    got = record_item(EXT, record.__dict__) if type(record) is logging.LogRecord else None
     if got is None:
         event, size = record_to_event(record)
         event[SIZE] = size
@@ -250,7 +273,7 @@ def test_hostile_records_never_crash_and_match_python(
     queues ships as the Python path's event."""
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    EXT.record_item(record.__dict__)  # must neither crash nor raise
+    record_item(EXT, record.__dict__)  # must neither crash nor raise
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     fast_item = queued_or_none(fast, record)  # nor as handle()
@@ -277,18 +300,16 @@ def test_record_item_refuses_what_it_does_not_know() -> None:
     does nothing and says so (False: the careful path's)."""
     _speedups = EXT
     wire = (b"", frozenset(), None, None, frozenset(), 0)
-    for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
-        assert _speedups.record_item(bad) is None
-        assert _speedups.record_item(bad, wire) is None
-        assert _speedups.record_item(bad, ("x", 1, 2, 3)) is None
+    for bad in ({}, {"msg": 1}, {"msg": "m"}, {1: 2}):
+        assert record_item(_speedups, bad) is None
+        assert record_item(_speedups, bad, wire) is None
+        assert record_item(_speedups, bad, ("x", 1, 2, 3)) is None
     record = _plain()
     for fast in (None, (), ([collections.deque(), 10], None, None), (1, 2, 3, 4),
                  ([collections.deque(), 10], None, None, (True, "x", None))):
         assert _speedups.record_put(object(), record, fast) is False
     with pytest.raises(TypeError):
         _speedups.record_put()
-    with pytest.raises(TypeError):
-        _speedups.record_item()
     for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
         assert _speedups.format_record(bad) is False
 
@@ -305,7 +326,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
     spec.loader.exec_module(other)  # a second instance, with its own (empty) state
     assert other is not EXT
     with pytest.raises(RuntimeError, match="not configured"):
-        other.record_item({})
+        other.record_put(None, _Dict(), None)
     table = _compiled.table()
     with pytest.raises(TypeError, match="levels"):
         other.configure(**{**table, "levels": [("INFO", "info")]})
@@ -315,7 +336,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
         other.configure(**missing)
     other.configure(**table)
     record = _plain(extra_key="v")
-    assert other.record_item(record.__dict__)[0] == EXT.record_item(record.__dict__)[0]
+    assert record_item(other, dict(record.__dict__)) == record_item(EXT, record.__dict__)
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -512,10 +533,10 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
 
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
-    """record_item's item for ``record`` with the shipper's wire (queued nowhere)."""
+    """record_item's item for ``record`` with the shipper's item plan (queued nowhere)."""
     wire = handler.shipper.item_plan()
     assert wire is not None
-    got = EXT.record_item(record.__dict__, wire)
+    got = record_item(EXT, record.__dict__, wire)
     return None if got is None else got[0]
 
 
@@ -810,7 +831,7 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
 
     runs = []
     for admit in (EXT.admit_repeats, None):
-        sel = Selector(None, None, limit, window, max_keys=max_keys)
+        sel = Selector(limit, window, max_keys=max_keys)
         got = []
         for k, now in enumerate((0.0, 1.0, 3.0)):
             got.append(sel.select(batch(k), now, admit=admit))

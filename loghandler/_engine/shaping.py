@@ -9,11 +9,9 @@ beside the context (``hold.py``) and is reached only inside a ``loghandler.conte
   and scrubs secrets (``scrub``): by key anywhere in the event (the default, "keys": a dict
   lookup per key), and with "all" by value pattern in every string (the message, extras,
   nested values, the exception's text: a scan of each string, about 1.5 us an event).
-- ``Selector``: per batch, decides which events ship: sampling by level and logger
-  (``sample_levels``, ``sample_loggers``; trace-consistent: an event with a ``trace_id`` is kept
-  exactly when its trace is, so a trace stays whole) and repeat suppression (``repeat_limit``
-  per ``repeat_window``: after N identical events, the rest of the window is counted and one
-  summary event says how many were suppressed).
+- ``Selector``: per batch, repeat suppression (``repeat_limit`` per ``repeat_window``: after N
+  identical events, the rest of the window is counted and one summary event says how many were
+  suppressed). Sampling is decided earlier, on the callers' threads (``sampling.py``).
 - ``identity_fields``: who sent it (service, environment, version, host), from arguments and
   the environment (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), added like ``fields=``.
 
@@ -24,7 +22,6 @@ Every event a policy drops is counted under its own reason (``dropped_sampled``,
 from __future__ import annotations
 
 import os
-import random
 import re
 import socket
 import time
@@ -34,7 +31,6 @@ from typing import Any
 
 from .._encoding import free_name
 from .events import admit_repeats, wire_view
-from .sampling import Sampler, trace_fraction
 
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
@@ -362,21 +358,18 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 
 
 class Selector:
-    """Decides, per batch on the flusher thread, which events ship (see the module docstring).
+    """Decides, per batch on the flusher thread, which events ship: repeats (see the module
+    docstring). Sampling is not its: it is decided on the callers' threads
+    (``sampling.Sampler.decide``).
 
-    ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
-    summaries are new events the caller submits (they are counted as submitted). The shippers'
-    flusher gives it repeats only: sampling is decided on the callers' threads
-    (``sampling.Sampler``, which this uses for the rates it is given)."""
+    ``select(events, now)`` returns ``(kept, repeats_suppressed, summaries)``; summaries are
+    new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_key", "_limit", "_max_keys", "_sampler", "_seen", "_trace", "_window")
+    __slots__ = ("_key", "_limit", "_max_keys", "_seen", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
-    def __init__(self, sample_levels: Mapping[str, float] | None,
-                 sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random,
-                 keep_level: int | None = None,
+    def __init__(self, repeat_limit: int, repeat_window: float,
                  field_names: Mapping[str, str] | None = None, *,
                  max_keys: int = MAX_KEYS) -> None:
         # The events reach the selector with their shipped names (Finisher ran first): a
@@ -384,9 +377,6 @@ class Selector:
         names = field_names or {}
         self._key = (names.get("message", "message"), "event", names.get("logger", "logger"),
                      names.get("level", "level"))
-        self._trace = names.get("trace_id", "trace_id")
-        self._sampler = (Sampler(sample_levels, sample_loggers, rand, keep_level=keep_level)
-                         if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
@@ -398,32 +388,25 @@ class Selector:
 
     def select(self, events: list[Any], now: float | None = None, *,
                admit: Callable[..., Any] | None = admit_repeats
-               ) -> tuple[list[Any], int, int, list[dict[str, Any]]]:
+               ) -> tuple[list[Any], int, list[dict[str, Any]]]:
         """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
         None for the Python reference (the property tests run both)."""
         now = time.monotonic() if now is None else now
-        sampler = self._sampler
-        kept: list[Any] = []
-        sampled = repeats = 0
-        summaries = self.expired(now) if self._limit is not None else []
-        if sampler is None and self._limit is not None and admit is not None:
+        summaries = self.expired(now)
+        if admit is not None:
             # The compiled twin of the loop below (_admit), over the batch at once.
             kept, repeats, ended = admit(events, self._seen, float(now), float(self._window),
                                          self._limit, self._max_keys, self._key)
             summaries += [self._summary(key, entry) for key, entry in ended]
-            return kept, 0, repeats, summaries
-        _, _, logger, level = self._key
+            return kept, repeats, summaries
+        kept = []
+        repeats = 0
         for event in events:
-            if sampler is not None and type(event) is dict:
-                rate = sampler.rate(event.get(level), event.get(logger))
-                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get(self._trace))):
-                    sampled += 1
-                    continue
-            if self._limit is not None and not self._admit(event, now, summaries):
+            if not self._admit(event, now, summaries):
                 repeats += 1
                 continue
             kept.append(event)
-        return kept, sampled, repeats, summaries
+        return kept, repeats, summaries
 
     def _admit(self, event: Any, now: float, summaries: list[dict[str, Any]]) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so

@@ -63,8 +63,7 @@ class Worker:
                                     opts.scrub_patterns, opts.field_names)
         # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
         # threads (sampling.py), before an event is queued.
-        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window,
-                                  field_names=opts.field_names)
+        self.selector = (Selector(opts.repeat_limit, opts.repeat_window, opts.field_names)
                          if opts.repeat_limit else None)
         # The selector's state (repeat windows) is shared with application threads that spill
         # a full queue (spill_from_caller): held only for its CPU work, never across I/O.
@@ -210,10 +209,7 @@ class Worker:
         # its reason; a repeat window's summary is queued as an event of its own.
         assert self.selector is not None
         with self.select_lock:
-            kept, sampled, repeats, summaries = self.selector.select(
-                cast("list[dict[str, Any]]", events))
-        if sampled:
-            self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
+            kept, repeats, summaries = self.selector.select(cast("list[dict[str, Any]]", events))
         if repeats:
             self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
         self._queue_summaries(summaries)
@@ -240,9 +236,7 @@ class Worker:
             events = item_events(items, opts.fields, self.finish)
             if self.selector is not None:
                 with self.select_lock:
-                    kept, sampled, repeats, summaries = self.selector.select(events)
-                if sampled:
-                    ledger.settle_side(first, sampled, Fate.DROPPED_SAMPLED)
+                    kept, repeats, summaries = self.selector.select(events)
                 if repeats:
                     ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
                 self._queue_summaries(summaries)
