@@ -145,7 +145,7 @@ typedef struct {
         *s_levelno, *s_levelname, *s_name, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
         *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
         *s_attributes, *s_dict, *s_032x, *s_016x;
-    /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
+    /* format_epoch's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
     /* The last contexts' and spans' JSON (context and span), used under the GIL. */
@@ -796,7 +796,7 @@ put_key(State *st, Out *o, PyObject *key)
     return 0;
 }
 
-static int format_time(State *st, double created, char out[28]);
+static int format_epoch(State *st, double created, char out[28]);
 
 /* ------------------------------------------------------------------ context and span
  *
@@ -1634,7 +1634,7 @@ restart:
      * order, as model.HEAD has them. */
     char ts[28];
     if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || level == NULL ||
-        !PyUnicode_CheckExact(level) || format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+        !PyUnicode_CheckExact(level) || format_epoch(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
     Renamed rn;
@@ -1860,7 +1860,7 @@ restart:
         }
         if (ms->m[i].kind == M_TIME) {
             char ts[28];
-            if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
+            if (format_epoch(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
                 out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
                 out_put(dst, "\"", 1) < 0)
                 goto done;
@@ -2341,7 +2341,7 @@ civil_from_days(long long days, int *year, int *month, int *day)
  * as _time.py keeps it. 0: done; -1: not its case (before 1970, past year 9999, not finite):
  * the Python path writes it. */
 static int
-format_time(State *st, double created, char out[28])
+format_epoch(State *st, double created, char out[28])
 {
     if (!isfinite(created) || created < 0 || created >= 253402300800.0) /* year 10000 */
         return -1;
@@ -2393,7 +2393,7 @@ format_fields(State *st, PyObject *event)
     if (level == NULL || !PyFloat_CheckExact(created) || !PyUnicode_CheckExact(level))
         return PyErr_Occurred() ? -1 : 0;
     char buf[28];
-    if (format_time(st, PyFloat_AS_DOUBLE(created), buf) < 0)
+    if (format_epoch(st, PyFloat_AS_DOUBLE(created), buf) < 0)
         return 0;
     PyObject *mapped = PyDict_GetItemWithError(st->levels, level);
     if (mapped == NULL)
@@ -3279,7 +3279,7 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyObject *now = PyObject_CallNoArgs(st->now);
             char ts[28];
             if (now != NULL && PyFloat_CheckExact(now) &&
-                format_time(st, PyFloat_AS_DOUBLE(now), ts) == 0)
+                format_epoch(st, PyFloat_AS_DOUBLE(now), ts) == 0)
                 add_time = PyUnicode_FromStringAndSize(ts, 27);
             Py_XDECREF(now);
         }

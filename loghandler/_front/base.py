@@ -16,11 +16,11 @@ from .._engine import compiled
 from .._engine.context import in_use, snapshot
 from .._engine.fastpath import CallerPlan, FastPath, HoldPlan, ItemPlan, SamplePlan, fast_path
 from .._engine.guard import SENDERS, own_record
-from .._engine.hold import Hold, level_number
+from .._engine.hold import Hold
 from .._engine.ledger import Fate, Intake
-from .._engine.model import CONTEXT, LEVELS, RECORD, SIZE
-from .._engine.sampling import ABSENT, Sampler, trace_fraction
-from .._engine.shipper import Shipper, make_shipper
+from .._engine.model import CONTEXT
+from .._engine.sampling import Sampler, trace_fraction
+from .._engine.shipper import Shipper, make_shipper, queue_built
 from .._engine.stats import Stats
 from .._wire.client import Client
 
@@ -101,15 +101,8 @@ class FrontEnd:
                 snap = snapshot(trace and self.shipper.options.trace_context)
                 if snap:
                     event[CONTEXT] = snap
-            sampler = self._sampler
-            if sampler is not None and not sampled and not _sampled_in(sampler, event, snap):
-                return self._intake.drop(Fate.DROPPED_SAMPLED)
-            event[SIZE] = size
-            if contextual:
-                hold = self._hold
-                if hold is not None and hold.take(event, size, level_number(level)):
-                    return True
-            return self._intake.offer(event, size)
+            return queue_built(self._intake, self._sampler, self._hold if contextual else None,
+                               event, size, level, snap, sampled)
         except Exception:
             return self._invalid()
 
@@ -142,16 +135,3 @@ class FrontEnd:
         """The shipper's counters (see ``Shipper.stats``)."""
         return self.shipper.stats()
 
-
-def _sampled_in(sampler: Sampler, event: dict[Any, Any],
-                snap: tuple[dict[str, Any], int, int] | None) -> bool:
-    """``Sampler.decide`` for a built event: its level as shipped (a fast path's event holds
-    the record's level name: item_events' rule), its logger, its own trace id, the span's and
-    the context's."""
-    level = event.get("level")
-    if RECORD in event and type(level) is str:
-        level = LEVELS.get(level) or level.lower()
-    if snap is None:
-        return sampler.decide(level, event.get("logger"), event.get("trace_id", ABSENT))
-    return sampler.decide(level, event.get("logger"), event.get("trace_id", ABSENT), snap[1],
-                          snap[0].get("trace_id", ABSENT))
