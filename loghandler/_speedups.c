@@ -75,7 +75,7 @@ typedef struct {
 enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4, CTX_TIME_LEVEL = 8 };
 typedef struct CtxEntry {
     PyObject *fields;            /* the merged dict (a strong reference: the cache's key) */
-    PyObject *checked;           /* the wire tuple every member passed (strong), or NULL */
+    PyObject *checked;           /* the ItemPlan every member passed (strong), or NULL */
     PyObject *checked_flat;      /* the same, for a flat event (no head of its own) */
     PyObject *keys[CTX_MEMBERS]; /* strong */
     PyObject *trace;             /* strong: its "trace_id" value, or NULL */
@@ -153,7 +153,7 @@ typedef struct {
     int ctx_next;
     struct SpanEntry *span_cache;
     int span_next;
-    /* The last wire tuple read (compose_wire), and what was read of it. */
+    /* The last ItemPlan read (compose_wire), and what was read of it. */
     PyObject *last_wire;
     struct Compose *last_compose;
 } State;
@@ -1168,7 +1168,7 @@ typedef struct Compose {
 
 static int read_wire(State *st, PyObject *wire, Compose *c);
 
-/* 1: wire is a wire tuple, read into c; 0: not one. The last one read is kept (a strong
+/* 1: wire is an ItemPlan, read into c; 0: not one. The last one read is kept (a strong
  * reference: its items stay alive), as one shipper's events come one after another. */
 static int
 compose_wire(State *st, PyObject *wire, Compose *c)
@@ -1379,7 +1379,7 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
             PyObject *old = *slot;
             *slot = Py_NewRef(c->wire);
             Py_XDECREF(old);
-            /* (a wire tuple's last reference holds no code to run) */
+            /* (an ItemPlan's last reference holds no code to run) */
             e = ctx_entry(st, c->fields);
             if (e == NULL)
                 return -1;

@@ -21,7 +21,7 @@ thread only while ``context.in_use``): ``item_events`` adds those the event lack
 shipper's ``fields=``.
 
 Wire items. On the compiled path (``_speedups.c``), when the shipper has nothing to do per event
-(``Shipper.wire``: no context, no sampling or repeat policy, no exclusion, no field the
+(``Shipper.item_plan``: no context, no sampling or repeat policy, no exclusion, no field the
 scrubber has not cleared, no clash with ``fields=``), the handler's fast path queues the event's
 final JSON instead: a ``bytes`` item, exactly what ``item_events`` and the encoder would have
 made of the dict, built on the caller's thread in C. The flusher only joins such items into a
