@@ -57,8 +57,7 @@ class Sampler:
     ``rate(level, logger)``: the fraction kept of events of that level (the event's level
     name, as shipped) and logger (the longest matching prefix among ``sample_loggers``, a
     logger or any of its children); the smaller of the two applies, and 1 at
-    ``sample_keep_level`` and above. ``keep(rate, fraction)``:
-    the decision for one event whose rate is below 1.
+    ``sample_keep_level`` and above.
     """
 
     __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "record_rates",
@@ -145,11 +144,8 @@ class Sampler:
             fraction = trace_fraction(context_trace)
         else:
             fraction = self.static
-        return self.keep(rate, fraction)
-
-    def keep(self, rate: float, fraction: float | None) -> bool:
-        """Keep an event of ``rate`` (below 1)? ``fraction``: its shipped trace id's
-        (``trace_fraction``, ``span_fraction``), None when it has none."""
+        # A trace id's fraction, when it ships with one (and exclude_fields leaves it): every
+        # shipper keeps or drops a trace's events together; else the random source.
         if fraction is None or not self.trace_key:
             return self.rand() < rate
         return fraction < rate
