@@ -30,8 +30,8 @@ if variant == "fields":
     opts["fields"] = {"service": "checkout", "env": "prod", "version": "1.4.2", "host": "web-7"}
 if variant == "dict":
     # The event dict a wire item stands in for (the Python path's item): scanning text for
-    # secrets gives the flusher work per event, so the shipper offers no wire (Shipper.wire)
-    # and nothing else changes on the caller's thread.
+    # secrets gives the flusher work per event, so the shipper offers no item plan
+    # (Shipper.item_plan) and nothing else changes on the caller's thread.
     opts["scrub"] = "all"
 handler = loghandler.IngestHandler("bench", token="t", url="http://127.0.0.1:9", **opts)
 log = logging.getLogger("bench")

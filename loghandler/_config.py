@@ -7,14 +7,13 @@ arguments (token, address, ...) are the wire's: ``_wire/settings.py``.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
-import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, get_args
 
+from ._documented import documented as documented  # the front ends read it here
 from ._errors import ConfigurationError
 from ._output import clip
 from ._wire.settings import CLIENT_ARG_NAMES, env
@@ -481,21 +480,3 @@ SEND_DOC = """\
             the front end is built and sends nothing (one line on stderr says so, once a
             process); False ships nothing. Default: ``LOGHANDLER_SEND``, else True.
 """
-
-_T = TypeVar("_T")
-
-
-def documented(*sections: tuple[str, str]) -> Callable[[_T], _T]:
-    """Class decorator: add ``(heading, body)`` sections to the class's docstring."""
-
-    def decorate(cls: _T) -> _T:
-        doc = inspect.cleandoc(cls.__doc__ or "")
-        # Before the docstring's "Raises:", where a reader looks for arguments.
-        head, raises, tail = doc.partition("\n\nRaises:")
-        for heading, body in sections:
-            entries = textwrap.indent(textwrap.dedent(body).rstrip(), "    ")
-            head += f"\n\n{heading}\n{entries}"
-        cls.__doc__ = head + raises + tail
-        return cls
-
-    return decorate

@@ -1,18 +1,25 @@
 /* loghandler._speedups: the compiled hot path, the same rules as the Python code it stands in
- * for. loghandler/_compiled.py alone decides whether it is used, and hands it everything it
- * needs in one configure(**table) call; the Python code stays the reference, and
- * tests/test_speedups.py proves the two equal on generated and hostile input.
+ * for. loghandler/_engine/compiled.py alone decides whether it is used, and hands it everything
+ * it needs in one configure(**table) call; what a front end hands it is the named contract of
+ * loghandler/_engine/fastpath.py (checked field by field in configure). The Python code stays
+ * the reference, and tests/test_speedups*.py prove the two equal on generated and hostile input.
  *
- *   1. module state: what configure() hands over, kept per module (multi-phase init)
- *   2. errors on the caller's path: only an Exception is handled here
- *   3. the caller's path: a plain record's message and event (events.fast_head and the
- *      handler's fast path)
- *   4. wire items: a plain record's event as its final JSON (events.py "Wire items")
- *   5. record_put: the record's queue item, and the ledger contract (the lock-free append)
- *   6. the flusher's path: _time and level formatted (_time.format_epoch's twin), item_events
- *      (format_items), items_size
- *   7. handle: IngestHandler.handle for the common record
- *   8. the module
+ * Its sections, by job, in this order (each opens with a "----- name" line):
+ *   module state       what configure() hands over, kept per module (multi-phase init), and
+ *                      the contract's field indexes
+ *   errors             only an Exception is handled on the caller's path
+ *   plain events       a plain record's message and event (events.fast_head's twin)
+ *   the JSON writer    an event as its final JSON (events.py "Wire items")
+ *   context and span   what a loghandler.context and the current span add, as JSON
+ *   sampling           Sampler.decide's twin, from fastpath.SamplePlan
+ *   record items       a record's pre-encoded item, from fastpath.ItemPlan
+ *   a record's way     the queue item of a record
+ *   an event's way     sampling, the item, hold-until-error, the queue (FrontEnd._queue's twin)
+ *   the flusher        _time and level formatted, item_events (format_items), items_size,
+ *                      wire_view, admit_repeats
+ *   handle             IngestHandler.handle for the common record
+ *   the other fronts   IngestProcessor, IngestSink, IngestLogRecordProcessor's calls
+ *   the module         configure, front_method, the method table
  *
  * Nothing here may crash the host: every C API call's failure is checked. An Exception raised
  * on the way (by the application's __str__, by memory running out) sends the record to the
@@ -48,7 +55,7 @@
 #define unicode_ready(s) 0 /* every str is ready from 3.12 on */
 #endif
 
-/* ------------------------------------------------------------------ 1. module state */
+/* ------------------------------------------------------------------ module state */
 
 /* The last JSON written for one head field's string (a logger's name, a function's, a file's
  * path, a thread's name: they repeat from record to record). A strong reference: an address
@@ -60,7 +67,7 @@ typedef struct {
     char json[HEAD_CACHE_BYTES];
 } HeadCache;
 
-/* A context's fields as JSON members, once per context (section 5): the merged dict a
+/* A context's fields as JSON members, once per context (context and span): the merged dict a
  * loghandler.context stores is never changed, so its members are written once and copied into
  * every event logged inside it. */
 #define CTX_MEMBERS 32
@@ -68,7 +75,7 @@ typedef struct {
 enum { CTX_HEAD = 1, CTX_SPECIAL = 2, CTX_TRACE = 4, CTX_TIME_LEVEL = 8 };
 typedef struct CtxEntry {
     PyObject *fields;            /* the merged dict (a strong reference: the cache's key) */
-    PyObject *checked;           /* the wire tuple every member passed (strong), or NULL */
+    PyObject *checked;           /* the ItemPlan every member passed (strong), or NULL */
     PyObject *checked_flat;      /* the same, for a flat event (no head of its own) */
     PyObject *keys[CTX_MEMBERS]; /* strong */
     PyObject *trace;             /* strong: its "trace_id" value, or NULL */
@@ -113,7 +120,7 @@ typedef struct {
     PyObject *span_source;         /* context.span_source */
     PyObject *head_set;            /* frozenset of the event keys of the head */
     PyObject *loads;               /* json.loads, for wire_view's values other than str */
-    /* The other front ends (section 12): structlog's method names' levels and the keys its
+    /* The other front ends (the other fronts): structlog's method names' levels and the keys its
      * careful path must see; time.time; loguru's record read for the head (model.HEAD's
      * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
     PyObject *method_levels, *structlog_skip, *now, *loguru_head, *level_number;
@@ -126,25 +133,54 @@ typedef struct {
      * application runs another runtime context (snapshot in Python each time). */
     PyObject *otel_var, *span_ids;
     int span_source_off;
+    /* The callers' fast-path contract (_engine/fastpath.py): its named types, each checked
+     * in configure against the fields read here (CONTRACT), and the front ends' Python paths
+     * for a call with no fast path (front_method: IngestHandler's handle, IngestProcessor's
+     * and IngestSink's __call__). s_fast_path: the attribute a fast path is read from. */
+    PyObject *contract[5];
+    PyObject *fallback[3];
     /* Names, interned once. */
     PyObject *s_msg, *s_args, *s_exc_info, *s_stack_info, *s_message, *s_time, *s_level,
-        *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_handle_python,
-        *s_put_event, *s_trace_id, *s_span_id, *s_levelno, *s_levelname, *s_name, *s_queue,
-        *s_invalid, *s_put, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
+        *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_trace_id, *s_span_id,
+        *s_levelno, *s_levelname, *s_name, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
         *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
         *s_attributes, *s_dict, *s_032x, *s_016x;
-    /* format_time's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
+    /* format_epoch's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
-    /* The last contexts' and spans' JSON (section 5), used under the GIL. */
+    /* The last contexts' and spans' JSON (context and span), used under the GIL. */
     struct CtxEntry *ctx_cache;
     int ctx_next;
     struct SpanEntry *span_cache;
     int span_next;
-    /* The last wire tuple read (compose_wire), and what was read of it. */
+    /* The last ItemPlan read (compose_wire), and what was read of it. */
     PyObject *last_wire;
     struct Compose *last_compose;
 } State;
+
+/* The callers' fast-path contract (_engine/fastpath.py): each type's fields as read here, by
+ * index; configure() checks every type's _fields against CONTRACT (so a field moved or renamed
+ * on one side stops the module from configuring, never misreads). */
+enum { T_ITEM, T_SAMPLE, T_HOLD, T_CALLER, T_FAST, N_CONTRACT };
+enum { IP_FRAGMENT, IP_STATICS, IP_CLEAN, IP_LEARN, IP_EXCLUDE, IP_HEAD_SKIP, IP_RENAMES,
+       IP_HEAD_RENAMES, IP_SPAN_RENAMES, IP_RENAMED, IP_MOVED, IP_RENAME_INDEX, IP_MEMBERS };
+enum { SP_LEVELS, SP_LOGGERS, SP_RAND, SP_TRACE_KEY, SP_STATIC, SP_DROP, SP_TRACE_FRACTION,
+       SP_KEEP_LEVEL, SP_KEPT_LEVELS, SP_KEPT };
+enum { HP_LEVEL, HP_TAKE };
+enum { CP_TRACE_CONTEXT, CP_SAMPLE, CP_HOLD };
+enum { FP_GATE, FP_PLAN, FP_PUT, FP_CALLER, FP_QUEUE, FP_INVALID, FP_PYTHON_PATH };
+static const char *const CONTRACT[N_CONTRACT][14] = {
+    {"ItemPlan", "fragment", "statics", "clean", "learn", "exclude", "head_skip", "renames",
+     "head_renames", "span_renames", "renamed", "moved", "rename_index", "members"},
+    {"SamplePlan", "levels", "loggers", "rand", "trace_key", "static_fraction", "drop",
+     "trace_fraction", "keep_level", "kept_levels", "kept", NULL},
+    {"HoldPlan", "level", "take", NULL},
+    {"CallerPlan", "trace_context", "sample", "hold", NULL},
+    {"FastPath", "gate", "plan", "put", "caller", "queue", "invalid", "python_path", NULL},
+};
+/* The front ends whose call is compiled, by front_method's kind. */
+enum { F_HANDLE, F_PROCESSOR, F_SINK, N_FRONTS };
+static const char *const FRONTS[N_FRONTS] = {"handle", "processor_call", "sink_call"};
 
 static inline State *
 get_state(PyObject *module)
@@ -157,9 +193,10 @@ get_state(PyObject *module)
     X(levels) X(record_type) X(senders) X(modules) X(in_use) X(otel) X(context_var)          \
     X(span_source) X(head_set) X(loads) X(otel_var) X(span_ids) X(s_msg) X(s_args)           \
     X(s_exc_info) X(s_stack_info) X(s_message) X(s_time) X(s_level) X(s_logger) X(s_blank)   \
-    X(s_append) X(s_filters) X(s_fast_path) X(s_handle_python) X(s_put_event) X(s_trace_id)  \
-    X(s_span_id) X(s_levelno) X(s_levelname) X(s_name) X(s_queue) X(s_invalid) X(last_wire)   \
-    X(method_levels) X(structlog_skip) X(now) X(loguru_head) X(level_number) X(s_put)        \
+    X(s_append) X(s_filters) X(s_fast_path) X(s_trace_id) X(s_span_id) X(s_levelno)         \
+    X(s_levelname) X(s_name) X(last_wire) X(method_levels) X(structlog_skip) X(now)          \
+    X(loguru_head) X(level_number) X(contract[0]) X(contract[1]) X(contract[2])              \
+    X(contract[3]) X(contract[4]) X(fallback[0]) X(fallback[1]) X(fallback[2])               \
     X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower) X(key_json)      \
     X(otel_texts) X(otel_numbers) X(otel_exception) X(otel_code) X(s_observed)               \
     X(s_severity_text) X(s_severity_number) X(s_value) X(s_body) X(s_event_name)             \
@@ -250,7 +287,7 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
-/* ------------------------------------------------------------------ 2. errors */
+/* ------------------------------------------------------------------ errors */
 
 /* After a call that failed: an Exception is this path's to handle (cleared, and the caller
  * falls back to the careful path); anything else (KeyboardInterrupt, SystemExit) stays set and
@@ -267,7 +304,7 @@ clear_if_exception(void)
     return 0;
 }
 
-/* ------------------------------------------------------------------ 3. the caller's path */
+/* ------------------------------------------------------------------ plain events */
 
 /* The value as the fast path keeps it: exact str, int, float, bool or None (model.PLAIN). */
 static inline int
@@ -396,10 +433,10 @@ fail:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ 4. wire items
+/* ------------------------------------------------------------------ the JSON writer
  *
  * A fast-path event as the very JSON the flusher would make of it (a bytes item), written on
- * the caller's thread when the shipper allows it (Shipper.wire: no context, no policy that
+ * the caller's thread when the shipper allows it (Shipper.item_plan: no context, no policy that
  * reads events, no field for the scrubber to look at). The flusher then only joins items into
  * a request body. The encoder's bytes for the same event, byte for byte (tests/test_speedups.py,
  * with orjson and with the standard library's encoder); what this cannot write as they do (a
@@ -759,9 +796,9 @@ put_key(State *st, Out *o, PyObject *key)
     return 0;
 }
 
-static int format_time(State *st, double created, char out[28]);
+static int format_epoch(State *st, double created, char out[28]);
 
-/* ------------------------------------------------------------------ 5. the caller's context
+/* ------------------------------------------------------------------ context and span
  *
  * What a loghandler.context and the current OpenTelemetry span add to an event (events.py
  * merge_context, on the flusher, for an event dict): the span's trace_id and span_id, then the
@@ -935,13 +972,13 @@ span_lookup(State *st, SpanEntry *out)
     return 1;
 }
 
-/* ------------------------------------------------------------------ 6. the caller's policies
+/* ------------------------------------------------------------------ sampling
  *
- * A front end's policy (_compiled.py, fast_path's fourth item): (trace_context, sample, hold).
- * sample: sampling.Sampler's tables, (levels, loggers, rand, trace_key, static fraction, drop,
- * trace_fraction, keep_level, kept_levels, kept); hold: (hold.level, hold.take). Sampling is decided before the event is
- * built (sampling.py): the level and logger give the rate; below 1, the trace id the event
- * would ship with, else the random source. */
+ * A front end's CallerPlan (fastpath.py): (trace_context, sample, hold); sample: a SamplePlan,
+ * sampling.Sampler's tables; hold: a HoldPlan, (level, take). Sampling is decided before the
+ * event is built, as Sampler.decide decides: the level and logger give the rate; below 1, the
+ * trace id the event would ship with (its own, the span's, the context's, fields='s), else the
+ * random source. */
 
 /* sampling.trace_fraction(value): a str whose last 16 characters are hex digits, computed
  * here; any other str is the Python function's to read; a value that is no str has none.
@@ -972,7 +1009,7 @@ trace_fraction(PyObject *sample, PyObject *value, double *out)
         *out = (double)x / 18446744073709551616.0;
         return 1;
     }
-    PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 6), value);
+    PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, SP_TRACE_FRACTION), value);
     if (r == NULL)
         return -1;
     int got = PyFloat_CheckExact(r);
@@ -987,7 +1024,7 @@ static double
 sample_rate(PyObject *sample, PyObject *level, PyObject *logger)
 {
     double rate = 1.0;
-    PyObject *levels = PyTuple_GET_ITEM(sample, 0), *loggers = PyTuple_GET_ITEM(sample, 1);
+    PyObject *levels = PyTuple_GET_ITEM(sample, SP_LEVELS), *loggers = PyTuple_GET_ITEM(sample, SP_LOGGERS);
     if (PyDict_GET_SIZE(levels) > 0 && PyUnicode_CheckExact(level)) {
         PyObject *r = PyDict_GetItemWithError(levels, level);
         if (r != NULL && PyFloat_CheckExact(r))
@@ -1025,16 +1062,16 @@ sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
         return -1;
     if (rate >= 1.0)
         return 1;
-    if (PyTuple_GET_ITEM(sample, 7) != Py_None) {
+    if (PyTuple_GET_ITEM(sample, SP_KEEP_LEVEL) != Py_None) {
         /* sample_keep_level: a level name's verdict, cached by Sampler.kept */
-        PyObject *kept = PyDict_GetItemWithError(PyTuple_GET_ITEM(sample, 8), level);
+        PyObject *kept = PyDict_GetItemWithError(PyTuple_GET_ITEM(sample, SP_KEPT_LEVELS), level);
         int keep;
         if (kept != NULL)
             keep = kept == Py_True;
         else if (PyErr_Occurred())
             return -1;
         else {
-            PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, 9), level);
+            PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(sample, SP_KEPT), level);
             if (r == NULL)
                 return -1;
             keep = PyObject_IsTrue(r);
@@ -1047,7 +1084,7 @@ sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
     }
     double u = 0;
     int have = 0;
-    if (PyObject_IsTrue(PyTuple_GET_ITEM(sample, 3)) == 1) {
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(sample, SP_TRACE_KEY)) == 1) {
         if (own != NULL)
             have = trace_fraction(sample, own, &u);
         else if (span != NULL && span->valid) {
@@ -1056,15 +1093,15 @@ sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
         }
         else if (ctx_trace != NULL)
             have = trace_fraction(sample, ctx_trace, &u);
-        else if (PyFloat_CheckExact(PyTuple_GET_ITEM(sample, 4))) {
-            u = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(sample, 4));
+        else if (PyFloat_CheckExact(PyTuple_GET_ITEM(sample, SP_STATIC))) {
+            u = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(sample, SP_STATIC));
             have = 1;
         }
         if (have < 0)
             return -1;
     }
     if (!have) {
-        PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, 2));
+        PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(sample, SP_RAND));
         if (r == NULL)
             return -1;
         u = PyFloat_AsDouble(r);
@@ -1075,21 +1112,22 @@ sample_keep(PyObject *sample, PyObject *level, PyObject *logger, PyObject *own,
     return u < rate;
 }
 
-/* The policy's tuples checked once per call: 1 usable; 0 not (the Python path). */
+/* The CallerPlan checked once per call: 1 usable; 0 not (the Python path). */
 static int
-policy_ok(PyObject *policy)
+policy_ok(State *st, PyObject *policy)
 {
-    if (!PyTuple_CheckExact(policy) || PyTuple_GET_SIZE(policy) != 3)
+    if (Py_TYPE(policy) != (PyTypeObject *)st->contract[T_CALLER])
         return 0;
-    PyObject *sample = PyTuple_GET_ITEM(policy, 1), *hold = PyTuple_GET_ITEM(policy, 2);
+    PyObject *sample = PyTuple_GET_ITEM(policy, CP_SAMPLE);
+    PyObject *hold = PyTuple_GET_ITEM(policy, CP_HOLD);
     if (sample != Py_None &&
-        (!PyTuple_CheckExact(sample) || PyTuple_GET_SIZE(sample) != 10 ||
-         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 0)) ||
-         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, 1)) ||
-         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, 8))))
+        (Py_TYPE(sample) != (PyTypeObject *)st->contract[T_SAMPLE] ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, SP_LEVELS)) ||
+         !PyTuple_CheckExact(PyTuple_GET_ITEM(sample, SP_LOGGERS)) ||
+         !PyDict_CheckExact(PyTuple_GET_ITEM(sample, SP_KEPT_LEVELS))))
         return 0;
     if (sample != Py_None) {
-        PyObject *loggers = PyTuple_GET_ITEM(sample, 1);
+        PyObject *loggers = PyTuple_GET_ITEM(sample, SP_LOGGERS);
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loggers); i++) {
             PyObject *pr = PyTuple_GET_ITEM(loggers, i);
             if (!PyTuple_CheckExact(pr) || PyTuple_GET_SIZE(pr) != 2 ||
@@ -1098,19 +1136,19 @@ policy_ok(PyObject *policy)
                 return 0;
         }
     }
-    if (hold != Py_None && (!PyTuple_CheckExact(hold) || PyTuple_GET_SIZE(hold) != 2 ||
-                            !PyLong_CheckExact(PyTuple_GET_ITEM(hold, 0))))
+    if (hold != Py_None && (Py_TYPE(hold) != (PyTypeObject *)st->contract[T_HOLD] ||
+                            !PyLong_CheckExact(PyTuple_GET_ITEM(hold, HP_LEVEL))))
         return 0;
     return 1;
 }
 
-/* ------------------------------------------------------------------ 7. wire items of records */
+/* ------------------------------------------------------------------ record items */
 
-/* What a wire item is made with: the shipper's wire (Shipper.wire: fields= as JSON, their
- * names, the scrubber's clean keys and learn, the excluded fields, a bit per head field
- * excluded) and the caller's context. */
+/* What a pre-encoded item is made with: the shipper's ItemPlan (Shipper.item_plan: fields= as
+ * JSON, their names, the scrubber's clean keys and learn, the excluded fields, a bit per head
+ * field excluded, field_names' renames) and the caller's context. */
 typedef struct Compose {
-    PyObject *wire;                /* the tuple (borrowed) */
+    PyObject *wire;                /* the ItemPlan (borrowed) */
     PyObject *fragment, *statics;  /* borrowed */
     PyObject *clean, *learn;       /* borrowed; NULL: no scrubber */
     PyObject *exclude;             /* borrowed; NULL: nothing excluded */
@@ -1130,7 +1168,7 @@ typedef struct Compose {
 
 static int read_wire(State *st, PyObject *wire, Compose *c);
 
-/* 1: wire is a wire tuple, read into c; 0: not one. The last one read is kept (a strong
+/* 1: wire is an ItemPlan, read into c; 0: not one. The last one read is kept (a strong
  * reference: its items stay alive), as one shipper's events come one after another. */
 static int
 compose_wire(State *st, PyObject *wire, Compose *c)
@@ -1171,15 +1209,15 @@ static int
 read_wire(State *st, PyObject *wire, Compose *c)
 {
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_CheckExact(wire) || PyTuple_GET_SIZE(wire) != 13 || st->n_fields + 1 > 17)
+    if (Py_TYPE(wire) != (PyTypeObject *)st->contract[T_ITEM] || st->n_fields + 1 > 17)
         return 0;
     c->wire = wire;
-    c->fragment = PyTuple_GET_ITEM(wire, 0);
-    c->statics = PyTuple_GET_ITEM(wire, 1);
-    c->clean = PyTuple_GET_ITEM(wire, 2);
-    c->learn = PyTuple_GET_ITEM(wire, 3);
-    c->exclude = PyTuple_GET_ITEM(wire, 4);
-    PyObject *skip = PyTuple_GET_ITEM(wire, 5);
+    c->fragment = PyTuple_GET_ITEM(wire, IP_FRAGMENT);
+    c->statics = PyTuple_GET_ITEM(wire, IP_STATICS);
+    c->clean = PyTuple_GET_ITEM(wire, IP_CLEAN);
+    c->learn = PyTuple_GET_ITEM(wire, IP_LEARN);
+    c->exclude = PyTuple_GET_ITEM(wire, IP_EXCLUDE);
+    PyObject *skip = PyTuple_GET_ITEM(wire, IP_HEAD_SKIP);
     if (!PyBytes_CheckExact(c->fragment) || !PyAnySet_CheckExact(c->statics) ||
         (c->clean != Py_None && !PyAnySet_CheckExact(c->clean)) ||
         !PyAnySet_CheckExact(c->exclude) || !PyLong_CheckExact(skip))
@@ -1195,13 +1233,13 @@ read_wire(State *st, PyObject *wire, Compose *c)
         c->learn = NULL;
     if (PySet_GET_SIZE(c->exclude) == 0)
         c->exclude = NULL;
-    c->renames = PyTuple_GET_ITEM(wire, 6);
-    c->renamed = PyTuple_GET_ITEM(wire, 9);
+    c->renames = PyTuple_GET_ITEM(wire, IP_RENAMES);
+    c->renamed = PyTuple_GET_ITEM(wire, IP_RENAMED);
     if (!PyTuple_CheckExact(c->renames) || PyTuple_GET_SIZE(c->renames) > 16 ||
         !PyAnySet_CheckExact(c->renamed))
         return 0;
     c->n_renames = PyTuple_GET_SIZE(c->renames);
-    c->moved = PyTuple_GET_ITEM(wire, 10);
+    c->moved = PyTuple_GET_ITEM(wire, IP_MOVED);
     if (!PyTuple_CheckExact(c->moved) || PyTuple_GET_SIZE(c->moved) != c->n_renames)
         return 0;
     for (Py_ssize_t r = 0; r < c->n_renames; r++) {
@@ -1211,8 +1249,8 @@ read_wire(State *st, PyObject *wire, Compose *c)
                                PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))))
             return 0;
     }
-    c->rename_index = PyTuple_GET_ITEM(wire, 11);
-    c->members = PyTuple_GET_ITEM(wire, 12);
+    c->rename_index = PyTuple_GET_ITEM(wire, IP_RENAME_INDEX);
+    c->members = PyTuple_GET_ITEM(wire, IP_MEMBERS);
     if (!PyDict_CheckExact(c->rename_index) || !PyTuple_CheckExact(c->members))
         return 0;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
@@ -1222,8 +1260,8 @@ read_wire(State *st, PyObject *wire, Compose *c)
             !PyBytes_CheckExact(PyTuple_GET_ITEM(m, 1)))
             return 0;
     }
-    if (!read_indexes(PyTuple_GET_ITEM(wire, 7), st->n_fields + 1, c->n_renames, c->head_rename) ||
-        !read_indexes(PyTuple_GET_ITEM(wire, 8), 2, c->n_renames, c->span_rename))
+    if (!read_indexes(PyTuple_GET_ITEM(wire, IP_HEAD_RENAMES), st->n_fields + 1, c->n_renames, c->head_rename) ||
+        !read_indexes(PyTuple_GET_ITEM(wire, IP_SPAN_RENAMES), 2, c->n_renames, c->span_rename))
         return 0;
     if (PySet_GET_SIZE(c->renamed) == 0)
         c->renamed = NULL;
@@ -1341,7 +1379,7 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
             PyObject *old = *slot;
             *slot = Py_NewRef(c->wire);
             Py_XDECREF(old);
-            /* (a wire tuple's last reference holds no code to run) */
+            /* (an ItemPlan's last reference holds no code to run) */
             e = ctx_entry(st, c->fields);
             if (e == NULL)
                 return -1;
@@ -1596,7 +1634,7 @@ restart:
      * order, as model.HEAD has them. */
     char ts[28];
     if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || level == NULL ||
-        !PyUnicode_CheckExact(level) || format_time(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+        !PyUnicode_CheckExact(level) || format_epoch(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
         return NULL;
     Out o;
     Renamed rn;
@@ -1822,7 +1860,7 @@ restart:
         }
         if (ms->m[i].kind == M_TIME) {
             char ts[28];
-            if (format_time(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
+            if (format_epoch(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
                 out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
                 out_put(dst, "\"", 1) < 0)
                 goto done;
@@ -1881,24 +1919,7 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------ 8. a record's way */
-
-/* The item with its size, as a pair; steals item. None when the pair cannot be made (the
- * careful path); NULL to propagate. */
-static PyObject *
-pair(PyObject *item, Py_ssize_t size)
-{
-    PyObject *size_obj = PyLong_FromSsize_t(size);
-    PyObject *result = size_obj == NULL ? NULL : PyTuple_Pack(2, item, size_obj);
-    Py_DECREF(item);
-    Py_XDECREF(size_obj);
-    if (result == NULL) {
-        if (!clear_if_exception())
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    return result;
-}
+/* ------------------------------------------------------------------ a record's way */
 
 /* The record's queue item: its wire item (bytes) when c is given and the record is its case,
  * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
@@ -1949,7 +1970,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     return 1;
 }
 
-/* The ledger contract (_compiled.py): gate is [queue, fast_len], which only the ledger
+/* The ledger contract (fastpath.py): gate is [queue, fast_len], which only the ledger
  * writes; append without the lock only while len(queue) < fast_len, and only items of at most
  * FAST_ITEM_BYTES (Intake.offer's test); anything else is put(item, size), locked. 0: done;
  * -1: an error to propagate (an Exception from put is the caller's: *failed set). */
@@ -1993,40 +2014,26 @@ offer(State *st, PyObject *gate, PyObject *put, PyObject *item, Py_ssize_t size,
     return 0;
 }
 
-/* self.<name>(*args), a front end's own method (its Python path's steps, which catch what
- * they raise). 0, or -1 with the error set. */
+/* One of the front end's own steps, bound, from its FastPath (its Python path's steps,
+ * which catch what they raise). 0, or -1 with the error set. */
 static int
-call_front(PyObject *self, PyObject *name, PyObject **args, Py_ssize_t nargs)
+call_front(PyObject *step, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *all[6] = {self, NULL, NULL, NULL, NULL, NULL};
-    for (Py_ssize_t i = 0; i < nargs && i < 5; i++)
-        all[i + 1] = args[i];
-    PyObject *r = PyObject_VectorcallMethod(name, all, (size_t)(nargs + 1), NULL);
+    PyObject *r = PyObject_Vectorcall(step, args, (size_t)nargs, NULL);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
     return 0;
 }
 
-/* An Exception from one of our own steps (take, drop, put), as the Python path's
- * `except Exception` meets it: the event counted invalid. 0, or -1 to propagate. */
-static int
-step_failed(State *st, PyObject *self)
-{
-    if (!clear_if_exception())
-        return -1;
-    if (call_front(self, st->s_invalid, NULL, 0) < 0)
-        return clear_if_exception() ? 0 : -1;
-    return 0;
-}
-
-/* ------------------------------------------------------------------ the way of an event
+/* ------------------------------------------------------------------ an event's way
  *
  * What every front end's compiled call does after reading its event, as its Python path does
  * (FrontEnd._queue): the caller's context, sampling, the item, hold-until-error, the queue.
- * fast: the front end's (gate, wire, put, policy). */
+ * fast: the front end's FastPath (fastpath.py). */
 typedef struct {
     PyObject *self, *gate, *put, *sample, *hold;  /* borrowed (the caller holds fast) */
+    PyObject *queue, *invalid, *python_path;      /* the FastPath's, borrowed */
     Compose c;
     int wired;       /* c is a wire: items may be wire items */
     int contextual;  /* a context was ever entered, or OpenTelemetry is imported */
@@ -2036,6 +2043,19 @@ typedef struct {
     SpanEntry span;    /* the current span's (c.span points here when there is one) */
 } Way;
 
+/* An Exception from one of our own steps (take, drop, put), as the Python path's
+ * `except Exception` meets it: the event counted invalid (FastPath.invalid). 0, or -1 to
+ * propagate. */
+static int
+step_failed(Way *w)
+{
+    if (!clear_if_exception())
+        return -1;
+    if (call_front(w->invalid, NULL, 0) < 0)
+        return clear_if_exception() ? 0 : -1;
+    return 0;
+}
+
 /* 1: started; 0: fast is no fast path of ours (nothing done); -1: an error to propagate.
  * trace: the front end looks up the current span (OpenTelemetry's records carry their own). */
 static int
@@ -2044,16 +2064,19 @@ way_begin(State *st, Way *w, PyObject *self, PyObject *fast, int trace)
     w->fields = NULL;
     w->sampled = 0;
     w->span.valid = 0;
-    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 4)
+    if (Py_TYPE(fast) != (PyTypeObject *)st->contract[T_FAST])
         return 0;
-    PyObject *wire = PyTuple_GET_ITEM(fast, 1), *policy = PyTuple_GET_ITEM(fast, 3);
-    if (!policy_ok(policy))
+    PyObject *wire = PyTuple_GET_ITEM(fast, FP_PLAN), *policy = PyTuple_GET_ITEM(fast, FP_CALLER);
+    if (!policy_ok(st, policy))
         return 0;
     w->self = self;
-    w->gate = PyTuple_GET_ITEM(fast, 0);
-    w->put = PyTuple_GET_ITEM(fast, 2);
-    w->sample = PyTuple_GET_ITEM(policy, 1);
-    w->hold = PyTuple_GET_ITEM(policy, 2);
+    w->gate = PyTuple_GET_ITEM(fast, FP_GATE);
+    w->put = PyTuple_GET_ITEM(fast, FP_PUT);
+    w->queue = PyTuple_GET_ITEM(fast, FP_QUEUE);
+    w->invalid = PyTuple_GET_ITEM(fast, FP_INVALID);
+    w->python_path = PyTuple_GET_ITEM(fast, FP_PYTHON_PATH);
+    w->sample = PyTuple_GET_ITEM(policy, CP_SAMPLE);
+    w->hold = PyTuple_GET_ITEM(policy, CP_HOLD);
     w->wired = wire != Py_None && compose_wire(st, wire, &w->c);
     if (!w->wired)
         memset(&w->c, 0, sizeof(w->c));
@@ -2076,7 +2099,7 @@ way_begin(State *st, Way *w, PyObject *self, PyObject *fast, int trace)
             Py_CLEAR(w->fields);
     }
     w->c.fields = w->fields;
-    if (otel && PyTuple_GET_ITEM(policy, 0) == Py_True) {
+    if (otel && PyTuple_GET_ITEM(policy, CP_TRACE_CONTEXT) == Py_True) {
         int r = span_lookup(st, &w->span);
         if (r < 0) {
             Py_CLEAR(w->fields);
@@ -2132,9 +2155,9 @@ way_sample(State *st, Way *w, PyObject *level, PyObject *logger, PyObject *own)
         w->sampled = 1;
         return 1;
     }
-    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(w->sample, 5)); /* drop() */
+    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(w->sample, SP_DROP)); /* drop() */
     if (r == NULL)
-        return step_failed(st, w->self) < 0 ? -1 : 0;
+        return step_failed(w) < 0 ? -1 : 0;
     Py_DECREF(r);
     return 0;
 }
@@ -2143,12 +2166,12 @@ way_sample(State *st, Way *w, PyObject *level, PyObject *logger, PyObject *own)
  * levelno: the event's level number (NULL: none needed, no hold). 0 or -1. */
 static int
 way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno,
-           PyObject *careful, PyObject *const *careful_args, Py_ssize_t careful_nargs)
+           PyObject *const *careful_args, Py_ssize_t careful_nargs)
 {
     if (w->hold != Py_None && w->contextual && levelno != NULL) {
         /* Hold-until-error's level test first (Hold.take): an event above the held level and
          * below an error's is never held, and releases nothing. */
-        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(w->hold, 0));
+        long held_level = PyLong_AsLong(PyTuple_GET_ITEM(w->hold, HP_LEVEL));
         long level_number = PyLong_AsLong(levelno);
         if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
             return -1;
@@ -2157,15 +2180,15 @@ way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno
             PyObject *r = NULL;
             if (size_obj != NULL) {
                 PyObject *args[3] = {item, size_obj, levelno};
-                r = PyObject_Vectorcall(PyTuple_GET_ITEM(w->hold, 1), args, 3, NULL);
+                r = PyObject_Vectorcall(PyTuple_GET_ITEM(w->hold, HP_TAKE), args, 3, NULL);
                 Py_DECREF(size_obj);
             }
             if (r == NULL)
-                return step_failed(st, w->self);
+                return step_failed(w);
             int taken = PyObject_IsTrue(r);
             Py_DECREF(r);
             if (taken != 0)
-                return taken < 0 ? step_failed(st, w->self) : 0;
+                return taken < 0 ? step_failed(w) : 0;
         }
     }
     int failed;
@@ -2174,7 +2197,7 @@ way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno
     if (failed) {
         /* put raised (it does not: it counts what it drops): the careful path, as the Python
          * path's `except Exception` does. */
-        if (call_front(w->self, careful, (PyObject **)careful_args, careful_nargs) < 0 &&
+        if (call_front(w->python_path, careful_args, careful_nargs) < 0 &&
             !clear_if_exception())
             return -1;
     }
@@ -2189,12 +2212,12 @@ way_queue(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *level, i
 {
     PyObject *size_obj = PyLong_FromSsize_t(size);
     if (size_obj == NULL)
-        return step_failed(st, w->self);
+        return step_failed(w);
     PyObject *args[5] = {item, size_obj, level, trace ? Py_True : Py_False,
                          w->sampled ? Py_True : Py_False};
-    int r = call_front(w->self, st->s_queue, args, 5);
+    int r = call_front(w->queue, args, 5);
     Py_DECREF(size_obj);
-    return r < 0 ? step_failed(st, w->self) : 0;
+    return r < 0 ? step_failed(w) : 0;
 }
 
 /* The record's whole way on the compiled path (IngestHandler's emit, then FrontEnd._queue when
@@ -2248,7 +2271,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
     PyObject *careful[2] = {record, w.sampled ? Py_True : Py_False};
     if (got == 0 || (queue_dict && levelno == NULL)) {
         /* The careful path's record (told whether sampling kept it already). */
-        if (call_front(self, st->s_put_event, careful, 2) < 0 && !clear_if_exception())
+        if (call_front(w.python_path, careful, 2) < 0 && !clear_if_exception())
             goto out;
         result = 1;
         goto out;
@@ -2257,7 +2280,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
         result = way_queue(st, &w, item, size, levelno, 1) < 0 ? -1 : 1;
         goto out;
     }
-    result = way_finish(st, &w, item, size, levelno, st->s_put_event, careful, 2) < 0 ? -1 : 1;
+    result = way_finish(st, &w, item, size, levelno, careful, 2) < 0 ? -1 : 1;
 out:
     Py_XDECREF(item);
     Py_XDECREF(levelno);
@@ -2269,7 +2292,7 @@ static PyObject *
 not_configured(void)
 {
     PyErr_SetString(PyExc_RuntimeError,
-                    "loghandler._speedups is not configured (loghandler/_compiled.py does it)");
+                    "loghandler._speedups is not configured (loghandler/_engine/compiled.py does it)");
     return NULL;
 }
 
@@ -2295,31 +2318,7 @@ record_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-/* record_item(d, wire=None) -> (item, size) | None: the queue item alone (no context, no
- * policy), as the tests compare it with the Python path's. */
-static PyObject *
-record_item_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    State *st = get_state(module);
-    if (!st->configured)
-        return not_configured();
-    if (nargs != 1 && nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "record_item(d, wire=None)");
-        return NULL;
-    }
-    Compose c;
-    int wired = nargs == 2 && args[1] != Py_None && compose_wire(st, args[1], &c);
-    PyObject *item;
-    Py_ssize_t size = 0;
-    int got = record_item(st, args[0], wired ? &c : NULL, &item, &size);
-    if (got < 0)
-        return NULL;
-    if (got == 0)
-        Py_RETURN_NONE;
-    return pair(item, size);
-}
-
-/* ------------------------------------------------------------------ 9. the flusher's path */
+/* ------------------------------------------------------------------ the flusher */
 
 /* Days since 1970-01-01 as a proleptic Gregorian date (days >= 0): the civil-from-days
  * algorithm of eras of 400 years (146,097 days each), as gmtime computes it. */
@@ -2342,7 +2341,7 @@ civil_from_days(long long days, int *year, int *month, int *day)
  * as _time.py keeps it. 0: done; -1: not its case (before 1970, past year 9999, not finite):
  * the Python path writes it. */
 static int
-format_time(State *st, double created, char out[28])
+format_epoch(State *st, double created, char out[28])
 {
     if (!isfinite(created) || created < 0 || created >= 253402300800.0) /* year 10000 */
         return -1;
@@ -2394,7 +2393,7 @@ format_fields(State *st, PyObject *event)
     if (level == NULL || !PyFloat_CheckExact(created) || !PyUnicode_CheckExact(level))
         return PyErr_Occurred() ? -1 : 0;
     char buf[28];
-    if (format_time(st, PyFloat_AS_DOUBLE(created), buf) < 0)
+    if (format_epoch(st, PyFloat_AS_DOUBLE(created), buf) < 0)
         return 0;
     PyObject *mapped = PyDict_GetItemWithError(st->levels, level);
     if (mapped == NULL)
@@ -3082,14 +3081,14 @@ error:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ 10. handle
+/* ------------------------------------------------------------------ handle
  *
- * IngestHandler.handle for the common record: the Python handle (the handler's
- * _handle_python, which it stands in for) and the record's way (record_way), without their
- * bytecode. It reads, from the handler's own __dict__, ``filters`` and ``_fast_path``
- * (_compiled.fast_path's (gate, wire, put, policy)), and nothing else. Anything else -- a thread
- * inside loghandler's own sending, filters, a record of another class, a handler without a
- * fast path (a subclass's emit, a formatter) -- is _handle_python's, called as it is. */
+ * IngestHandler.handle for the common record: the Python handle (its twin, which
+ * front_method was given) and the record's way (record_way), without their bytecode. It reads,
+ * from the handler's own __dict__, ``filters`` and the fast path (fastpath.ATTRIBUTE: a
+ * FastPath), and nothing else. Anything else -- a thread inside loghandler's own sending,
+ * filters, a record of another class, a handler without a fast path (a subclass's emit, a
+ * formatter) -- is the twin's, called as it is. */
 
 static PyObject *
 handle_done(State *st, PyObject *record)
@@ -3119,9 +3118,9 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *filters = PyDict_GetItemWithError(self_dict, st->s_filters);
     PyObject *fast = filters == NULL ? NULL : PyDict_GetItemWithError(self_dict, st->s_fast_path);
     int ours = fast != NULL && PyList_CheckExact(filters) && PyList_GET_SIZE(filters) == 0 &&
-               PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 4;
+               Py_TYPE(fast) == (PyTypeObject *)st->contract[T_FAST];
     if (ours)
-        Py_INCREF(fast); /* holds gate, wire, put and policy while code runs */
+        Py_INCREF(fast); /* holds the FastPath's parts while code runs */
     Py_DECREF(self_dict);
     if (!ours)
         goto python_after_error;
@@ -3134,14 +3133,15 @@ handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(record);
     int r = record_way(st, self, record, d, fast);
     Py_DECREF(d);
-    Py_DECREF(fast);
     if (r == 0) {
-        /* Nothing done: the careful path's, self._put_event(record). */
-        PyObject *call_args[3] = {self, record, Py_False};
-        PyObject *got = PyObject_VectorcallMethod(st->s_put_event, call_args, 3, NULL);
+        /* Nothing done: the careful path's (FastPath.python_path(record, False)). */
+        PyObject *call_args[2] = {record, Py_False};
+        PyObject *got = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, FP_PYTHON_PATH), call_args,
+                                            2, NULL);
         r = got == NULL ? -1 : 1;
         Py_XDECREF(got);
     }
+    Py_DECREF(fast);
     PyObject *done = r < 0 ? NULL : handle_done(st, record);
     Py_DECREF(self);
     Py_DECREF(record);
@@ -3150,20 +3150,23 @@ python_after_error:
     if (!clear_if_exception())
         return NULL;
 python:;
+    if (st->fallback[F_HANDLE] == NULL)
+        return not_configured();
     PyObject *call_args[2] = {self, record};
-    return PyObject_VectorcallMethod(st->s_handle_python, call_args, 2, NULL);
+    return PyObject_Vectorcall(st->fallback[F_HANDLE], call_args, 2, NULL);
 }
 
-/* ------------------------------------------------------------------ 12. the other front ends
+/* ------------------------------------------------------------------ the other fronts
  *
  * IngestProcessor.__call__ (structlog), IngestSink.__call__ (loguru) and the queueing of an
  * OpenTelemetry record's event (IngestLogRecordProcessor), compiled: each reads its event the
  * way its Python path does, then takes the way of an event above (sampling, a wire item,
- * hold, the queue). What they do not take is their Python path's, called as it is: ``_put``
- * (told whether sampling kept the event already). Their fast path is the front end's
- * ``_fast_path`` attribute (a slot), as the handler's. */
+ * hold, the queue). What they do not take is their Python path's, called as it is (the
+ * FastPath's python_path, or the twin front_method was given when there is no fast path; told
+ * whether sampling kept the event already). Their fast path is read as the handler's. */
 
-/* self._fast_path: a new reference, or NULL (none, or not readable: the Python path). */
+/* The front end's fast path (fastpath.ATTRIBUTE): a new reference, or NULL (none, or not
+ * readable: the Python path). */
 static PyObject *
 front_fast(State *st, PyObject *self)
 {
@@ -3179,15 +3182,19 @@ front_fast(State *st, PyObject *self)
     return fast;
 }
 
-/* self._put(*args, sampled): the Python path. A new reference, or NULL. */
+/* The front end's Python path (front_method's fallback of its kind), called as
+ * fallback(self, *args, sampled). A new reference, or NULL. */
 static PyObject *
-python_put(State *st, PyObject *self, PyObject *const *args, Py_ssize_t nargs, int sampled)
+python_put(State *st, int kind, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+           int sampled)
 {
+    if (st->fallback[kind] == NULL)
+        return not_configured();
     PyObject *all[5] = {self, NULL, NULL, NULL, NULL};
     for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
         all[i + 1] = args[i];
     all[nargs + 1] = sampled ? Py_True : Py_False;
-    return PyObject_VectorcallMethod(st->s_put, all, (size_t)(nargs + 2), NULL);
+    return PyObject_Vectorcall(st->fallback[kind], all, (size_t)(nargs + 2), NULL);
 }
 
 /* The end of a front end's compiled call: the item queued (or the Python path's when there is
@@ -3203,11 +3210,11 @@ front_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *level
     if (item == NULL) {
         if (!clear_if_exception())
             return -1;
-        if (call_front(w->self, st->s_put, all, nargs + 1) < 0)
+        if (call_front(w->python_path, all, nargs + 1) < 0)
             return clear_if_exception() ? 0 : -1;
         return 0;
     }
-    return way_finish(st, w, item, size, levelno, st->s_put, all, nargs + 1);
+    return way_finish(st, w, item, size, levelno, all, nargs + 1);
 }
 
 /* The level number of a level name, for hold's test (hold.level_number). New reference. */
@@ -3272,7 +3279,7 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyObject *now = PyObject_CallNoArgs(st->now);
             char ts[28];
             if (now != NULL && PyFloat_CheckExact(now) &&
-                format_time(st, PyFloat_AS_DOUBLE(now), ts) == 0)
+                format_epoch(st, PyFloat_AS_DOUBLE(now), ts) == 0)
                 add_time = PyUnicode_FromStringAndSize(ts, 27);
             Py_XDECREF(now);
         }
@@ -3324,7 +3331,7 @@ python_out:
     if (!clear_if_exception())
         goto out;
     {
-        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        PyObject *got = python_put(st, F_PROCESSOR, self, args + 1, 3, 0);
         failed = got == NULL;
         Py_XDECREF(got);
     }
@@ -3346,7 +3353,7 @@ python:
         return NULL;
     Py_XDECREF(fast);
     {
-        PyObject *got = python_put(st, self, args + 1, 3, 0);
+        PyObject *got = python_put(st, F_PROCESSOR, self, args + 1, 3, 0);
         if (got == NULL)
             return NULL;
         Py_DECREF(got);
@@ -3443,7 +3450,7 @@ values_out:
     if (!clear_if_exception())
         goto values_failed;
     {
-        PyObject *got = python_put(st, self, args + 1, 1, begun && w.sampled);
+        PyObject *got = python_put(st, F_SINK, self, args + 1, 1, begun && w.sampled);
         failed = got == NULL;
         Py_XDECREF(got);
     }
@@ -3460,7 +3467,7 @@ python_out:
     if (!clear_if_exception())
         goto out;
     {
-        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        PyObject *got = python_put(st, F_SINK, self, args + 1, 1, 0);
         failed = got == NULL;
         Py_XDECREF(got);
     }
@@ -3481,7 +3488,7 @@ python:
         return NULL;
     Py_XDECREF(fast);
     {
-        PyObject *got = python_put(st, self, args + 1, 1, 0);
+        PyObject *got = python_put(st, F_SINK, self, args + 1, 1, 0);
         if (got == NULL)
             return NULL;
         Py_DECREF(got);
@@ -3783,7 +3790,7 @@ out:
     return result;
 }
 
-/* ------------------------------------------------------------------ 11. the module */
+/* ------------------------------------------------------------------ the module */
 
 static int
 intern_into(PyObject **slot, const char *text)
@@ -3820,7 +3827,70 @@ table_size(PyObject *table, const char *name, Py_ssize_t *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* configure(**table): everything the module needs, from loghandler/_compiled.py (its _table()
+/* The contract's types (table["contract"], in T_ order), each a tuple subclass whose _fields
+ * are CONTRACT's, and the attribute a fast path is read from. 0, or -1 with the error set. */
+static int
+read_contract(State *st, PyObject *table)
+{
+    PyObject *types = table_item(table, "contract", &PyTuple_Type);
+    if (types == NULL)
+        return -1;
+    int ok = PyTuple_GET_SIZE(types) == N_CONTRACT;
+    for (int t = 0; ok && t < N_CONTRACT; t++) {
+        PyObject *type = PyTuple_GET_ITEM(types, t);
+        PyObject *fields = PyType_Check(type) &&
+                           PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
+                           ? PyObject_GetAttrString(type, "_fields") : NULL;
+        int k = 0;
+        ok = fields != NULL && PyTuple_Check(fields) &&
+             strcmp(((PyTypeObject *)type)->tp_name, CONTRACT[t][0]) == 0;
+        for (; ok && k < PyTuple_GET_SIZE(fields); k++) {
+            const char *want = k + 1 < 14 ? CONTRACT[t][k + 1] : NULL;
+            PyObject *f = PyTuple_GET_ITEM(fields, k);
+            ok = want != NULL && PyUnicode_Check(f) && PyUnicode_CompareWithASCIIString(f, want) == 0;
+        }
+        ok = ok && (k + 1 >= 14 || CONTRACT[t][k + 1] == NULL);
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        if (ok)
+            Py_XSETREF(st->contract[t], Py_NewRef(type));
+    }
+    Py_DECREF(types);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError,
+                        "configure(): the contract's types do not match _engine/fastpath.py");
+        return -1;
+    }
+    PyObject *attr = table_item(table, "fast_path_attribute", &PyUnicode_Type);
+    if (attr == NULL)
+        return -1;
+    PyUnicode_InternInPlace(&attr);
+    Py_XSETREF(st->s_fast_path, attr);
+    return 0;
+}
+
+/* front_method(kind, python) -> the compiled call of that front end ("handle",
+ * "processor_call", "sink_call") as a method, told its Python twin (called with the front end
+ * and its arguments when the call has no fast path). */
+static PyObject *
+front_method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *st = get_state(module);
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "front_method(kind, python)");
+        return NULL;
+    }
+    for (int k = 0; k < N_FRONTS; k++) {
+        if (PyUnicode_CompareWithASCIIString(args[0], FRONTS[k]) == 0) {
+            Py_XSETREF(st->fallback[k], Py_NewRef(args[1]));
+            return PyObject_GetAttrString(module, FRONTS[k]);
+        }
+    }
+    PyErr_SetString(PyExc_ValueError, "front_method: kind is handle, processor_call or sink_call");
+    return NULL;
+}
+
+/* configure(**table): everything the module needs, from loghandler/_engine/compiled.py (its table()
  * names each item and where it comes from). Replaces what an earlier call set. */
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *table)
@@ -3879,6 +3949,8 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         table_size(table, "extra_size", &st->extra_size) < 0 ||
         table_size(table, "fast_item", &st->fast_item) < 0 ||
         table_size(table, "wire_item", &st->wire_item) < 0)
+        return NULL;
+    if (read_contract(st, table) < 0)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(st->src_keys);
     int loguru_ok = PyTuple_GET_SIZE(st->loguru_head) == n;
@@ -3958,14 +4030,14 @@ fail:
 }
 
 static PyMethodDef methods[] = {
+    {"front_method", (PyCFunction)(void (*)(void))front_method, METH_FASTCALL,
+     "front_method(kind, python) -> method: a front end's compiled call, told its Python "
+     "twin."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(**table): the event model and what handle() reads (loghandler/_compiled.py)."},
+     "configure(**table): the event model and what handle() reads (loghandler/_engine/compiled.py)."},
     {"record_put", (PyCFunction)(void (*)(void))record_put, METH_FASTCALL,
      "record_put(handler, record, fast) -> bool: the record's way on the compiled path "
      "(sampling, its item, hold, the queue); False: nothing done, the careful path's."},
-    {"record_item", (PyCFunction)(void (*)(void))record_item_py, METH_FASTCALL,
-     "record_item(d, wire=None) -> (item, size) | None: a plain record's queue item (a wire "
-     "item or the fast path's event), no context, no policy."},
     {"otel_put", (PyCFunction)(void (*)(void))otel_put, METH_FASTCALL,
      "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
      "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
@@ -4009,14 +4081,10 @@ module_exec(PyObject *module)
         intern_into(&st->s_level, "level") < 0 || intern_into(&st->s_logger, "logger") < 0 ||
         intern_into(&st->s_blank, "[not shipped: scrubbing failed]") < 0 ||
         intern_into(&st->s_append, "append") < 0 || intern_into(&st->s_filters, "filters") < 0 ||
-        intern_into(&st->s_fast_path, "_fast_path") < 0 ||
-        intern_into(&st->s_handle_python, "_handle_python") < 0 ||
-        intern_into(&st->s_put_event, "_put_event") < 0 ||
         intern_into(&st->s_trace_id, "trace_id") < 0 || intern_into(&st->s_span_id, "span_id") < 0 ||
         intern_into(&st->s_levelno, "levelno") < 0 ||
         intern_into(&st->s_levelname, "levelname") < 0 || intern_into(&st->s_name, "name") < 0 ||
-        intern_into(&st->s_queue, "_queue") < 0 || intern_into(&st->s_invalid, "_invalid") < 0 ||
-        intern_into(&st->s_put, "_put") < 0 || intern_into(&st->s_record, "record") < 0 ||
+        intern_into(&st->s_record, "record") < 0 ||
         intern_into(&st->s_timestamp, "timestamp") < 0 ||
         intern_into(&st->s_exception, "exception") < 0 ||
         intern_into(&st->s_extra, "extra") < 0 || intern_into(&st->s_no, "no") < 0 ||
@@ -4068,7 +4136,7 @@ static PyModuleDef_Slot slots[] = {
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
 #ifdef Py_mod_gil
-    /* Not proven safe without the GIL: _compiled uses the Python path on such builds. */
+    /* Not proven safe without the GIL: compiled.py uses the Python path on such builds. */
     {Py_mod_gil, Py_MOD_GIL_USED},
 #endif
     {0, NULL},

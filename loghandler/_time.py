@@ -4,7 +4,7 @@ One module for the one form every part of the package writes times in (the engin
 the structlog processor's ``timestamp``, the client's query bounds, the local service's stored
 times, the command line's ``tail``) and for reading them back. Every writer here ends in
 ``_second`` (the date and time of day of an epoch second) and the fraction tables; the compiled
-hot path has one twin of it (``format_time`` in ``_speedups.c``), proved equal by
+hot path has one twin of it (``format_epoch`` in ``_speedups.c``), proved equal by
 tests/test_speedups.py. It imports nothing of the package.
 """
 

@@ -32,6 +32,7 @@ ENGINE_MODULES = (
     "test_accounting.py", "test_answers.py", "test_batches.py", "test_bisector.py",
     "test_bounds.py", "test_client.py", "test_config.py", "test_construction_errors.py",
     "test_contract.py", "test_encoding.py", "test_event_model.py", "test_events.py",
+    "test_fastpath.py",
     "test_faults.py", "test_handler.py", "test_lifecycle.py", "test_package.py",
     "test_policy.py", "test_posting.py", "test_process_life.py", "test_security.py",
     "test_shipper.py", "test_soak.py", "test_speedups.py", "test_spilling.py", "test_spool.py",

@@ -62,7 +62,7 @@ def test_the_head_is_built_from_the_one_table() -> None:
     import logging
     import types
 
-    from loghandler import _compiled
+    from loghandler._engine import compiled as _compiled
     from loghandler._engine.events import fast_head, loguru_head, record_to_event
     from loghandler._engine.model import FAST_HEAD, HEAD, RECORD_ATTRS
 
@@ -94,7 +94,7 @@ def test_the_head_is_built_from_the_one_table() -> None:
 def test_item_events_formats_with_the_time_module_on_both_paths() -> None:
     """The flusher's formatting is _time.format_epoch's, in Python and in its C twin, for
     times the C twin leaves to Python too (before 1970, no time at all)."""
-    from loghandler import _compiled
+    from loghandler._engine import compiled as _compiled
     from loghandler._time import format_epoch
 
     ext = _compiled.extension()
@@ -111,7 +111,7 @@ def test_item_events_formats_with_the_time_module_on_both_paths() -> None:
 def test_an_event_without_its_time_or_with_an_odd_level_still_ships() -> None:
     """A fast-path event a filter left without ``_time`` gets now; a level that is no name
     becomes its text; on both paths."""
-    from loghandler import _compiled
+    from loghandler._engine import compiled as _compiled
     from loghandler._time import parse_micros
 
     for compiled in (None, _compiled.extension()):

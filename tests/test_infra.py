@@ -53,14 +53,14 @@ class TestFreeThreaded:
         importing it would turn the GIL back on), and doctor prints its reason."""
         import sysconfig
 
-        from loghandler import _compiled
+        from loghandler._engine import compiled as _compiled
         from loghandler.cli import doctor
 
         real = sysconfig.get_config_var
         monkeypatch.setattr(sysconfig, "get_config_var",
                             lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
         monkeypatch.delenv("LOGHANDLER_PURE_PYTHON", raising=False)
-        for name in ("WHY_PYTHON", "speedups", "handle", "record_put", "format_record",
+        for name in ("WHY_PYTHON", "speedups", "record_put", "format_record",
                      "items_size", "gzip_compress", "ACTIVE"):
             monkeypatch.setattr(_compiled, name, getattr(_compiled, name))  # restored after
         assert _compiled._load() is False

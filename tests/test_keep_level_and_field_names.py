@@ -17,8 +17,9 @@ import pytest
 from helpers import TOKEN, Receiver
 
 import loghandler
-from loghandler import ConfigurationError, IngestHandler, Shipper, _compiled
-from loghandler._engine.shaping import Selector
+from loghandler import ConfigurationError, IngestHandler, Shipper
+from loghandler._engine import compiled as _compiled
+from loghandler._engine.sampling import Sampler
 
 
 def invariant(st: loghandler.Stats) -> None:
@@ -121,15 +122,13 @@ class TestSampleKeepLevel:
             else:
                 assert set(by_trace) == set(whole)
 
-    def test_selector_keeps_by_the_level_number(self):
+    def test_the_sampler_keeps_by_the_level_number(self):
         """Names of any case, loguru's and structlog's, numbers on logging's scale."""
-        sel = Selector({"warn": 0.0, "success": 0.0, "exception": 0.0, "FATAL": 0.0,
-                        "error": 0.0}, None, None, 60, keep_level=30)
-        events = [{"level": name, "message": name} for name in
-                  ("warn", "success", "exception", "fatal", "ERROR")]
-        kept, sampled, _, _ = sel.select(events, now=0)
-        assert [e["message"] for e in kept] == ["warn", "exception", "fatal", "ERROR"]
-        assert sampled == 1
+        sampler = Sampler({"warn": 0.0, "success": 0.0, "exception": 0.0, "fatal": 0.0,
+                           "error": 0.0}, None, keep_level=30)
+        names = ("warn", "success", "exception", "fatal", "ERROR")
+        kept = [name for name in names if sampler.decide(name, None)]
+        assert kept == ["warn", "exception", "fatal", "ERROR"]
 
     @pytest.mark.parametrize(("value", "message"), [
         ("loud", "sample_keep_level must be a level name (\"warning\", \"error\", \"critical\"), "
@@ -201,7 +200,7 @@ class TestFieldNames:
         h = IngestHandler("ds", url="http://127.0.0.1:9", token=TOKEN, flush_interval=3600,
                           batch_size=10_000, field_names=NAMES, handle_sigterm=False)
         try:
-            assert h.shipper.wire() is not None
+            assert h.shipper.item_plan() is not None
             record = logging.LogRecord("app", logging.INFO, "/app.py", 1, "m %s", ("x",), None)
             h.handle(record)
             item = h.shipper.intake.queue[-1]
@@ -232,7 +231,7 @@ class TestFieldNames:
 
 BOTH_PATHS = """
 import json, logging
-from loghandler import _compiled
+from loghandler._engine import compiled as _compiled
 from loghandler.testing import LocalService
 import loghandler
 with LocalService(token="t0") as svc:

@@ -20,6 +20,7 @@ from helpers import TOKEN, Receiver
 
 import loghandler
 from loghandler import ConfigurationError, IngestProcessor, Shipper
+from loghandler._engine.sampling import Sampler
 from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fields, luhn_ok
 
 
@@ -332,13 +333,17 @@ class TestSampling:
         assert 1800 < kept < 2200 and 850 < careful < 1150, (kept, careful)
         invariant(h.stats())
 
-    def test_selector_rates_with_a_fixed_random(self):
-        """Without a trace id the decision uses the random source: u < rate keeps."""
+    def test_the_sampler_decides_with_a_fixed_random(self):
+        """Without a trace id the decision uses the random source: u < rate keeps; a trace
+        id decides instead (its low 64 bits as a fraction), the event's own first."""
         values = iter([0.1, 0.9, 0.29, 0.31])
-        sel = Selector({"debug": 0.3}, None, None, 60, rand=lambda: next(values))
-        kept, sampled, _, _ = sel.select([{"level": "debug", "message": str(i)}
-                                          for i in range(4)], now=0)
-        assert [e["message"] for e in kept] == ["0", "2"] and sampled == 2
+        sampler = Sampler({"debug": 0.3}, None, rand=lambda: next(values))
+        assert [sampler.decide("debug", "app") for _ in range(4)] == [True, False, True, False]
+        low, high = "0" * 16 + "1" + "0" * 15, "0" * 16 + "f" * 16
+        assert sampler.decide("debug", "app", low) and not sampler.decide("debug", "app", high)
+        assert not sampler.decide("debug", "app", high, context_trace=low)
+        assert sampler.decide("debug", "app", context_trace=low)
+        assert sampler.decide("info", "app")  # a rate of 1: no random number drawn
 
 
 # ------------------------------------------------------------------ repeats
@@ -394,26 +399,26 @@ class TestRepeats:
 
     def test_windows(self):
         """A new window ships N again; the summary of the old one comes when it ends."""
-        sel = Selector(None, None, 2, 10.0)
+        sel = Selector(2, 10.0)
         ev = {"level": "info", "logger": "a", "message": "m", "_time": "t"}
-        kept, _, rep, summ = sel.select([dict(ev) for _ in range(5)], now=0)
+        kept, rep, summ = sel.select([dict(ev) for _ in range(5)], now=0)
         assert len(kept) == 2 and rep == 3 and summ == []
         assert sel.expired(5) == []
-        kept, _, rep, summ = sel.select([dict(ev)], now=11)
+        kept, rep, summ = sel.select([dict(ev)], now=11)
         assert len(kept) == 1 and rep == 0
         assert [s["repeats_suppressed"] for s in summ] == [3]
         # Different loggers or levels are different lines.
-        kept, _, rep, _ = sel.select([{**ev, "logger": "b"}, {**ev, "level": "error"}], now=12)
+        kept, rep, _ = sel.select([{**ev, "logger": "b"}, {**ev, "level": "error"}], now=12)
         assert len(kept) == 2 and rep == 0
 
     def test_bounded_memory_evicts_the_oldest_window(self):
         """At most MAX_KEYS lines are tracked; the oldest window goes first, with its summary."""
-        sel = Selector(None, None, 1, 60.0)
+        sel = Selector(1, 60.0)
         sel._max_keys = 3
         lines = [{"level": "info", "logger": "a", "message": f"m{i}"} for i in range(5)]
         summaries = []
         for line in lines:
-            _, _, rep, summ = sel.select([dict(line), dict(line)], now=0)  # one suppressed
+            _, rep, summ = sel.select([dict(line), dict(line)], now=0)  # one suppressed
             assert rep == 1
             summaries += summ
         assert [s["repeated_message"] for s in summaries] == ["m0", "m1"]

@@ -27,9 +27,11 @@ from hypothesis import strategies as st
 from test_event_model import records
 from test_spool import wait_until
 
-from loghandler import IngestHandler, _compiled
+from loghandler import IngestHandler
 from loghandler._encoding import encode
+from loghandler._engine import compiled as _compiled
 from loghandler._engine.events import RECORD, SIZE, item_events, record_to_event
+from loghandler._engine.fastpath import CallerPlan, FastPath
 from loghandler._engine.shaping import make_finisher
 from loghandler.testing import LocalService
 
@@ -39,6 +41,28 @@ PURE = os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0")
 EXT = _compiled.extension()
 
 
+class _Dict:
+    """Anything whose ``__dict__`` is the dict given: record_put reads a record's ``__dict__``."""
+
+
+def record_item(ext: Any, d: dict[Any, Any], plan: Any = None) -> tuple[Any, int] | None:
+    """The queue item the extension makes of a record's dict ``d`` (its ``record_put``, through
+    a FastPath that keeps what it queues: no context, no policy; ``plan``: an ItemPlan, for
+    pre-encoded items) as (item, size); None when it leaves the record to the careful path."""
+    got: list[tuple[Any, int]] = []
+
+    def keep(item: Any, size: int, *rest: Any) -> bool:
+        got.append((item, size))
+        return True
+
+    holder = _Dict()
+    holder.__dict__ = d
+    fast = FastPath([collections.deque(), 0], plan, keep, CallerPlan(False, None, None), keep,
+                    lambda: False, lambda *args: None)
+    ext.record_put(None, holder, fast)
+    return got[0] if got else None
+
+
 def test_the_compiled_path_is_built_and_in_use() -> None:
     """`pip install -e .` on a machine with a compiler builds it (CI's machines have one), and
     it is used unless turned off; a build that silently fell back would pass every other test.
@@ -46,9 +70,9 @@ def test_the_compiled_path_is_built_and_in_use() -> None:
     assert EXT is not None
     assert _compiled.ACTIVE is (not PURE)
     assert (_compiled.record_put is None) is PURE
-    assert (_compiled.handle is None) is PURE
+    assert (_compiled.speedups is None) is PURE
     handle = IngestHandler.__dict__["handle"]
-    assert handle is _compiled.handle if not PURE else inspect.isfunction(handle)
+    assert handle is EXT.handle if not PURE else inspect.isfunction(handle)
 
 
 class PythonHandler(IngestHandler):
@@ -91,11 +115,11 @@ def last_item(handler: IngestHandler, record: logging.LogRecord, via_emit: bool 
 
 
 def compiled_item(record: logging.LogRecord) -> Any:
-    """The queue item the extension makes of ``record`` (record_item: no wire), or, for what
+    """The queue item the extension makes of ``record`` (record_item: no plan), or, for what
     it leaves to the careful path, that path's (record_to_event), as the compiled handle does.
     In both runs: the extension is compared with the Python path whether it is in use or not.
     (A record of another class never reaches it: the compiled handle checks the type.)"""
-    got = EXT.record_item(record.__dict__) if type(record) is logging.LogRecord else None
+    got = record_item(EXT, record.__dict__) if type(record) is logging.LogRecord else None
     if got is None:
         event, size = record_to_event(record)
         event[SIZE] = size
@@ -249,7 +273,7 @@ def test_hostile_records_never_crash_and_match_python(
     queues ships as the Python path's event."""
     fast, pure = handlers
     snapshot = dict(record.__dict__)
-    EXT.record_item(record.__dict__)  # must neither crash nor raise
+    record_item(EXT, record.__dict__)  # must neither crash nor raise
     record.__dict__.clear()
     record.__dict__.update(snapshot)
     fast_item = queued_or_none(fast, record)  # nor as handle()
@@ -276,18 +300,16 @@ def test_record_item_refuses_what_it_does_not_know() -> None:
     does nothing and says so (False: the careful path's)."""
     _speedups = EXT
     wire = (b"", frozenset(), None, None, frozenset(), 0)
-    for bad in (None, 1, "s", [], {}, {"msg": 1}, {"msg": "m"}, {1: 2}):
-        assert _speedups.record_item(bad) is None
-        assert _speedups.record_item(bad, wire) is None
-        assert _speedups.record_item(bad, ("x", 1, 2, 3)) is None
+    for bad in ({}, {"msg": 1}, {"msg": "m"}, {1: 2}):
+        assert record_item(_speedups, bad) is None
+        assert record_item(_speedups, bad, wire) is None
+        assert record_item(_speedups, bad, ("x", 1, 2, 3)) is None
     record = _plain()
     for fast in (None, (), ([collections.deque(), 10], None, None), (1, 2, 3, 4),
                  ([collections.deque(), 10], None, None, (True, "x", None))):
         assert _speedups.record_put(object(), record, fast) is False
     with pytest.raises(TypeError):
         _speedups.record_put()
-    with pytest.raises(TypeError):
-        _speedups.record_item()
     for bad in (None, {}, {"_time": "x", "level": "INFO"}, {"_time": 1.0, "level": 3}):
         assert _speedups.format_record(bad) is False
 
@@ -304,7 +326,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
     spec.loader.exec_module(other)  # a second instance, with its own (empty) state
     assert other is not EXT
     with pytest.raises(RuntimeError, match="not configured"):
-        other.record_item({})
+        other.record_put(None, _Dict(), None)
     table = _compiled.table()
     with pytest.raises(TypeError, match="levels"):
         other.configure(**{**table, "levels": [("INFO", "info")]})
@@ -314,7 +336,7 @@ def test_configure_takes_one_table_and_checks_it() -> None:
         other.configure(**missing)
     other.configure(**table)
     record = _plain(extra_key="v")
-    assert other.record_item(record.__dict__)[0] == EXT.record_item(record.__dict__)[0]
+    assert record_item(other, dict(record.__dict__)) == record_item(EXT, record.__dict__)
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -324,7 +346,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 SHIP = """
 import logging, sys
-from loghandler import _compiled
+from loghandler._engine import compiled as _compiled
 from loghandler.testing import LocalService
 import loghandler
 with LocalService(token="t0") as svc:
@@ -405,7 +427,7 @@ def test_the_compiled_handle_queues_what_the_python_handle_does() -> None:
     the same items as the Python path's, in the same order."""
     import loghandler
 
-    assert IngestHandler.__dict__["handle"] is _compiled.handle
+    assert IngestHandler.__dict__["handle"] is EXT.handle
 
     def make(i: int, cls: type[logging.LogRecord] = logging.LogRecord,
              **extra: Any) -> logging.LogRecord:
@@ -511,10 +533,10 @@ def python_wire(pair: tuple[IngestHandler, IngestHandler],
 
 
 def compiled_wire(handler: IngestHandler, record: logging.LogRecord) -> Any:
-    """record_item's item for ``record`` with the shipper's wire (queued nowhere)."""
-    wire = handler.shipper.wire()
+    """record_item's item for ``record`` with the shipper's item plan (queued nowhere)."""
+    wire = handler.shipper.item_plan()
     assert wire is not None
-    got = EXT.record_item(record.__dict__, wire)
+    got = record_item(EXT, record.__dict__, wire)
     return None if got is None else got[0]
 
 
@@ -809,7 +831,7 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
 
     runs = []
     for admit in (EXT.admit_repeats, None):
-        sel = Selector(None, None, limit, window, max_keys=max_keys)
+        sel = Selector(limit, window, max_keys=max_keys)
         got = []
         for k, now in enumerate((0.0, 1.0, 3.0)):
             got.append(sel.select(batch(k), now, admit=admit))
@@ -894,7 +916,7 @@ def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
     assert type(_wire_of(pair, host="mine")) is dict  # identity's field: the event's own wins
     assert _wire_of(pair, payload={"a": 1}) is None  # the careful path's
     assert type(compiled_wire(pair[0], _plain("x" * 100_000, ()))) is dict
-    wire = pair[0].shipper.wire()
+    wire = pair[0].shipper.item_plan()
     assert wire is not None
     clean = wire[2]  # the scrubber's set of keys it has nothing to do for
     assert "brand_new_key" not in clean
@@ -927,7 +949,7 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
                  {"fields": {"api_key": "sk-1"}}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
-            assert h.shipper.wire() is None, opts
+            assert h.shipper.item_plan() is None, opts
             h.handle(_plain())
             assert type(h.shipper.intake.queue[-1]) is dict, opts
         finally:
@@ -936,7 +958,7 @@ def test_no_wire_when_the_flusher_has_work_per_event() -> None:
                  {"exclude_fields": ["file"]}):
         h = IngestHandler("ds", **PARKED, **opts)
         try:
-            assert h.shipper.wire() is not None
+            assert h.shipper.item_plan() is not None
             h.handle(_plain())
             assert (type(h.shipper.intake.queue[-1]) is bytes) is (not PURE), opts
             h.setFormatter(logging.Formatter("%(message)s"))
@@ -1023,7 +1045,7 @@ def test_gzip_is_zlibs_gzip_in_one_step() -> None:
     import random
     import zlib
 
-    from loghandler import _compiled
+    from loghandler._engine import compiled as _compiled
 
     gz = _compiled.gzip_extension()
     assert gz is not None  # built wherever zlib's headers are (CI's machines)

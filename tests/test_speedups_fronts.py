@@ -30,7 +30,8 @@ from test_speedups import (
     shipped,
 )
 
-from loghandler import IngestProcessor, IngestSink, _compiled
+from loghandler import IngestProcessor, IngestSink
+from loghandler._engine import compiled as _compiled
 
 PURE = os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0")
 

@@ -6,11 +6,10 @@ stored dict is never changed and the caller's thread takes it by reference: its 
 nothing. The fields are merged into the event on the flusher thread (events.py "Queue items",
 ``merge_context``).
 
-"A context is in use" is one test, everywhere: ``IN_USE[0] or OTEL_TRACE in sys.modules`` (a
-``loghandler.context`` was ever entered in this process, or the application imported
-``opentelemetry.trace``). Until it is true nothing here runs on the application's thread; the
-front ends inline it before calling ``snapshot`` (a call would cost every event more than the
-test), and the compiled handle reads the same list (``_compiled`` hands it over). OpenTelemetry
+"A context is in use" is one test, everywhere: ``in_use()`` (a ``loghandler.context`` was
+ever entered in this process, or the application imported ``opentelemetry.trace``). Until it
+is true nothing here runs on the application's thread; the compiled calls read the same list
+and name (``compiled.table`` hands them over). OpenTelemetry
 is never imported here: it is looked up in ``sys.modules``, where the application put it.
 """
 
@@ -27,14 +26,15 @@ from .._encoding import to_jsonable
 from . import hold as _hold
 from .model import PLAIN
 
-__all__ = ["IN_USE", "OTEL_TRACE", "VAR", "context", "snapshot", "span_ids", "span_source"]
+__all__ = ["IN_USE", "OTEL_TRACE", "VAR", "context", "in_use", "snapshot", "span_ids",
+           "span_source"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _EMPTY: dict[str, Any] = {}  # shared, never written: the value outside any context
 _VAR: ContextVar[dict[str, Any]] = ContextVar("loghandler_context", default=_EMPTY)
 _get = _VAR.get
-# The variable itself, for the compiled path (_compiled.table): it reads the same merged dict.
+# The variable itself, for the compiled path (compiled.table): it reads the same merged dict.
 VAR = _VAR
 _TOKENS: ContextVar[tuple[tuple[Token[dict[str, Any]], Any], ...]] = ContextVar(
     "loghandler_context_tokens", default=())
@@ -46,6 +46,12 @@ OTEL_TRACE = "opentelemetry.trace"
 _modules = sys.modules
 _PLAIN = PLAIN
 _HOLD_ON = _hold.ENABLED
+
+
+def in_use(trace: bool = True) -> bool:
+    """Is a context in use (the module docstring)? ``trace=False``: the current span is not
+    asked (OpenTelemetry's records carry their own)."""
+    return IN_USE[0] or (trace and OTEL_TRACE in _modules)
 
 
 class context:

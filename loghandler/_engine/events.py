@@ -21,7 +21,7 @@ thread only while ``context.in_use``): ``item_events`` adds those the event lack
 shipper's ``fields=``.
 
 Wire items. On the compiled path (``_speedups.c``), when the shipper has nothing to do per event
-(``Shipper.wire``: no context, no sampling or repeat policy, no exclusion, no field the
+(``Shipper.item_plan``: no context, no sampling or repeat policy, no exclusion, no field the
 scrubber has not cleared, no clash with ``fields=``), the handler's fast path queues the event's
 final JSON instead: a ``bytes`` item, exactly what ``item_events`` and the encoder would have
 made of the dict, built on the caller's thread in C. The flusher only joins such items into a
@@ -45,9 +45,9 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from .. import _compiled
 from .._encoding import free_name, key_to_str, to_jsonable
 from .._time import format_epoch
+from . import compiled
 from .model import (
     CONTEXT,
     COPIED_ATTRS,
@@ -166,9 +166,9 @@ def _items_size(items: list[Any]) -> int:
 
 
 # The queue items' estimated sizes, summed (the ledger's byte bound): the compiled twin when
-# _compiled chose it (it reads wire items too, which only that path makes).
+# compiled.py chose it (it reads wire items too, which only that path makes).
 items_size: Callable[[list[Any]], int] = (
-    _compiled.items_size if _compiled.items_size is not None else _items_size)
+    compiled.items_size if compiled.items_size is not None else _items_size)
 
 
 def _wire_view(item: bytes, names: tuple[str, ...]) -> dict[str, Any]:
@@ -182,13 +182,13 @@ def _wire_view(item: bytes, names: tuple[str, ...]) -> dict[str, Any]:
 # wire_view(item, names): what the flusher's selector reads of a wire item (its repeat key):
 # the compiled twin reads only those fields of the JSON.
 wire_view: Callable[[bytes, tuple[str, ...]], dict[str, Any]] = (
-    _compiled.wire_view if _compiled.wire_view is not None else _wire_view)
+    compiled.wire_view if compiled.wire_view is not None else _wire_view)
 
 
 # admit_repeats(events, seen, now, window, limit, max_keys, names): the compiled twin of
 # shaping.Selector's repeat loop over a batch; None on the Python path.
 admit_repeats: Callable[..., tuple[list[Any], int, list[tuple[Any, list[Any]]]]] | None = (
-    _compiled.speedups.admit_repeats if _compiled.speedups is not None else None)
+    compiled.speedups.admit_repeats if compiled.speedups is not None else None)
 
 
 def size_of(item: Any) -> int:
@@ -202,14 +202,14 @@ def size_of(item: Any) -> int:
 
 def item_events(items: Any, fields: Mapping[str, Any] | None = None,
                 finish: Callable[..., None] | None = None, *,
-                compiled: Any = _compiled.speedups) -> list[Any]:
+                compiled: Any = compiled.speedups) -> list[Any]:
     """The events of queue items (see "Queue items"), on the flusher thread; a wire item is
     its event's JSON already, and stays as it is.
 
     ``fields`` (the shipper's ``fields=``) are added to every event that lacks them, after the
     item's context: the event's own fields win, then the context, then ``fields``. ``finish``
     (the shipper's exclusions and scrubbing, ``shaping.Finisher``) runs last on each event.
-    ``compiled``: the compiled twin (``_compiled.speedups``, what ``_compiled`` chose), or None
+    ``compiled``: the compiled twin (``compiled.speedups``, what ``_compiled`` chose), or None
     for the Python reference (the property tests run both).
     """
     if compiled is None:

@@ -21,8 +21,8 @@ HTTP = 1  # inside loghandler's HTTP call: urllib3's records are ours
 CALLBACK = 2  # inside on_error: everything logged is ours
 
 # Threads doing loghandler's own sending right now: ident -> HTTP or CALLBACK. Set only around
-# the call itself, so the check on the hot path (`ident in SENDERS`, inlined by the front ends
-# and read by the compiled handle) is almost always False.
+# the call itself, so the check on the hot path (`SENDERS and own_record(name)` in the front
+# ends, the dict's size read by the compiled calls) is almost always an empty dict.
 SENDERS: dict[int, int] = {}
 _SENDERS = SENDERS  # the name the engine's own modules import
 # Threads running a shipper's sending loop (flusher threads, a closing thread that sends at
@@ -46,7 +46,9 @@ def in_sender_thread() -> bool:
 
 def own_record(name: str | None) -> bool:
     """True when a record (logger ``name``; None for an event without one) logged now on this
-    thread was caused by loghandler's own sending. Call only when ``ident in _SENDERS``."""
+    thread was caused by loghandler's own sending: the one rule, which every front end and
+    ``Shipper.submit`` ask as ``SENDERS and own_record(name)`` (an empty dict, the usual case,
+    costs them no call; the compiled calls test the same emptiness)."""
     mode = _SENDERS.get(_get_ident())
     if mode is None:
         return False

@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from .. import _compiled
 from .._config import ShipperOptions
 from .._errors import ApiError, Error, PartialIngestError, TransportError
 from .._output import shown
@@ -23,6 +22,7 @@ from .._status import RATE_LIMIT, is_success
 from .._wire.answer import Answer
 from .._wire.errors import error_for
 from .._wire.settings import said
+from . import compiled
 from .batches import Chunk
 from .bisector import partial_error
 from .ledger import Count, Flushing
@@ -147,7 +147,7 @@ class Poster:
         body = chunk.body()
         if opts.compression != "gzip":
             return body, JSON_HEADERS
-        gz = _compiled.gzip_compress
+        gz = compiled.gzip_compress
         if gz is not None:  # one release of the GIL, not one per 32 KiB (_gzip.c)
             try:
                 return gz(body, opts.compression_level), GZIP_HEADERS

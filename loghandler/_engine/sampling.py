@@ -23,7 +23,10 @@ from typing import Any
 from .hold import level_number
 from .model import LEVELS
 
-__all__ = ["Sampler", "span_fraction", "trace_fraction"]
+__all__ = ["ABSENT", "Sampler", "span_fraction", "trace_fraction"]
+
+# No trace id of that kind (a value of None is one: a trace id that is no trace id).
+ABSENT: Any = object()
 
 _MASK = (1 << 64) - 1
 _TWO64 = 2.0**64
@@ -49,11 +52,12 @@ def span_fraction(trace_id: int) -> float:
 class Sampler:
     """One shipper's sampling rates (see the module docstring).
 
+    ``decide(level, logger, ...)``: the one decision every caller asks (the front ends, the
+    shipper's ``submit``; the compiled path makes the same from ``fastpath.SamplePlan``).
     ``rate(level, logger)``: the fraction kept of events of that level (the event's level
     name, as shipped) and logger (the longest matching prefix among ``sample_loggers``, a
     logger or any of its children); the smaller of the two applies, and 1 at
-    ``sample_keep_level`` and above. ``keep(rate, fraction)``:
-    the decision for one event whose rate is below 1.
+    ``sample_keep_level`` and above.
     """
 
     __slots__ = ("keep_level", "kept_levels", "levels", "loggers", "rand", "record_rates",
@@ -121,9 +125,27 @@ class Sampler:
                 self.kept_levels[level] = verdict
         return verdict
 
-    def keep(self, rate: float, fraction: float | None) -> bool:
-        """Keep an event of ``rate`` (below 1)? ``fraction``: its shipped trace id's
-        (``trace_fraction``, ``span_fraction``), None when it has none."""
+    def decide(self, level: Any, logger: Any, trace_id: Any = ABSENT, span_trace: int = 0,
+               context_trace: Any = ABSENT, rate: float | None = None) -> bool:
+        """Keep this event? Its level (as shipped) and logger give its rate (``rate``: given
+        already, the handler's cached ``record_rate``); below 1, the trace id it ships with
+        decides: its own ``trace_id``, else the current span's (``span_trace``, an int; 0:
+        none), else the context's ``trace_id``, else ``fields=``'s (``ABSENT``: none of that
+        kind)."""
+        if rate is None:
+            rate = self.rate(level, logger)
+        if rate >= 1.0:
+            return True
+        if trace_id is not ABSENT:
+            fraction = trace_fraction(trace_id)
+        elif span_trace:
+            fraction = span_fraction(span_trace)
+        elif context_trace is not ABSENT:
+            fraction = trace_fraction(context_trace)
+        else:
+            fraction = self.static
+        # A trace id's fraction, when it ships with one (and exclude_fields leaves it): every
+        # shipper keeps or drops a trace's events together; else the random source.
         if fraction is None or not self.trace_key:
             return self.rand() < rate
         return fraction < rate

@@ -9,11 +9,9 @@ beside the context (``hold.py``) and is reached only inside a ``loghandler.conte
   and scrubs secrets (``scrub``): by key anywhere in the event (the default, "keys": a dict
   lookup per key), and with "all" by value pattern in every string (the message, extras,
   nested values, the exception's text: a scan of each string, about 1.5 us an event).
-- ``Selector``: per batch, decides which events ship: sampling by level and logger
-  (``sample_levels``, ``sample_loggers``; trace-consistent: an event with a ``trace_id`` is kept
-  exactly when its trace is, so a trace stays whole) and repeat suppression (``repeat_limit``
-  per ``repeat_window``: after N identical events, the rest of the window is counted and one
-  summary event says how many were suppressed).
+- ``Selector``: per batch, repeat suppression (``repeat_limit`` per ``repeat_window``: after N
+  identical events, the rest of the window is counted and one summary event says how many were
+  suppressed). Sampling is decided earlier, on the callers' threads (``sampling.py``).
 - ``identity_fields``: who sent it (service, environment, version, host), from arguments and
   the environment (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), added like ``fields=``.
 
@@ -24,7 +22,6 @@ Every event a policy drops is counted under its own reason (``dropped_sampled``,
 from __future__ import annotations
 
 import os
-import random
 import re
 import socket
 import sys
@@ -35,7 +32,6 @@ from typing import Any
 
 from .._encoding import free_name
 from .events import admit_repeats, wire_view
-from .sampling import Sampler, trace_fraction
 
 __all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
 
@@ -107,8 +103,8 @@ class Scrubber:
     Bounded: strings are looked at whole, containers to a depth of 16 (deeper values are
     replaced, since they cannot be checked)."""
 
-    __slots__ = ("_clean", "_keys", "_known", "_own", "_scan", "_suffixes", "_text",
-                 "_triggers")
+    __slots__ = ("_keys", "_known", "_own", "_suffixes", "_text", "_triggers", "clean",
+                 "scans_text")
 
     MAX_DEPTH = 16
 
@@ -130,8 +126,8 @@ class Scrubber:
         self._known: dict[str, bool] = {}
         # Keys known to be no secret, for flat events (see event()): the code's own fields to
         # begin with.
-        self._clean: set[Any] = set(_CODE_FIELDS)
-        self._scan = text or bool(own)
+        self.clean: set[Any] = set(_CODE_FIELDS)
+        self.scans_text = text or bool(own)
 
     def secret_key(self, key: str) -> bool:
         known = self._known.get(key)
@@ -144,7 +140,7 @@ class Scrubber:
 
     def text(self, value: str) -> str:
         n = len(value)
-        if n < 8 or not self._scan:
+        if n < 8 or not self.scans_text:
             return value
         lower = value.lower()
         search = self._triggers.search
@@ -171,20 +167,20 @@ class Scrubber:
         """True when ``key`` is known to be no secret's, now added to the clean keys (bounded
         as ``event`` bounds them). The compiled fast path asks on a key's first use, so that
         its events can be written on the caller's thread (events.py "Wire items")."""
-        if key in self._clean:
+        if key in self.clean:
             return True
-        if self._scan or len(self._clean) >= 4096 or self.secret_key(key):
+        if self.scans_text or len(self.clean) >= 4096 or self.secret_key(key):
             return False
-        self._clean.add(key)
+        self.clean.add(key)
         return True
 
     def event(self, event: dict[str, Any], plain: bool = False) -> None:
         """Scrub ``event`` in place. ``plain``: every value is a str, number, bool or None
         (the handler's fast path makes only such events)."""
-        if plain and not self._scan:
+        if plain and not self.scans_text:
             # By key only, on a flat event: a set difference in C leaves the keys not seen yet
             # (the same dozen recur event after event), and only those are looked at.
-            clean = self._clean
+            clean = self.clean
             if clean.issuperset(event):  # the common case, in C, with no set built
                 return
             rest = event.keys() - clean
@@ -193,15 +189,15 @@ class Scrubber:
                     value = event[key]
                     if value is not None and value != "":
                         event[key] = REDACTED
-                elif len(self._clean) < 4096:
-                    self._clean.add(key)
+                elif len(self.clean) < 4096:
+                    self.clean.add(key)
             return
         # Inlined for the common event (flat, short strings): this runs for every event on the
         # flusher thread, where its cost is the shipper's throughput.
         code = _CODE_FIELDS
         known = self._known
         text = self.text
-        scan = self._scan
+        scan = self.scans_text
         changes: list[tuple[str, Any]] | None = None
         for key, value in event.items():
             if key in code:
@@ -290,9 +286,9 @@ class Finisher:
         grows the set), for the compiled item_events to skip the call; None when every event
         needs the call (exclusions, renames, text scanning)."""
         scrubber = self._scrubber
-        if self._exclude or self._renames or scrubber is None or scrubber._scan:
+        if self._exclude or self._renames or scrubber is None or scrubber.scans_text:
             return None
-        return scrubber._clean
+        return scrubber.clean
 
     def wire_scrubber(self) -> tuple[set[Any] | None, Callable[[str], bool] | None] | None:
         """For a writer that leaves the excluded fields out and renames the fields itself (the
@@ -302,9 +298,9 @@ class Finisher:
         scrubber = self._scrubber
         if scrubber is None:
             return None, None
-        if scrubber._scan:
+        if scrubber.scans_text:
             return None
-        return scrubber._clean, scrubber.learn
+        return scrubber.clean, scrubber.learn
 
     @property
     def renames(self) -> tuple[tuple[str, str], ...]:
@@ -363,21 +359,18 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 
 
 class Selector:
-    """Decides, per batch on the flusher thread, which events ship (see the module docstring).
+    """Decides, per batch on the flusher thread, which events ship: repeats (see the module
+    docstring). Sampling is not its: it is decided on the callers' threads
+    (``sampling.Sampler.decide``).
 
-    ``select(events, now)`` returns ``(kept, sampled_out, repeats_suppressed, summaries)``;
-    summaries are new events the caller submits (they are counted as submitted). The shippers'
-    flusher gives it repeats only: sampling is decided on the callers' threads
-    (``sampling.Sampler``, which this uses for the rates it is given)."""
+    ``select(events, now)`` returns ``(kept, repeats_suppressed, summaries)``; summaries are
+    new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_key", "_limit", "_max_keys", "_sampler", "_seen", "_trace", "_window")
+    __slots__ = ("_key", "_limit", "_max_keys", "_seen", "_window")
 
     MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
 
-    def __init__(self, sample_levels: Mapping[str, float] | None,
-                 sample_loggers: Mapping[str, float] | None, repeat_limit: int | None,
-                 repeat_window: float, rand: Callable[[], float] = random.random,
-                 keep_level: int | None = None,
+    def __init__(self, repeat_limit: int, repeat_window: float,
                  field_names: Mapping[str, str] | None = None, *,
                  max_keys: int = MAX_KEYS) -> None:
         # The events reach the selector with their shipped names (Finisher ran first): a
@@ -385,9 +378,6 @@ class Selector:
         names = field_names or {}
         self._key = (names.get("message", "message"), "event", names.get("logger", "logger"),
                      names.get("level", "level"))
-        self._trace = names.get("trace_id", "trace_id")
-        self._sampler = (Sampler(sample_levels, sample_loggers, rand, keep_level=keep_level)
-                         if sample_levels or sample_loggers else None)
         self._limit = repeat_limit
         self._window = repeat_window
         # (logger, level, message) -> [window start, count, last event]
@@ -399,32 +389,25 @@ class Selector:
 
     def select(self, events: list[Any], now: float | None = None, *,
                admit: Callable[..., Any] | None = admit_repeats
-               ) -> tuple[list[Any], int, int, list[dict[str, Any]]]:
+               ) -> tuple[list[Any], int, list[dict[str, Any]]]:
         """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
         None for the Python reference (the property tests run both)."""
         now = time.monotonic() if now is None else now
-        sampler = self._sampler
-        kept: list[Any] = []
-        sampled = repeats = 0
-        summaries = self.expired(now) if self._limit is not None else []
-        if sampler is None and self._limit is not None and admit is not None:
+        summaries = self.expired(now)
+        if admit is not None:
             # The compiled twin of the loop below (_admit), over the batch at once.
             kept, repeats, ended = admit(events, self._seen, float(now), float(self._window),
                                          self._limit, self._max_keys, self._key)
             summaries += [self._summary(key, entry) for key, entry in ended]
-            return kept, 0, repeats, summaries
-        _, _, logger, level = self._key
+            return kept, repeats, summaries
+        kept = []
+        repeats = 0
         for event in events:
-            if sampler is not None and type(event) is dict:
-                rate = sampler.rate(event.get(level), event.get(logger))
-                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event.get(self._trace))):
-                    sampled += 1
-                    continue
-            if self._limit is not None and not self._admit(event, now, summaries):
+            if not self._admit(event, now, summaries):
                 repeats += 1
                 continue
             kept.append(event)
-        return kept, sampled, repeats, summaries
+        return kept, repeats, summaries
 
     def _admit(self, event: Any, now: float, summaries: list[dict[str, Any]]) -> bool:
         # _seen is ordered by window start (a new window re-inserts its key at the end), so

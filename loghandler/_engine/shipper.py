@@ -44,14 +44,17 @@ from .._output import clip, print_line, printable, redact, shown
 from .._wire.client import Client, dataset_path, shared_client
 from .._wire.imports import ImportsRestored, preload_http
 from . import lifecycle as lifecycle
+from .events import RECORD as _RECORD
 from .events import SIZE as _SIZE
 from .events import SUBMIT_EVENT_SIZE, SUBMIT_FIELD_SIZE, deep_size
-from .guard import _SENDERS, _get_ident, in_sender_thread, logging_lock_held, own_record
+from .fastpath import ItemPlan, item_plan
+from .guard import _SENDERS, in_sender_thread, logging_lock_held, own_record
 from .hold import Hold, level_number
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake, Ledger
+from .model import LEVELS
 from .policy import Cause
 from .reporter import Reporter
-from .sampling import Sampler, trace_fraction
+from .sampling import ABSENT, Sampler
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -62,7 +65,7 @@ if TYPE_CHECKING:
 
     from .._options import ShippingOptions
 
-__all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper"]
+__all__ = ["FAST_ITEM_BYTES", "Flusher", "Shipper", "Stats", "make_shipper", "queue_built"]
 
 _monotonic = time.monotonic
 
@@ -172,10 +175,10 @@ class Shipper:
         queueing; None when not configured."""
         return self._sampler
 
-    def wire(self) -> tuple[Any, ...] | None:
-        """What the compiled fast path needs to queue events as their final JSON (events.py
-        "Wire items"), or None when the flusher has work to do per event."""
-        return self._sender.wire()
+    def item_plan(self) -> ItemPlan | None:
+        """What the compiled fast path needs to queue events as their final JSON
+        (fastpath.ItemPlan), or None when the flusher has work to do per event."""
+        return item_plan(self.options, self._sender.finish)
 
     # ------------------------------------------------------------------ application side
 
@@ -187,7 +190,7 @@ class Shipper:
         encoded on the flusher thread.
         """
         try:
-            if _get_ident() in _SENDERS and own_record(None):
+            if _SENDERS and own_record(None):
                 return self._suppress()
             if type(event) is not dict:
                 if not isinstance(event, Mapping):
@@ -195,18 +198,8 @@ class Shipper:
                 event = dict(event)
             else:
                 event = event.copy()
-            size = _estimate(event)
-            event[_SIZE] = size
-            sampler = self._sampler
-            if sampler is not None:
-                rate = sampler.rate(event.get("level"), event.get("logger"))
-                if rate < 1.0 and not sampler.keep(rate, trace_fraction(event["trace_id"])
-                                                   if "trace_id" in event else sampler.static):
-                    return self._ledger.drop(Fate.DROPPED_SAMPLED)
-            hold = self._hold
-            if hold is not None and hold.take(event, size, level_number(event.get("level"))):
-                return True
-            return self._ledger.offer(event, size)
+            return queue_built(self._ledger, self._sampler, self._hold, event, _estimate(event),
+                               event.get("level"))
         except Exception:
             return False
 
@@ -573,6 +566,31 @@ def _estimate(event: dict[str, Any]) -> int:
         elif t is dict or t is list or t is tuple:
             size += deep_size(value)  # held by reference until encoded: it counts whole
     return size
+
+
+def queue_built(intake: Intake, sampler: Sampler | None, hold: Hold | None,
+                event: dict[Any, Any], size: int, level: Any,
+                snap: tuple[dict[str, Any], int, int] | None = None,
+                sampled: bool = False) -> bool:
+    """The one queueing step of a built event (``Shipper.submit``, every front end's
+    ``FrontEnd._queue``): sampling (``Sampler.decide``; unless ``sampled``: decided already),
+    its size, hold-until-error (inside a context), then the intake. ``snap``: the caller's
+    context (``context.snapshot``), whose span and fields give the trace id sampling reads."""
+    if sampler is not None and not sampled:
+        # The level as shipped: a fast path's event holds the record's level name
+        # (item_events' rule).
+        shipped = event.get("level")
+        if _RECORD in event and type(shipped) is str:
+            shipped = LEVELS.get(shipped) or shipped.lower()
+        own = event.get("trace_id", ABSENT)
+        if not (sampler.decide(shipped, event.get("logger"), own) if snap is None else
+                sampler.decide(shipped, event.get("logger"), own, snap[1],
+                               snap[0].get("trace_id", ABSENT))):
+            return intake.drop(Fate.DROPPED_SAMPLED)
+    event[_SIZE] = size
+    if hold is not None and hold.take(event, size, level_number(level)):
+        return True
+    return intake.offer(event, size)
 
 
 def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | None,

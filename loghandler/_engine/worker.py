@@ -18,7 +18,7 @@ from .._errors import Error, PartialIngestError
 from .._output import clip, printable
 from .batches import Chunk, Cutter, Item, encode_each
 from .bisector import bisect, conclude
-from .events import FAST_HEAD, PLAIN, SIZE, item_events, rfc3339
+from .events import SIZE, item_events, rfc3339
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Fate, Flushing
 from .policy import Cause, Outcome, Retry
@@ -63,8 +63,7 @@ class Worker:
                                     opts.scrub_patterns, opts.field_names)
         # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
         # threads (sampling.py), before an event is queued.
-        self.selector = (Selector(None, None, opts.repeat_limit, opts.repeat_window,
-                                  field_names=opts.field_names)
+        self.selector = (Selector(opts.repeat_limit, opts.repeat_window, opts.field_names)
                          if opts.repeat_limit else None)
         # The selector's state (repeat windows) is shared with application threads that spill
         # a full queue (spill_from_caller): held only for its CPU work, never across I/O.
@@ -81,70 +80,6 @@ class Worker:
         self.told_drops = (0, 0)
         self.poster.reset()
         self.spiller.reset()
-
-    def wire(self) -> tuple[Any, ...] | None:
-        """What the compiled fast paths need to queue their events as their final JSON
-        (events.py "Wire items"): ``(fragment, statics, clean, learn, exclude, head_skip,
-        renames, head_renames, span_renames, renamed, moved, rename_index, members)``:
-        ``fields=`` as JSON text to append,
-        their names, the scrubber's set of keys it has nothing to do for and its ``learn``
-        (None, None: no scrubber), the excluded fields and a bit per head field excluded;
-        ``field_names`` as each new name's ``,"name":`` in order, the index of the rename of
-        each head field and of the span's two ids (-1: none), and every name renamed or
-        renamed to (an event holding one elsewhere is the flusher's to rename), each rename of
-        a ``fields=`` field as (its name, its whole member), each rename's index by old name,
-        and ``fields=`` member by member (for events with no head of their own). None when the
-        flusher must see each event: a ``json_default``, scanning text for secrets, a
-        ``fields=`` value that is not plain or whose name is a secret's or a new name, a field
-        renamed to the name of a head field that stays. (Repeats read wire items too:
-        ``events.wire_view``.)"""
-        opts = self.options
-        if opts.json_default is not None:
-            return None
-        static = dict(opts.fields or {})
-        if any(type(v) not in PLAIN for v in static.values()):
-            return None
-        exclude = frozenset(opts.exclude_fields)
-        renames = tuple((opts.field_names or {}).items())
-        olds = {old for old, _ in renames}
-        news = {new for _, new in renames}
-        if news & static.keys() or any(new in FAST_HEAD and new not in olds
-                                       and new not in exclude for _, new in renames):
-            return None
-        clean: set[Any] | None = None
-        learn = None
-        if self.finish is not None:
-            scrub = self.finish.wire_scrubber()
-            if scrub is None:
-                return None
-            clean, learn = scrub
-            # The head's, the span's and fields='s keys taught now (a secret's name among
-            # fields= keeps every event a dict, scrubbed on the flusher).
-            if learn is not None and not all(
-                    learn(key) for key in (*FAST_HEAD, "trace_id", "span_id", *static)
-                    if key not in exclude):
-                return None
-        head_skip = sum(1 << i for i, key in enumerate(FAST_HEAD) if key in exclude)
-        index = {old: i for i, (old, _) in enumerate(renames)}
-        # The event's own fields win over fields= (item_events): the head's always do. A
-        # field of fields= renamed goes last, at its rename's place.
-        fragment = b"".join(b"," + encoding.encode(key) + b":" + encoding.encode(value)
-                            for key, value in static.items()
-                            if key not in FAST_HEAD and key not in exclude and key not in olds)
-        moved = tuple((old, b"," + encoding.encode(new) + b":" + encoding.encode(static[old]))
-                      if old in static and old not in FAST_HEAD and old not in exclude else None
-                      for old, new in renames)
-        # (a field of fields= renamed is the writer's; its old name elsewhere, the flusher's)
-        renamed = frozenset((olds | news) - {old for old in olds if old in static})
-        # fields= member by member, for an event with no head of its own (structlog's, an
-        # OpenTelemetry record's): each where the event lacks it.
-        members = tuple((key, b"," + encoding.encode(key) + b":" + encoding.encode(value))
-                        for key, value in static.items() if key not in exclude and key not in olds)
-        return (fragment, frozenset(static), clean, learn, exclude, head_skip,
-                tuple(b"," + encoding.encode(new) + b":" for _, new in renames),
-                tuple(index.get(key, -1) for key in FAST_HEAD),
-                (index.get("trace_id", -1), index.get("span_id", -1)), renamed, moved, index,
-                members)
 
     # ------------------------------------------------------------------ the flusher thread
 
@@ -277,10 +212,7 @@ class Worker:
         # its reason; a repeat window's summary is queued as an event of its own.
         assert self.selector is not None
         with self.select_lock:
-            kept, sampled, repeats, summaries = self.selector.select(
-                cast("list[dict[str, Any]]", events))
-        if sampled:
-            self.ledger.settle(sampled, Fate.DROPPED_SAMPLED)
+            kept, repeats, summaries = self.selector.select(cast("list[dict[str, Any]]", events))
         if repeats:
             self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
         self._queue_summaries(summaries)
@@ -307,9 +239,7 @@ class Worker:
             events = item_events(items, opts.fields, self.finish)
             if self.selector is not None:
                 with self.select_lock:
-                    kept, sampled, repeats, summaries = self.selector.select(events)
-                if sampled:
-                    ledger.settle_side(first, sampled, Fate.DROPPED_SAMPLED)
+                    kept, repeats, summaries = self.selector.select(events)
                 if repeats:
                     ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
                 self._queue_summaries(summaries)

@@ -11,8 +11,9 @@
 
 Each turns its ecosystem's record into an event (``_engine/events.py`` and its tables) and hands
 it to the shipper's public faces: ``Shipper.intake`` (the ledger's intake face), ``Shipper.hold``
-and ``Shipper.wire()``; nothing here reaches into the engine's private state. The compiled path
-is ``loghandler/_compiled.py``'s decision, read as it stands. The public import paths are the
+and ``Shipper.item_plan()``; nothing here reaches into the engine's private state. The compiled
+path is ``_engine/compiled.py``'s decision, read as it stands; what a front end hands the C code
+is ``_engine/fastpath.py``'s ``FastPath``. The public import paths are the
 package's own (``loghandler.IngestHandler``, ``loghandler.opentelemetry``); nothing is imported
 here, so that importing one front end never imports another's ecosystem.
 """

@@ -10,20 +10,20 @@ context the front ends offer to the intake directly (the hot path).
 from __future__ import annotations
 
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .. import _compiled
 from .._config import ENV_DATASET, resolve_send, split_options
-from .._engine.context import IN_USE, OTEL_TRACE, snapshot
+from .._engine import compiled
+from .._engine.context import in_use, snapshot
+from .._engine.fastpath import CallerPlan, FastPath, HoldPlan, ItemPlan, SamplePlan, fast_path
 from .._engine.guard import SENDERS, own_record
-from .._engine.hold import Hold, level_number
+from .._engine.hold import Hold
 from .._engine.ledger import Fate, Intake
-from .._engine.model import CONTEXT, LEVELS, RECORD, SIZE
-from .._engine.sampling import Sampler, span_fraction, trace_fraction
-from .._engine.shipper import Shipper, make_shipper
+from .._engine.model import CONTEXT
+from .._engine.sampling import Sampler, trace_fraction
+from .._engine.shipper import Shipper, make_shipper, queue_built
 from .._engine.stats import Stats
 from .._wire.client import Client
 from .._wire.settings import ENV_TOKEN, env
@@ -35,9 +35,6 @@ __all__ = ["FrontEnd"]
 LIVE: weakref.WeakSet[FrontEnd] = weakref.WeakSet()
 ON_ATTACH: list[Callable[[FrontEnd], None]] = []
 _told_unsent: list[bool] = []
-
-_modules = sys.modules
-_get_ident = threading.get_ident
 
 
 class FrontEnd:
@@ -51,6 +48,9 @@ class FrontEnd:
     _hold: Hold | None
     _sampler: Sampler | None
     _owns_shipper: bool
+    # The front end's Python path for one call (its subclass's), which the compiled code hands
+    # what it does not take (fastpath.FastPath.python_path).
+    _put: Callable[..., Any]
 
     def _attach(self, dataset: str | None, client: Client | None, shipper: Shipper | None,
                 options: dict[str, Any]) -> None:
@@ -82,33 +82,39 @@ class FrontEnd:
     def _refresh(self) -> None:
         """Recompute what a subclass derives from its shipper (its compiled fast path)."""
 
-    def policy(self) -> tuple[bool, tuple[Any, ...] | None, tuple[int, Any] | None]:
-        """What the compiled path decides on the caller's thread, as it reads it
-        (``_compiled.fast_path``): ``(trace_context, sample, hold)``; ``sample``: the
-        sampler's tables ``(levels, loggers, rand, trace_key, fields=' fraction, drop,
-        trace_fraction, keep_level, kept_levels, kept)``, ``hold``: ``(level, take)``; None
-        when not configured."""
+    def caller_plan(self) -> CallerPlan:
+        """What the compiled path decides on the caller's thread (fastpath.CallerPlan)."""
         sampler, hold = self._sampler, self._hold
         intake = self._intake
-        sample = None if sampler is None else (
+        sample = None if sampler is None else SamplePlan(
             sampler.levels, sampler.loggers, sampler.rand, sampler.trace_key, sampler.static,
             lambda: intake.drop(Fate.DROPPED_SAMPLED), trace_fraction, sampler.keep_level,
             sampler.kept_levels, sampler.kept)
-        return (self.shipper.options.trace_context is True, sample,
-                None if hold is None else (hold.level, hold.take))
+        return CallerPlan(self.shipper.options.trace_context is True, sample,
+                          None if hold is None else HoldPlan(hold.level, hold.take))
 
-    def _wire_path(self) -> tuple[Any, ...] | None:
-        """The compiled fast path of a front end whose events, to be cheaper there, must be wire
-        items (``_compiled.fast_path``): None on the Python path, or when the shipper offers no
-        wire (its events are then dicts, which this front end's Python path builds)."""
-        wire = self.shipper.wire()
-        if wire is None:
+    def _compiled_path(self, python_path: Callable[..., Any], plan: ItemPlan | None
+                       ) -> FastPath | None:
+        """This front end's compiled fast path (fastpath.FastPath): None on the Python path.
+        ``python_path``: its own Python path, bound, which the compiled code hands what it
+        does not take."""
+        if not compiled.ACTIVE:
             return None
-        return _compiled.fast_path(self._intake, wire, self.policy())
+        return fast_path(self._intake, plan, self.caller_plan(), self._queue, self._invalid,
+                         python_path)
+
+    def _wire_path(self) -> FastPath | None:
+        """The compiled fast path of a front end whose events, to be cheaper there, must be
+        pre-encoded items: None on the Python path, or when the shipper offers no item plan
+        (its events are then dicts, which this front end's Python path builds)."""
+        plan = self.shipper.item_plan()
+        if plan is None:
+            return None
+        return self._compiled_path(self._put, plan)
 
     def _own_logging(self, logger_name: str | None) -> bool:
         """True (and counted) when this record was caused by loghandler's own sending."""
-        if SENDERS and _get_ident() in SENDERS and own_record(logger_name):
+        if SENDERS and own_record(logger_name):
             self._intake.suppress()
             return True
         return False
@@ -121,20 +127,13 @@ class FrontEnd:
         ``trace=False``: the event has its span ids already (OpenTelemetry's records)."""
         try:
             snap = None
-            contextual = IN_USE[0] or (trace and OTEL_TRACE in _modules)
+            contextual = in_use(trace)
             if contextual:
                 snap = snapshot(trace and self.shipper.options.trace_context)
                 if snap:
                     event[CONTEXT] = snap
-            sampler = self._sampler
-            if sampler is not None and not sampled and not _sampled_in(sampler, event, snap):
-                return self._intake.drop(Fate.DROPPED_SAMPLED)
-            event[SIZE] = size
-            if contextual:
-                hold = self._hold
-                if hold is not None and hold.take(event, size, level_number(level)):
-                    return True
-            return self._intake.offer(event, size)
+            return queue_built(self._intake, self._sampler, self._hold if contextual else None,
+                               event, size, level, snap, sampled)
         except Exception:
             return self._invalid()
 
@@ -166,28 +165,6 @@ class FrontEnd:
     def stats(self) -> Stats:
         """The shipper's counters (see ``Shipper.stats``)."""
         return self.shipper.stats()
-
-
-def _sampled_in(sampler: Sampler, event: dict[Any, Any],
-                snap: tuple[dict[str, Any], int, int] | None) -> bool:
-    """Does sampling keep this event (sampling.py)? Its level as shipped (a fast path's event
-    holds the record's level name: item_events' rule), its logger, and the trace id it ships
-    with: its own, else the span's, else the context's, else fields='s."""
-    level = event.get("level")
-    if RECORD in event and type(level) is str:
-        level = LEVELS.get(level) or level.lower()
-    rate = sampler.rate(level, event.get("logger"))
-    if rate >= 1.0:
-        return True
-    if "trace_id" in event:
-        fraction = trace_fraction(event["trace_id"])
-    elif snap is not None and snap[1]:
-        fraction = span_fraction(snap[1])
-    elif snap is not None and "trace_id" in snap[0]:
-        fraction = trace_fraction(snap[0]["trace_id"])
-    else:
-        fraction = sampler.static
-    return sampler.keep(rate, fraction)
 
 
 def _token_configured(client: Client | None, options: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """``IngestHandler``: a ``logging.Handler`` that ships records through a ``Shipper``.
 
-Its ``handle`` is what ``loghandler/_compiled.py`` decided: the compiled one (``_speedups.c``)
+Its ``handle`` is what ``_engine/compiled.py`` decided: the compiled one (``_speedups.c``)
 or ``_handle_python``, the reference it stands in for, which it hands every record it does not
 take itself. The class reads that decision in its body; nothing patches it later.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
-from .. import _compiled
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
-from .._engine.context import IN_USE, OTEL_TRACE
+from .._engine import compiled
+from .._engine.context import in_use
 from .._engine.events import fast_head, record_to_event
+from .._engine.fastpath import FastPath
 from .._engine.guard import SENDERS, own_record
 from .._engine.model import (
     FAST_EVENT_SIZE,
@@ -28,7 +28,7 @@ from .._engine.model import (
     SIZE,
     SPECIAL,
 )
-from .._engine.sampling import trace_fraction
+from .._engine.sampling import ABSENT
 from .._engine.shipper import Shipper
 from .._engine.stats import Fate
 from .._output import shown
@@ -46,9 +46,7 @@ __all__ = ["IngestHandler"]
 # Module globals for the hot path (one dict lookup each, where an attribute or a computed set
 # would cost more); the event model itself is _engine/model.py's and events.py's.
 _LogRecord = logging.LogRecord
-_get_ident = threading.get_ident
-_record_put: Any = _compiled.record_put
-_modules = sys.modules
+_record_put: Any = compiled.record_put
 _N_INIT = len(INIT_KEYS)
 DROPPED_SAMPLED = Fate.DROPPED_SAMPLED
 _islice = itertools.islice
@@ -93,7 +91,7 @@ class IngestHandler(FrontEnd, logging.Handler):
         # at exit) if a ConfigurationError came after it.
         self._attach(dataset, client, shipper, dict(options))
         self._custom: bool | None = None
-        # The compiled fast path of this handler (_compiled.fast_path), or None: read by the
+        # The compiled fast path of this handler (fastpath.FastPath), or None: read by the
         # compiled handle from this instance's __dict__.
         self._fast_path: Any = None
         try:
@@ -114,7 +112,7 @@ class IngestHandler(FrontEnd, logging.Handler):
         # logging.shutdown() (which holds it while calling flush) from deadlocking against a
         # flusher thread that logs. Records our own sending causes are never shipped (SENDERS is
         # empty but while such a call runs: one test, as the compiled handle makes it).
-        if SENDERS and _get_ident() in SENDERS and own_record(record.name):
+        if SENDERS and own_record(record.name):
             return self._intake.suppress()
         if self.filters:
             rv = self.filter(record)
@@ -129,10 +127,10 @@ class IngestHandler(FrontEnd, logging.Handler):
             self.emit(record)
         return record if _HANDLE_RETURNS_RECORD else True
 
-    # What _compiled decided (a plain read of its attribute, once, here).
-    handle = _compiled.handle if _compiled.handle is not None else _handle_python
+    # What compiled.py decided (the compiled handle, told its Python twin), once, here.
+    handle = compiled.front_method("handle", _handle_python)
 
-    def _put_compiled(self, record: logging.LogRecord, fast: tuple[Any, ...]) -> None:
+    def _put_compiled(self, record: logging.LogRecord, fast: FastPath) -> None:
         # The compiled way (record_put: sampling, the item, hold, the queue) for the records
         # the compiled handle leaves here (its filters passed them).
         try:
@@ -163,9 +161,8 @@ class IngestHandler(FrontEnd, logging.Handler):
                         rate = sampler.record_rate(d["levelname"], d["name"])
                     if rate >= 1.0:
                         sampled = True
-                    elif not IN_USE[0] and OTEL_TRACE not in _modules:
-                        if not sampler.keep(rate, trace_fraction(d["trace_id"])
-                                            if "trace_id" in d else sampler.static):
+                    elif not in_use():
+                        if not sampler.decide(None, None, d.get("trace_id", ABSENT), rate=rate):
                             self._intake.drop(DROPPED_SAMPLED)
                             return
                         sampled = True
@@ -201,7 +198,7 @@ class IngestHandler(FrontEnd, logging.Handler):
                             self._put_event(record, sampled)
                             return
                         event[key] = value
-                if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
+                if self._sampler is not None or in_use():
                     # A context was entered once, or the application uses OpenTelemetry: the
                     # caller's context and span go with the event; or sampling decides (out
                     # of line: the plain path pays these three checks only).
@@ -221,7 +218,7 @@ class IngestHandler(FrontEnd, logging.Handler):
                 event, size = record_to_event(record)
             else:
                 event, size = self._custom_event(record)
-            if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
+            if self._sampler is not None or in_use():
                 self._queue(event, size, getattr(record, "levelno", 20), True, sampled)
                 return
             event[SIZE] = size
@@ -268,10 +265,9 @@ class IngestHandler(FrontEnd, logging.Handler):
         self._custom = True if custom else None
         # The compiled path stands in for emit(): not when a subclass has its own, nor with a
         # formatter or a json_default (the careful path's). Its events are queued as their
-        # final JSON when the shipper has nothing to do per event (Shipper.wire).
-        if type(self).emit is IngestHandler.emit and not custom and _compiled.ACTIVE:
-            self._fast_path = _compiled.fast_path(self._intake, self.shipper.wire(),
-                                                  self.policy())
+        # final JSON when the shipper has nothing to do per event (Shipper.item_plan).
+        if type(self).emit is IngestHandler.emit and not custom and compiled.ACTIVE:
+            self._fast_path = self._compiled_path(self._put_event, self.shipper.item_plan())
         else:
             self._fast_path = None
 

@@ -13,9 +13,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import _compiled
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import encode, free_name, using_default
+from .._engine import compiled
 from .._engine.events import add_fields
 from .._engine.model import (
     FAST_EVENT_SIZE,
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IngestLogRecordProcessor", "otel_event"]
 
-# What _compiled decided: the compiled reading of a record (a wire item), or None.
-_otel_put = _compiled.otel_put
+# What compiled.py decided: the compiled reading of a record (a pre-encoded item), or None.
+_otel_put = compiled.otel_put
 
 # The mapping of an OpenTelemetry log record onto the event (model.py: the one table of each,
 # which the compiled path is handed too).

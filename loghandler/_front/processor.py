@@ -7,17 +7,15 @@ whatever structlog version the application has, and ``import loghandler`` stays 
 from __future__ import annotations
 
 import math
-import sys
-import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import _compiled
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
-from .._engine.context import IN_USE, OTEL_TRACE
+from .._engine import compiled
+from .._engine.context import in_use
 from .._engine.events import add_exception, add_fields
 from .._engine.guard import SENDERS, own_record
 from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE, STRUCTLOG_SKIP
@@ -35,8 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["IngestProcessor", "event_dict_to_event"]
 
-_modules = sys.modules
-_get_ident = threading.get_ident
 # Keys that steer a processing step and carry no data of their own (model.STRUCTLOG_SKIP).
 _NOT_FIELDS = STRUCTLOG_SKIP
 
@@ -144,7 +140,7 @@ class IngestProcessor(FrontEnd):
         """``__call__`` in Python: the reference the compiled one stands in for (``sampled``:
         the compiled one's sampling kept the event already)."""
         try:
-            if SENDERS and _get_ident() in SENDERS and own_record(None):  # our on_error logged
+            if SENDERS and own_record(None):  # our on_error logged
                 self._intake.suppress()
             elif isinstance(event_dict, Mapping):
                 custom = self.shipper.options.json_default
@@ -153,7 +149,7 @@ class IngestProcessor(FrontEnd):
                 else:
                     with using_default(custom):
                         event, size = event_dict_to_event(method_name, event_dict)
-                if IN_USE[0] or self._sampler is not None or OTEL_TRACE in _modules:
+                if self._sampler is not None or in_use():
                     self._queue(event, size, event.get("level"), True, sampled)
                 else:
                     event[SIZE] = size
@@ -164,8 +160,8 @@ class IngestProcessor(FrontEnd):
             self._invalid()  # never break the application's logging chain
         return event_dict
 
-    # What _compiled decided (a plain read of its attribute, once, here).
-    __call__ = _compiled.processor_call if _compiled.processor_call is not None else _put
+    # What compiled.py decided (the compiled call, told its Python twin), once, here.
+    __call__ = compiled.front_method("processor_call", _put)
 
     def __repr__(self) -> str:
         return f"<IngestProcessor dataset={shown(self.shipper.dataset)}>"

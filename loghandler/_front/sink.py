@@ -9,14 +9,13 @@ worker thread, which is no different for the engine.
 
 from __future__ import annotations
 
-import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from .. import _compiled
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import free_name, using_default
+from .._engine import compiled
 from .._engine.events import add_fields, exception_fields, loguru_head
 from .._engine.guard import SENDERS, own_record
 from .._engine.model import (
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["IngestSink", "loguru_event"]
 
-_get_ident = threading.get_ident
 # The head's fields loguru_event copies as they are read (model.HEAD's loguru columns): all but
 # _time, level and message, which it makes.
 _SOURCE = tuple((key, lk, la) for key, _, lk, la in HEAD
@@ -153,7 +151,7 @@ class IngestSink(FrontEnd):
         raises."""
         try:
             r = message.record
-            if SENDERS and _get_ident() in SENDERS and own_record(r["name"]):
+            if SENDERS and own_record(r["name"]):
                 self._intake.suppress()
                 return
             level = r["level"]
@@ -176,8 +174,8 @@ class IngestSink(FrontEnd):
         except Exception:
             self._invalid()
 
-    # What _compiled decided (a plain read of its attribute, once, here).
-    __call__ = _compiled.sink_call if _compiled.sink_call is not None else _put
+    # What compiled.py decided (the compiled call, told its Python twin), once, here.
+    __call__ = compiled.front_method("sink_call", _put)
 
     def _careful(self, record: Any, level: Any, sampled: bool = False) -> None:
         custom = self.shipper.options.json_default

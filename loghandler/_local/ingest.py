@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .._time import format_datetime as format_time
+from .._time import format_datetime
 from .depth import MAX_EVENT_DEPTH, too_deep
 
 __all__ = [
     "IngestOptions",
     "canonical_micros",
     "decode_body",
-    "format_time",
+    "format_datetime",
     "go_layout_to_strptime",
     "is_canonical",
     "json_kind",
@@ -359,14 +359,14 @@ def normalize_time(value: Any) -> str:
                 sec, micro = 59, 999_999
             dt = datetime(int(year), int(month), int(day), int(hour), int(minute), sec, micro,
                           tzinfo=tz)
-            return format_time(dt)
+            return format_datetime(dt)
         except (ValueError, OverflowError):
             raise ValueError(f"{value!r} is not a valid date and time") from None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{value!r} is not a time")
         try:
-            return format_time(_from_epoch(value))
+            return format_datetime(_from_epoch(value))
         except (OverflowError, ValueError):
             raise ValueError(f"{value!r} is out of the range of times") from None
     kind = "null" if value is None else type(value).__name__
@@ -461,7 +461,7 @@ def _parse_with_format(value: Any, fmt: str) -> str:
         raise ValueError(f"{value[:64]!r} does not match the timestamp-format") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return format_time(dt)
+    return format_datetime(dt)
 
 
 # Field names the service keeps for itself: one a client sends is stored with _user_ in place

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from .._config import documented
+from .._documented import documented
 from .._output import shown
 from .client import Client
 from .settings import CLIENT_ARGS_DOC

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .. import _encoding as encoding
-from .._config import documented
+from .._documented import documented
 from .._errors import ApiError, ConfigurationError, TransportError
 from .._output import clip, redact, shown
 from .._status import is_success
