@@ -80,7 +80,7 @@ class _Exchange:
     """One request's figures, and the receive / send that keep them."""
 
     __slots__ = ("_receive", "_send", "agent", "chosen", "client", "ended", "exc", "gone",
-                 "header", "level", "options", "request_id", "scope", "send_error", "size",
+                 "header", "level", "options", "request_id", "scope", "size",
                  "started", "status")
 
     def __init__(self, options: _reports.Options, scope: Scope, receive: Receive,
@@ -95,7 +95,6 @@ class _Exchange:
         self.ended: float | None = None
         self.gone = False
         self.level = 0  # 0: not decided yet; -1: reported or nothing to report
-        self.send_error: BaseException | None = None
         self.exc: BaseException | None = None
         incoming = agent = None
         want = options.header_bytes
@@ -143,10 +142,9 @@ class _Exchange:
             _reports.fault("the request's report", error)
         try:
             await self._send(message)
-        except BaseException as e:
+        except BaseException:
             if self.ended is None:
                 self.gone = True
-                self.send_error = e
             raise
         if last:
             self.ended = perf_counter()
@@ -175,7 +173,9 @@ class _Exchange:
         if self.options.excluded(self.scope.get("path", "")):
             self.level = -1
             return
-        failed = isinstance(exc, Exception) and exc is not self.send_error
+        # A client gone makes the app's send raise (or the framework's own error for it):
+        # no failure of the app's.
+        failed = isinstance(exc, Exception) and not self.gone
         if self.gone and self.ended is None:
             self.status = _reports.CLIENT_GONE
         elif self.ended is None and not self.status:

@@ -120,7 +120,7 @@ class _Exchange:
     """One request's figures, its context, and the ``start_response`` that keeps them."""
 
     __slots__ = ("_start_response", "agent", "chosen", "client", "context", "ended", "environ",
-                 "gone", "options", "request_id", "size", "started", "status")
+                 "gone", "options", "request_id", "route", "size", "started", "status")
 
     def __init__(self, options: _reports.Options, environ: dict[str, Any],
                  start_response: StartResponse) -> None:
@@ -132,6 +132,7 @@ class _Exchange:
         self.size = 0
         self.ended: float | None = None
         self.gone = False
+        self.route: str | None = None
         get = environ.get
         self.request_id = _reports.make_request_id(get(options.header_environ))
         self.agent: str | None = get("HTTP_USER_AGENT")
@@ -146,6 +147,8 @@ class _Exchange:
                        exc_info: Any = None) -> Callable[[bytes], object]:
         try:
             self.status = int(status[:3])
+            # Flask takes its request out of the environ when the app returns.
+            self.route = _route(self.environ)
             want = self.options.header
             if not any(name.lower() == want for name, _ in headers):
                 headers = [*headers, (want, self.request_id)]
@@ -192,14 +195,14 @@ class _Exchange:
         o = self.options
         if o.excluded(path):
             return None
-        failed = isinstance(exc, Exception) and not (self.gone and isinstance(exc, OSError))
+        failed = isinstance(exc, Exception) and not self.gone  # (gone: writing failed)
         if self.gone:
             self.status = _reports.CLIENT_GONE
         elif not self.status:
             self.status = 500
         return (o, _reports.level_of(self.status, failed), environ.get("REQUEST_METHOD", ""),
-                _route(environ), path, self.status, self.started, self.ended, self.size,
-                self.agent, self.request_id, self.client, self.chosen,
+                self.route or _route(environ), path, self.status, self.started, self.ended,
+                self.size, self.agent, self.request_id, self.client, self.chosen,
                 exc if failed else None)
 
 
