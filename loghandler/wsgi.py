@@ -154,7 +154,11 @@ class _Exchange:
                 headers = [*headers, (want, self.request_id)]
         except Exception as error:
             _reports.fault("the request's report", error)
-        write = self._start_response(status, headers, exc_info)
+        # exc_info only when given: as the app called it (a server may take two arguments).
+        if exc_info is None:
+            write = self._start_response(status, headers)
+        else:
+            write = self._start_response(status, headers, exc_info)
         return self._writer(write)
 
     def _writer(self, write: Callable[[bytes], object]) -> Callable[[bytes], object]:
