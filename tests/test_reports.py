@@ -631,6 +631,11 @@ next(it)
 r.close()
 c.get("/health")
 c.get("/nowhere")
+import asyncio
+from django.test import AsyncClient
+async def under_asgi():
+    return await AsyncClient().get("/items/5", headers={"x-request-id": "dj-async"})
+out["async_echo"] = asyncio.run(under_asgi()).headers.get("x-request-id")
 handler.flush()
 out["events"] = transport.events("app")
 print(json.dumps(out))
@@ -684,6 +689,11 @@ class TestDjango:
         assert HEX32.fullmatch(health["request_id"])
         nowhere = next(e for e in reports if e["url.path"] == "/nowhere")
         assert nowhere["level"] == "warning" and "http.route" not in nowhere
+        # Django's ASGI handler (an async middleware chain): the same report.
+        assert out["async_echo"] == "dj-async"
+        under_asgi = next(e for e in reports if e["request_id"] == "dj-async")
+        assert under_asgi["http.route"] == "items/<int:item_id>"
+        assert under_asgi["http.response.status_code"] == 200
 
     def test_wrong_setting_is_a_configuration_error(self, tmp_path):
         script = tmp_path / "bad.py"
