@@ -131,7 +131,10 @@ class _Exchange:
                 self.status = message["status"]
                 headers = message.get("headers") or []
                 want = self.header[0]
-                if not any(name.lower() == want for name, _ in headers):
+                for name, _ in headers:
+                    if name.lower() == want:
+                        break
+                else:
                     message = {**message, "headers": [*headers, self.header]}
             elif kind == "http.response.body":
                 self.size += len(message.get("body", b""))

@@ -119,8 +119,9 @@ class _Body:
 class _Exchange:
     """One request's figures, its context, and the ``start_response`` that keeps them."""
 
-    __slots__ = ("_start_response", "agent", "chosen", "client", "context", "ended", "environ",
-                 "gone", "options", "request_id", "route", "size", "started", "status")
+    __slots__ = ("_start_response", "_write", "agent", "chosen", "client", "context", "ended",
+                 "environ", "gone", "options", "request_id", "route", "size", "started",
+                 "status")
 
     def __init__(self, options: _reports.Options, environ: dict[str, Any],
                  start_response: StartResponse) -> None:
@@ -156,22 +157,21 @@ class _Exchange:
             _reports.fault("the request's report", error)
         # exc_info only when given: as the app called it (a server may take two arguments).
         if exc_info is None:
-            write = self._start_response(status, headers)
+            self._write = self._start_response(status, headers)
         else:
-            write = self._start_response(status, headers, exc_info)
-        return self._writer(write)
+            self._write = self._start_response(status, headers, exc_info)
+        return self.write
 
-    def _writer(self, write: Callable[[bytes], object]) -> Callable[[bytes], object]:
-        def counted(data: bytes) -> object:
-            try:
-                result = write(data)
-            except OSError:
-                self.gone = True
-                raise
-            self.size += len(data)
-            return result
-
-        return counted
+    def write(self, data: bytes) -> object:
+        """The ``write`` callable of WSGI's older apps, counted; an OSError: the client went
+        away."""
+        try:
+            result = self._write(data)
+        except OSError:
+            self.gone = True
+            raise
+        self.size += len(data)
+        return result
 
     def finish(self, exc: BaseException | None) -> None:
         """In the request's context: the report (an ERROR one before the context ends, so the
