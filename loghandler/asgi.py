@@ -71,9 +71,9 @@ class RequestReports:
                     raise
                 finally:
                     # An ERROR report inside the context: the lines it held ship first.
-                    x.finish(exc, inside=True)
+                    x.finish(exc, True)
         finally:
-            x.finish(None, inside=False)
+            x.finish(None, False)
 
 
 class _Exchange:
