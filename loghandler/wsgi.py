@@ -80,7 +80,7 @@ class _Body:
         self._body = body
         self._x = x
         self._run = run
-        self._next: Callable[[], bytes] = run(iter, body).__next__
+        self._next: Callable[[], bytes] = iter(body).__next__
         self._done = False
 
     def __iter__(self) -> Iterator[bytes]:
