@@ -839,3 +839,13 @@ class TestCelery:
             if worker is not None and worker.poll() is None:
                 worker.kill()
             redis_server.stop()
+
+
+def test_the_benchmark_runs_and_its_accounting_holds() -> None:
+    """benchmarks.requests' children (without valgrind): each row runs, and each request
+    with the reports logs exactly one event, each without none."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.requests", "--no-valgrind"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("ok")
