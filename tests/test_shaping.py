@@ -51,6 +51,47 @@ class TestHold:
         assert st.delivered == 4 and st.dropped_held == 0
         invariant(st)
 
+    def test_released_when_the_context_is_left_by_an_exception(self, make_logger, receiver):
+        """Issue 44: a context left by an exception counts as one that logged an error: its
+        held lines ship, in order (before: none shipped, dropped_held == 2)."""
+        log, h = make_logger(hold_level="info")
+        with pytest.raises(RuntimeError), loghandler.context(request_id="r-x"):
+            log.debug("d1")
+            log.info("i1")
+            raise RuntimeError("boom")
+        assert messages(h, receiver) == ["d1", "i1"]
+        assert all(e["request_id"] == "r-x" for e in receiver.events)
+        st = h.stats()
+        assert st.delivered == 2 and st.dropped_held == 0
+        invariant(st)
+
+    def test_an_exception_releases_the_outer_contexts_lines_first(self, make_logger, receiver):
+        """Left by an exception, a nested context releases what it and the contexts around
+        it hold, oldest first; an exception caught inside, or a cancellation, releases
+        nothing."""
+        log, h = make_logger(hold_level="info")
+        with loghandler.context(request_id="outer"):
+            log.info("o1")
+            try:
+                with loghandler.context(step="inner"):
+                    log.info("n1")
+                    raise ValueError("x")
+            except ValueError:
+                pass
+            log.info("o2")
+        with loghandler.context(request_id="quiet"):
+            try:
+                raise KeyError("caught inside")
+            except KeyError:
+                log.info("q1")
+        with pytest.raises(asyncio.CancelledError), loghandler.context(request_id="cancelled"):
+            log.info("c1")
+            raise asyncio.CancelledError
+        assert messages(h, receiver) == ["o1", "n1"]
+        st = h.stats()
+        assert st.dropped_held == 3, st
+        invariant(st)
+
     def test_dropped_and_counted_when_no_error(self, make_logger, receiver):
         """Without an error, the held events are dropped at the context's end, counted."""
         log, h = make_logger(hold_level="debug")

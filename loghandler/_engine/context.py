@@ -85,14 +85,17 @@ class context:
         _TOKENS.set((*_TOKENS.get(), (_VAR.set(merged), held)))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         tokens = _TOKENS.get()
         if tokens:
             _TOKENS.set(tokens[:-1])
             token, held = tokens[-1]
             _VAR.reset(token)
             if held is not None:
-                _hold.exit(held)
+                # Left by an exception: a failure, as an error logged inside would be (the
+                # framework's own error line is often logged outside the context). Not for
+                # the BaseExceptions that end work without failing it (exit, cancellation).
+                _hold.exit(held, exc_type is not None and issubclass(exc_type, Exception))
 
     def __call__(self, func: F) -> F:
         fields = self._fields

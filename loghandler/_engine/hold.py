@@ -4,7 +4,8 @@ With ``hold_level="info"`` (say), an event at info or below logged inside a
 ``loghandler.context`` is not queued: it waits in memory, in a ring of ``hold_size`` events kept
 for that context entry (each thread and asyncio task has its own, as contexts do). An error
 (level ERROR or above) logged in the context releases what is held -- in order, before the
-error -- into the queue; when the context ends without one, the held events are dropped and
+error -- into the queue, and so does an exception leaving the context (the framework's own error
+line is often logged outside it); when the context ends without one, the held events are dropped and
 counted (``dropped_held``). A context nested in another hands its held events to the outer one
 when it ends, so an error later in the request still releases them. Outside any context nothing
 is held. At most ``hold_total`` events are held at once per shipper; beyond, a new event to be
@@ -57,17 +58,32 @@ class Held:
         self.outer = outer
         self.buffers: dict[Hold, deque[tuple[dict[Any, Any], int]]] = {}
 
+    def chain(self) -> list[Held]:
+        """This entry and the ones it is nested in, innermost first."""
+        chain = []
+        h: Held | None = self
+        while h is not None:
+            chain.append(h)
+            h = h.outer
+        return chain
+
 
 def enter() -> Token[Held | None]:
     """Called by ``context.__enter__`` while ENABLED: a new entry's buffers."""
     return _HELD.set(Held(_HELD.get()))
 
 
-def exit(token: Token[Held | None]) -> None:
-    """Called by ``context.__exit__``: hand the held events to the outer entry, or drop them."""
+def exit(token: Token[Held | None], failed: bool = False) -> None:
+    """Called by ``context.__exit__``: hand the held events to the outer entry, or drop them;
+    ``failed`` (the context was left by an exception): release them, as an error would."""
     held = _HELD.get()
     _HELD.reset(token)
     if held is None:
+        return
+    if failed:
+        holds = {hold for h in held.chain() for hold in h.buffers}
+        for hold in holds:
+            hold.release(held)
         return
     for hold, buffer in held.buffers.items():
         hold.end(buffer, held.outer)
@@ -133,7 +149,7 @@ class Hold:
         if held is None or self.closed:
             return False
         if levelno >= ERROR:
-            self._release(held)
+            self.release(held)
             return False
         if levelno > self.level:
             return False
@@ -152,14 +168,11 @@ class Hold:
         self.held += 1
         return True
 
-    def _release(self, held: Held) -> None:
-        chain = []
-        h: Held | None = held
-        while h is not None:
-            chain.append(h)
-            h = h.outer
+    def release(self, held: Held) -> None:
+        """Queue, in order, what ``held`` and the entries it is nested in hold: an error was
+        logged in it, or it was left by an exception."""
         offer = self.ledger.offer
-        for h in reversed(chain):  # the outermost entry's events are the oldest
+        for h in reversed(held.chain()):  # the outermost entry's events are the oldest
             buffer = h.buffers.pop(self, None)
             if buffer is not None:
                 self.live.pop(id(buffer), None)
