@@ -21,8 +21,14 @@ processor that drops the event; loguru with a sink that does nothing; OpenTeleme
   caller's work plus everything the flusher does per event (formatting, policies, encoding,
   joining the request body), with the fixed cost of the request cancelled out; the receiver is
   another process, outside the count. The flush must leave nothing queued or failed (checked).
-  (The ``ingest-live`` row, kept for reference, lets the flusher run while the calls are made;
-  how many batches it sends, and so its count, depends on timing and moves by +-10 %.)
+- **live**, whole process with the flusher running while the calls are made, with the defaults
+  (``flush_interval=1``, ``batch_size=5000``; compression off), measured twice: on the host as
+  it is (``quiet``) and with a CPU hog per core (``@busy``: the hog of tests/cpuload.py, started
+  for the two runs). How many requests the flusher sends depends on wall time (valgrind slows
+  the calls some 50 times, a hog twice more), and each costs a fixed amount: the requests per
+  1,000 calls (the difference of the two runs' ``stats().batches``) are shown beside each count,
+  so that two runs compare. ``--live-only`` measures the floors and these rows alone,
+  ``--no-busy`` leaves out the busy ones.
 
 The configurations: ``plain``; ``fields`` (``fields=`` of four keys); ``context`` (inside a
 ``loghandler.context`` of two keys); ``after`` (a context was entered and left before: every
@@ -44,6 +50,7 @@ compare two versions, run both with the same ``PYTHONHASHSEED`` (the children in
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -51,6 +58,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 
 CHILD = r"""
 import logging, os, sys
@@ -134,6 +142,7 @@ if mode in ("live", "flushed"):
     handler.flush(60)
     s = handler.stats()
     assert s.queued == 0 and s.failed == 0 and s.dropped_queue_full == 0, s
+    print("BATCHES", s.batches, flush=True)
 os._exit(0)
 """
 
@@ -145,8 +154,11 @@ os._exit(0)
 CHILD_ECO = r"""
 import logging, os, sys
 def ingest(cls, url, flushed):
-    opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
-                max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)
+    if flushed == "live":  # the defaults: the flusher sends while the calls are made
+        opts = dict(compression=None)
+    else:
+        opts = dict(flush_interval=3600, batch_size=10_000, max_queue_size=10**7,
+                    max_queue_bytes=10**12, max_batch_bytes=10**12, compression=None)
     return cls("bench", token="t", url=url, **opts)
 def structlog_chain(url, sink, flushed):
     import structlog
@@ -215,10 +227,12 @@ if flushed:
     shipper.flush(60)
     s = shipper.stats()
     assert s.queued == 0 and s.failed == 0 and s.dropped == 0, s
+    print("BATCHES", s.batches, flush=True)
 os._exit(0)
 """
 
-# (name, label, floor, application thread, whole process): the modes each is measured in.
+# (name, label, floor, application thread, whole process): the modes each is measured in. Each
+# configuration's ``live`` row (``live_mode``) is measured beside them, quiet and busy.
 CONFIGS = [
     ("plain", "IngestHandler", "null", "ingest", "flushed"),
     ("fields", "fields= of four keys", "null", "ingest:fields", "flushed:fields"),
@@ -242,8 +256,7 @@ CONFIGS = [
      "otel-flushed:sink"),
 ]
 # Reference rows, measured when asked for by name or with every configuration.
-EXTRA = [("queue", "stdlib QueueHandler, enqueue only (no listener)"),
-         ("live", "IngestHandler, whole process, flusher running (moves +-10 %)")]
+EXTRA = [("queue", "stdlib QueueHandler, enqueue only (no listener)")]
 FLOORS = {"null": "logging.NullHandler", "structlog": "structlog's chain, dropping the event",
           "loguru": "loguru, a sink that does nothing",
           "otel": "LoggingHandler, a processor that does nothing"}
@@ -251,13 +264,50 @@ ECO = ("structlog", "loguru", "otel")
 # What each mode needs installed, beyond loghandler.
 NEEDS = {"structlog": "structlog", "loguru": "loguru", "otel": "opentelemetry.sdk",
          "span": "opentelemetry", "names": None}
+# A mode measured with a CPU hog per core running (``live:fields@busy``).
+BUSY = "@busy"
+
+
+def live_mode(whole: str) -> str:
+    """The ``live`` mode of a configuration, from its ``flushed`` one: the defaults
+    (``flush_interval=1``, ``batch_size=5000``; compression off, as in ``flushed``), the flusher
+    sending while the calls are made."""
+    return whole.replace("flushed", "live")
 
 
 # Earlier names of the modes (docs quote them): the same measurement.
 ALIASES = {"ingest-live": "live", "ingest-flushed": "flushed"}
 
+# The hog of tests/cpuload.py: spins in slices, and stops when its parent is gone or after its
+# own deadline, so none outlives the run.
+HOG = """
+import os, sys, time
+parent, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+while os.getppid() == parent and time.monotonic() < deadline:
+    for _ in range(20_000):
+        pass
+"""
 
-def _count(script: str, mode: str, n: int, url: str) -> int:
+
+@contextlib.contextmanager
+def hogs() -> Iterator[None]:
+    """One CPU hog per core this process may run on, for the duration of the block."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    procs = [subprocess.Popen([sys.executable, "-c", HOG, str(os.getpid()), "3600"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+             for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+
+
+def _count(script: str, mode: str, n: int, url: str) -> tuple[int, int]:
+    """(instructions, requests sent) of one run of ``n`` calls."""
     base, _, variant = mode.partition(":")
     base = ALIASES.get(base, base)
     proc = subprocess.run(
@@ -268,11 +318,12 @@ def _count(script: str, mode: str, n: int, url: str) -> int:
     match = re.search(r"Collected : (\d+)", proc.stderr)
     if proc.returncode != 0 or not match:
         raise RuntimeError(f"{mode}: {proc.stderr[-800:]}")
-    return int(match.group(1))
+    sent = re.search(r"BATCHES (\d+)", proc.stdout)
+    return int(match.group(1)), int(sent.group(1)) if sent else 0
 
 
 def _missing(mode: str) -> str | None:
-    base, _, variant = mode.partition(":")
+    base, _, variant = mode.removesuffix(BUSY).partition(":")
     for key in (base.partition("-")[0], variant):
         need = NEEDS.get(key)
         if need and importlib.util.find_spec(need.split(".")[0]) is None:
@@ -291,25 +342,29 @@ def _missing(mode: str) -> str | None:
     return None
 
 
-def _modes(names: list[str]) -> list[str]:
+def _modes(names: list[str], live_only: bool = False, busy: bool = True) -> list[str]:
     by_name = {c[0]: c for c in CONFIGS}
     if not names:
-        names = [c[0] for c in CONFIGS] + [e[0] for e in EXTRA]
+        names = [c[0] for c in CONFIGS] + ([] if live_only else [e[0] for e in EXTRA])
     modes: list[str] = []
     for name in names:
         if name in by_name:
             _, _, floor, app, whole = by_name[name]
-            modes += [floor, app, whole]
+            live = live_mode(whole)
+            modes += [floor] + ([] if live_only else [app, whole]) + [live] + (
+                [live + BUSY] if busy else [])
         else:
-            modes.append(name)  # a raw mode: null, ingest:context, loguru-flushed:sink, ...
+            modes.append(name)  # a raw mode: null, ingest:context, live:fields@busy, ...
     return list(dict.fromkeys(modes))
 
 
-def measure(names: list[str]) -> dict[str, float]:
-    """Instructions per call of each mode (``_modes(names)``), skipping what is not installed."""
+def measure(names: list[str], live_only: bool = False, busy: bool = True
+            ) -> dict[str, tuple[float, float]]:
+    """(instructions, requests) per call of each mode (``_modes(names)``), skipping what is
+    not installed. A mode ending in ``@busy`` runs with a CPU hog per core."""
     from .receiver import start_receiver
 
-    results: dict[str, float] = {}
+    results: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp, start_receiver() as base:
         scripts = {}
         for name, text in (("child", CHILD), ("eco", CHILD_ECO)):
@@ -317,51 +372,65 @@ def measure(names: list[str]) -> dict[str, float]:
             with open(scripts[name], "w") as f:
                 f.write(text)
         url = f"{base}/t/instructions"
-        for mode in _modes(names):
+        for mode in _modes(names, live_only, busy):
             missing = _missing(mode)
             if missing:
                 print(f"  skipped {mode}: {missing} is not installed", file=sys.stderr)
                 continue
-            script = scripts["eco" if mode.partition("-")[0].partition(":")[0] in ECO
+            plain = mode.removesuffix(BUSY)
+            script = scripts["eco" if plain.partition("-")[0].partition(":")[0] in ECO
                              else "child"]
-            per_call = (_count(script, mode, 6000, url) - _count(script, mode, 1000, url)) / 5000
-            results[mode] = per_call
-            print(f"  {mode}: {per_call:,.0f}", file=sys.stderr, flush=True)
+            with hogs() if mode.endswith(BUSY) else contextlib.nullcontext():
+                many, sent_many = _count(script, plain, 6000, url)
+                few, sent_few = _count(script, plain, 1000, url)
+            results[mode] = ((many - few) / 5000, (sent_many - sent_few) / 5000)
+            note = (f" ({results[mode][1] * 1000:.1f} requests per 1,000 calls)"
+                    if "live" in mode else "")
+            print(f"  {mode}: {results[mode][0]:,.0f}{note}", file=sys.stderr, flush=True)
     return results
 
 
-def table(results: dict[str, float]) -> str:
-    """The configurations measured, each beside its floor (markdown)."""
+def table(results: dict[str, tuple[float, float]]) -> str:
+    """The configurations measured, each beside its floor (markdown). A ``live`` cell also
+    says how many requests the flusher sent per 1,000 calls: its count moves with them."""
     def x(mode: str, floor: str) -> str:
         if mode not in results or floor not in results:
             return "–"
-        return f"{results[mode]:,.0f} ({results[mode] / results[floor]:.2f}x)"
+        value, sent = results[mode]
+        text = f"{value:,.0f} ({value / results[floor][0]:.2f}x)"
+        return text + (f", {sent * 1000:.1f} req/1k" if "live" in mode else "")
 
-    lines = ["| configuration | floor | application thread (x floor) | whole process (x floor) |",
-             "|---|---|---|---|"]
+    lines = ["| configuration | floor | application thread (x floor) | whole process, flushed "
+             "(x floor) | whole process, live, quiet | whole process, live, a hog per core |",
+             "|---|---|---|---|---|---|"]
     for name, label, floor, app, whole in CONFIGS:
-        if app in results or whole in results:
-            lines.append(f"| {name}: {label} | {FLOORS[floor]}: "
-                         f"{results.get(floor, float('nan')):,.0f} | {x(app, floor)} | "
-                         f"{x(whole, floor)} |")
+        live = live_mode(whole)
+        if any(m in results for m in (app, whole, live, live + BUSY)):
+            base = f"{results[floor][0]:,.0f}" if floor in results else "–"
+            lines.append(f"| {name}: {label} | {FLOORS[floor]}: {base} | {x(app, floor)} | "
+                         f"{x(whole, floor)} | {x(live, floor)} | {x(live + BUSY, floor)} |")
     for mode, label in EXTRA:
         if mode in results:
-            lines.append(f"| {label} | – | – | {x(mode, 'null')} |")
-    shown = {m for c in CONFIGS for m in c[2:]} | {e[0] for e in EXTRA}
-    for mode, value in results.items():
+            lines.append(f"| {label} | – | – | {x(mode, 'null')} | – | – |")
+    shown = {m for c in CONFIGS for m in (*c[2:], live_mode(c[4]), live_mode(c[4]) + BUSY)}
+    shown |= {e[0] for e in EXTRA}
+    for mode, (value, _) in results.items():
         if mode not in shown:
-            lines.append(f"| {mode} | – | {value:,.0f} | – |")
+            lines.append(f"| {mode} | – | {value:,.0f} | – | – | – |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.instructions [NAME ...]``: every configuration, or those named
-    (configurations, or raw modes such as ``ingest:context``)."""
-    names = list(sys.argv[1:] if argv is None else argv)
+    """``python -m benchmarks.instructions [--live-only] [--no-busy] [NAME ...]``: every
+    configuration, or those named (configurations, or raw modes such as ``ingest:context``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    live_only = "--live-only" in args
+    busy = "--no-busy" not in args
+    names = [a for a in args if not a.startswith("--")]
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: apt-get install valgrind")
         return 1
-    print(table(measure(names)))
+    print(table(measure(names, live_only, busy)))
     return 0
 
 

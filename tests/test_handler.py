@@ -324,6 +324,54 @@ class TestSafety:
             logging.getLogger("werkzeug").setLevel(logging.NOTSET)
             h.close()
 
+    def test_another_threads_sending_keeps_this_thread_compiled(self, receiver, make_logger,
+                                                                 monkeypatch):
+        """While the flusher is inside a request, an application thread's call keeps the
+        compiled path (issue 49: it took the Python path for as long as any request was in
+        flight); on the sending thread itself, urllib3's records are still suppressed."""
+        from loghandler import _compiled
+        from loghandler._engine.guard import HTTP, sending
+
+        if _compiled.handle is None:
+            pytest.skip("the compiled path is not active")
+        calls: list[str] = []
+        python_path = IngestHandler._handle_python
+
+        def counting(self, record):
+            calls.append(record.name)
+            return python_path(self, record)
+
+        monkeypatch.setattr(IngestHandler, "_handle_python", counting)
+        log, h = make_logger()
+        inside, leave = threading.Event(), threading.Event()
+
+        def sender() -> None:
+            with sending(HTTP):
+                inside.set()
+                leave.wait(30)
+
+        t = threading.Thread(target=sender)
+        t.start()
+        try:
+            assert inside.wait(30)
+            for i in range(5):
+                log.info("event %d", i)
+            assert calls == []  # all five on the compiled path
+        finally:
+            leave.set()
+            t.join(30)
+        own = logging.getLogger("urllib3.connectionpool")
+        own.addHandler(h)
+        try:
+            with sending(HTTP):
+                own.warning("ours")
+        finally:
+            own.removeHandler(h)
+        assert calls == ["urllib3.connectionpool"]
+        assert h.flush(10)
+        assert [e["message"] for e in receiver.events] == [f"event {i}" for i in range(5)]
+        assert h.stats().suppressed == 1
+
     def test_app_urllib3_logs_are_shipped(self, receiver, make_logger):
         """The guard is per thread: urllib3 logs of the application itself still ship."""
         _log, h = make_logger()
