@@ -63,10 +63,11 @@ class TestFaces:
             "add_own", "record_sent", "delivered", "idle", "pressed", "nearly_full",
             "set_spilling", "wait_for_work", "flusher_gone", "set_close_deadline", "time_left",
             "pause_until", "sleep_until", "wait_pressed", "settle_side", "pause_side",
-            "side_pending"}
+            "side_pending", "oldest_in_flight"}
         assert own(Control) == {
             "reset", "start_flusher", "begin_flush", "wait_flushed", "begin_close",
-            "count_leftovers", "undelivered", "queued_bytes", "settled_through"}
+            "count_leftovers", "undelivered", "queued_bytes", "settled_through",
+            "wait_late_settled"}
         assert issubclass(Ledger, Intake) and issubclass(Ledger, Flushing)
         assert issubclass(Ledger, Control)
         assert own(Ledger) == set()  # nothing beyond the three faces
