@@ -768,7 +768,7 @@ class TestCallerNeverSyncs:
     sync (a median of 10-14 ms on ext4, up to 1.3 s in a burst); the flusher makes it
     durable, and ``stats().spool_unsynced`` says what is on disk and not yet synced."""
 
-    def test_the_callers_write_is_synced_by_the_flusher(self, tmp_path: Path,
+    def test_the_callers_write_is_synced_by_the_flusher(self, tmp_path: Path, receiver: Any,
                                                         monkeypatch: pytest.MonkeyPatch):
         main = threading.get_ident()
         dsync = getattr(os, "O_DSYNC", 0)
@@ -800,16 +800,26 @@ class TestCallerNeverSyncs:
 
         monkeypatch.setattr(os, "open", spy_open)
         monkeypatch.setattr(os, "fsync", spy_fsync)
-        handler = loghandler.IngestHandler(DATASET, url=closed_port_url(), token=TOKEN,
+        # The service holds the flusher's first request, then refuses every one: the queue
+        # fills whatever the host's timing, and the application's threads spill (with a closed
+        # port the flusher could keep up on a loaded host, and no caller wrote at all).
+        receiver.script = [503] * 100_000
+        receiver.gate = threading.Event()
+        handler = loghandler.IngestHandler(DATASET, url=receiver.url, token=TOKEN,
                                            spool_dir=str(tmp_path), max_queue_size=1000,
-                                           batch_size=500, max_retries=1, shutdown_timeout=5)
+                                           batch_size=500, max_retries=1, retry_backoff=0.2,
+                                           flush_interval=0.05, shutdown_timeout=5)
         log = logging.getLogger("caller-never-syncs")
         log.propagate = False
         log.addHandler(handler)
         del synced_on_main[:], created_on_main[:]  # the construction's own (its DATASET file)
         try:
-            for i in range(20_000):
+            for i in range(500):
                 log.warning("event %d", i, extra={"id": i})
+            assert receiver.wait(lambda: receiver.held >= 1)
+            for i in range(500, 20_000):
+                log.warning("event %d", i, extra={"id": i})
+            receiver.gate.set()
             assert handler.flush(60) is False
             assert wait_until(lambda: handler.stats().spool_unsynced == 0)
             st = handler.stats()
