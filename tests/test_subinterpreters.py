@@ -60,6 +60,12 @@ RUNNER = textwrap.dedent("""
             if kind == "no_threads":
                 kind = "isolated"  # 3.10-3.12: an isolated one refuses threads already
             iid = I.create(isolated=kind == "isolated")
+            if sys.version_info < (3, 12):
+                # Before 3.12, _xxsubinterpreters refuses to run code in, or destroy, an
+                # interpreter with a thread, before Py_EndInterpreter would run its atexit
+                # hooks; a host such as mod_wsgi runs them itself before ending it, and so
+                # does this one, at the end of the same run.
+                code += "\\nimport atexit\\natexit._run_exitfuncs()\\n"
             try:
                 I.run_string(iid, code)
             except Exception as exc:
