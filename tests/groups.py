@@ -18,7 +18,7 @@ DELIVERY_MODULES = frozenset({
     "test_accounting.py", "test_answers.py", "test_bounds.py", "test_faults.py",
     "test_job_runners.py", "test_lifecycle.py", "test_policy.py", "test_process_life.py",
     "test_posting.py", "test_shipper.py", "test_soak.py", "test_spilling.py", "test_spool.py",
-    "test_spool_full.py", "test_worker.py",
+    "test_spool_full.py", "test_subinterpreters.py", "test_worker.py",
 })
 # Code blocks of the docs (tests/test_readme.py) that promise what arrives and what is counted.
 DELIVERY_DOC_PAGES = ("docs/what-ships.md", "docs/reliability.md")
@@ -36,7 +36,8 @@ ENGINE_MODULES = (
     "test_faults.py", "test_handler.py", "test_lifecycle.py", "test_package.py",
     "test_policy.py", "test_posting.py", "test_process_life.py", "test_security.py",
     "test_shipper.py", "test_soak.py", "test_speedups.py", "test_spilling.py", "test_spool.py",
-    "test_spool_full.py", "test_time.py", "test_transport.py", "test_worker.py",
+    "test_spool_full.py", "test_subinterpreters.py", "test_time.py", "test_transport.py",
+    "test_worker.py",
 )
 
 # Tests in those modules that need an integration's package (the `dev` extra): they run on the

@@ -172,6 +172,10 @@ def _close_all_locked(timeout: float, now: float, report: bool, at_exit: bool) -
                           late_events=at_exit)
     for s in shippers:
         s.wait_closed()
+    # As close() does: at a sub-interpreter's end (its atexit hooks run, this one among them,
+    # just before it checks that no other thread is left: mod_wsgi's reload) a watchdog or
+    # spare thread still parked would abort the whole process.
+    end_idle_threads()
     if at_exit:  # for events logged later still (Flusher._send_late)
         keep_modules()
     if report:

@@ -89,6 +89,7 @@ class Cause(Enum):
     CLOSED_UNCONFIRMED = "closed_unconfirmed"
     QUEUE_FULL = "queue_full"
     DROPPED_INVALID = "dropped_invalid"
+    NO_THREAD = "no_thread"
 
 
 # Causes about single events or the service's limits rather than about the service being
@@ -96,7 +97,8 @@ class Cause(Enum):
 LASTING = frozenset({Cause.REJECTED, Cause.REFUSED_WHOLE, Cause.TOO_LARGE,
                      Cause.TOO_LARGE_WHOLE, Cause.PARTIAL, Cause.UNREADABLE,
                      Cause.RATE_LIMITED, Cause.LONG_LIMIT, Cause.ON_ERROR,
-                     Cause.CLOSED_LOSING, Cause.CLOSED_UNCONFIRMED})
+                     Cause.CLOSED_LOSING, Cause.CLOSED_UNCONFIRMED,
+                     Cause.NO_THREAD})
 
 
 class Pause(Enum):

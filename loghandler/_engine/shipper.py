@@ -331,20 +331,38 @@ class Flusher:
         if sys.is_finalizing():  # a new thread would never run (and start() would wait)
             self.thread_failed = True
             return
-        thread = threading.Thread(target=self.worker.run,
-                                  name=f"loghandler-flusher:{self.dataset}", daemon=True)
-        # Known before it starts: a Ctrl+C inside start() (which waits for the thread) must not
-        # leave it running unknown, for the next event to start a second one beside it.
-        self.thread = thread
         try:
+            # Constructed inside: an isolated sub-interpreter (3.12+) refuses daemon threads
+            # in Thread() itself, one made with allow_threads=False in start().
+            thread = threading.Thread(target=self.worker.run,
+                                      name=f"loghandler-flusher:{self.dataset}", daemon=True)
+            # Known before it starts: a Ctrl+C inside start() (which waits for the thread) must
+            # not leave it running unknown, for the next event to start a second one beside it.
+            self.thread = thread
             thread.start()
-        except RuntimeError:
-            # "can't create new thread at interpreter shutdown": the exit hook sends what is
-            # queued on its own thread instead.
+        except RuntimeError as exc:
+            # No flusher, for good: flush() and close() send on their caller's thread (bounded
+            # by their timeouts), and so does the exit hook, at the interpreter's end too.
             self.thread = None
             self.thread_failed = True
+            if "shutdown" not in str(exc):  # at exit that is expected: nothing to tell
+                self._tell_no_thread(exc)
         else:
             _warn_if_uwsgi_without_threads()
+
+    def _tell_no_thread(self, exc: RuntimeError) -> None:
+        """Threads refused for good (an isolated sub-interpreter, or the system's limit):
+        said once per interpreter (module state is per interpreter), as what to do."""
+        global _told_no_thread
+        if _told_no_thread:
+            return
+        _told_no_thread = True
+        self.reporter.report(
+            Cause.NO_THREAD,
+            f"no thread can be started here ({clip(printable(str(exc)), 80)}), so events are "
+            "sent only when flush() or close() is called, on that thread, and at this "
+            "interpreter's end; until then they wait in the queue (past max_queue_size they "
+            "are dropped and counted): call flush() after each request or unit of work")
 
     def _thread_for_flush_locked(self) -> bool:
         # Under the ledger's lock (Ledger.begin_flush): whether a flusher runs; one that died is
@@ -534,6 +552,7 @@ class Flusher:
 
 
 _uwsgi_checked = False
+_told_no_thread = False  # _tell_no_thread's: once per interpreter
 
 
 def _warn_if_uwsgi_without_threads() -> None:

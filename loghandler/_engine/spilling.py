@@ -71,9 +71,9 @@ class _Spare:
                 return
             self.jobs = queue.SimpleQueue()  # a parent's, after fork: its thread is gone
             self.busy = False
-            thread = threading.Thread(target=self._run, args=(self.jobs,),
-                                      name="loghandler-spare", daemon=True)
-            try:
+            try:  # Thread() too: a sub-interpreter may refuse daemon threads there
+                thread = threading.Thread(target=self._run, args=(self.jobs,),
+                                          name="loghandler-spare", daemon=True)
                 thread.start()
             except RuntimeError:
                 return
@@ -456,8 +456,9 @@ class Spiller:
             finally:
                 finished.set()
 
-        helper = threading.Thread(target=job, name="loghandler-encode-at-exit", daemon=True)
-        try:
+        try:  # Thread() too: a sub-interpreter may refuse daemon threads there
+            helper = threading.Thread(target=job, name="loghandler-encode-at-exit",
+                                      daemon=True)
             helper.start()
         except RuntimeError:
             # Interpreter shutdown: CPython 3.12 starts no thread from an atexit hook. The

@@ -84,12 +84,14 @@ class Watchdog:
         watch = Watch(deadline)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._run, name="loghandler-watchdog",
-                                          daemon=True)
-                self._thread = thread  # known before start(), which an interrupt may cut
                 try:
+                    thread = threading.Thread(target=self._run, name="loghandler-watchdog",
+                                              daemon=True)
+                    self._thread = thread  # known before start(), which an interrupt may cut
                     thread.start()
-                except RuntimeError:  # interpreter shutdown: urllib3's timeouts only
+                except RuntimeError:
+                    # Interpreter shutdown, or a sub-interpreter that refuses daemon threads
+                    # (in Thread() itself): urllib3's timeouts only.
                     self._thread = None
                     return None
             self._stopping = False
