@@ -466,8 +466,9 @@ SHIPPING_OPTIONS_DOC = """\
             "timestamp-format": "2006-01-02 15:04:05"}`` (``loghandler ingest``'s
             ``--timestamp-field`` and ``--timestamp-format``). Default None.
         transport (Transport | None): what sends each request and hands back the service's
-            answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
-            through the client's connection pool (urllib3). In tests,
+            answer: ``send(method, path, body, *, headers, timeout)``; with Client
+            arguments, the client built here goes through it too. Default None: through
+            the client (HTTP through its pool, or its own ``transport=``). In tests,
             ``loghandler.testing.MemoryTransport()`` keeps every request in memory and
             answers as scripted (no token or url needed then).
 

@@ -177,11 +177,13 @@ def test_public_classes_document_their_arguments() -> None:
         IngestLogRecordProcessor: fronts,
         loghandler.AsyncClient: set(CLIENT_ARG_NAMES),
         loghandler.Shipper: {"client", "dataset", "transport"} | SHIPPER_OPTION_NAMES,
-        loghandler.Client: set(CLIENT_ARG_NAMES),
+        loghandler.Client: CLIENT_ARG_NAMES | {"transport"},
     }
-    # Client declares its arguments (the wire's names are held equal to its signature), and
-    # AsyncClient takes the same.
-    assert set(inspect.signature(loghandler.Client).parameters) == CLIENT_ARG_NAMES
+    # Client declares its arguments (the wire's names are held equal to its signature, less
+    # its own transport=: a front end's transport= is the shipper's), and AsyncClient takes
+    # the same.
+    assert set(inspect.signature(loghandler.Client).parameters) == CLIENT_ARG_NAMES | {
+        "transport"}
     assert set(inspect.signature(loghandler.AsyncClient).parameters) == CLIENT_ARG_NAMES
     for cls, names in expected.items():
         doc = inspect.getdoc(cls) or ""

@@ -617,7 +617,10 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
         return Shipper(client, dataset, transport=transport, **shipper_args)
     if transport is not None and not client_args:
         return Shipper(None, dataset, transport=transport, **shipper_args)
-    shipper = Shipper(shared_client(**client_args), dataset, transport=transport,
-                      **shipper_args)
+    # With Client arguments and a transport, the client built here is the transport's too
+    # (its own calls go where the shipper's do), so it is not the one shared by address.
+    built = (shared_client(**client_args) if transport is None
+             else Client(**client_args, transport=transport))
+    shipper = Shipper(built, dataset, transport=transport, **shipper_args)
     shipper._flusher.owns_client = True
     return shipper
