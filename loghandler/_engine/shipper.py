@@ -55,6 +55,7 @@ from .model import LEVELS
 from .policy import Cause
 from .reporter import Reporter
 from .sampling import ABSENT, Sampler
+from .shaping import with_identity
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -106,7 +107,7 @@ class Shipper:
                 "returning the service's answer, as loghandler.testing.MemoryTransport has")
         self._client = client
         self.dataset = resolve_dataset(dataset)
-        self.options = shipper_options(options)
+        self.options = with_identity(shipper_options(options))
         if transport is None:
             assert client is not None
             # The HTTP stack is imported now, on the thread that builds the shipper, not by the
