@@ -115,7 +115,8 @@ class Shipper:
             # the application, which gives it back a switch interval (5 ms) later. Some 1,300
             # system calls of imports held up the first delivery for over half a second while
             # the queue filled (20,000 events dropped of 200,000 in benchmark scenario 1).
-            preload_http()
+            if client.transport is None:  # a client's own transport= needs no HTTP stack
+                preload_http()
             transport = HttpTransport(client, self.options.batch_size)
         self.transport = transport
         # The flusher holds no reference to the shipper: a shipper the application drops
