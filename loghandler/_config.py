@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 
 from ._documented import documented as documented  # the front ends read it here
 from ._errors import ConfigurationError
+from ._levels import known_level
 from ._output import clip
 from ._wire.settings import CLIENT_ARG_NAMES, env
 
@@ -90,7 +91,9 @@ class ShipperOptions:
     fields: Mapping[str, Any] | None = None
     trace_context: bool = True
     # What ships (loghandler/_engine/shaping.py, hold.py): each off until configured, but
-    # identity and scrubbing by key, which are on.
+    # identity and scrubbing by key, which are on. Identity is only checked here: the engine
+    # reads who sent it (the environment, the platform) into ``fields`` when a Shipper is
+    # built (``shaping.with_identity``).
     identity: bool | Mapping[str, Any] = True
     exclude_fields: tuple[str, ...] = ()
     scrub: bool | Literal["keys", "all"] = "keys"
@@ -198,8 +201,6 @@ def _keep_level(value: Any) -> int | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    from ._engine.hold import known_level
-
     number = known_level(value) if isinstance(value, str) else None
     if number is None:
         raise ConfigurationError(
@@ -293,13 +294,6 @@ def _check_shaping(o: ShipperOptions) -> None:
     _check_number("hold_total", o.hold_total, integer=True, minimum=1)
     if o.json_default is not None and not callable(o.json_default):
         raise ConfigurationError("json_default must be a callable taking the value to convert")
-    if o.identity is not False:
-        # Who sent it, added like fields= (which wins on a shared name), once, here.
-        from ._engine.shaping import identity_fields
-
-        who = identity_fields(o.identity)
-        if who:
-            put("fields", {**who, **(o.fields or {})})
 
 
 def _check_fields(fields: Any, name: str = "fields") -> dict[str, Any]:
@@ -466,8 +460,9 @@ SHIPPING_OPTIONS_DOC = """\
             "timestamp-format": "2006-01-02 15:04:05"}`` (``loghandler ingest``'s
             ``--timestamp-field`` and ``--timestamp-format``). Default None.
         transport (Transport | None): what sends each request and hands back the service's
-            answer: ``send(method, path, body, *, headers, timeout)``. Default None: HTTP
-            through the client's connection pool (urllib3). In tests,
+            answer: ``send(method, path, body, *, headers, timeout)``; with Client
+            arguments, the client built here goes through it too. Default None: through
+            the client (HTTP through its pool, or its own ``transport=``). In tests,
             ``loghandler.testing.MemoryTransport()`` keeps every request in memory and
             answers as scripted (no token or url needed then).
 

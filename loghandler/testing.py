@@ -78,9 +78,11 @@ class SentRequest:
     """One request a shipper sent to a ``MemoryTransport``.
 
     ``method`` and ``path`` (``/v1/datasets/<name>/ingest``, with its query when there is
-    one); ``headers`` as the shipper set them (``Content-Type``, ``Content-Encoding``; the
-    token is never among them); ``events``: the request's events, decoded (gzip, a JSON array,
-    or NDJSON); ``status``: what it was answered (None: no answer, a ``TransportError``).
+    one); ``headers`` as the sender set them (``Content-Type``, ``Content-Encoding``; the
+    token is never among them); ``events``: an ingest request's events, decoded (gzip, a JSON
+    array, or NDJSON), else empty; ``status``: what it was answered (None: no answer, a
+    ``TransportError``); ``body``: another request's JSON body, decoded (a ``Client``'s query,
+    a view it creates), else None.
     """
 
     method: str
@@ -88,6 +90,7 @@ class SentRequest:
     headers: Mapping[str, str]
     events: list[dict[str, Any]]
     status: int | None = None
+    body: Any = None
 
     @property
     def dataset(self) -> str | None:
@@ -108,7 +111,10 @@ class MemoryTransport:
     """A transport that keeps every request in memory and answers as scripted: no socket, no
     token, no service. Pass it as ``transport=`` to ``IngestHandler``, ``IngestProcessor``,
     ``IngestSink``, ``IngestLogRecordProcessor`` or ``Shipper``; one may serve several
-    shippers (the path names each request's dataset).
+    shippers (the path names each request's dataset). Pass it to ``Client(transport=...)``
+    for the client's own calls (``client.views``, ``client.datasets``, ``query``, ``ingest``):
+    each returns what is scripted, e.g. ``(200, {}, [{"id": "v1", ...}])`` for
+    ``client.views.list()``.
 
     Args:
         answers: what to answer. None (the default): 200 with the service's full ingest status
@@ -118,7 +124,8 @@ class MemoryTransport:
             ``(status, headers)`` or ``(status, headers, body)`` (``(429, {"Retry-After":
             "2"})``), an exception (``loghandler.TransportError(...)``: the request gets no
             answer), or a callable as above. A 2xx without a body gets the full ingest status
-            of the request's events; any other status, the service's error body.
+            of the request's events on an ingest path, and no body on another; any other
+            status, the service's error body.
 
     ``requests`` lists what was sent (the latest 10,000), ``events(dataset=None)`` what a 2xx
     took (less the events an ingest status you scripted turned down), ``clear()`` forgets both.
@@ -163,14 +170,19 @@ class MemoryTransport:
 
     # ------------------------------------------------------------------ the transport
 
-    def send(self, method: str, path: str, body: bytes, *,
+    def send(self, method: str, path: str, body: bytes | None, *,
              headers: Mapping[str, str] | None = None,
              timeout: float | None = None) -> Answer:
         """Record the request and answer it (the transport's one call; ``timeout`` is not
         needed: nothing here waits)."""
-        headers = dict(headers or {})
-        raw = _unzip(body, headers)
-        request = SentRequest(method, path, headers, _decode(raw, headers))
+        # A Client hands over its token's header with the request: never kept.
+        headers = {k: v for k, v in (headers or {}).items() if k.lower() != "authorization"}
+        raw = _unzip(body or b"", headers)
+        request = SentRequest(method, path, headers, [])
+        if request.dataset is not None:
+            request = dataclasses.replace(request, events=_decode(raw, headers))
+        elif raw:
+            request = dataclasses.replace(request, body=json.loads(raw))
         if self._pid != os.getpid():  # a forked child: the parent's lock may be held
             self._pid, self._lock = os.getpid(), threading.Lock()
         with self._lock:
@@ -183,7 +195,7 @@ class MemoryTransport:
             raise
         with self._lock:
             self._requests.append(dataclasses.replace(request, status=answer.status))
-            if is_success(answer.status) and answer.complete:
+            if is_success(answer.status) and answer.complete and request.dataset is not None:
                 turned_down = _failed(answer.body)
                 kept = request.events[:max(0, len(request.events) - turned_down)]
                 self._stored.extend((request.dataset, e) for e in kept)
@@ -224,9 +236,10 @@ def _answer(scripted: Any, request: SentRequest, size: int) -> Answer:
         raise ConfigurationError(f"a scripted answer is a status code, (status, headers), "
                                  f"(status, headers, body), an exception or a callable, not "
                                  f"{scripted!r}")
-    if body is None:
-        body = (_ingest_status(request, size) if is_success(status)
-                else {"code": status, "message": f"scripted {status} (MemoryTransport)"})
+    if body is None and not is_success(status):
+        body = {"code": status, "message": f"scripted {status} (MemoryTransport)"}
+    elif body is None and request.dataset is not None:
+        body = _ingest_status(request, size)
     return Answer.of(status, headers, body)
 
 

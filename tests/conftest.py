@@ -1,5 +1,6 @@
 """Shared fixtures: a clean environment, a recording ingest receiver on loopback
-(pytest-httpserver). The helpers the tests import live in helpers.py."""
+(pytest-httpserver), the local service (``svc``). The helpers the tests import live in
+helpers.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import LoggerFactory, Receiver
+from helpers import TOKEN, LoggerFactory, Receiver
 from pytest_httpserver import HTTPServer
 
 ENV_NAMES = ("LOGHANDLER_TOKEN", "LOGHANDLER_ORG_ID", "LOGHANDLER_URL", "LOGHANDLER_EU_URL",
@@ -42,6 +43,25 @@ def receiver(_receiver_server: HTTPServer) -> Iterator[Receiver]:
     _receiver_server.clear()
     yield Receiver(_receiver_server)
     _receiver_server.clear()
+
+
+@pytest.fixture
+def svc_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The ``LocalService`` arguments of ``svc``: the test module's own ``TOKEN`` when it has
+    one (each module names its token, and some look for it in output), else helpers'. A module
+    or class that needs more (views, datasets, a body bound) overrides this fixture."""
+    return {"token": getattr(request.module, "TOKEN", TOKEN)}
+
+
+@pytest.fixture
+def svc(svc_options: dict[str, Any]) -> Iterator[Any]:
+    """A started ``loghandler.testing.LocalService`` (the package's own, as its
+    ``loghandler_service`` fixture gives, with ``svc_options``), stopped after the test. A
+    module that seeds it overrides ``svc`` with a fixture of that name taking ``svc``."""
+    from loghandler.testing import LocalService
+
+    with LocalService(**svc_options) as service:
+        yield service
 
 
 @pytest.fixture

@@ -24,17 +24,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 import email.utils
-import gzip
 import json
 import random
 import socket
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from helpers import decoded
 
 __all__ = [
     "Behaviour",
@@ -411,7 +411,7 @@ class FaultServer:
         wire = reader.read_body(req.headers)
         req.wire_bytes = len(wire)
         try:
-            body = _decode(wire, req.headers.get("content-encoding", ""))
+            body = decoded(wire, req.headers)
         except Exception:
             req.outcome = "400-encoding"
             self._send(conn, 400, {"message": "cannot decode body"})
@@ -497,17 +497,6 @@ class FaultServer:
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable"}
-
-
-def _decode(wire: bytes, encoding: str) -> bytes:
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return wire
-    if encoding == "gzip":
-        return gzip.decompress(wire)
-    if encoding == "deflate":
-        return zlib.decompress(wire)
-    raise ValueError(f"unknown Content-Encoding {encoding!r}")
 
 
 def _shutdown(sock: socket.socket) -> None:

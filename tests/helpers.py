@@ -11,13 +11,54 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 TOKEN = "xaat-test-token-5f3c9e"
+
+
+# ---------------------------------------------------------------------------- request bodies
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    """A header's value whatever its case in ``headers`` (werkzeug's, a dict, a SentRequest's),
+    else ""."""
+    name = name.lower()
+    for key, value in headers.items():
+        if key.lower() == name:
+            return str(value)
+    return ""
+
+
+def decoded(raw: bytes, headers: Mapping[str, str]) -> bytes:
+    """A request body with its ``Content-Encoding`` undone: none (``identity``, or ``1``,
+    axiom-py's name for it), ``gzip``, ``deflate`` or ``zstd``; any other is a ValueError (a
+    test server answers it 400), never read as JSON."""
+    encoding = _header(headers, "Content-Encoding").strip().lower()
+    if encoding in ("", "identity", "1"):
+        return raw
+    if encoding == "gzip":
+        return gzip.decompress(raw)
+    if encoding == "deflate":
+        return zlib.decompress(raw)
+    if encoding == "zstd":
+        import zstandard
+
+        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(raw))
+    raise ValueError(f"unknown Content-Encoding {encoding!r}")
+
+
+def body_events(raw: bytes, headers: Mapping[str, str]) -> Any:
+    """The events of a request body, decoded (``decoded``): its JSON value, or a list of the
+    JSON values of its lines when ``Content-Type`` names NDJSON."""
+    body = decoded(raw, headers)
+    if "ndjson" in _header(headers, "Content-Type"):
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+    return json.loads(body)
 
 
 class Receiver:
@@ -37,7 +78,7 @@ class Receiver:
 
     def _handle(self, request: Request) -> Response:
         raw = request.get_data()
-        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" else raw
+        body = decoded(raw, request.headers)
         batch = json.loads(body)
         with self.lock:
             status = self.script.pop(0) if self.script else 200

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import axiom_py
@@ -25,12 +24,6 @@ from axiom_py.logging import AxiomHandler
 from loghandler.testing import LocalService
 
 TOKEN = "xaat-local-axiom-py-3c1d"
-
-
-@pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
 
 
 @pytest.fixture

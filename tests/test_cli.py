@@ -8,7 +8,6 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,8 @@ VIEW = {"id": "v1", "name": "Errors", "aplQuery": "['app'] | where level == 'err
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN, views=[VIEW]) as service:
-        yield service
+def svc_options() -> dict[str, Any]:
+    return {"token": TOKEN, "views": [VIEW]}
 
 
 def run(svc: LocalService | None, *args: str, stdin: str | None = None,

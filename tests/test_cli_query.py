@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -41,10 +40,10 @@ EVENTS = [
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        service.client().ingest("app", EVENTS)
-        yield service
+def svc(svc: LocalService) -> LocalService:
+    """conftest's, with EVENTS in "app"."""
+    svc.client().ingest("app", EVENTS)
+    return svc
 
 
 def env_for(svc: LocalService) -> dict[str, str]:

@@ -3,7 +3,6 @@ reset headers), bounded bisection. (The delivery policy's table: ``test_policy.p
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import logging
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN, balanced, wait_until
+from helpers import TOKEN, balanced, body_events, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -63,9 +62,7 @@ class Service:
 
     def _handle(self, request: Request) -> Response:
         arrived = time.time()
-        raw = request.get_data()
-        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" else raw
-        batch = json.loads(body)
+        batch = body_events(request.get_data(), request.headers)
         with self.lock:
             status, headers, answer = self.rule(batch, len(self.log))
             self.log.append({"status": status, "events": len(batch), "arrived": arrived,

@@ -19,12 +19,6 @@ TOKEN = "datasets-token-9a8b"
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
-
-
-@pytest.fixture
 def client(svc: LocalService) -> Iterator[loghandler.Client]:
     with loghandler.Client(token=TOKEN, url=svc.url) as c:
         yield c

@@ -415,9 +415,8 @@ class TestLevelNames:
 
 class TestCommandLine:
     @pytest.fixture
-    def svc(self) -> Any:
-        with LocalService(token="t-cli", datasets=["app", "big"]) as service:
-            yield service
+    def svc_options(self) -> dict[str, Any]:
+        return {"token": "t-cli", "datasets": ["app", "big"]}
 
     def test_query_says_it_stopped_at_the_row_limit(self, svc: LocalService) -> None:
         svc.client().ingest("big", [{"n": i} for i in range(1200)])

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,16 +17,16 @@ TOKEN = "first-hour-token-4e5f"
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        loghandler.Client(token=TOKEN, url=service.url).ingest(
-            "app", [{"message": "hello", "level": "info"}])
-        loghandler.Client(token=TOKEN, url=service.url).ingest(
-            "cli", [{"event": "order.placed", "level": "error", "exception": {
-                "type": "ValueError", "message": "bad",
-                "stacktrace": "Traceback (most recent call last):\n  File \"a.py\", line 3, "
-                              "in f\nValueError: bad"}}])
-        yield service
+def svc(svc: LocalService) -> LocalService:
+    """conftest's, with one event in "app" and one in "cli"."""
+    loghandler.Client(token=TOKEN, url=svc.url).ingest(
+        "app", [{"message": "hello", "level": "info"}])
+    loghandler.Client(token=TOKEN, url=svc.url).ingest(
+        "cli", [{"event": "order.placed", "level": "error", "exception": {
+            "type": "ValueError", "message": "bad",
+            "stacktrace": "Traceback (most recent call last):\n  File \"a.py\", line 3, "
+                          "in f\nValueError: bad"}}])
+    return svc
 
 
 def run(svc: LocalService | None, *args: str, env: dict[str, str] | None = None,

@@ -193,9 +193,8 @@ def test_capability_table(table_svc: tuple[LocalService, dict[str, str]], row: A
 # ---------------------------------------------------------------------------- finding 6
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN, datasets=["app", "other"], create_datasets=False) as service:
-        yield service
+def svc_options() -> dict[str, Any]:
+    return {"token": TOKEN, "datasets": ["app", "other"], "create_datasets": False}
 
 
 class TestTokensGrantNoMoreThanTheirMaker:

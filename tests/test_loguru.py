@@ -22,12 +22,6 @@ TOKEN = "loguru-token-1d2e"
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
-
-
-@pytest.fixture
 def sink(svc: LocalService) -> Iterator[Any]:
     made: list[tuple[int, IngestSink]] = []
 

@@ -27,12 +27,6 @@ TOKEN = "otel-token-7a8b"
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
-
-
-@pytest.fixture
 def pipeline(svc: LocalService) -> Iterator[Any]:
     made: list[tuple[LoggerProvider, logging.Logger, LoggingHandler]] = []
 

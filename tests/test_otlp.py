@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,12 +32,6 @@ from loghandler._local import otlp
 from loghandler.testing import LocalService
 
 RESOURCE = Resource.create({"service.name": "checkout", "deployment.environment": "test"})
-
-
-@pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
 
 
 def headers(dataset: str = "otel") -> dict[str, str]:

@@ -177,11 +177,13 @@ def test_public_classes_document_their_arguments() -> None:
         IngestLogRecordProcessor: fronts,
         loghandler.AsyncClient: set(CLIENT_ARG_NAMES),
         loghandler.Shipper: {"client", "dataset", "transport"} | SHIPPER_OPTION_NAMES,
-        loghandler.Client: set(CLIENT_ARG_NAMES),
+        loghandler.Client: CLIENT_ARG_NAMES | {"transport"},
     }
-    # Client declares its arguments (the wire's names are held equal to its signature), and
-    # AsyncClient takes the same.
-    assert set(inspect.signature(loghandler.Client).parameters) == CLIENT_ARG_NAMES
+    # Client declares its arguments (the wire's names are held equal to its signature, less
+    # its own transport=: a front end's transport= is the shipper's), and AsyncClient takes
+    # the same.
+    assert set(inspect.signature(loghandler.Client).parameters) == CLIENT_ARG_NAMES | {
+        "transport"}
     assert set(inspect.signature(loghandler.AsyncClient).parameters) == CLIENT_ARG_NAMES
     for cls, names in expected.items():
         doc = inspect.getdoc(cls) or ""
@@ -190,3 +192,35 @@ def test_public_classes_document_their_arguments() -> None:
         # Each constructor argument that has a name in the signature is among them.
         params = set(inspect.signature(cls).parameters) - {"options"}
         assert params <= documented | {"token"}, cls.__name__
+
+
+def test_the_shared_modules_import_no_wing() -> None:
+    """``_config.py`` (the options' checks), ``_levels.py`` and ``_documented.py`` sit below the
+    engine, the front ends, the local service and the command line: none of them imports one,
+    not even lazily inside a function (issue 43: ``_config`` reached into ``_engine.hold`` and
+    ``_engine.shaping``)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(loghandler.__file__).parent
+    wings = ("_engine", "_front", "_local", "cli")
+    leaves = {"_levels.py", "_documented.py"}
+    for name in ("_config.py", *sorted(leaves)):
+        tree = ast.parse((package / name).read_text(encoding="utf-8"))
+        imported: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:  # relative: within the package
+                    imported += ([f"loghandler.{module}"] if module else
+                                 [f"loghandler.{a.name}" for a in node.names])
+                else:
+                    imported.append(module)
+            elif isinstance(node, ast.Import):
+                imported += [a.name for a in node.names]
+        assert imported, name  # the walk found its imports: the check can fail
+        inside = [m for m in imported if m.split(".")[0] == "loghandler"]
+        reached = [m for m in inside if m.split(".")[1] in wings]
+        assert reached == [], (name, reached)
+        if name in leaves:
+            assert inside == [], (name, inside)

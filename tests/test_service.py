@@ -8,7 +8,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,9 +28,8 @@ VIEW = {
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN, views=[VIEW], max_body_bytes=4096) as service:
-        yield service
+def svc_options() -> dict[str, Any]:
+    return {"token": TOKEN, "views": [VIEW], "max_body_bytes": 4096}
 
 
 def call(svc: LocalService, method: str, path: str, body: Any = None, *,

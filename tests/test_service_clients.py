@@ -40,9 +40,8 @@ def req(svc: LocalService, method: str, path: str, body: Any = None, *,
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN, datasets=["app"], create_datasets=False) as service:
-        yield service
+def svc_options() -> dict[str, Any]:
+    return {"token": TOKEN, "datasets": ["app"], "create_datasets": False}
 
 
 def limited_token(svc: LocalService, **caps: Any) -> str:

@@ -20,12 +20,6 @@ PAT = "xapt-fidelity-personal-token"
 
 
 @pytest.fixture
-def svc() -> Iterator[LocalService]:
-    with LocalService(token=TOKEN) as service:
-        yield service
-
-
-@pytest.fixture
 def pat_svc() -> Iterator[LocalService]:
     with LocalService(token=PAT) as service:
         yield service

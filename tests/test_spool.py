@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import balanced, closed_port_url, wait_until
+from helpers import balanced, body_events, closed_port_url, wait_until
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -58,9 +57,7 @@ class Receiver:
             .respond_with_handler(self._handle)
 
     def _handle(self, request: Request) -> Response:
-        raw = request.get_data()
-        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" else raw
-        batch = json.loads(body)
+        batch = body_events(request.get_data(), request.headers)
         with self.cond:
             self.requests += 1
             status = self.script.pop(0) if self.script else 200

@@ -217,3 +217,80 @@ class TestTransportArgument:
         a.close()
         b.close()
         assert t.events("a") == [{"x": 1}] and t.events("b/with slash") == [{"x": 2}]
+
+
+# --------------------------------------------------------------------------- Client(transport=)
+
+
+class TestClientTransport:
+    """``Client(transport=)``: the client's own calls go through it, not over the network (the
+    address is a closed port: a request that reached it would fail)."""
+
+    def test_views_datasets_and_queries_return_what_is_scripted(self) -> None:
+        view = {"id": "v1", "name": "errors", "aplQuery": "['app'] | where level == 'error'",
+                "datasets": ["app"], "description": "", "sharedByOrg": ""}
+        table = {"tables": [{"name": "0", "fields": [{"name": "n"}], "columns": [[3]]}]}
+        t = MemoryTransport(answers=[(200, {}, [view]), (200, {}, [{"name": "app"}]),
+                                     (200, {}, table), (201, {}, dict(view, id="v2"))])
+        client = loghandler.Client(TOKEN, url=closed_port_url(), transport=t)
+        assert client.transport is t and "MemoryTransport" in repr(client)
+        (listed,) = client.views.list()
+        assert (listed.id, listed.name, listed.datasets) == ("v1", "errors", ["app"])
+        assert client.datasets.list() == [{"name": "app"}]
+        assert client.query("['app'] | count", start="2026-01-01T00:00:00Z") == [{"n": 3}]
+        created = client.views.create(loghandler.View(name="errors", apl_query="x"))
+        assert created.id == "v2"
+        requests = t.requests
+        assert [(r.method, r.path.split("?")[0], r.status) for r in requests] == [
+            ("GET", "/v2/views", 200), ("GET", "/v1/datasets", 200),
+            ("POST", "/v1/datasets/_apl", 200), ("POST", "/v2/views", 201)]
+        assert requests[2].body == {"apl": "['app'] | count",
+                                    "startTime": "2026-01-01T00:00:00Z"}
+        assert requests[3].body["name"] == "errors" and requests[3].events == []
+        # The token's header is never recorded; the client's own headers are there.
+        assert all("authorization" not in {k.lower() for k in r.headers} for r in requests)
+        assert requests[2].headers["Content-Type"] == "application/json"
+        assert t.events() == []  # no ingest: nothing stored as events
+
+    def test_errors_are_the_answers_errors(self) -> None:
+        t = MemoryTransport(answers=[404, 403, TransportError("scripted: no answer")])
+        client = loghandler.Client(TOKEN, url=closed_port_url(), transport=t)
+        with pytest.raises(loghandler.NotFoundError, match="no view with id 'nope'"):
+            client.views.get("nope")
+        with pytest.raises(loghandler.ApiError):
+            client.datasets.list()
+        with pytest.raises(TransportError, match="scripted: no answer"):
+            client.query("['app']")
+        assert [r.status for r in t.requests] == [404, 403, None]
+
+    def test_ingest_and_a_shipper_through_the_client_use_its_transport(self) -> None:
+        """``client.ingest`` and a Shipper given only the client ship into the client's
+        transport: the events are the transport's."""
+        t = MemoryTransport()
+        client = loghandler.Client(TOKEN, url=closed_port_url(), transport=t)
+        assert client.ingest("ds", [{"a": 1}])["ingested"] == 1
+        s = Shipper(client, "ds")
+        s.submit({"b": 2})
+        assert s.flush(5)
+        s.close()
+        assert t.events("ds") == [{"a": 1}, {"b": 2}]
+
+    def test_a_front_ends_transport_is_its_shipper_s_and_its_built_client_s(self) -> None:
+        """A front end's ``transport=`` is the shipper's (as before); with Client arguments the
+        client it builds goes through it too; without, there is no client."""
+        t = MemoryTransport(answers=[(200, {}, [])])
+        handler = IngestHandler("app", transport=t, token=TOKEN, url=closed_port_url())
+        try:
+            client = handler.shipper.client
+            assert client is not None and client.transport is t
+            assert client.views.list() == []
+            assert handler.shipper.transport is t
+        finally:
+            handler.close()
+        alone = IngestHandler("app", transport=t)
+        assert alone.shipper.client is None and alone.shipper.transport is t
+        alone.close()
+
+    def test_a_bad_transport_is_refused(self) -> None:
+        with pytest.raises(ConfigurationError, match="send"):
+            loghandler.Client(TOKEN, transport=object())  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from collections import deque
 from contextvars import ContextVar, Token
 from typing import Any, Protocol
 
+from .._levels import known_level as known_level  # the options' checks share it
 from .stats import Fate
 
 __all__ = ["ENABLED", "Hold", "Queue", "enter", "exit", "known_level", "level_number"]
@@ -87,18 +88,6 @@ def exit(token: Token[Held | None], failed: bool = False) -> None:
         return
     for hold, buffer in held.buffers.items():
         hold.end(buffer, held.outer)
-
-
-# Level names beyond the stdlib's: structlog's method names, loguru's.
-_OTHER_LEVELS = {"warn": 30, "exception": 40, "fatal": 50, "msg": 20, "trace": 5,
-                 "success": 25}
-
-
-def known_level(name: str) -> int | None:
-    """A level name's number (any case; the stdlib's, those registered with
-    ``logging.addLevelName``, structlog's and loguru's), or None."""
-    n = logging._nameToLevel.get(name.upper())
-    return n if n is not None else _OTHER_LEVELS.get(name.lower())
 
 
 def level_number(level: Any) -> int:

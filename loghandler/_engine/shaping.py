@@ -13,7 +13,8 @@ beside the context (``hold.py``) and is reached only inside a ``loghandler.conte
   identical events, the rest of the window is counted and one summary event says how many were
   suppressed). Sampling is decided earlier, on the callers' threads (``sampling.py``).
 - ``identity_fields``: who sent it (service, environment, version, host), from arguments and
-  the environment (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), added like ``fields=``.
+  the environment (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), added like ``fields=``
+  when a Shipper is built (``with_identity``; the options' checks in ``_config`` only check it).
 
 Every event a policy drops is counted under its own reason (``dropped_sampled``,
 ``dropped_repeat``, ``dropped_held``), so the accounting invariant holds under every policy.
@@ -28,12 +29,16 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from .._encoding import free_name
 from .events import admit_repeats, wire_view
 
-__all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields"]
+if TYPE_CHECKING:
+    from .._config import ShipperOptions
+
+__all__ = ["REDACTED", "Finisher", "Scrubber", "Selector", "identity_fields", "with_identity"]
 
 REDACTED = "[redacted]"
 
@@ -526,6 +531,15 @@ def sdk_resource() -> dict[str, Any]:
         if isinstance(name, str) and name and not name.startswith("unknown_service"):
             return attributes
     return {}
+
+
+def with_identity(options: ShipperOptions) -> ShipperOptions:
+    """``options`` with who sent it (``identity_fields``) added to ``fields``, which wins on a
+    shared name: read once, when a Shipper is built, and shipped as ``fields`` are."""
+    who = identity_fields(options.identity)
+    if not who:
+        return options
+    return replace(options, fields={**who, **(options.fields or {})})
 
 
 def identity_fields(identity: bool | Mapping[str, Any],

@@ -55,6 +55,7 @@ from .model import LEVELS
 from .policy import Cause
 from .reporter import Reporter
 from .sampling import ABSENT, Sampler
+from .shaping import with_identity
 from .spool import Spool
 from .stats import Stats
 from .transport import HttpTransport, Transport
@@ -106,7 +107,7 @@ class Shipper:
                 "returning the service's answer, as loghandler.testing.MemoryTransport has")
         self._client = client
         self.dataset = resolve_dataset(dataset)
-        self.options = shipper_options(options)
+        self.options = with_identity(shipper_options(options))
         if transport is None:
             assert client is not None
             # The HTTP stack is imported now, on the thread that builds the shipper, not by the
@@ -114,7 +115,8 @@ class Shipper:
             # the application, which gives it back a switch interval (5 ms) later. Some 1,300
             # system calls of imports held up the first delivery for over half a second while
             # the queue filled (20,000 events dropped of 200,000 in benchmark scenario 1).
-            preload_http()
+            if client.transport is None:  # a client's own transport= needs no HTTP stack
+                preload_http()
             transport = HttpTransport(client, self.options.batch_size)
         self.transport = transport
         # The flusher holds no reference to the shipper: a shipper the application drops
@@ -636,7 +638,10 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
         return Shipper(client, dataset, transport=transport, **shipper_args)
     if transport is not None and not client_args:
         return Shipper(None, dataset, transport=transport, **shipper_args)
-    shipper = Shipper(shared_client(**client_args), dataset, transport=transport,
-                      **shipper_args)
+    # With Client arguments and a transport, the client built here is the transport's too
+    # (its own calls go where the shipper's do), so it is not the one shared by address.
+    built = (shared_client(**client_args) if transport is None
+             else Client(**client_args, transport=transport))
+    shipper = Shipper(built, dataset, transport=transport, **shipper_args)
     shipper._flusher.owns_client = True
     return shipper

@@ -4,37 +4,26 @@ The seam between the engine and the wire, shaped like an exporter (OpenTelemetry
 ``LogExporter.export``, sentry-python's ``Transport``, httpx's transports): the worker decides
 what to send and what an answer means (``policy.py``); a transport only carries a request there
 and the answer back, or raises ``TransportError`` when there is no answer. It is passed in
-(``transport=`` on ``Shipper`` and every front end); the default is ``HttpTransport``, the
-client's connection pool over urllib3. ``loghandler.testing.MemoryTransport`` keeps requests in
-memory and answers them as scripted, for tests without sockets.
+(``transport=`` on ``Shipper`` and every front end); the default is ``HttpTransport``, through
+the client (its connection pool over urllib3, or the client's own ``transport=``). The
+protocol, ``Transport``, is the wire's (``_wire/transport.py``): a ``Client`` takes one too.
+``loghandler.testing.MemoryTransport`` keeps requests in memory and answers them as scripted,
+for tests without sockets.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Protocol
 
 from .._output import redact
 from .._wire.answer import Answer
 from .._wire.client import Client
+from .._wire.transport import Transport
 from .guard import HTTP, sending
 from .policy import status_bound
 
 __all__ = ["HttpTransport", "Transport"]
-
-
-class Transport(Protocol):
-    """Sends one request; a shipper's only way to the service."""
-
-    def send(self, method: str, path: str, body: bytes, *,
-             headers: Mapping[str, str] | None = None,
-             timeout: float | None = None) -> Answer:
-        """Send ``body`` (encoded JSON, gzip-compressed when ``headers`` say so) to ``path``
-        (the dataset's ingest path, relative to the service's base address) within ``timeout``
-        seconds (None: no bound of the shipper's); the answer, whatever its status. Raises
-        ``TransportError`` only: no answer (refused, reset, timed out, a body cut mid-read)."""
-        ...
 
 
 class HttpTransport:
@@ -54,7 +43,7 @@ class HttpTransport:
     def __repr__(self) -> str:
         return f"HttpTransport({self.client!r})"
 
-    def send(self, method: str, path: str, body: bytes, *,
+    def send(self, method: str, path: str, body: bytes | None, *,
              headers: Mapping[str, str] | None = None,
              timeout: float | None = None) -> Answer:
         with sending(HTTP):  # urllib3's own log records are not shipped (guard.py)

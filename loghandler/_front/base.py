@@ -178,7 +178,7 @@ class _Unsent:
     """The transport of a front end that sends nothing: never called (its shipper is closed
     before any event), and says so if it were."""
 
-    def send(self, method: str, path: str, body: bytes, *, headers: Any = None,
+    def send(self, method: str, path: str, body: bytes | None, *, headers: Any = None,
              timeout: float | None = None) -> Any:
         raise RuntimeError("this loghandler front end sends nothing (send=False or no token)")
 

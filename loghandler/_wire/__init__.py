@@ -2,6 +2,7 @@
 
     settings.py   the client's arguments and environment variables -> Settings
     answer.py     Answer: one answer of the service; the one rule for the wait it asks
+    transport.py  Transport: what carries a request (Client's and the shippers' transport=)
     errors.py     which error an answer means (raised by the client, reported by the engine)
     client.py     Client: one keep-alive pool, send() -> Answer, ingest, query, shared clients
     watchdog.py   ends a request at its deadline (timeout= bounds the whole request)

@@ -33,6 +33,7 @@ from .errors import raise_for_status
 from .imports import lazy_module
 from .settings import (
     CLIENT_ARGS_DOC,
+    CLIENT_TRANSPORT_DOC,
     Settings,
     check_timeout,
     resolve_org_id,
@@ -40,6 +41,7 @@ from .settings import (
     resolve_token,
     resolve_url,
 )
+from .transport import Transport
 from .views import Views
 from .watchdog import watchdog, watched_pool_classes
 
@@ -69,13 +71,16 @@ def dataset_path(dataset: str) -> str:
 
 
 @documented(('Args (each falls back to its environment variable; docs/configuration.md):',
-             CLIENT_ARGS_DOC))
+             CLIENT_ARGS_DOC.rstrip() + "\n" + CLIENT_TRANSPORT_DOC))
 class Client:
-    """A connection to the service: ``ingest(dataset, events)``, ``views``, and the shippers.
+    """A connection to the service: ``ingest(dataset, events)``, ``query``, ``views``,
+    ``datasets``, and the shippers.
 
     One urllib3 PoolManager is shared by every request and by every shipper using this client;
     TLS certificates are always verified; redirects are never followed. Usable as a context
-    manager (``close()`` at the end).
+    manager (``close()`` at the end). With ``transport=`` (e.g.
+    ``loghandler.testing.MemoryTransport()`` in tests) every request goes through it instead:
+    no pool, no socket.
 
     Raises:
         ConfigurationError: a missing token or address, an unknown region, whitespace or
@@ -91,9 +96,14 @@ class Client:
         region: str | None = None,
         timeout: float = 10.0,
         allow_http: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         # The arguments are declared here only: each is checked by its own rule, in the order
         # the user would fix them.
+        if transport is not None and not callable(getattr(transport, "send", None)):
+            raise ConfigurationError(
+                "transport must have a send(method, path, body, *, headers, timeout) method "
+                "returning the service's answer, as loghandler.testing.MemoryTransport has")
         token = resolve_token(token)
         org_id = resolve_org_id(org_id)
         region_name, region_chosen = resolve_region(region)
@@ -103,6 +113,8 @@ class Client:
         self._headers = {"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT}
         if org_id:
             self._headers["x-service-org-id"] = org_id
+        # None: HTTP through this client's own pool (the default transport, ``_send_http``).
+        self._transport = transport
         self._pool: urllib3.PoolManager | None = None
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
@@ -118,10 +130,16 @@ class Client:
     def settings(self) -> Settings:
         return self._settings
 
+    @property
+    def transport(self) -> Transport | None:
+        """The ``transport=`` given (None: HTTP through this client's pool)."""
+        return self._transport
+
     def __repr__(self) -> str:
         org = f", org_id={self._settings.org_id!r}" if self._settings.org_id else ""
+        through = f", transport={self._transport!r}" if self._transport is not None else ""
         # The token may hide anywhere the user typed it (a URL path, an org id): scrubbed.
-        return redact(f"Client(url={self._settings.url!r}{org}, token=***)")
+        return redact(f"Client(url={self._settings.url!r}{org}{through}, token=***)")
 
     # ------------------------------------------------------------------ connection pool
 
@@ -193,6 +211,18 @@ class Client:
             all_headers["Content-Type"] = "application/json"
         if headers:
             all_headers.update(headers)
+        if self._transport is not None:
+            # The given transport carries the request as it is (the token's header with it:
+            # it stands where the pool would); what it answers is the answer.
+            return self._transport.send(method, path, body, headers=all_headers,
+                                        timeout=timeout)
+        return self._send_http(method, path, body, all_headers, timeout, max_bytes,
+                               max_success_bytes, limit)
+
+    def _send_http(self, method: str, path: str, body: bytes | None,
+                   all_headers: dict[str, str], timeout: float | None, max_bytes: int,
+                   max_success_bytes: int | None, limit: Limit) -> Answer:
+        """The default transport: one request through this client's urllib3 pool."""
         url = self._settings.url + path
         # timeout= bounds the whole request: connecting, sending, and the answer to its last
         # byte. urllib3's timeouts bound each socket operation only (a service trickling one

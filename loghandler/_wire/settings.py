@@ -19,10 +19,11 @@ from urllib.parse import urlsplit
 from .._errors import ConfigurationError
 from .._output import redact, register_secret
 
-__all__ = ["CLIENT_ARGS_DOC", "CLIENT_ARG_NAMES", "ENV_EU_URL", "ENV_ORG_ID", "ENV_REGION",
-           "ENV_TOKEN", "ENV_URL", "REGIONS", "Settings", "check_timeout", "check_token", "env",
-           "in_command_line", "is_loopback", "resolve_org_id", "resolve_region", "resolve_token",
-           "resolve_url", "said", "speak_command_line"]
+__all__ = ["CLIENT_ARGS_DOC", "CLIENT_ARG_NAMES", "CLIENT_TRANSPORT_DOC", "ENV_EU_URL",
+           "ENV_ORG_ID", "ENV_REGION", "ENV_TOKEN", "ENV_URL", "REGIONS", "Settings",
+           "check_timeout", "check_token", "env", "in_command_line", "is_loopback",
+           "resolve_org_id", "resolve_region", "resolve_token", "resolve_url", "said",
+           "speak_command_line"]
 
 ENV_TOKEN = "LOGHANDLER_TOKEN"
 ENV_ORG_ID = "LOGHANDLER_ORG_ID"
@@ -32,8 +33,9 @@ ENV_REGION = "LOGHANDLER_REGION"
 
 REGIONS = {"us": ENV_URL, "eu": ENV_EU_URL}
 
-# The names of Client's arguments (its signature is where they are declared; a test holds the
-# two equal): the front ends tell them apart from the shipping options by these.
+# The names of Client's arguments that the front ends take and hand to the Client they build
+# (a test holds them equal to Client's signature less ``transport``, which at a front end is
+# the shipper's): the front ends tell them apart from the shipping options by these.
 CLIENT_ARG_NAMES = frozenset({"token", "org_id", "url", "region", "timeout", "allow_http"})
 
 # Client's arguments, documented once: ``_config.documented`` appends them to the docstrings of
@@ -51,6 +53,18 @@ CLIENT_ARGS_DOC = """\
         timeout (float): seconds for one HTTP request. Default 10.
         allow_http (bool): allow plain ``http://`` to a host other than loopback (the token
             would travel in clear text). Default False.
+
+"""
+
+# Client's own argument, not routed from a front end's arguments (there, ``transport=`` is the
+# shipper's: SHIPPING_OPTIONS_DOC), so not among CLIENT_ARG_NAMES.
+CLIENT_TRANSPORT_DOC = """\
+        transport (Transport | None): what carries each of the client's requests (views,
+            datasets, queries, ingest, and its shippers' batches) and hands back the
+            service's answer: ``send(method, path, body, *, headers, timeout)``. Default
+            None: HTTP through the client's own urllib3 pool. In tests,
+            ``loghandler.testing.MemoryTransport(answers=[...])`` answers as scripted
+            without a socket.
 
 """
 
