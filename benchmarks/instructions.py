@@ -50,7 +50,6 @@ compare two versions, run both with the same ``PYTHONHASHSEED`` (the children in
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import re
@@ -58,7 +57,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+
+from .cpuhogs import cpu_load
 
 CHILD = r"""
 import logging, os, sys
@@ -278,33 +278,6 @@ def live_mode(whole: str) -> str:
 # Earlier names of the modes (docs quote them): the same measurement.
 ALIASES = {"ingest-live": "live", "ingest-flushed": "flushed"}
 
-# The hog of tests/cpuload.py: spins in slices, and stops when its parent is gone or after its
-# own deadline, so none outlives the run.
-HOG = """
-import os, sys, time
-parent, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
-while os.getppid() == parent and time.monotonic() < deadline:
-    for _ in range(20_000):
-        pass
-"""
-
-
-@contextlib.contextmanager
-def hogs() -> Iterator[None]:
-    """One CPU hog per core this process may run on, for the duration of the block."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
-    procs = [subprocess.Popen([sys.executable, "-c", HOG, str(os.getpid()), "3600"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-             for _ in range(n)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
-
 
 def _count(script: str, mode: str, n: int, url: str) -> tuple[int, int]:
     """(instructions, requests sent) of one run of ``n`` calls."""
@@ -380,7 +353,7 @@ def measure(names: list[str], live_only: bool = False, busy: bool = True
             plain = mode.removesuffix(BUSY)
             script = scripts["eco" if plain.partition("-")[0].partition(":")[0] in ECO
                              else "child"]
-            with hogs() if mode.endswith(BUSY) else contextlib.nullcontext():
+            with cpu_load(mode.endswith(BUSY)):
                 many, sent_many = _count(script, plain, 6000, url)
                 few, sent_few = _count(script, plain, 1000, url)
             results[mode] = ((many - few) / 5000, (sent_many - sent_few) / 5000)

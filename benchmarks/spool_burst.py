@@ -45,8 +45,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+
+from .cpuhogs import cpu_load
 
 CHILD = r"""
 import json, logging, sys, time
@@ -157,33 +157,6 @@ os._exit(0)
 
 SPOOL_DEFAULTS: dict[str, object] = {}
 ISSUE_35 = {"batch_size": 500, "overflow": "drop_oldest", "max_retries": 1}
-
-HOG = """
-import os, sys, time
-parent, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
-while os.getppid() == parent and time.monotonic() < deadline:
-    for _ in range(20_000):
-        pass
-"""
-
-
-@contextmanager
-def cpu_load(enabled: bool) -> Iterator[None]:
-    """One CPU hog per core while the block runs (bounded by an hour whatever happens)."""
-    procs = []
-    if enabled:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-        procs = [subprocess.Popen([sys.executable, "-c", HOG, str(os.getpid()), "3600"],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-                 for _ in range(n)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
 
 
 def run(mode: str, n: int, queue: int, seconds: float, settings: dict[str, object],
