@@ -59,7 +59,7 @@ class Member(Protocol):
     def flush(self, timeout: float | None = None) -> bool: ...
 
     def begin_close(self, deadline: float, *, at_exit: bool = False,
-                    late_events: bool = False) -> None:
+                    late_events: bool = False, seconds: float | None = None) -> None:
         """Stop taking events; deliver what is queued by ``deadline`` (monotonic)."""
         ...
 
@@ -168,8 +168,9 @@ def _close_all_locked(timeout: float, now: float, report: bool, at_exit: bool) -
     deadline = now + timeout
     for s in shippers:
         if not s.closed:  # one closing already has its deadline: only wait for it
-            s.begin_close(min(deadline, now + s.shutdown_timeout), at_exit=report,
-                          late_events=at_exit)
+            own = s.shutdown_timeout
+            s.begin_close(min(deadline, now + own), at_exit=report, late_events=at_exit,
+                          seconds=min(timeout, own))
     for s in shippers:
         s.wait_closed()
     # As close() does: at a sub-interpreter's end (its atexit hooks run, this one among them,

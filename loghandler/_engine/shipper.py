@@ -234,7 +234,7 @@ class Shipper:
             what = "shutdown_timeout" if timeout is None else "close()'s timeout"
             timeout = self.options.shutdown_timeout if timeout is None else max(0.0, timeout)
             flusher = self._flusher
-            flusher.begin_close(_monotonic() + timeout, what=what)
+            flusher.begin_close(_monotonic() + timeout, what=what, seconds=timeout)
             if not logging_lock_held():
                 flusher.wait_closed()
                 flusher.release_client()
@@ -435,7 +435,8 @@ class Flusher:
         return ledger.wait_flushed(ticket, deadline)
 
     def begin_close(self, deadline: float, *, at_exit: bool = False,
-                    late_events: bool = False, what: str = "shutdown_timeout") -> None:
+                    late_events: bool = False, what: str = "shutdown_timeout",
+                    seconds: float | None = None) -> None:
         """Stop taking events and tell the flusher to finish by ``deadline`` (monotonic).
 
         ``at_exit``: the exit hook closes this shipper and prints one summary line for all
@@ -443,14 +444,15 @@ class Flusher:
         ``late_events``: events submitted later are still taken, and sent at once on the
         submitting thread within ``deadline`` (``_send_late``): the exit hook's close, after
         which atexit hooks registered before ``import loghandler`` still run and may log.
-        ``what``: the bound the deadline comes from, as messages name it.
+        ``what``: the bound the deadline comes from, as messages name it; ``seconds``: its
+        setting (messages name the setting, not the time left when the close began).
         """
         if self.orphan:
             return  # closing already (orphaned)
         self._check_fork()
         if at_exit:
             self.reporter.begin_exit_summary()
-        self.ledger.begin_close(deadline, late_events, what)
+        self.ledger.begin_close(deadline, late_events, what, seconds)
         if self.hold is not None:
             self.hold.close()  # contexts still open: their held events are counted
 
@@ -540,7 +542,8 @@ class Flusher:
                 self.release_client()
                 return
             self.orphan = True
-            self.ledger.begin_close(_monotonic() + self.options.shutdown_timeout, False)
+            self.ledger.begin_close(_monotonic() + self.options.shutdown_timeout, False,
+                                    seconds=self.options.shutdown_timeout)
             if self.hold is not None:
                 self.hold.close()
             self.worker.after_run = self._done

@@ -83,12 +83,13 @@ class Control(LedgerState):
             return self._undelivered == ticket.undelivered and not ticket.refused
 
     def begin_close(self, deadline: float, late_ok: bool,
-                    what: str = "shutdown_timeout") -> None:
+                    what: str = "shutdown_timeout", seconds: float | None = None) -> None:
         """Refuse events from now on (but, with ``late_ok``, take late ones: ``on_late``), and
         tell the flusher to finish by ``deadline`` (monotonic); ``what``: the bound it comes
-        from, as messages name it (``shutdown_timeout``, ``close()'s timeout``)."""
+        from, as messages name it (``shutdown_timeout``, ``close()'s timeout``), and ``seconds`` its
+        setting."""
         with self._lock:
-            self._set_close_deadline_locked(deadline, what)
+            self._set_close_deadline_locked(deadline, what, seconds)
             # A permission for late events (the exit hook's) outlives a later close() of the
             # same shipper: logging.shutdown() closes the handlers right after the exit hook,
             # and atexit hooks registered before `import logging` still log after that.

@@ -392,10 +392,14 @@ class LedgerState:
             if not run[1]:
                 flight.popleft()
 
-    def _set_close_deadline_locked(self, deadline: float, what: str) -> None:
+    def _set_close_deadline_locked(self, deadline: float, what: str,
+                                   seconds: float | None = None) -> None:
+        """``seconds``: the bound as configured, for messages; without it, the time left now
+        (which reads less than the setting on a busy host)."""
         if self._close_deadline is None or deadline < self._close_deadline:
             self._close_deadline = deadline
-            seconds = max(0.0, deadline - time.monotonic())
+            if seconds is None:
+                seconds = max(0.0, deadline - time.monotonic())
             self._close_what = f"{what} ({seconds:.2g} s)" if seconds < 1 else \
                 f"{what} ({seconds:.3g} s)"
 
