@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -34,10 +34,10 @@ MAX_CONCURRENT = 4
 class _Namespace:
     """``client.views`` / ``client.datasets`` with each method awaitable."""
 
-    __slots__ = ("_owner", "_target")
+    __slots__ = ("_run", "_target")
 
-    def __init__(self, owner: AsyncClient, target: Any) -> None:
-        self._owner = owner
+    def __init__(self, run: Callable[..., Awaitable[Any]], target: Any) -> None:
+        self._run = run  # the owning AsyncClient's bounded runner
         self._target = target
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -47,7 +47,7 @@ class _Namespace:
 
         @functools.wraps(method)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self._owner._run(method, *args, **kwargs)
+            return await self._run(method, *args, **kwargs)
 
         return call
 
@@ -76,12 +76,12 @@ class AsyncClient:
                               allow_http=allow_http)
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self.views = _Namespace(self, self._client.views)
+        self.views = _Namespace(self._run, self._client.views)
 
     @property
     def datasets(self) -> _Namespace:
         """``Client.datasets``, awaitable."""
-        return _Namespace(self, self._client.datasets)
+        return _Namespace(self._run, self._client.datasets)
 
     @property
     def client(self) -> Client:
