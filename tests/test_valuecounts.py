@@ -179,3 +179,40 @@ def test_a_file_of_an_earlier_version_gets_them(tmp_path: Path,
         _check(s, monkeypatch, ["note:" + "n1" * 150], False)
     finally:
         s.close()
+
+
+def _post(svc: Any, path: str, body: Any) -> Any:
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(svc.url + path, data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {svc.token}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:  # 127.0.0.1 only
+        return json.loads(resp.read())
+
+
+def test_the_fields_of_a_search_read_a_bounded_sample_and_count_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's fields of ``status:500`` over many events: the events read for the sample
+    are bounded (FACET_SCAN), the sample is said as such, and how many match is the counts'
+    exact figure, the scan's."""
+    from loghandler._local import ep_page
+    from loghandler.testing import LocalService
+
+    monkeypatch.setattr(ep_page, "FACET_SCAN", 400)
+    now = __import__("time").time_ns() // 1000
+    with LocalService() as svc:
+        store = svc._server.store  # type: ignore[attr-defined]
+        store.add_events("d", _events(3000, start=now - DAY + 60_000_000))
+        want = store.query("['d'] | where status == 500 or status == '500' | count", None,
+                           None, "tabular")["tables"][0]["columns"][0][0]
+        got = _post(svc, "/local/facets", {"dataset": "d", "q": "status:500", "range": "24h"})
+        assert got["exact"] and got["matched"] == want > 100
+        assert got["sampled"] and got["every"] >= 3000 // 400
+        assert 0 < got["rows"] < want  # the matches among the events read, not all of them
+        status = next(f for f in got["fields"] if f["name"] == "status")
+        assert {v for v, _ in status["values"]} <= {500, "500", 500.0}
+        # A search the counts cannot count: estimated, and said so; still bounded.
+        got = _post(svc, "/local/facets", {"dataset": "d", "q": "deadlock", "range": "24h"})
+        assert not got["exact"] and got["every"] >= 3000 // 400

@@ -287,6 +287,25 @@ class Reader:
         build = aplsql_run.tabular_answer if fmt == "tabular" else aplsql_run.legacy_answer
         return build(result, examined, start_s, end_s)
 
+    def counted(self, text: str, client: Any = None) -> int | None:
+        """How many events ``text`` (a query ending in ``summarize count()``) counts, when the
+        counts kept at ingest answer it (no scan: a few thousand rows read); None when only a
+        scan could (the caller estimates instead)."""
+        now_us = time.time_ns() // 1000
+        try:
+            parsed = apl.parse_query(text)
+            compiled = aplsql.compile_query(text, end_us=now_us, now_us=now_us)
+            lo, hi = aplsql.time_bounds(text, now_us)
+        except apl.AplError:
+            return None
+        hi = now_us if hi is None else min(hi, now_us)
+        with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None), client) as db:
+            assert db is not None
+            rows = rollups.answer_rows(db, parsed, compiled, lo, hi)
+        if rows is None or len(rows) != 1:
+            return None
+        return int(json.loads(rows[0][3])[aplsql_run.MATCHED])
+
     def data_range(self, dataset: str) -> tuple[int, int] | None:
         """The first and last ``_time`` of a dataset's events (last + 1), or None."""
         # Two queries: SQLite reads a lone min() or max() off the index's end, both at once
