@@ -14,8 +14,11 @@ once it has more than ``MAX_VALUES`` distinct values in a dataset, or a value th
 short text, a number or a boolean (an object, an array, a long text): ids, durations and
 messages are searched by the scan as before. A field is kept from its dataset's first event
 on, so its counts are whole or it is wide; the wide fields are stored too, and so survive a
-restart. What the store remembers per field (its values seen, at most ``MAX_VALUES``) is
-bounded, as is what one query reads (the field's values, then its minutes of the range).
+restart. The datasets of a file written by an earlier version are not counted (their searches
+scan, as before) until deleted: counting a million stored events again would hold the
+service's start for minutes. What the store remembers per field (its values seen, at most
+``MAX_VALUES``) is bounded, as is what one query reads (the field's values, then its minutes
+of the range).
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ _SCHEMA = [
     "PRIMARY KEY (dataset, field, value, minute, level)) WITHOUT ROWID",
     "CREATE TABLE rollup_wide (dataset TEXT NOT NULL, field TEXT NOT NULL, "
     "PRIMARY KEY (dataset, field)) WITHOUT ROWID",
+    # Datasets stored by an earlier version (no counts): their searches scan, as before.
+    "CREATE TABLE rollup_values_off (dataset TEXT NOT NULL PRIMARY KEY) WITHOUT ROWID",
 ]
+# Every field of a dataset whose counts are off (the key of ``Known.wide``).
+ALL = "\x00all"
 _UPSERT = ("INSERT INTO rollup_values (dataset, field, value, minute, level, n) "
            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (dataset, field, value, minute, level) "
            "DO UPDATE SET n = n + excluded.n")
@@ -88,7 +95,8 @@ class Known:
                 "SELECT DISTINCT dataset, field, value FROM rollup_values"):
             self.values.setdefault(dataset, {}).setdefault(field, set()).add(value)
         wide: dict[str, set[str]] = {}
-        for dataset, field in db.execute("SELECT dataset, field FROM rollup_wide"):
+        for dataset, field in db.execute("SELECT dataset, field FROM rollup_wide UNION ALL "
+                                         "SELECT dataset, ? FROM rollup_values_off", (ALL,)):
             wide.setdefault(dataset, set()).add(field)
         self.wide = {d: frozenset(f) for d, f in wide.items()}
 
@@ -106,6 +114,8 @@ def tally(events: Iterable[dict[str, Any]], minutes: Iterable[int], levels: Iter
     """A batch's counts per (field, value, minute, level) (before the store's lock is taken);
     a field with a value that makes it wide is counted under WIDE."""
     out: ValueTally = Counter()
+    if ALL in skip:
+        return out
     names: dict[str, bool] = {}  # name -> counted (a plain name, not skipped)
     for event, minute, level in zip(events, minutes, levels, strict=True):
         for name, value in event.items():
@@ -139,7 +149,11 @@ def create_locked(db: sqlite3.Connection, known: Known,
         try:
             for statement in _SCHEMA:
                 db.execute(statement)
-            _refill_locked(db, known, level_key, None, None)
+            # Counting a file's events again would take minutes at a million (each event's
+            # JSON read in Python) before the service could answer: its datasets keep the
+            # scan instead, until deleted (a dataset made from now on is counted).
+            db.execute("INSERT INTO rollup_values_off (dataset) SELECT DISTINCT dataset "
+                       "FROM events")
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -147,18 +161,14 @@ def create_locked(db: sqlite3.Connection, known: Known,
     known.load_locked(db)
 
 
-def _refill_locked(db: sqlite3.Connection, known: Known, level_key: Any,
-                   dataset: str | None, minute: int | None) -> None:
-    """Counts made again from the stored events (all of them, or one minute of a dataset's)."""
+def _refill_locked(db: sqlite3.Connection, known: Known, level_key: Any, dataset: str,
+                   minute: int) -> None:
+    """One minute of a dataset's counts made again from its stored events."""
     from .depth import load_stored
 
-    sql = "SELECT dataset, time, body FROM events"
-    args: tuple[Any, ...] = ()
-    if dataset is not None and minute is not None:
-        sql += " WHERE dataset = ? AND time >= ? AND time < ?"
-        args = (dataset, minute * MINUTE_US, (minute + 1) * MINUTE_US)
-    cur = db.execute(sql, args)
-    while rows := cur.fetchmany(10_000):  # added a chunk at a time: wide fields found early
+    cur = db.execute("SELECT dataset, time, body FROM events WHERE dataset = ? AND time >= ? "
+                     "AND time < ?", (dataset, minute * MINUTE_US, (minute + 1) * MINUTE_US))
+    while rows := cur.fetchmany(10_000):
         per: dict[str, ValueTally] = {}
         for name, t, body in rows:
             event = load_stored(body)
@@ -174,7 +184,7 @@ def _refill_locked(db: sqlite3.Connection, known: Known, level_key: Any,
 def add_locked(db: sqlite3.Connection, known: Known, dataset: str, counts: ValueTally) -> None:
     """A batch's counts, inside the insert's transaction: a field that now has too many
     values, or a value that cannot be kept, becomes wide (its counts deleted)."""
-    if not counts:
+    if not counts or ALL in known.skip(dataset):
         return
     seen = known.values.setdefault(dataset, {})
     wide = set(known.wide.get(dataset, ()))
@@ -206,9 +216,11 @@ def delete_locked(db: sqlite3.Connection, known: Known, dataset: str | None) -> 
     if dataset is None:
         db.execute("DELETE FROM rollup_values")
         db.execute("DELETE FROM rollup_wide")
+        db.execute("DELETE FROM rollup_values_off")
     else:
         db.execute("DELETE FROM rollup_values WHERE dataset = ?", (dataset,))
         db.execute("DELETE FROM rollup_wide WHERE dataset = ?", (dataset,))
+        db.execute("DELETE FROM rollup_values_off WHERE dataset = ?", (dataset,))
     known.forget(dataset)
 
 
@@ -225,8 +237,10 @@ def trim_locked(db: sqlite3.Connection, known: Known, level_key: Any, dataset: s
 # ---------------------------------------------------------------------------- answering
 
 def is_wide(db: sqlite3.Connection, dataset: str, field: str) -> bool:
-    return db.execute("SELECT 1 FROM rollup_wide WHERE dataset = ? AND field = ?",
-                      (dataset, field)).fetchone() is not None
+    """Whether the field's counts are not kept (it is wide, or its dataset's counts are off)."""
+    return db.execute("SELECT 1 FROM rollup_wide WHERE dataset = ? AND field = ? UNION ALL "
+                      "SELECT 1 FROM rollup_values_off WHERE dataset = ?",
+                      (dataset, field, dataset)).fetchone() is not None
 
 
 def values(db: sqlite3.Connection, dataset: str, field: str) -> list[str]:
