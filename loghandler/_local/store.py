@@ -131,7 +131,7 @@ class Store:
             self._migrate_batches_locked()
             rollups.create_locked(self._db)
             self._known = valuecounts.Known()
-            valuecounts.create_locked(self._db, self._known, rollups.level_key)
+            valuecounts.create_locked(self._db, self._known)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {

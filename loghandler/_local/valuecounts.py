@@ -43,13 +43,14 @@ _SKIP = frozenset({"_time", "_sysTime", "level", "message"})
 ValueTally = Counter[tuple[str, str, int, str]]  # (field, value key, minute, level key)
 
 _SCHEMA = [
-    "CREATE TABLE rollup_values (dataset TEXT NOT NULL, field TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS rollup_values (dataset TEXT NOT NULL, field TEXT NOT NULL, "
     "value TEXT NOT NULL, minute INTEGER NOT NULL, level TEXT NOT NULL, n INTEGER NOT NULL, "
     "PRIMARY KEY (dataset, field, value, minute, level)) WITHOUT ROWID",
-    "CREATE TABLE rollup_wide (dataset TEXT NOT NULL, field TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS rollup_wide (dataset TEXT NOT NULL, field TEXT NOT NULL, "
     "PRIMARY KEY (dataset, field)) WITHOUT ROWID",
     # Datasets stored by an earlier version (no counts): their searches scan, as before.
-    "CREATE TABLE rollup_values_off (dataset TEXT NOT NULL PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS rollup_values_off (dataset TEXT NOT NULL PRIMARY KEY) "
+    "WITHOUT ROWID",
 ]
 # Every field of a dataset whose counts are off (the key of ``Known.wide``).
 ALL = "\x00all"
@@ -139,25 +140,25 @@ def tally(events: Iterable[dict[str, Any]], minutes: Iterable[int], levels: Iter
     return out
 
 
-def create_locked(db: sqlite3.Connection, known: Known,
-                  level_key: Any) -> None:
-    """The tables, filled from the stored events when they are new (a file of an earlier
-    version), in one transaction; then what the store knows, read from them."""
-    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                      "AND name = 'rollup_values'").fetchone():
-        db.execute("BEGIN")
-        try:
-            for statement in _SCHEMA:
-                db.execute(statement)
+def create_locked(db: sqlite3.Connection, known: Known) -> None:
+    """The tables, made when missing, in one transaction (the datasets of a file of an
+    earlier version marked as not counted); then what the store knows, read from them."""
+    new = not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                         "AND name = 'rollup_values'").fetchone()
+    db.execute("BEGIN")
+    try:
+        for statement in _SCHEMA:  # each one made if missing, whatever made the others
+            db.execute(statement)
+        if new:
             # Counting a file's events again would take minutes at a million (each event's
             # JSON read in Python) before the service could answer: its datasets keep the
             # scan instead, until deleted (a dataset made from now on is counted).
             db.execute("INSERT INTO rollup_values_off (dataset) SELECT DISTINCT dataset "
                        "FROM events")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
     known.load_locked(db)
 
 
