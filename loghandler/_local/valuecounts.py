@@ -117,26 +117,31 @@ def tally(events: Iterable[dict[str, Any]], minutes: Iterable[int], levels: Iter
     out: ValueTally = Counter()
     if ALL in skip:
         return out
-    names: dict[str, bool] = {}  # name -> counted (a plain name, not skipped)
-    for event, minute, level in zip(events, minutes, levels, strict=True):
-        for name, value in event.items():
-            counted = names.get(name)
-            if counted is None:
-                counted = names[name] = (name not in _SKIP and name not in skip
-                                         and PLAIN.match(name) is not None)
-            if not counted:
-                continue
-            kind = type(value)
-            if kind is str and len(value) <= MAX_TEXT:
-                key = "s" + value
-            elif kind is int and -_INT64 <= value < _INT64:
-                key = "i" + str(value)
-            else:
-                k = key_of(value)
-                if k is None:
-                    continue
-                key = k
-            out[(name, key, minute, level)] += 1
+    left_out = _SKIP | skip
+    rows = list(zip(events, minutes, levels, strict=True))
+    raw: Counter[tuple[str, Any, type, int, str]] = Counter()
+    try:
+        # Counted by the values themselves first, in C (the type kept apart: 1, 1.0 and True
+        # are equal keys to a dict, not to the scan), then keyed once per distinct value.
+        raw.update((name, value, type(value), minute, level)
+                   for event, minute, level in rows
+                   for name, value in event.items() if name not in left_out)
+    except TypeError:  # an object or array value: not hashable, counted one by one
+        raw.clear()
+        for event, minute, level in rows:
+            for name, value in event.items():
+                if name not in left_out:
+                    hashable = value if isinstance(value, (str, int, float)) or (
+                        value is None) else WIDE
+                    raw[(name, hashable, type(value), minute, level)] += 1
+    plain: dict[str, bool] = {}
+    for (name, value, _, minute, level), n in raw.items():
+        ok = plain.get(name)
+        if ok is None:
+            ok = plain[name] = PLAIN.match(name) is not None
+        key = WIDE if value is WIDE else key_of(value)
+        if ok and key is not None:
+            out[(name, key, minute, level)] += n
     return out
 
 
