@@ -65,7 +65,7 @@ def test_a_page_query_pauses_while_an_api_query_runs(monkeypatch: Any) -> None:
         text = "['d'] | where n % 7 == 3 | count"
         store.reader.query(text, client=PAGE_CLIENT)
         assert slept == []  # no API query running: no pause
-        store.reader.stats.api_running += 1  # as while an API query runs
+        store.reader.stats.api_started(1)  # as while an API query runs
         try:
             store.reader.query(text, client=PAGE_CLIENT)
             assert slept and set(slept) == {reader_module.PAGE_PAUSE}
@@ -73,6 +73,6 @@ def test_a_page_query_pauses_while_an_api_query_runs(monkeypatch: Any) -> None:
             store.reader.query(text, client="root")  # the API's own query never pauses
             assert slept == []
         finally:
-            store.reader.stats.api_running -= 1
+            store.reader.stats.api_started(-1)
     finally:
         store.close()

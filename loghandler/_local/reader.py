@@ -84,6 +84,11 @@ class ReadStats:
         self.timed_out = 0
         self.running = 0
         self.api_running = 0  # of them, the API's (not the page's): the page's pause for them
+        self._lock = threading.Lock()  # += on an attribute is not atomic across threads
+
+    def api_started(self, by: int) -> None:
+        with self._lock:
+            self.api_running += by
 
 
 class _Stop:
@@ -270,7 +275,8 @@ class Reader:
         stop = _Stop(time.monotonic() + timeout, cancelled,
                      (lambda: self.stats.api_running > 0) if page else None)
         self.stats.running += 1
-        self.stats.api_running += not page
+        if not page:
+            self.stats.api_started(1)
         try:
             with self._connection(stop, client) as db:
                 assert db is not None
@@ -303,7 +309,8 @@ class Reader:
             raise HttpError(400, f"the query cannot run: {exc}") from None
         finally:
             self.stats.running -= 1
-            self.stats.api_running -= not page
+            if not page:
+                self.stats.api_started(-1)
         examined = self._count(compiled.dataset)
         start_s = apl.format_time(start_us if start_us is not None else 0)
         end_s = apl.format_time(end_us if end_us is not None else now_us)
@@ -322,9 +329,12 @@ class Reader:
         except apl.AplError:
             return None
         hi = now_us if hi is None else min(hi, now_us)
-        with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None), client) as db:
-            assert db is not None
-            rows = rollups.answer_rows(db, parsed, compiled, lo, hi)
+        try:
+            with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None), client) as db:
+                assert db is not None
+                rows = rollups.answer_rows(db, parsed, compiled, lo, hi)
+        except (_Stopped, sqlite3.Error):  # no connection in time, a store closing: the
+            return None  # caller's query then says what went wrong
         if rows is None or len(rows) != 1:
             return None
         return int(json.loads(rows[0][3])[aplsql_run.MATCHED])
