@@ -34,8 +34,11 @@ STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/style.css": ("style.css", "text/css; charset=utf-8")}
 
-# Facets first estimate how many events match from a sample of about this many events.
+# Facets first estimate how many events match from a sample of about this many events (when
+# the counts kept at ingest cannot count them).
 FACET_PROBE = 20_000
+# The fields' sample reads at most about this many events of the range, whatever the search.
+FACET_SCAN = 50_000
 
 
 def _asked(req: Request) -> dict[str, Any]:
@@ -90,8 +93,12 @@ def search(req: Request) -> dict[str, Any]:
 
 def search_facets(req: Request) -> dict[str, Any]:
     """The fields of the events a search finds over the range: every one of them when they
-    are few, else a sample of about FACET_ROWS spread evenly over the range (a hash of each
-    event's row id picks it, whatever its time), and it says so."""
+    are few, else a sample spread evenly over the range (a hash of each event's row id picks
+    it, whatever its time), and it says so. Bounded whatever the search: at most about
+    FACET_SCAN events of the range are read for the sample (a search that matches few
+    events, as ``status:500``, has a sample of the matches among them), and how many match
+    is counted from the counts kept at ingest when they can, else estimated from a probe of
+    about FACET_PROBE events."""
     data = _asked(req)
     store = req.state.store
     try:
@@ -104,25 +111,32 @@ def search_facets(req: Request) -> dict[str, Any]:
                                     cancelled=req.client_gone, client=req.client_key)
         return int(answer["tables"][0]["columns"][0][0])
 
-    in_range = count(range_source(data["dataset"], data["range"]))
+    source = range_source(data["dataset"], data["range"])
+    # The range's events: from the per-minute counts (a million index entries otherwise).
+    in_range = store.reader.counted(source + " | summarize count()", client=req.client_key)
+    if in_range is None:
+        in_range = count(source)  # the index, no event read
     searched = bool(data.get("q", "").strip())
-    every, estimate = 1, in_range
-    if in_range > FACET_ROWS:
-        # How many match (a probe of the range estimates it), then the sample's spacing.
+    counted = store.reader.counted(matching + " | summarize count()",
+                                   client=req.client_key) if searched else in_range
+    estimate = in_range if counted is None else counted
+    if counted is None and in_range > FACET_ROWS:
+        # How many match: a probe of the range estimates it.
         probe = max(1, in_range // FACET_PROBE)
-        if searched:
-            estimate = count(matching, probe) * probe
-        every = max(1, math.floor(estimate / FACET_ROWS))
+        estimate = count(matching, probe) * probe
+    # The sample's spacing: about FACET_ROWS of the matches, and never more than about
+    # FACET_SCAN events of the range read.
+    every = max(1, math.floor(estimate / FACET_ROWS), math.ceil(in_range / FACET_SCAN))
     apl = matching + f" | take {FACET_ROWS}"
     answer = store.reader.query(apl, fmt="tabular", sample=every, cancelled=req.client_gone,
                                 client=req.client_key)
     got = facets(answer.get("tables", []))
     sampled = every > 1 or got["rows"] >= FACET_ROWS
-    # How many the search finds in the range: counted (no search, or every event read), or
-    # estimated from the probe.
-    exact = not searched or not sampled
-    matched = in_range if not searched else got["rows"] if exact else max(estimate,
-                                                                          got["rows"])
+    # How many the search finds in the range: counted (no search, the kept counts, or every
+    # event read), or estimated from the probe.
+    exact = counted is not None or not sampled
+    matched = counted if counted is not None else got["rows"] if not sampled else max(
+        estimate, got["rows"])
     return {"apl": apl, **got, "sampled": sampled, "every": every, "matched": matched,
             "exact": exact}
 

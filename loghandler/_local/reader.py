@@ -56,10 +56,23 @@ MAX_LENGTH = 12 * 1024 * 1024
 HAS_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")
 
 
-def _share(readers: int) -> int:
+# The web page's queries are its token's with this mark (``Request.client_key``): they hold
+# fewer connections, wait behind the API's for one, and pause while an API query runs, so a
+# page loading its panels (events, histogram, fields, at once) does not slow the API's.
+PAGE = "page"
+# How long a page's query pauses, at each progress check (about every 20,000 SQLite steps),
+# while an API query runs: it leaves the cores to the API's query.
+PAGE_PAUSE = 0.002
+
+
+def _is_page(client: Any) -> bool:
+    return isinstance(client, tuple) and len(client) == 2 and client[0] == PAGE
+
+
+def _share(readers: int, client: Any = None) -> int:
     """The reader connections one client (one token) may hold at once: half of them, so that
-    one client's heavy queries never hold every reader."""
-    return max(1, readers // 2)
+    one client's heavy queries never hold every reader; the page's, a quarter."""
+    return max(1, readers // 4 if _is_page(client) else readers // 2)
 
 
 class ReadStats:
@@ -70,18 +83,29 @@ class ReadStats:
         self.cancelled = 0
         self.timed_out = 0
         self.running = 0
+        self.api_running = 0  # of them, the API's (not the page's): the page's pause for them
+        self._lock = threading.Lock()  # += on an attribute is not atomic across threads
+
+    def api_started(self, by: int) -> None:
+        with self._lock:
+            self.api_running += by
 
 
 class _Stop:
-    """One query's stop conditions: its deadline and its client (``cancelled()``)."""
+    """One query's stop conditions: its deadline and its client (``cancelled()``); with
+    ``pause`` (the page's queries), a short sleep while it says an API query runs."""
 
-    def __init__(self, deadline: float, cancelled: Callable[[], bool] | None) -> None:
+    def __init__(self, deadline: float, cancelled: Callable[[], bool] | None,
+                 pause: Callable[[], bool] | None = None) -> None:
         self.deadline = deadline
         self.cancelled_check = cancelled
         self.cancelled = False
         self._next_check = 0.0
+        self.pause = pause
 
     def __call__(self) -> int:
+        if self.pause is not None and self.pause():
+            time.sleep(PAGE_PAUSE)  # the GIL and the core go to the API's query
         now = time.monotonic()
         if now > self.deadline:
             return 1
@@ -132,12 +156,12 @@ class Reader:
         and waiting longer) is before it."""
         if not self._idle and self._opened >= self._max:
             return False
-        share = _share(self._max)
         held = self._held
-        if held.get(me[0], 0) >= share:
+        if held.get(me[0], 0) >= _share(self._max, me[0]):
             return False
-        eligible = [w for w in self._waiting if held.get(w[0], 0) < share]
-        return min(eligible, key=lambda w: (held.get(w[0], 0), w[1])) is me
+        eligible = [w for w in self._waiting if held.get(w[0], 0) < _share(self._max, w[0])]
+        # The API's queries first, then the client holding fewest, then the oldest.
+        return min(eligible, key=lambda w: (_is_page(w[0]), held.get(w[0], 0), w[1])) is me
 
     @contextlib.contextmanager
     def _connection(self, stop: _Stop, client: Any = None, wait: bool = True
@@ -247,8 +271,12 @@ class Reader:
                 hi = at[0] + 1 if hi is None else min(hi, at[0] + 1)
         lo = start_us if lo is None else lo if start_us is None else max(lo, start_us)
         hi = end_us if hi is None else min(hi, end_us)
-        stop = _Stop(time.monotonic() + timeout, cancelled)
+        page = _is_page(client)
+        stop = _Stop(time.monotonic() + timeout, cancelled,
+                     (lambda: self.stats.api_running > 0) if page else None)
         self.stats.running += 1
+        if not page:
+            self.stats.api_started(1)
         try:
             with self._connection(stop, client) as db:
                 assert db is not None
@@ -281,11 +309,35 @@ class Reader:
             raise HttpError(400, f"the query cannot run: {exc}") from None
         finally:
             self.stats.running -= 1
+            if not page:
+                self.stats.api_started(-1)
         examined = self._count(compiled.dataset)
         start_s = apl.format_time(start_us if start_us is not None else 0)
         end_s = apl.format_time(end_us if end_us is not None else now_us)
         build = aplsql_run.tabular_answer if fmt == "tabular" else aplsql_run.legacy_answer
         return build(result, examined, start_s, end_s)
+
+    def counted(self, text: str, client: Any = None) -> int | None:
+        """How many events ``text`` (a query ending in ``summarize count()``) counts, when the
+        counts kept at ingest answer it (no scan: a few thousand rows read); None when only a
+        scan could (the caller estimates instead)."""
+        now_us = time.time_ns() // 1000
+        try:
+            parsed = apl.parse_query(text)
+            compiled = aplsql.compile_query(text, end_us=now_us, now_us=now_us)
+            lo, hi = aplsql.time_bounds(text, now_us)
+        except apl.AplError:
+            return None
+        hi = now_us if hi is None else min(hi, now_us)
+        try:
+            with self._connection(_Stop(time.monotonic() + QUERY_TIMEOUT, None), client) as db:
+                assert db is not None
+                rows = rollups.answer_rows(db, parsed, compiled, lo, hi)
+        except (_Stopped, sqlite3.Error):  # no connection in time, a store closing: the
+            return None  # caller's query then says what went wrong
+        if rows is None or len(rows) != 1:
+            return None
+        return int(json.loads(rows[0][3])[aplsql_run.MATCHED])
 
     def data_range(self, dataset: str) -> tuple[int, int] | None:
         """The first and last ``_time`` of a dataset's events (last + 1), or None."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from .access import Access, verb
 from .ingest import HttpError, decode_body
+from .reader import PAGE
 from .state import ServiceState
 from .views import reject_constant
 
@@ -347,7 +348,10 @@ class Request(BaseHTTPRequestHandler):
         """Who this request is for the reader's fair share: its token (created tokens by
         their id; the tokens the service started with are one client)."""
         token = self.token
-        return token.get("id") if isinstance(token, dict) else "root"
+        key = token.get("id") if isinstance(token, dict) else "root"
+        # The web page names the panel that asks: its queries yield to the API's (reader.py).
+        # A client that sends the header only lowers its own queries' priority.
+        return (PAGE, key) if self.headers.get("X-Loghandler-Panel") else key
 
     # ------------------------------------------------------------------ response
 

@@ -26,11 +26,12 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from . import valuecounts
 from .apl import Bin, Call, Field, Lit, format_time
 from .aplsql_run import MATCHED, MAX_ROWS
 
 __all__ = ["MINUTE_US", "Tally", "add_locked", "answer_rows", "create_locked", "delete_locked",
-           "tally", "trim_locked"]
+           "level_key", "tally", "trim_locked"]
 
 MINUTE_US = 60_000_000
 _COMPLEX = "x"
@@ -50,7 +51,7 @@ _UPSERT = ("INSERT INTO rollup_minutes (dataset, minute, level, n) VALUES (?, ?,
 _LEVEL_SQL = "json_type(body, '$.\"level\"'), json_extract(body, '$.\"level\"')"
 
 
-def _key(value: Any) -> str:
+def level_key(value: Any) -> str:
     """The stored key of an event's level (as Python decoded it)."""
     if value is None:
         return _NONE
@@ -102,10 +103,11 @@ def tally(events: list[dict[str, Any]], times: Iterable[int]) -> Tally:
     try:
         raw = Counter(zip(minutes, [e.get("level") for e in events], strict=True))
     except TypeError:  # an object or array level: not hashable
-        return Counter((m, _key(e.get("level"))) for e, m in zip(events, minutes, strict=True))
+        return Counter((m, level_key(e.get("level"))) for e, m in zip(events, minutes,
+                                                                       strict=True))
     out: Tally = Counter()
     for (m, value), n in raw.items():
-        out[(m, _key(value))] += n
+        out[(m, level_key(value))] += n
     return out
 
 
@@ -211,20 +213,67 @@ def _passes(key: str, filters: list[tuple[bool, str]]) -> bool:
     return True
 
 
-def _shape(parsed: Any, compiled: Any) -> tuple[list[str], list[tuple[bool, str]]] | None:
-    """The groups (``"bin"``, ``"level"``) of a query the counts can answer and its filters
-    on the level, or None."""
+Term = tuple[str, list[tuple[str, Any]]]  # a field and its comparisons (op, literal), or-ed
+
+
+def _term(e: Any) -> Term | None:
+    """The search box's ``f:v`` on one field (``f =~ "v"``, ``(f == 500 or f == "500")``,
+    ``f == "v"``) as (field, comparisons), for a field the value counts may hold; None for
+    anything else."""
+    if isinstance(e, Bin) and e.op == "or":
+        left, right = _term(e.left), _term(e.right)
+        if left is None or right is None or left[0] != right[0]:
+            return None
+        return left[0], left[1] + right[1]
+    if not (isinstance(e, Bin) and e.op in ("==", "=~") and isinstance(e.left, Field)
+            and isinstance(e.right, Lit) and e.right.kind == "value"):
+        return None
+    name, value = e.left.name, e.right.value
+    if not valuecounts.PLAIN.match(name) or name in ("_time", "_sysTime", "level", "message"):
+        return None
+    if e.op == "=~" and isinstance(value, str):
+        return name, [("=~", value)]
+    if e.op == "==" and (isinstance(value, str) or (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+            and abs(value) < 1e15)):
+        return name, [("==", value)]
+    return None
+
+
+def _matches(key: str, term: Term) -> bool | None:
+    """Whether a field's value (its key) passes the term, as the scan's SQL decides (None:
+    not known here: a real number compared as text, whose SQLite spelling may differ)."""
+    kind, rest = key[0], key[1:]
+    for op, want in term[1]:
+        if op == "=~":
+            if kind == "f":
+                return None
+            if (rest.lower() if kind == "s" else rest) == want.lower():
+                return True
+        elif isinstance(want, str):
+            if kind == "s" and rest == want:
+                return True
+        elif kind in ("i", "f") and (int(rest) if kind == "i" else float(rest)) == want:
+            return True
+    return False
+
+
+def _shape(parsed: Any, compiled: Any
+           ) -> tuple[list[str], list[tuple[bool, str]], Term | None] | None:
+    """The groups (``"bin"``, ``"level"``) of a query the counts can answer, its filters
+    on the level and its term on one other field (or None), or None."""
     ops = parsed.ops
     if not ops or ops[-1][0] != "summarize" or not compiled.aggregated:
         return None
     filters: list[tuple[bool, str]] = []
+    term: Term | None = None
     for op in ops[:-1]:
         if op[0] != "where":
             return None
         level = _level_filter(op[1])
         if level is not None:
             filters.append(level)
-        elif not _time_only(op[1]):
+        elif not _time_only(op[1]) and (term is not None or (term := _term(op[1])) is None):
             return None
     _, aggs, groups = ops[-1]
     if not aggs or any(not (isinstance(c, Call) and c.name == "count" and not c.args)
@@ -243,7 +292,7 @@ def _shape(parsed: Any, compiled: Any) -> tuple[list[str], list[tuple[bool, str]
             return None
     if len(set(shape)) != len(shape):
         return None
-    return shape, filters
+    return shape, filters, term
 
 
 def _end(db: sqlite3.Connection) -> None:
@@ -271,11 +320,21 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
     found = _shape(parsed, compiled)
     if found is None or (lo is not None and lo < 0):
         return None
-    shape, filters = found
+    shape, filters, term = found
     dataset = compiled.dataset
     span = compiled.bin_us or MINUTE_US
     db.execute("BEGIN")  # one snapshot for the counts and the edges' events
     try:
+        keys: list[str] = []
+        if term is not None:  # the field's values that pass the term, from its counts
+            if valuecounts.is_wide(db, dataset, term[0]):
+                return None
+            for held in valuecounts.values(db, dataset, term[0]):
+                passes = _matches(held, term)
+                if passes is None:
+                    return None
+                if passes:
+                    keys.append(held)
         if lo is None:
             row = db.execute("SELECT min(minute) FROM rollup_minutes WHERE dataset = ?",
                              (dataset,)).fetchone()
@@ -290,9 +349,12 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
         whole_hi = hi // MINUTE_US  # the minute after the last whole one
         counts: Counter[tuple[int, str]] = Counter()  # (bin start, level key) -> events
         if whole_lo < whole_hi:
-            for minute, key, n in db.execute(
-                    "SELECT minute, level, n FROM rollup_minutes WHERE dataset = ? "
-                    "AND minute >= ? AND minute < ?", (dataset, whole_lo, whole_hi)):
+            rows: Iterable[Any] = db.execute(
+                "SELECT minute, level, n FROM rollup_minutes WHERE dataset = ? "
+                "AND minute >= ? AND minute < ?", (dataset, whole_lo, whole_hi)
+            ) if term is None else valuecounts.minutes(db, dataset, term[0], keys, whole_lo,
+                                                       whole_hi)
+            for minute, key, n in rows:
                 counts[(minute * MINUTE_US // span * span, key)] += n
             edges = [(lo, whole_lo * MINUTE_US), (whole_hi * MINUTE_US, hi)]
         else:
@@ -300,9 +362,13 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
         for a, b in edges:
             if a >= b:
                 continue
-            for t, kind, value in db.execute(
-                    f"SELECT time, {_LEVEL_SQL} FROM events WHERE dataset = ? AND time >= ? "
-                    f"AND time < ?", (dataset, a, b)):
+            for t, kind, value, stored in db.execute(
+                    f"SELECT time, {_LEVEL_SQL}, body FROM events WHERE dataset = ? "
+                    f"AND time >= ? AND time < ?", (dataset, a, b)):
+                if term is not None:
+                    own = valuecounts.event_key(stored, term[0])
+                    if own is None or own == valuecounts.WIDE or not _matches(own, term):
+                        continue
                 counts[(t // span * span, _sql_key(kind, value))] += 1
     finally:
         _end(db)

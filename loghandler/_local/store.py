@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from . import rollups
+from . import rollups, valuecounts
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -130,6 +130,8 @@ class Store:
             """)
             self._migrate_batches_locked()
             rollups.create_locked(self._db)
+            self._known = valuecounts.Known()
+            valuecounts.create_locked(self._db, self._known)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -179,6 +181,10 @@ class Store:
             times = _times(events)
         rows = _rows(dataset, events, times)  # the JSON is made before the lock is taken
         counts = rollups.tally(events, times)
+        minutes = [t // rollups.MINUTE_US for t in times]
+        values = valuecounts.tally(events, minutes,
+                                   [rollups.level_key(e.get("level")) for e in events],
+                                   self._known.skip(dataset))
         with self._lock:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
@@ -186,6 +192,7 @@ class Store:
                 self._db.executemany(
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
                 rollups.add_locked(self._db, dataset, counts)
+                valuecounts.add_locked(self._db, self._known, dataset, values)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -278,6 +285,7 @@ class Store:
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
             self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
             rollups.delete_locked(self._db, name)
+            valuecounts.delete_locked(self._db, self._known, name)
             self._db.execute("DELETE FROM fields WHERE dataset = ?", (name,))
             self._names.discard(name)
             self._counts.pop(name, None)
@@ -294,6 +302,8 @@ class Store:
                                    (name, older_than_us))
             n = cur.rowcount
             rollups.trim_locked(self._db, name, older_than_us)
+            valuecounts.trim_locked(self._db, self._known, rollups.level_key, name,
+                                    older_than_us)
             self._counts[name] = max(0, self._counts.get(name, 0) - n)
             return n
 
@@ -364,6 +374,7 @@ class Store:
         with self._lock:
             self._db.execute("DELETE FROM events")
             rollups.delete_locked(self._db, None)
+            valuecounts.delete_locked(self._db, self._known, None)
             self._counts.clear()
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
