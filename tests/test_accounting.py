@@ -296,7 +296,7 @@ class TestHangingRepr:
         what was written counts as spooled."""
         import threading
 
-        from loghandler._engine.spool import READY, dataset_dir, decode_file
+        from loghandler._engine.spoolfiles import READY, dataset_dir, decode_file
 
         release = threading.Event()
 
