@@ -5,7 +5,7 @@
                   (intake.py, flushing.py, control.py) over one state (state.py)
     stats.py      Stats, Count, Fate
     worker.py     the flusher's loop     posting.py   one request's tries
-    spilling.py   what cannot be delivered: the spool or a count; replay; take-over at exit
+    spilling.py   what cannot be delivered: the spool or a count; take-over at exit
     batches.py    the one batch rule     bisector.py  splitting what the service refuses
     policy.py     what each answer means (a table)   transport.py  the seam to the service
     reporter.py   stderr lines, on_error, the exit summary

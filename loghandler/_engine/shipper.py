@@ -8,10 +8,11 @@ The engine is split by who owns the data (``docs/architecture.md``):
 
 - ``ledger/``: the queue, its bounds, the sequence numbers and the counters (``stats()``), with
   the accounting invariant ``submitted == delivered + dropped + failed + spooled + queued``;
-- ``worker.py``: the flusher thread's loop (take a batch, post it, settle); ``posting.py`` one
-  request's tries, ``spilling.py`` what cannot be delivered (the spool, replay); ``batches.py``
-  cuts batches, ``bisector.py`` splits what the service refuses, ``policy.py`` says what each
-  answer means, ``transport.py`` carries a request to the service (``transport=``);
+- ``worker.py``: the flusher thread's loop (take a batch, post it, settle; replay the spool);
+  ``posting.py`` one request's tries, ``spilling.py`` what cannot be delivered (the spool or a
+  count); ``batches.py`` cuts batches, ``bisector.py`` splits what the service refuses,
+  ``policy.py`` says what each answer means, ``transport.py`` carries a request to the service
+  (``transport=``);
 - ``reporter.py``: the stderr lines, ``on_error`` and the exit summary;
 - ``spool.py``: the disk spool (``spoolfiles.py`` its files, ``spoolreplay.py`` its replay);
   ``lifecycle.py``: exit, fork, SIGTERM;

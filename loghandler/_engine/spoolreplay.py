@@ -33,7 +33,7 @@ ROUND_BYTES = 8 * MiB
 
 
 class ReplayTarget(Protocol):
-    """What ``Spool.replay`` sends through (the engine's ``spilling.Spiller``; a fake in tests)."""
+    """What ``Spool.replay`` sends through (the engine's ``worker.Worker``; a fake in tests)."""
 
     def send(self, parts: list[bytes]) -> list[bytes]:
         """Deliver encoded events (one request's worth); return those still undelivered."""
