@@ -124,6 +124,12 @@ class Reporter:
                 f"{counted('dropped_invalid')}: please report it")
         self.told_drops = (full, invalid)
 
+    def invalid_told(self, n: int) -> None:
+        """``n`` events counted ``dropped_invalid`` were told with their cause (the flusher
+        stopped on an internal error): ``tell_drops`` does not tell them again."""
+        full, invalid = self.told_drops
+        self.told_drops = (full, invalid + n)
+
     @property
     def exiting(self) -> bool:
         """The exit hook is closing the shipper: its one summary line tells what was lost."""

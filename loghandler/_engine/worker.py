@@ -127,8 +127,7 @@ class Worker:
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
             # Told here, with the cause: not again as drops at the door (_tell_drops).
-            full, invalid = self.reporter.told_drops
-            self.reporter.told_drops = (full, invalid + lost)
+            self.reporter.invalid_told(lost)
             self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
                                                  f"error ({type(exc).__name__}: "
                                                  f"{clip(printable(str(exc)), 60)})"
