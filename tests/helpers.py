@@ -6,13 +6,14 @@ Imported by the tests (``from helpers import ...``); conftest.py only holds the 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pytest_httpserver import HTTPServer
@@ -105,6 +106,31 @@ def balanced(st: Any) -> bool:
     deadline)."""
     return st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
                             + st.unconfirmed)
+
+
+@contextlib.contextmanager
+def without_orjson() -> Iterator[None]:
+    """The encoder as it runs where orjson is not installed: the standard library's in
+    orjson's place, with the exact path for what it refuses. The one place tests swap it."""
+    from loghandler import _encoding
+
+    saved = _encoding._encode_fast
+    _encoding._encode_fast = _encoding._encode_std
+    try:
+        yield
+    finally:
+        _encoding._encode_fast = saved
+
+
+def service_store(svc: Any) -> Any:
+    """The store of a ``LocalService`` (its events, and the reader's query counters): the one
+    place tests reach past its public face, to watch a query run or break a write."""
+    return svc._server.store
+
+
+def query_stats(svc: Any) -> Any:
+    """The local service's query counters (``running``, ``cancelled``, ``timed_out``)."""
+    return service_store(svc).reader.stats
 
 
 def closed_port_url() -> str:

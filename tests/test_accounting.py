@@ -3,6 +3,7 @@ careful path, keys that collide once converted to strings."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN
+from helpers import TOKEN, without_orjson
 
 from loghandler import Client, IngestHandler, IngestProcessor, Shipper
 from loghandler import _encoding as encoding
@@ -84,13 +85,9 @@ class TestCollidingKeys:
     def test_encoder_renames_never_loses(self, fast):
         """1 and "1", None and "null": both kept (the second renamed extra_<key>), on the
         orjson and on the stdlib path."""
-        fast_encoder = encoding._encode_fast
-        if not fast:  # the standard library's encoder in orjson's place (what runs without it)
-            encoding._encode_fast = encoding._encode_std
-        try:
+        # Not fast: the standard library's encoder in orjson's place (what runs without it).
+        with contextlib.nullcontext() if fast else without_orjson():
             decoded = json.loads(encoding.encode({"data": dict(COLLIDING)}))
-        finally:
-            encoding._encode_fast = fast_encoder
         assert values_of(decoded["data"]) == ["a", "b", "c", "d"]
         assert set(decoded["data"]) == {"1", "extra_1", "null", "extra_null"}
         assert values_of(encoding.to_jsonable(COLLIDING)) == ["a", "b", "c", "d"]
@@ -296,7 +293,7 @@ class TestHangingRepr:
         what was written counts as spooled."""
         import threading
 
-        from loghandler._engine.spool import READY, dataset_dir, decode_file
+        from loghandler._engine.spoolfiles import READY, dataset_dir, decode_file
 
         release = threading.Event()
 

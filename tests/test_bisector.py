@@ -1,5 +1,5 @@
-"""bisector.py: the split loop (``bisect``) and its report (``conclude``), driven by a scripted
-``post`` (no transport, no thread)."""
+"""bisector.py: the split loop (``Bisection``) and its report (``conclude``), driven as the
+worker drives it, by a scripted ``post`` (no transport, no thread)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loghandler._engine.batches import Chunk
-from loghandler._engine.bisector import bisect, conclude, partial_error
+from loghandler._engine.bisector import Bisection, Tally, conclude, partial_error
 from loghandler._engine.policy import Outcome, give_up_after
 from loghandler._engine.reporter import Reporter
 from loghandler._errors import ApiError, Error, PartialIngestError
@@ -43,6 +43,20 @@ class Script:
     def settle(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
         self.settled.append((ids(chunk), outcome))
         return True
+
+
+def bisect(whole: Chunk, post: Any, settle: Any) -> tuple[list[Chunk], Tally]:
+    """The worker's loop (``Worker.send``): post each piece the split hands out, settle what
+    it says reached its outcome; ``settle`` returning False stops, and what is left comes
+    back, in order."""
+    split = Bisection(whole)
+    while (piece := split.next()) is not None:
+        outcome, error = post(piece)
+        done = split.told(outcome, error)
+        for i, chunk in enumerate(done):
+            if not settle(chunk, outcome, error):
+                return [*done[i:], *split.waiting()], split.tally
+    return [], split.tally
 
 
 class TestBisect:
@@ -88,15 +102,21 @@ class TestBisect:
         left, _ = bisect(batch(8), s.post, settle)
         assert [i for c in left for i in ids(c)] == [5, 6, 7]
 
-    def test_track_tells_what_is_held(self) -> None:
-        """track(stack, posting): the piece being posted, then None once it is answered."""
-        seen: list[tuple[int, Any]] = []
+    def test_held_tells_what_is_held(self) -> None:
+        """held(): the piece being posted, then the pieces waiting, in order; what is told
+        is no longer held (a closing thread takes over the rest)."""
         s = Script({1})
-        bisect(batch(2), s.post, s.settle,
-               track=lambda stack, posting: seen.append(
-                   (len(stack), None if posting is None else ids(posting))))
-        assert seen[0] == (0, [0, 1]) and seen[1] == (0, None)
-        assert (1, [0]) in seen  # the second half waits on the stack while the first is sent
+        split = Bisection(batch(2))
+        assert [ids(c) for c in split.held()] == [[0, 1]]
+        piece = split.next()
+        assert piece is not None and split.posting is piece
+        assert [ids(c) for c in split.held()] == [[0, 1]]
+        assert split.told(*s.post(piece)) == []  # refused: halved, nothing settled yet
+        assert split.posting is None and [ids(c) for c in split.held()] == [[0], [1]]
+        first = split.next()
+        assert first is not None and [ids(c) for c in split.held()] == [[0], [1]]
+        assert [ids(c) for c in split.told(*s.post(first))] == [[0]]
+        assert [ids(c) for c in split.held()] == [[1]]
 
 
 class TestConclude:

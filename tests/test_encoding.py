@@ -14,6 +14,7 @@ import uuid
 from typing import Any, ClassVar
 
 import pytest
+from helpers import without_orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -86,12 +87,8 @@ def strict_loads(data: bytes | str) -> Any:
 
 def encode_std(value: Any) -> bytes:
     """``encode`` with the standard library's encoder in orjson's place (what runs without it)."""
-    fast = encoding._encode_fast
-    encoding._encode_fast = encoding._encode_std
-    try:
+    with without_orjson():
         return encode(value)
-    finally:
-        encoding._encode_fast = fast
 
 
 def both(value: Any) -> Any:

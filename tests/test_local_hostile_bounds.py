@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import query_stats, wait_until
 
 from loghandler._local import aplsql_run, reader, sqlfunctions
 from loghandler._local.ingest import decode_body
@@ -453,7 +453,7 @@ def test_one_clients_heavy_queries_leave_readers_to_the_others() -> None:
         status, made, _ = call(svc.url, "/v2/tokens", {
             "name": "heavy", "datasetCapabilities": {"d": {"query": ["read"]}}})
         assert status == 200
-        stats = svc._server.store.reader.stats
+        stats = query_stats(svc)
         heavy = [threading.Thread(target=call, args=(svc.url, "/v1/datasets/_apl",
                                                      {"apl": RUNAWAY, "timeout": 8}),
                                   kwargs={"token": made["token"]})

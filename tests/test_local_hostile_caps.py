@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import service_store
 
 from loghandler.testing import LocalService
 
@@ -394,7 +395,7 @@ def test_files_are_private(tmp_path: Path) -> None:
             assert {name: oct(mode(tmp_path / name)) for name in files} == {
                 name: "0o600" for name in files}
         with LocalService(token=TOKEN, datasets=["app"]) as svc:
-            scratch = svc._server.state.store._scratch
+            scratch = service_store(svc)._scratch
             assert scratch is not None and mode(scratch) == 0o700
             assert mode(os.path.join(scratch, "events.sqlite")) == 0o600
     finally:

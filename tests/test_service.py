@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import service_store
 
 import loghandler
 from loghandler.testing import LocalService
@@ -654,7 +655,7 @@ class TestErrorBodies:
         def broken(dataset: str, events: list[dict[str, Any]], *times: Any) -> None:
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(svc._server.store, "add_events", broken)
+        monkeypatch.setattr(service_store(svc), "add_events", broken)
         status, answer, _ = call(svc, "POST", ingest_path(), [{"a": 1}])
         assert status == 500 and answer["code"] == 500 and "disk on fire" in answer["message"]
 

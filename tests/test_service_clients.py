@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import service_store
 
 import loghandler
 from loghandler.testing import LocalService
@@ -521,7 +522,7 @@ class TestApl:
         monkeypatch.setattr(sqlfunctions, "SEARCH", sqlfunctions._search_in_worker)
         assert [r["status"] for r in rows(
             apl_svc, "['x'] | where uri matches regex '^/c.s/' | project status")] == [200]
-        store = apl_svc._server.store
+        store = service_store(apl_svc)
         req(apl_svc, "POST", "/v1/datasets/x/ingest", [{"s": "a" * 40}])
         started = time.monotonic()
         with pytest.raises(HttpError, match="ran longer than 1 s"):

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import axiom_py
 import pytest
+from helpers import service_store
 from test_service import TOKEN, call, ingest_path
 
 import loghandler
@@ -668,7 +669,7 @@ class TestMatchesRegex:
         margin = 4.0
         with LocalService(token=TOKEN) as svc:
             svc.client().ingest("r", [{"s": "a" * 5000 + "!"}] * 3)
-            store = svc._server.store
+            store = service_store(svc)
             timed_out = store.reader.stats.timed_out
             started = time.monotonic()
             with pytest.raises(HttpError) as info:
@@ -697,7 +698,7 @@ class TestMatchesRegex:
         core = min(os.sched_getaffinity(0))
         with LocalService(token=TOKEN) as svc:
             svc.client().ingest("r", [{"s": "a" * 5000 + "!"}] * 3)
-            store = svc._server.store
+            store = service_store(svc)
             mine = os.sched_getaffinity(0)
             hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(os.getpid()), "60"])
                     for _ in range(5)]

@@ -454,8 +454,7 @@ class TestRepeats:
 
     def test_bounded_memory_evicts_the_oldest_window(self):
         """At most MAX_KEYS lines are tracked; the oldest window goes first, with its summary."""
-        sel = Selector(1, 60.0)
-        sel._max_keys = 3
+        sel = Selector(1, 60.0, max_keys=3)
         lines = [{"level": "info", "logger": "a", "message": f"m{i}"} for i in range(5)]
         summaries = []
         for line in lines:
@@ -463,8 +462,7 @@ class TestRepeats:
             assert rep == 1
             summaries += summ
         assert [s["repeated_message"] for s in summaries] == ["m0", "m1"]
-        assert len(sel._seen) == 3
-        # Windows expire oldest first; a recurring line starts a new window at the end.
+        # Three windows are left (m0 and m1 evicted), and they expire oldest first.
         assert [s["repeated_message"] for s in sel.expired(61)] == ["m2", "m3", "m4"]
 
 

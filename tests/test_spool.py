@@ -24,8 +24,10 @@ from werkzeug import Request, Response
 
 import loghandler
 from loghandler._engine import spool as spool_mod
+from loghandler._engine import spoolfiles, spoolreplay
 from loghandler._engine.ledger import Count
-from loghandler._engine.spool import Spool, SpoolCorrupt, decode_file, encode_file
+from loghandler._engine.spool import Spool
+from loghandler._engine.spoolfiles import SpoolCorrupt, decode_file, encode_file
 from loghandler.testing import MemoryTransport
 
 DATASET = "orders-prod"
@@ -148,7 +150,7 @@ for i in range(cfg["n"]):
 if cfg.get("flush"):
     h.flush(cfg["flush"])  # a request is in flight when the script ends
 if cfg.get("drain"):
-    from loghandler._engine.spool import dataset_dir
+    from loghandler._engine.spoolfiles import dataset_dir
     path = dataset_dir(cfg["spool_dir"], cfg["dataset"])
     def left():
         return [n for n in os.listdir(path) if n.endswith(".spool") or ".claim-" in n]
@@ -255,7 +257,7 @@ class TestFiles:
     def test_empty_spool_costs_one_stat(self, tmp_path, monkeypatch):
         """Once found empty, the spool is not scanned again until its directory changes."""
         spool = Spool(tmp_path, DATASET)
-        assert spool._claim_next() is None
+        assert spool.claim_next() is None
         scans = []
         monkeypatch.setattr(spool, "_scan", lambda: scans.append(1) or [])
         assert not spool.pending()
@@ -269,10 +271,10 @@ class TestFiles:
         assert not spool.has_waiting()
         spool.write(parts("w", 1))
         assert spool.has_waiting()
-        _name, claim = spool._claim_next()
+        _name, claim = spool.claim_next()
         assert spool.has_waiting()
         os.unlink(claim)
-        spool._release(claim)
+        spool.release(claim)
         assert not spool.has_waiting()
 
 
@@ -288,31 +290,31 @@ class TestStaleClaims:
     def test_claim_of_a_live_process_is_respected(self, tmp_path):
         """A file claimed by a running process (pid and start time match) is not taken."""
         parent = os.getppid()
-        info = spool_mod._proc_info(parent)
+        info = spoolfiles.proc_info(parent)
         claim = self._claim(tmp_path, parent, info[1] if info else "0")
-        assert Spool(tmp_path, DATASET)._claim_next() is None
+        assert Spool(tmp_path, DATASET).claim_next() is None
         assert claim.exists()
 
     def test_claim_of_a_reused_pid_is_taken_back(self, tmp_path):
         """Same pid, different start time: the claim is stale and the file is replayed."""
-        if spool_mod._proc_info(os.getppid()) is None:
+        if spoolfiles.proc_info(os.getppid()) is None:
             pytest.skip("no /proc: start times cannot be compared here")
         self._claim(tmp_path, os.getppid(), "1")
-        assert Spool(tmp_path, DATASET)._claim_next() is not None
+        assert Spool(tmp_path, DATASET).claim_next() is not None
 
     def test_claim_with_our_pid_not_held_is_taken_back(self, tmp_path):
         """A claim named with our pid that we do not hold was left by an earlier process."""
-        self._claim(tmp_path, os.getpid(), spool_mod._own_start())
-        assert Spool(tmp_path, DATASET)._claim_next() is not None
+        self._claim(tmp_path, os.getpid(), spoolfiles.own_start())
+        assert Spool(tmp_path, DATASET).claim_next() is not None
 
     def test_old_claim_is_taken_back(self, tmp_path):
         """A claim older than STALE_CLAIM_SECONDS is taken back even if its process lives."""
         parent = os.getppid()
-        info = spool_mod._proc_info(parent)
+        info = spoolfiles.proc_info(parent)
         claim = self._claim(tmp_path, parent, info[1] if info else "0")
         old = time.time() - spool_mod.STALE_CLAIM_SECONDS - 5
         os.utime(claim, (old, old))
-        assert Spool(tmp_path, DATASET)._claim_next() is not None
+        assert Spool(tmp_path, DATASET).claim_next() is not None
 
 
 # --------------------------------------------------------------------------- bound
@@ -500,7 +502,7 @@ class TestReplay:
 
     def test_replay_interleaves_with_new_events(self, tmp_path, receiver, monkeypatch):
         """New events flow between replay rounds; spooled ones keep their order."""
-        monkeypatch.setattr(spool_mod, "ROUND_FILES", 2)
+        monkeypatch.setattr(spoolreplay, "ROUND_FILES", 2)
         spooled = prefill(tmp_path, files=6, per_file=20)
         with make_shipper(receiver.url, tmp_path, batch_size=20) as shipper:
             for i in range(100):

@@ -15,14 +15,8 @@ import pytest
 from helpers import TOKEN, closed_port_url
 
 from loghandler import Client, Shipper
-from loghandler._engine.spool import (
-    READY,
-    Spool,
-    SpoolWriteError,
-    dataset_dir,
-    decode_file,
-    encode_file,
-)
+from loghandler._engine.spool import Spool, SpoolWriteError
+from loghandler._engine.spoolfiles import READY, dataset_dir, decode_file, encode_file
 
 
 @pytest.fixture

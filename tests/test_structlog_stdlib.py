@@ -91,7 +91,7 @@ class TestProcessorFormatterPath:
         log.bind(user="ann").warning("paid %s", "ann", amount=3, filename="invoice.pdf",
                                      message="a field called message", lineno="not a line")
         [event] = delivered(handler, receiver)
-        name = log._logger.name
+        name = log.name
         assert event["event"] == "paid ann"
         assert event["request_id"] == "req-7"
         assert event["user"] == "ann"
@@ -125,7 +125,7 @@ class TestProcessorFormatterPath:
         [event] = delivered(handler, receiver)
         assert event["event"] == "bare"
         assert event["level"] == "error"
-        assert event["logger"] == log._logger.name
+        assert event["logger"] == log.name
 
     def test_exception(self, make_logger: Chain, handler: IngestHandler,
                        receiver: Receiver) -> None:
@@ -208,7 +208,7 @@ class TestRenderToLogKwargs:
                                  message="shadow", name="n", lineno=7, asctime="t",
                                  module="m", process="p")
         [event] = delivered(handler, receiver)
-        name = log._logger.name
+        name = log.name
         assert event["message"] == "uploaded a.txt"
         assert event["level"] == "info"
         assert event["logger"] == name

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import query_stats
 
 from loghandler._local.reader import MAX_QUERY_TIMEOUT
 from loghandler._wire.client import Client
@@ -761,7 +762,7 @@ def slow(svc: Any) -> str:
 
 
 def _running(svc: Any) -> int:
-    return int(svc._server.store.reader.stats.running)
+    return int(query_stats(svc).running)
 
 
 def test_queries_run_side_by_side_and_stop_when_their_client_goes(
@@ -805,7 +806,7 @@ def test_queries_run_side_by_side_and_stop_when_their_client_goes(
         f"a one-row query took {quick:.2f} s while the long one ran "
         f"{done['at'] - began:.2f} s: it waited for it")
 
-    cancelled_before = svc._server.store.reader.stats.cancelled
+    cancelled_before = query_stats(svc).cancelled
     host, port = svc.url.split("//")[1].split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
     sock.sendall(b"POST /v1/datasets/_apl HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
@@ -817,11 +818,11 @@ def test_queries_run_side_by_side_and_stop_when_their_client_goes(
     hung_up = time.monotonic()
     sock.close()
     deadline = hung_up + alone
-    while (svc._server.store.reader.stats.cancelled == cancelled_before
+    while (query_stats(svc).cancelled == cancelled_before
            and time.monotonic() < deadline):
         threading.Event().wait(0.01)
     stopped = time.monotonic() - hung_up
-    assert svc._server.store.reader.stats.cancelled == cancelled_before + 1, (
+    assert query_stats(svc).cancelled == cancelled_before + 1, (
         "the query went on after its client hung up")
     assert stopped < 0.5 * alone, f"stopped {stopped:.2f} s after the hang-up"
     assert any(r.status == 499 and r.path == "/v1/datasets/_apl" for r in svc.requests)

@@ -155,13 +155,13 @@ def test_a_spool_write_under_way_at_the_close_deadline_counts_as_spooled(
     from helpers import closed_port_url
 
     from loghandler import Client
-    from loghandler._engine.spool import decode_file
+    from loghandler._engine.spoolfiles import decode_file
 
     s = Shipper(Client("xaat-close-during-write-1", url=closed_port_url()), "slow-disk",
                 spool_dir=str(tmp_path), max_retries=0, retry_backoff=0.001, flush_interval=60)
     spool = s._flusher.spool
     assert spool is not None
-    real = spool._write_file
+    real = spool.write_file
     entered, release = threading.Event(), threading.Event()
 
     def slow_write(path: str, data: bytes, sync: bool = True) -> None:
@@ -169,7 +169,7 @@ def test_a_spool_write_under_way_at_the_close_deadline_counts_as_spooled(
         release.wait(10)  # the disk answers once the closing thread took over
         real(path, data, sync)
 
-    spool._write_file = slow_write  # type: ignore[method-assign]
+    spool.write_file = slow_write  # type: ignore[method-assign]
     ledger = s._flusher.ledger
     releaser = threading.Thread(
         target=lambda: (wait_until(lambda: ledger.abandoned, timeout=10), release.set()),

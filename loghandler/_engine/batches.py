@@ -3,19 +3,24 @@
 A request (and a spool file, which is replayed as one request) holds at most ``batch_size``
 events and ``max_batch_bytes`` bytes of JSON array, brackets and commas included. ``cut`` applies
 that rule to encoded events for the requests and the spool alike; ``Cutter`` takes the next batch
-from the ledger for the worker (``worker.py``).
+from the ledger for the worker (``worker.py``), with the repeats (``Repeats``) left out.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _encoding as encoding
-from .events import item_events
+from .events import SIZE, item_events, rfc3339
 from .ledger import Fate, Flushing
 
-__all__ = ["Chunk", "Cutter", "Item", "chunks", "cut", "encode_batch", "encode_each"]
+if TYPE_CHECKING:
+    from .shaping import Selector
+
+__all__ = ["Chunk", "Cutter", "Item", "Repeats", "chunks", "cut", "encode_batch", "encode_each"]
 
 # An event on its way: a dict, or a wire item, its final JSON already (events.py "Wire items").
 Item = dict[str, Any] | bytes
@@ -109,25 +114,66 @@ class Chunk:
         return Chunk(parts=parts[:mid]), Chunk(parts=parts[mid:])
 
 
+class Repeats:
+    """The repeats selector (``shaping.Selector``) of a shipper with ``repeat_limit``, and its
+    account: what it drops is settled at once (``dropped_repeat``), a repeat window's summary
+    is queued as an event of its own. Its state (the repeat windows) is shared by the flusher
+    (``Cutter``, per batch) and application threads that spill a full queue
+    (``Worker.spill_from_caller``): locked only for its CPU work, never across I/O."""
+
+    __slots__ = ("ledger", "lock", "selector")
+
+    def __init__(self, selector: Selector, ledger: Flushing) -> None:
+        self.selector = selector
+        self.ledger = ledger
+        self.lock = threading.Lock()
+
+    def select(self, events: list[Item], first: int | None = None) -> list[Item]:
+        """The events kept. ``first``: the events are an application thread's spill (the run
+        that starts at ``first``), settled on its side (``Flushing.settle_side``)."""
+        with self.lock:
+            kept, repeats, summaries = self.selector.select(cast("list[dict[str, Any]]", events))
+        if repeats:
+            if first is None:
+                self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
+            else:
+                self.ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
+        self._queue(summaries)
+        return cast("list[Item]", kept)
+
+    def summarize(self, closed: bool) -> None:
+        """Queue the summaries of the windows that ended (every flusher pass), or of every
+        open window (``closed``: after the last queued events were selected)."""
+        with self.lock:
+            summaries = (self.selector.flush_all() if closed
+                         else self.selector.expired(time.monotonic()))
+        self._queue(summaries)
+
+    def _queue(self, summaries: list[dict[str, Any]]) -> None:
+        for event in summaries:
+            event["_time"] = rfc3339(time.time())
+            event[SIZE] = size = 600
+            self.ledger.add_own(event, size)
+
+
 class Cutter:
     """Takes the worker's next batch from the ledger: up to ``batch_size`` events and
     ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
     queue (in flight) that did not fit in the previous batch; they go first."""
 
-    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "select")
+    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "repeats")
 
     def __init__(self, ledger: Flushing, batch_size: int, max_batch_bytes: int, fields: Any,
-                 finish: Callable[..., None] | None = None,
-                 select: Callable[[list[Item]], list[Item]] | None = None,
+                 finish: Callable[..., None] | None = None, repeats: Repeats | None = None,
                  ) -> None:
         self.ledger = ledger
         self.max_events = batch_size
         self.max_bytes = max_batch_bytes
         self.fields = fields
         # What ships (shaping.py): each event finished (exclusions, scrubbing), then the batch
-        # selected (sampling, repeats); the selector settles what it drops.
+        # selected (repeats), which settles what it drops.
         self.finish = finish
-        self.select = select
+        self.repeats = repeats
         self.carry: list[bytes] = []
 
     def next(self, partial: bool, spill: int = 0, spill_bytes: int | None = None
@@ -151,8 +197,8 @@ class Cutter:
                     return None
                 items = taken
             events = item_events(items, self.fields, self.finish)
-            if self.select is not None and events:
-                events = self.select(events)
+            if self.repeats is not None and events:
+                events = self.repeats.select(events)
                 if not events and not carry:
                     continue
             if spill and not carry:

@@ -1,6 +1,7 @@
 """The split loop: one batch posted, and what the service refuses halved down to single events.
 
-One loop (``bisect``) serves delivery and spool replay alike, and it is bounded: a batch of n
+One loop (``Bisection``) serves delivery and spool replay alike; its caller posts each piece it
+hands out and settles what it returns (it calls nothing back). It is bounded: a batch of n
 events answered 400 (or 413) to every request costs at most ``give_up_after(n)`` requests, since
 that many refusals in a row (with nothing accepted between) mean the batch is refused as a whole.
 One or two bad events never make such a streak: each refused request on the way down to a bad
@@ -11,7 +12,6 @@ kind of refusal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .._errors import Error, PartialIngestError
@@ -20,12 +20,7 @@ from .batches import Chunk
 from .policy import Cause, Outcome, give_up_after
 from .reporter import Reporter, answer_of, counted, plural
 
-__all__ = ["Tally", "bisect", "conclude", "partial_error"]
-
-# Posts one piece until it has an outcome (final, or not when the caller is not patient).
-Post = Callable[[Chunk], "tuple[Outcome, Error | None]"]
-# What bisect does with a piece that reached a final outcome: True to go on with the rest.
-Settle = Callable[[Chunk, Outcome, "Error | None"], bool]
+__all__ = ["Bisection", "Tally", "conclude", "partial_error"]
 
 
 class Tally:
@@ -73,30 +68,51 @@ class Tally:
                              self.size if self.size > 1 else None)
 
 
-def bisect(batch: Chunk, post: Post, settle: Settle,
-           track: Callable[[list[Chunk], Chunk | None], None] | None = None,
-           ) -> tuple[list[Chunk], Tally]:
-    """Post ``batch``; halve what the service refuses by halves (``Outcome.splits``), first
-    half first, down to single events, until ``give_up_after(len(batch))`` refusals in a row
-    say the batch is refused as a whole. ``settle`` is told each piece's final outcome and
-    says whether to go on; the pieces not sent when it says no are returned, in order, with
-    the tally of the batch for ``conclude``. ``track(stack, posting)``: told the pieces
-    waiting and the one being posted, for a closing thread that may take them over."""
-    tally = Tally(len(batch))
-    limit = give_up_after(len(batch))
-    streak = 0
-    stack = [batch]
-    while stack:
-        chunk = stack.pop()
-        if track is not None:
-            track(stack, chunk)
-        outcome, error = post(chunk)
-        if track is not None:
-            track(stack, None)
+class Bisection:
+    """One batch's split loop, driven by its caller, who posts (see the module docstring)::
+
+        split = Bisection(batch)
+        while (piece := split.next()) is not None:
+            outcome, error = post(piece)
+            for done in split.told(outcome, error):
+                settle(done, outcome, error)
+        conclude(reporter, split.tally, replay=...)
+
+    What the service refuses by halves (``Outcome.splits``) is halved, first half first, down
+    to single events, until ``give_up_after(len(batch))`` refusals in a row say the batch is
+    refused as a whole. ``held()`` is what the caller holds meanwhile (the piece being posted,
+    then the pieces waiting, in order), for a closing thread that may take them over.
+    """
+
+    __slots__ = ("limit", "posting", "stack", "streak", "tally")
+
+    def __init__(self, batch: Chunk) -> None:
+        self.tally = Tally(len(batch))
+        self.limit = give_up_after(len(batch))
+        self.streak = 0
+        self.stack = [batch]
+        self.posting: Chunk | None = None
+
+    def next(self) -> Chunk | None:
+        """The next piece to post (``posting`` until it is ``told``), or None: all told."""
+        if not self.stack:
+            return None
+        self.posting = self.stack.pop()
+        return self.posting
+
+    def told(self, outcome: Outcome, error: Error | None) -> list[Chunk]:
+        """The posted piece's outcome: the pieces that reached it for good, in order, for the
+        caller to settle with it (none when the piece is split, all that is left when the
+        batch is refused as a whole)."""
+        chunk = self.posting
+        assert chunk is not None
+        self.posting = None
+        tally = self.tally
         tally.requests += 1
-        streak = streak + 1 if outcome.splits else 0
-        if outcome.splits and streak >= limit and len(stack) + len(chunk) > 1:
-            # Refused as a whole: fail this piece and the rest untried, splitting no more.
+        stack = self.stack
+        self.streak = streak = self.streak + 1 if outcome.splits else 0
+        if outcome.splits and streak >= self.limit and len(stack) + len(chunk) > 1:
+            # Refused as a whole: this piece and the rest untried fail, split no more.
             rest = [chunk, *reversed(stack)]
             stack.clear()
             tally.gave_up = sum(map(len, rest))
@@ -104,17 +120,23 @@ def bisect(batch: Chunk, post: Post, settle: Settle,
             tally.streak = streak
             for piece in rest:
                 tally.add(piece, outcome, error)
-                settle(piece, outcome, error)
-            break
+            return rest
         if outcome.splits and len(chunk) > 1:
             first, second = chunk.halves()
             stack.append(second)
             stack.append(first)
-            continue
+            return []
         tally.add(chunk, outcome, error)
-        if not settle(chunk, outcome, error):
-            return [chunk, *reversed(stack)], tally
-    return [], tally
+        return [chunk]
+
+    def waiting(self) -> list[Chunk]:
+        """The pieces not posted yet, oldest first."""
+        return self.stack[::-1]
+
+    def held(self) -> list[Chunk]:
+        """The piece being posted (if any), then the pieces waiting, oldest first."""
+        posting = self.posting
+        return ([posting] if posting is not None else []) + self.stack[::-1]
 
 
 def conclude(reporter: Reporter, tally: Tally, *, replay: bool) -> None:

@@ -15,7 +15,7 @@ A process can end in four ways that matter here, and each closes every live ship
 - SIGKILL, OOM, power loss, ``Pool.terminate()``: nothing can run (docs/reliability.md,
   "Delivery guarantee").
 
-Each shipper registers its ``Flusher`` (the ``Member`` protocol below: ``shipper.py`` imports
+Each shipper registers its ``Flusher`` (the ``Member`` protocol below: ``flusher.py`` imports
 this module, never the other way round). Everything here holds them through weak references,
 so registering never keeps one alive.
 """
@@ -43,7 +43,7 @@ __all__ = ["Member", "adopt", "close_all", "flushing", "live_shippers", "registe
 
 
 class Member(Protocol):
-    """What the process's lifecycle needs of each shipper (``shipper.Flusher``, which holds
+    """What the process's lifecycle needs of each shipper (``flusher.Flusher``, which holds
     its thread and outlives a shipper dropped without ``close()``)."""
 
     @property
@@ -132,7 +132,7 @@ def close_all(timeout: float | None = None, *, report: bool = True,
     ``timeout`` defaults to the largest ``shutdown_timeout`` among them: the exit of the whole
     process is bounded by it, not one timeout per shipper. With ``at_exit``, events logged after
     this (by atexit hooks that run later) are still delivered within that bound: see
-    ``Flusher._send_late`` in shipper.py. Runs from atexit, before
+    ``Flusher._send_late`` in flusher.py. Runs from atexit, before
     ``logging.shutdown`` (atexit is LIFO and logging registered first), so by the time logging
     calls ``flush()`` and ``close()`` on the handlers there is nothing left to wait for.
     """

@@ -70,20 +70,19 @@ def _at_deadline(last: Error | None) -> Outcome:
 class Poster:
     """Posts one request until its outcome is final (see the module docstring).
 
-    ``Poster(ledger, reporter, transport, path, dataset, options, on_retry)``: ``path`` is the
-    dataset's ingest path (``set_query`` adds query parameters to it); ``on_retry`` is called
-    before each retry's wait (the worker tells of events dropped meanwhile).
+    ``Poster(ledger, reporter, transport, path, dataset, options)``: ``path`` is the
+    dataset's ingest path (``set_query`` adds query parameters to it). ``post`` returns the
+    outcome, which its caller (the worker) settles.
     """
 
     def __init__(self, ledger: Flushing, reporter: Reporter, transport: Transport, path: str,
-                 dataset: str, options: ShipperOptions, on_retry: Callable[[], None]) -> None:
+                 dataset: str, options: ShipperOptions) -> None:
         self.ledger = ledger
         self.reporter = reporter
         self.transport = transport
         self.path = path
         self.dataset = dataset
         self.options = options
-        self.on_retry = on_retry
         self.spooled = options.spool_dir is not None
         self.auth_delay = options.auth_retry_delay
         # A request is with the transport (sent, or being sent): at a take-over, its events
@@ -135,7 +134,8 @@ class Poster:
                     f"last error: {answer_of(error)}")
                 return Outcome.RETRIES_EXHAUSTED, error
             self.ledger.count(Count.RETRIED)
-            self.on_retry()  # while the service does not take them, the queue may fill
+            # While the service does not take them, the queue may fill: drops are told now.
+            self.reporter.tell_drops(self.ledger, self.options.max_queue_size, self.spooled)
             waited = self._wait_until(_monotonic() + retry.delay(outcome, pause), give_up)
             if waited is None and give_up is not None and give_up(error, None, True):
                 return Outcome.RETRIES_EXHAUSTED, error

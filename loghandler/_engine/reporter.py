@@ -11,12 +11,15 @@ instead (``defer``), so an exit prints at most one line per process.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._output import clip, print_line, printable, redact, shown
 from .guard import CALLBACK, sending
 from .policy import LASTING, Cause
 from .stats import Stats
+
+if TYPE_CHECKING:
+    from .ledger import Flushing
 
 __all__ = ["Reporter", "answer_of", "counted", "plural", "print_exit_summary"]
 
@@ -80,7 +83,8 @@ def refusal(cause: Cause, error: BaseException | None, dataset: str, n: int) -> 
 class Reporter:
     """The reports of one shipper of ``dataset``; ``on_error`` is the user's callback or None."""
 
-    __slots__ = ("_exit_cause", "_exit_summary", "_reported", "dataset", "on_error")
+    __slots__ = ("_exit_cause", "_exit_summary", "_reported", "dataset", "on_error",
+                 "told_drops")
 
     def __init__(self, dataset: str, on_error: Callable[[BaseException], Any] | None) -> None:
         self.dataset = dataset
@@ -93,6 +97,38 @@ class Reporter:
         # told in the hook's one summary line (_exit_cause), not in a line of its own.
         self._exit_summary = False
         self._exit_cause: str | None = None
+        # Drops at the door the stderr has told of (tell_drops): (queue full, invalid).
+        self.told_drops = (0, 0)
+
+    def tell_drops(self, ledger: Flushing, max_queue_size: int, spooled: bool) -> None:
+        """Events dropped at the door since the last look are told, once per cause until
+        delivery recovers: the caller's thread, which drops them, prints nothing. Asked by the
+        flusher between batches and before each retry's wait (the queue may fill meanwhile).
+        ``spooled``: the shipper has a ``spool_dir`` (the advice differs)."""
+        if self._exit_summary:
+            return  # the exit hook's summary line counts them
+        st = ledger.snapshot()
+        full, invalid = st.dropped_queue_full, st.dropped_invalid
+        told_full, told_invalid = self.told_drops
+        if full > told_full:
+            what = ("raise max_queue_size / max_queue_bytes" if spooled
+                    else "raise max_queue_size or set spool_dir")
+            self.report(
+                Cause.QUEUE_FULL,
+                f"the queue is full (max_queue_size={max_queue_size:,}): "
+                f"{plural(full, 'event')} dropped{counted('dropped_queue_full')}: {what}")
+        if invalid > told_invalid:
+            self.report(
+                Cause.DROPPED_INVALID,
+                f"an internal error of loghandler lost {plural(invalid, 'event')}"
+                f"{counted('dropped_invalid')}: please report it")
+        self.told_drops = (full, invalid)
+
+    def invalid_told(self, n: int) -> None:
+        """``n`` events counted ``dropped_invalid`` were told with their cause (the flusher
+        stopped on an internal error): ``tell_drops`` does not tell them again."""
+        full, invalid = self.told_drops
+        self.told_drops = (full, invalid + n)
 
     @property
     def exiting(self) -> bool:

@@ -8,11 +8,10 @@ The ``Spiller`` owns the flusher's side of the disk spool (``spool.py`` owns the
 - during an outage it spills: batches go straight to disk, in large steps, so a full queue never
   drops what the disk has room for (``step``, ``give_up``), while one batch every
   ``OUTAGE_PROBE`` seconds still tries the service;
-- at exit, what a stuck flusher held is taken over on the closing thread (``take_over``);
-- it is the spool's ``ReplayTarget``: spooled batches are sent again, oldest first, with one
-  try per request (``send``), between new events (``replay``).
+- at exit, what a stuck flusher held is taken over on the closing thread (``take_over``).
 
-It never holds the ledger's lock across I/O.
+It posts nothing: the worker posts (delivery and the spool's replay) and settles what ``fail``
+returns. It never holds the ledger's lock across I/O.
 """
 
 from __future__ import annotations
@@ -27,18 +26,16 @@ from typing import Any
 
 from .. import _encoding as encoding
 from .._config import ShipperOptions
-from .._errors import Error, PartialIngestError
+from .._errors import Error
 from .._output import clip, printable
 from .batches import Chunk, Item
-from .bisector import bisect, conclude
 from .guard import block_sigterm_in_this_thread
 from .ledger import SPILL_BATCHES, Count, Fate, Flushing
-from .policy import MAX_PAUSE, Cause, Outcome, Retry, spill
-from .posting import Poster
+from .policy import MAX_PAUSE, Cause, Outcome, spill
 from .reporter import Reporter, answer_of, plural
 from .spool import Spool, SpoolWriteError
 
-__all__ = ["ABANDON_GRACE", "OUTAGE_PROBE", "Spiller"]
+__all__ = ["ABANDON_GRACE", "OUTAGE_PROBE", "Settle", "Spiller"]
 
 _monotonic = time.monotonic
 # With a spool, during an outage: how often one batch is tried against the service, while the
@@ -47,6 +44,9 @@ OUTAGE_PROBE = 1.0
 # How long, past the close deadline, the closing thread waits for what a stuck flusher held to be
 # encoded for the spool (see Spiller.take_over).
 ABANDON_GRACE = 0.5
+
+# What ``Spiller.fail`` leaves to its caller to settle: (events, their fate), or None.
+Settle = tuple[int, Fate] | None
 
 
 class _Spare:
@@ -136,24 +136,18 @@ class _Write:
 
 
 class Spiller:
-    """Spools or counts what cannot be delivered, and replays the spool (module docstring).
+    """Spools or counts what cannot be delivered (module docstring).
 
-    ``Spiller(ledger, reporter, options, spool, poster, settle, delivered)``: ``spool`` is None
-    without ``spool_dir`` (then everything undeliverable is counted); ``poster`` posts replayed
-    batches; ``settle(n, fate)`` settles events of a batch being delivered (the worker defers
-    them until the batch is told); ``delivered()`` is told when a replayed batch is delivered.
+    ``Spiller(ledger, reporter, options, spool)``: ``spool`` is None without ``spool_dir``
+    (then everything undeliverable is counted).
     """
 
     def __init__(self, ledger: Flushing, reporter: Reporter, options: ShipperOptions,
-                 spool: Spool | None, poster: Poster, settle: Callable[[int, Fate], None],
-                 delivered: Callable[[], None]) -> None:
+                 spool: Spool | None) -> None:
         self.ledger = ledger
         self.reporter = reporter
         self.options = options
         self.spool = spool
-        self.poster = poster
-        self.settle = settle
-        self.delivered = delivered
         self.reset()
 
     def reset(self) -> None:
@@ -163,7 +157,6 @@ class Spiller:
         self.outage = False
         self.next_probe = 0.0
         self.spill_until = 0.0  # a burst filled the queue: spill until then (step)
-        self.last_replay = 0.0
         # The close deadline was met while sending: stop trying the rest.
         self.gave_up = False
         self.writing: _Write | None = None  # the flusher's spool write under way
@@ -227,11 +220,13 @@ class Spiller:
     # ------------------------------------------------------------------ undeliverable
 
     def fail(self, chunk: Chunk, outcome: Outcome, error: Error | None, *,
-             spill: bool = False) -> None:
-        """``chunk`` is undeliverable: spool it when the outcome allows, else count it.
+             spill: bool = False) -> Settle:
+        """``chunk`` is undeliverable: spool it when the outcome allows, else count it. What
+        reaches the disk is settled ``spooled`` here; the rest is returned, with its fate, for
+        the caller to settle (the worker defers a delivery's settlements until it is told).
         ``spill``: a spill step (``step``), written in files of several batches."""
         if self.ledger.abandoned:
-            return
+            return None
         fate = outcome.fate
         assert fate is not None
         spooled = False
@@ -247,25 +242,23 @@ class Spiller:
             if stored and not spooled:  # on disk all the same: a later replay delivers them
                 chunk = Chunk(parts=chunk.as_parts()[stored:])
         if outcome is Outcome.SHUTDOWN or outcome is Outcome.UNCONFIRMED:
-            self._shutdown(len(chunk), fate, error, spooled)
-            return
+            return self._shutdown(len(chunk), fate, error, spooled)
         # Once per batch outcome: a spooled batch is no failure yet, but a refused token is
         # worth telling at once (it will not heal by itself). Told before the events settle,
         # so that on_error has run by the time a flush() waiting for them returns.
         if error is not None and (not spooled or outcome is Outcome.AUTH):
             self.reporter.error(error)
-        if not spooled:
-            self.settle(len(chunk), fate)
+        return None if spooled else (len(chunk), fate)
 
-    def _shutdown(self, n: int, fate: Fate, error: Error | None, spooled: bool) -> None:
+    def _shutdown(self, n: int, fate: Fate, error: Error | None, spooled: bool) -> Settle:
         self.gave_up = True  # the deadline is (about to be) reached: stop trying the rest
         bound = self.ledger.close_what  # the bound in force: shutdown_timeout, close()'s
         self.reporter.note_shutdown_error(
             error if error is not None else f"{bound} ran out")
         if spooled:
-            return
-        self.settle(n, fate)
+            return None
         self._tell_closed(n, fate, error)
+        return n, fate
 
     def _tell_closed(self, n: int, fate: Fate, error: Error | None) -> None:
         """Outside the exit hook (its summary line tells), a close that loses events says so
@@ -473,73 +466,6 @@ class Spiller:
                                    f"{ABANDON_GRACE:g} s ({plural(len(done), 'event')} spooled, "
                                    "the rest dropped): look for a __repr__ that hangs")
         return done
-
-    # ------------------------------------------------------------------ replay
-
-    def replay_due(self, interval: float) -> bool:
-        """Whether a replay round is due: a spool, and ``interval`` seconds since the last.
-        Time-based, not on idle wake-ups only: under steady load the flusher is never idle,
-        and the spool must still drain, interleaved with new events."""
-        return self.spool is not None and _monotonic() - self.last_replay >= interval
-
-    def replay(self) -> None:
-        """One round: re-send spooled batches, oldest first, one file at a time, while
-        delivery works."""
-        spool = self.spool
-        self.last_replay = _monotonic()
-        if spool is None or self.ledger.closed:
-            return
-        try:
-            spool.replay(self)
-        except Exception as exc:
-            self.reporter.report(Cause.SPOOL_REPLAY, f"could not replay the spool "
-                                                     f"({clip(printable(str(exc)), 80)}): check "
-                                                     "spool_dir's files and permissions")
-            self.reporter.error(exc)
-
-    def send(self, parts: list[bytes]) -> list[bytes]:
-        """Send encoded events read back from the spool, one attempt per request.
-
-        Returns what is still undelivered (empty when done). Events the service refuses for
-        good (400 / 413 down to one event, other client errors, turned down in a 2xx ingest
-        status or in one that cannot be read) are counted in ``replay_rejected`` and not
-        returned.
-        """
-        opts = self.options
-
-        def post(chunk: Chunk) -> tuple[Outcome, Error | None]:
-            return self.poster.post(chunk, Retry(0, opts.retry_backoff, opts.max_retry_delay),
-                                    patient=False)
-
-        left, tally = bisect(Chunk(parts=parts), post, self._settle_replay)
-        conclude(self.reporter, tally, replay=True)
-        return [part for c in left for part in c.as_parts()]
-
-    def _settle_replay(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
-        ledger = self.ledger
-        if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
-            failed = error.failed if isinstance(error, PartialIngestError) else 0
-            ledger.count(Count.REPLAYED, len(chunk) - failed)
-            ledger.count(Count.REPLAY_REJECTED, failed)
-            self.delivered()
-            return True
-        if outcome.splits or outcome in (Outcome.CLIENT_ERROR, Outcome.UNREADABLE):
-            ledger.count(Count.REPLAY_REJECTED, len(chunk))
-            if outcome is Outcome.CLIENT_ERROR and error is not None:
-                self.reporter.error(error)
-            return True
-        return False
-
-    def stopping(self) -> bool:
-        """Whether the shipper is closing (replay stops between files)."""
-        return self.ledger.closed
-
-    def count(self, counter: Count, n: int = 1) -> None:
-        self.ledger.count(counter, n)
-
-    def progress(self) -> int:
-        """Events delivered so far: grows when the service takes events again."""
-        return self.ledger.delivered()
 
 
 def _spool_failure(exc: BaseException) -> tuple[int, int]:

@@ -16,8 +16,9 @@ Layout, one directory per dataset, named by a hash so no dataset name reaches a 
         <name>.corrupt                    a damaged file, moved aside and reported once
         tmp-<pid>-<start>-<n>.tmp         a file being written, renamed when complete
 
-A file is a header line ``LHSPOOL 1 <events> <payload bytes> <crc32 hex>`` and then the payload:
-one compact JSON event per line. Truncation and corruption are detected by the length and crc.
+A file's format, its names' parts and the liveness of the processes named in them are
+``spoolfiles.py``'s; sending the files back, round by round, is ``spoolreplay.py``'s. This module
+owns the directory: writing, its bound (``max_bytes``), scanning and claiming.
 
 Order: replay sends files in the order of their names, and a name says when its events were
 submitted, not when the file was written: ``<seq>`` is the shipper's sequence number of the
@@ -32,45 +33,42 @@ Both fields are zero-padded to 20 digits, so names sort as numbers. A ``Spool`` 
 from __future__ import annotations
 
 import errno
-import hashlib
 import itertools
 import os
 import stat
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from .._errors import ConfigurationError
-from .._output import clip, print_line, redact, shown
-from .batches import chunks, cut
-from .ledger import Count
-from .policy import replay_backoff
+from .._output import print_line, redact, shown
+from .batches import chunks
 from .reporter import counted
+from .spoolfiles import (
+    CLAIM,
+    CORRUPT,
+    META,
+    READY,
+    TMP,
+    alive,
+    dataset_dir,
+    encode_file,
+    header_count,
+    own_start,
+    pid_of,
+)
+from .spoolreplay import Replay, ReplayTarget
 
-__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayTarget", "Spool", "SpoolCorrupt",
-           "SpoolWriteError", "dataset_dir", "decode_file", "encode_file"]
+__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "Spool", "SpoolWriteError"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_SPOOL_BYTES = 256 * MiB  # the engine's default for max_spool_bytes
-MAGIC = b"LHSPOOL"
-VERSION = b"1"
-HEADER_MAX = 96
-READY = ".spool"
-CLAIM = ".claim-"
-CORRUPT = ".corrupt"
-TMP = ".tmp"
-META = "DATASET"
 # One file is at most one batch, so a crash during replay re-sends at most the batch in flight.
 # The engine passes its own batch_size and max_batch_bytes; these bounds are for a Spool used
 # on its own.
 DEFAULT_MAX_FILE_EVENTS = 1000
 DEFAULT_MAX_FILE_BYTES = 4 * MiB
-# A replay round stops after this many files or bytes, so new events flow between rounds.
-ROUND_FILES = 8
-ROUND_BYTES = 8 * MiB
 # A claim or temporary file this old is taken back even when its process looks alive (a
 # stopped process, or a pid reused where the start time cannot be read): at worst a duplicate.
 STALE_CLAIM_SECONDS = 600.0
@@ -96,138 +94,6 @@ def after_fork_in_child() -> None:
     fork, and no thread of the child would ever release it)."""
     global _names_lock
     _names_lock = threading.Lock()
-
-
-class SpoolCorrupt(Exception):
-    """A spool file that cannot be read back (the message says why)."""
-
-
-class ReplayTarget(Protocol):
-    """What ``Spool.replay`` sends through (the engine's ``spilling.Spiller``; a fake in tests)."""
-
-    def send(self, parts: list[bytes]) -> list[bytes]:
-        """Deliver encoded events (one request's worth); return those still undelivered."""
-        ...
-
-    def stopping(self) -> bool:
-        """True when replay must stop (the shipper is closing)."""
-        ...
-
-    def count(self, counter: Count, n: int = 1) -> None:
-        """Add to one of the shipper's counters (``Count.SPOOL_CORRUPT``)."""
-        ...
-
-    def progress(self) -> int:
-        """A number that grows whenever events are delivered: replay resumes at once then."""
-        ...
-
-
-# --------------------------------------------------------------------------- file format
-
-def encode_file(parts: list[bytes]) -> bytes:
-    """A spool file holding ``parts`` (encoded events, one JSON document each)."""
-    payload = b"\n".join([*parts, b""])  # one buffer, not a copy of each event first
-    header = b"%s %s %d %d %08x\n" % (MAGIC, VERSION, len(parts), len(payload),
-                                       zlib.crc32(payload))
-    return header + payload
-
-
-def decode_file(data: bytes) -> list[bytes]:
-    """The events of a spool file; ``SpoolCorrupt`` when it is damaged in any way."""
-    end = data.find(b"\n", 0, HEADER_MAX)
-    if end < 0:
-        raise SpoolCorrupt("no header line" if data else "empty file")
-    fields = data[:end].split(b" ")
-    if len(fields) != 5 or fields[0] != MAGIC:
-        raise SpoolCorrupt("not a loghandler spool file")
-    if fields[1] != VERSION:
-        raise SpoolCorrupt(f"unknown format version {fields[1]!r}")
-    try:
-        count, length, crc = int(fields[2]), int(fields[3]), int(fields[4], 16)
-    except ValueError:
-        raise SpoolCorrupt("unreadable header") from None
-    payload = data[end + 1:]
-    if len(payload) < length:
-        raise SpoolCorrupt(f"truncated: {len(payload)} of {length} bytes")
-    if len(payload) > length:
-        raise SpoolCorrupt(f"{len(payload) - length} unexpected bytes at the end")
-    if zlib.crc32(payload) != crc:
-        raise SpoolCorrupt("checksum mismatch")
-    parts = payload.split(b"\n")
-    if parts.pop() != b"" or len(parts) != count:
-        raise SpoolCorrupt(f"{len(parts)} events where the header says {count}")
-    return parts
-
-
-def _header_count(path: str) -> int:
-    """Events in a file, from its header only (0 when unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            fields = f.readline(HEADER_MAX).split(b" ")
-        return int(fields[2]) if len(fields) == 5 and fields[0] == MAGIC else 0
-    except (OSError, ValueError):
-        return 0
-
-
-# --------------------------------------------------------------------------- processes
-
-def _proc_info(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of a process from /proc, or None where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rindex(b")") + 2:].split()
-        return fields[0].decode(), fields[19].decode()
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_own: tuple[int, str] = (0, "0")
-
-
-def _own_start() -> str:
-    global _own
-    pid = os.getpid()
-    if _own[0] != pid:
-        info = _proc_info(pid)
-        _own = (pid, info[1] if info else "0")
-    return _own[1]
-
-
-def _alive(pid: int, start: str) -> bool:
-    """Whether process ``pid`` (started at ``start``, "0" if unknown) still runs."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass  # EPERM: it exists, under another user
-    info = _proc_info(pid)
-    if info is None:
-        return True
-    state, now_start = info
-    if state in ("Z", "X"):
-        return False  # killed, not yet reaped by its parent
-    # Same pid, other start time: the pid was reused by a new process.
-    return start == "0" or now_start == start
-
-
-def _pid_of(name: str, marker: str) -> tuple[int, str] | None:
-    """(pid, start) from ``...<marker><pid>-<start>[...]``."""
-    try:
-        tail = name.rsplit(marker, 1)[1]
-        pid, start = tail.split("-")[:2]
-        return int(pid), start.split(".")[0]
-    except (IndexError, ValueError):
-        return None
-
-
-def dataset_dir(spool_dir: str | os.PathLike[str], dataset: str) -> str:
-    """The directory holding the spool of ``dataset`` (its name never reaches the path)."""
-    digest = hashlib.sha256(dataset.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return os.path.join(os.path.abspath(os.fspath(spool_dir)), "ds-" + digest)
 
 
 @dataclass
@@ -286,7 +152,7 @@ class Spool:
         except OSError as exc:
             self.problem = f"{exc.strerror or exc}"
         self._reset()
-        _own_start()  # read once now, not by the first write during an outage
+        own_start()  # read once now, not by the first write during an outage
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -297,9 +163,7 @@ class Spool:
         self._pending = True  # unknown until the first scan
         self._empty_mtime: int | None = None
         self._next_full_scan = 0.0
-        self._retry_at = 0.0
-        self._backoff = 0.0
-        self._delivered_mark = -1
+        self._replay = Replay(self)
         self._full_reported = False
         self._skip: set[str] = set()
         self._sizes: dict[tuple[str, int], int] = {}
@@ -333,7 +197,7 @@ class Spool:
             os.chmod(self.path, 0o700)
             meta = os.path.join(self.path, META)
             if not os.path.exists(meta):
-                self._write_file(meta, self.dataset.encode("utf-8", "surrogatepass") + b"\n")
+                self.write_file(meta, self.dataset.encode("utf-8", "surrogatepass") + b"\n")
         except OSError as exc:
             if exc.errno in _DISK_STATES:
                 raise  # the disk's state, which may change: Spool.__init__ starts all the same
@@ -399,7 +263,7 @@ class Spool:
                 # above were the oldest: the rest start ``own`` later).
                 first = None if seq is None else seq + own + stored
                 path = os.path.join(self.path, self._new_name(first))
-                self._write_file(path, blob, sync=durable)
+                self.write_file(path, blob, sync=durable)
                 if not durable:
                     with self._lock:
                         self._unsynced.append((path, len(chunk)))
@@ -453,7 +317,7 @@ class Spool:
             if total + need <= self.max_bytes:
                 break
             path = os.path.join(self.path, e.name)
-            count = _header_count(path) if e.name.endswith(READY) else 0
+            count = header_count(path) if e.name.endswith(READY) else 0
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -479,12 +343,12 @@ class Spool:
                 epoch = self._epoch
         return f"{epoch:020d}-{max(0, seq):020d}-{os.getpid():010d}-{n:010d}{READY}"
 
-    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+    def write_file(self, path: str, data: bytes, sync: bool = True) -> None:
         """Write ``data`` to ``path`` atomically: temporary file, fsync (unless not
         ``sync``: ``write``'s ``durable``), rename."""
         with _names_lock:
             n = next(_names)
-        tmp = os.path.join(self.path, f"tmp-{os.getpid()}-{_own_start()}-{n}{TMP}")
+        tmp = os.path.join(self.path, f"tmp-{os.getpid()}-{own_start()}-{n}{TMP}")
         # O_DSYNC: each write returns once its data is on disk, as a write and an fsync would,
         # in one system call less (each costs the flusher the GIL; see _make_room).
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | (
@@ -617,20 +481,20 @@ class Spool:
         return entries
 
     def _claim_stale(self, path: str, name: str, mtime: float, now: float) -> bool:
-        owner = _pid_of(name, CLAIM)
+        owner = pid_of(name, CLAIM)
         if owner is None or now - mtime > STALE_CLAIM_SECONDS:
             return True
         pid, start = owner
         if pid == os.getpid():
             return path not in _held
-        return not _alive(pid, start)
+        return not alive(pid, start)
 
     def _tmp_stale(self, name: str, mtime: float, now: float) -> bool:
-        owner = _pid_of(name, "tmp-")
+        owner = pid_of(name, "tmp-")
         if owner is None or now - mtime > STALE_TMP_SECONDS:
             return True
         pid, start = owner
-        return pid != os.getpid() and not _alive(pid, start)
+        return pid != os.getpid() and not alive(pid, start)
 
     def pending(self) -> bool:
         """Whether anything may wait in the spool: at most one ``stat`` when it is empty."""
@@ -650,7 +514,7 @@ class Spool:
         except OSError:
             return False
 
-    def _claim_next(self) -> tuple[str, str] | None:
+    def claim_next(self) -> tuple[str, str] | None:
         """Claim the oldest waiting file: (its name, the claim's path), or None."""
         try:
             mtime = os.stat(self.path).st_mtime_ns  # before the scan: a later change shows
@@ -659,13 +523,13 @@ class Spool:
         ready = sorted(e.name for e in self._scan()
                        if e.name.endswith(READY) and e.name not in self._skip)
         for name in ready:
-            claim = os.path.join(self.path, f"{name}{CLAIM}{os.getpid()}-{_own_start()}")
+            claim = os.path.join(self.path, f"{name}{CLAIM}{os.getpid()}-{own_start()}")
             with _names_lock:
                 _held.add(claim)
             try:
                 os.rename(os.path.join(self.path, name), claim)
             except OSError:
-                self._release(claim)
+                self.release(claim)
                 continue  # claimed or dropped by another process
             try:
                 os.utime(claim)  # the claim's age starts now (rename keeps the old mtime)
@@ -680,100 +544,27 @@ class Spool:
         return None
 
     @staticmethod
-    def _release(claim: str) -> None:
+    def release(claim: str) -> None:
+        """The claim is given up (its file sent, renamed back or moved aside)."""
         with _names_lock:
             _held.discard(claim)
+
+    def mark_pending(self) -> None:
+        """A file waits again (a replay left part of it): the next ``pending()`` says so."""
+        with self._lock:
+            self._pending = True
+
+    def skip(self, name: str) -> None:
+        """A damaged file that could be neither moved aside nor deleted: replay passes it."""
+        self._skip.add(name)
 
     # ------------------------------------------------------------------ replay
 
     def replay(self, target: ReplayTarget) -> None:
-        """One bounded round: re-send the oldest files through ``target.send``.
-
-        Stops at the first file the service does not take completely (it stays, with only
-        what is left, for a later round) and backs off until the target delivers again
-        (``target.progress()`` grows).
-        """
+        """One bounded round: re-send the oldest files through ``target.send``
+        (``spoolreplay.Replay.round``)."""
         self._check_fork()
-        if self._retry_at and _monotonic() < self._retry_at \
-                and _progress(target) == self._delivered_mark:
-            return
-        if not self.pending():
-            return
-        files = nbytes = 0
-        while files < ROUND_FILES and nbytes < ROUND_BYTES:
-            if target.stopping():
-                return
-            claimed = self._claim_next()
-            if claimed is None:
-                break
-            files += 1
-            done, size = self._replay_file(*claimed, target)
-            nbytes += size
-            if not done:
-                self._backoff = replay_backoff(self._backoff)
-                self._retry_at = _monotonic() + self._backoff
-                self._delivered_mark = _progress(target)
-                return
-        self._retry_at = self._backoff = 0.0
-
-    def _replay_file(self, name: str, claim: str, target: ReplayTarget) -> tuple[bool, int]:
-        """Send one claimed file. (True when it is gone: delivered or quarantined, size)."""
-        try:
-            try:
-                size = os.path.getsize(claim)
-                if size > max(self.max_bytes, 4 * self.max_file_bytes):
-                    raise SpoolCorrupt(f"{size} bytes, larger than a spool file can be")
-                with open(claim, "rb") as f:
-                    data = f.read()
-                parts = decode_file(data)
-            except FileNotFoundError:
-                return True, 0  # taken back by another process as stale; it sends it
-            except (OSError, SpoolCorrupt) as exc:
-                self._quarantine(name, claim, exc, target)
-                return True, 0
-            i = 0
-            while i < len(parts):
-                # One request at a time, within the batch limits (brackets included).
-                chunk = parts[i:cut(parts, i, self.max_file_events, self.max_file_bytes)]
-                remaining = target.send(chunk)
-                i += len(chunk)
-                rest = remaining + parts[i:]
-                if not rest:
-                    break
-                # Rewrite before going on, so a crash re-sends at most the batch in flight.
-                self._write_file(claim, encode_file(rest))
-                if remaining:
-                    os.rename(claim, os.path.join(self.path, name))
-                    with self._lock:
-                        self._pending = True
-                    return False, len(data)
-            try:
-                os.unlink(claim)
-            except FileNotFoundError:
-                pass
-            return True, len(data)
-        finally:
-            self._release(claim)
-
-    def _quarantine(self, name: str, claim: str, exc: BaseException,
-                    target: ReplayTarget) -> None:
-        aside = os.path.join(self.path, name + CORRUPT)
-        try:
-            os.rename(claim, aside)
-            where = f"moved aside as {name + CORRUPT}"
-        except OSError:
-            try:
-                os.unlink(claim)
-                where = "deleted (it could not be moved aside)"
-            except OSError:
-                self._skip.add(name)
-                where = "left in place and skipped"
-        try:
-            target.count(Count.SPOOL_CORRUPT, 1)
-        except Exception:
-            pass
-        print_line(f"loghandler: dataset {shown(self.dataset)}: spool file {name} is damaged "
-                   f"({clip(str(exc), 60)}): {where}; the other files are replayed")
+        self._replay.round(target)
 
 
 _DSYNC = getattr(os, "O_DSYNC", 0)
@@ -781,10 +572,3 @@ _DSYNC = getattr(os, "O_DSYNC", 0)
 # construction because of one of these does not stop the application from starting.
 _DISK_STATES = frozenset(getattr(errno, name) for name in (
     "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EIO", "ENOENT") if hasattr(errno, name))
-
-
-def _progress(target: ReplayTarget) -> int:
-    try:
-        return int(target.progress())
-    except Exception:
-        return -1

@@ -1,8 +1,13 @@
-"""The worker: the flusher thread's loop. It takes batches from the ledger (``batches.Cutter``),
-posts each (``posting.Poster``: one request's tries through the transport, read by
-``policy.py``), splits what the service refuses (``bisector.py``) and settles the events; what
-cannot be delivered goes to ``spilling.Spiller`` (the spool, or a count), which also replays the
-spool between batches. It never holds the ledger's lock across any I/O.
+"""The worker: the flusher thread's loop, read top-down.
+
+Each pass takes a batch from the ledger (``batches.Cutter``, repeats left out by
+``batches.Repeats``) and delivers it: the split loop (``bisector.Bisection``) hands out the pieces
+to post, the poster (``posting.Poster``: one request's tries through the transport, read by
+``policy.py``) returns each piece's outcome, and the worker settles what the split loop says has
+reached it; what cannot be delivered goes to ``spilling.Spiller`` (the spool, or a count), which
+returns what is left to settle. Between batches the worker replays the spool the same way, one try
+per request (it is the spool's ``ReplayTarget``). The parts return values; none calls the worker
+back. It never holds the ledger's lock across any I/O.
 """
 
 from __future__ import annotations
@@ -10,22 +15,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from .. import _encoding as encoding
 from .._config import ShipperOptions
 from .._errors import Error, PartialIngestError
 from .._output import clip, printable
-from .batches import Chunk, Cutter, Item, encode_each
-from .bisector import bisect, conclude
-from .events import SIZE, item_events, rfc3339
+from .batches import Chunk, Cutter, Item, Repeats, encode_each
+from .bisector import Bisection, conclude
+from .events import item_events
 from .guard import _FLUSHERS, _get_ident, block_sigterm_in_this_thread
-from .ledger import SPILL_BATCHES, Fate, Flushing
+from .ledger import SPILL_BATCHES, Count, Fate, Flushing
 from .policy import Cause, Outcome, Retry
 from .posting import Poster
 from .reporter import Reporter, counted, plural
 from .shaping import Selector, make_finisher
-from .spilling import SPARE, Spiller
+from .spilling import SPARE, Settle, Spiller
 from .spool import Spool
 from .transport import Transport
 
@@ -40,7 +45,8 @@ class Worker:
     ``Worker(ledger, reporter, transport, path, dataset, options, spool)``. ``run()`` is the
     flusher thread's body; ``drain_on_this_thread()`` does the same work on a closing thread
     when no flusher can run; ``abandon()`` takes over, on a closing thread, what a flusher
-    stuck past the close deadline holds. ``poster`` and ``spiller`` are its two parts.
+    stuck past the close deadline holds. ``poster`` and ``spiller`` are its two parts; it is
+    the spool's ``ReplayTarget`` (``send``, ``stopping``, ``count``, ``progress``).
     """
 
     def __init__(self, ledger: Flushing, reporter: Reporter, transport: Transport, path: str,
@@ -48,10 +54,9 @@ class Worker:
         self.ledger = ledger
         self.reporter = reporter
         self.options = options
-        self.poster = Poster(ledger, reporter, transport, path, dataset, options,
-                             self._tell_drops)
-        self.spiller = Spiller(ledger, reporter, options, spool, self.poster, self._settle,
-                               self._recovered)
+        self.poster = Poster(ledger, reporter, transport, path, dataset, options)
+        self.spiller = Spiller(ledger, reporter, options, spool)
+        self.spool = spool
         self.reset()
 
     def reset(self) -> None:
@@ -63,21 +68,18 @@ class Worker:
                                     opts.scrub_patterns, opts.field_names)
         # Repeats (shaping.Selector) are decided here, per batch; sampling on the callers'
         # threads (sampling.py), before an event is queued.
-        self.selector = (Selector(opts.repeat_limit, opts.repeat_window, opts.field_names)
-                         if opts.repeat_limit else None)
-        # The selector's state (repeat windows) is shared with application threads that spill
-        # a full queue (spill_from_caller): held only for its CPU work, never across I/O.
-        self.select_lock = threading.Lock()
+        self.repeats = (Repeats(Selector(opts.repeat_limit, opts.repeat_window,
+                                         opts.field_names), self.ledger)
+                        if opts.repeat_limit else None)
         self.cutter = Cutter(self.ledger, opts.batch_size, opts.max_batch_bytes, opts.fields,
-                             self.finish, self._select if self.selector is not None else None)
-        # What the flusher holds while it sends, so abandon() can take it over.
-        self.posting: Chunk | None = None
-        self.stack: list[Chunk] = []
+                             self.finish, self.repeats)
+        # The split loop of the batch being delivered: what the flusher holds while it sends,
+        # so abandon() can take it over.
+        self.split: Bisection | None = None
         # The settlements of the batch being delivered, applied once its outcomes are told.
         self.deferred: list[tuple[int, Fate]] | None = None
         self.after_run: Callable[[], None] | None = None
-        # Drops at the door the stderr has told of (_tell_drops): (queue full, invalid).
-        self.told_drops = (0, 0)
+        self.last_replay = 0.0
         self.poster.reset()
         self.spiller.reset()
 
@@ -93,19 +95,19 @@ class Worker:
             encoding.set_thread_default(self.options.json_default)
         try:
             interval = self.options.flush_interval
-            if spiller.spool is not None:
+            if self.spool is not None:
                 SPARE.ensure()  # for the take-over at exit (spilling._Spare)
-            spiller.replay()
+            self.replay()
             while True:
                 force, closed = ledger.wait_for_work(interval)
-                if self.selector is not None:
-                    self._summarize(False)
+                if self.repeats is not None:
+                    self.repeats.summarize(False)
                 with self.send_lock:
                     self._send_available(partial=force or closed)
-                    if closed and self.selector is not None:
+                    if closed and self.repeats is not None:
                         # The open repeat windows end after the last queued events were
                         # selected (before, a window closed early and a new one let N more in).
-                        self._summarize(True)
+                        self.repeats.summarize(True)
                         self._send_available(partial=True)
                     self._tell_drops()
                     spiller.make_durable()
@@ -118,15 +120,14 @@ class Worker:
                                               or self._deadline_passed()):
                             spiller.make_durable()  # a last write of the application's
                             return
-                if not closed and spiller.replay_due(interval):
-                    spiller.replay()
+                if not closed and self.replay_due(interval):
+                    self.replay()
         except BaseException as exc:  # never let the thread die silently
             # What it held in flight would otherwise stay unaccounted (and flush() waiting for
             # it): counted where a bug of ours counts an event, as the handler's path does.
             lost = ledger.settle_inflight(Fate.DROPPED_INVALID)
             # Told here, with the cause: not again as drops at the door (_tell_drops).
-            full, invalid = self.told_drops
-            self.told_drops = (full, invalid + lost)
+            self.reporter.invalid_told(lost)
             self.reporter.report(Cause.INTERNAL, f"the background thread stopped on an internal "
                                                  f"error ({type(exc).__name__}: "
                                                  f"{clip(printable(str(exc)), 60)})"
@@ -165,27 +166,10 @@ class Worker:
         return d is not None and (self.spiller.gave_up or _monotonic() >= d)
 
     def _tell_drops(self) -> None:
-        """Events dropped at the door since the last look are told on stderr, once per cause
-        until delivery recovers: the caller's thread, which drops them, prints nothing."""
-        if self.reporter.exiting:
-            return  # the exit hook's summary line counts them
-        st = self.ledger.snapshot()
-        full, invalid = st.dropped_queue_full, st.dropped_invalid
-        told_full, told_invalid = self.told_drops
-        if full > told_full:
-            what = ("raise max_queue_size / max_queue_bytes"
-                    if self.options.spool_dir is not None
-                    else "raise max_queue_size or set spool_dir")
-            self.reporter.report(
-                Cause.QUEUE_FULL,
-                f"the queue is full (max_queue_size={self.options.max_queue_size:,}): "
-                f"{plural(full, 'event')} dropped{counted('dropped_queue_full')}: {what}")
-        if invalid > told_invalid:
-            self.reporter.report(
-                Cause.DROPPED_INVALID,
-                f"an internal error of loghandler lost {plural(invalid, 'event')}"
-                f"{counted('dropped_invalid')}: please report it")
-        self.told_drops = (full, invalid)
+        """Events dropped at the door since the last look, told on stderr (the caller's
+        thread, which drops them, prints nothing)."""
+        self.reporter.tell_drops(self.ledger, self.options.max_queue_size,
+                                 self.spool is not None)
 
     def _send_available(self, partial: bool) -> None:
         """Send batches until the queue is drained (or only a partial batch is left)."""
@@ -198,32 +182,15 @@ class Worker:
                 if batch is None:
                     break
                 if spill:  # taken for the spool
-                    spiller.fail(batch, Outcome.RETRIES_EXHAUSTED, None, spill=True)
+                    self._settle_failed(spiller.fail(batch, Outcome.RETRIES_EXHAUSTED, None,
+                                                     spill=True))
                     continue
                 self._deliver(batch)
         finally:
             if cutter.carry:  # only when the close deadline cut the loop short
                 carry = cutter.carry[:]
                 cutter.carry.clear()
-                spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None)
-
-    def _select(self, events: list[Item]) -> list[Item]:
-        # Repeats (shaping.Selector; wire items too): what it drops is settled at once, with
-        # its reason; a repeat window's summary is queued as an event of its own.
-        assert self.selector is not None
-        with self.select_lock:
-            kept, repeats, summaries = self.selector.select(cast("list[dict[str, Any]]", events))
-        if repeats:
-            self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
-        self._queue_summaries(summaries)
-        return cast("list[Item]", kept)
-
-    def _summarize(self, closed: bool) -> None:
-        assert self.selector is not None
-        with self.select_lock:
-            summaries = (self.selector.flush_all() if closed
-                         else self.selector.expired(_monotonic()))
-        self._queue_summaries(summaries)
+                self._settle_failed(spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None))
 
     def spill_from_caller(self, first: int, items: list[Any]) -> None:
         """On an application thread, outside the ledger's lock: the oldest events of a full
@@ -236,14 +203,9 @@ class Worker:
         ledger = self.ledger
         opts = self.options
         with encoding.using_default(opts.json_default):
-            events = item_events(items, opts.fields, self.finish)
-            if self.selector is not None:
-                with self.select_lock:
-                    kept, repeats, summaries = self.selector.select(events)
-                if repeats:
-                    ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
-                self._queue_summaries(summaries)
-                events = kept
+            events: list[Item] = item_events(items, opts.fields, self.finish)
+            if self.repeats is not None:
+                events = self.repeats.select(events, first)
             parts = encode_each(events)
         limit = opts.max_batch_bytes
         if any(2 + len(p) > limit for p in parts):  # no request could ever carry it
@@ -253,39 +215,31 @@ class Worker:
         if parts:
             self.spiller.write_from_caller(first, parts)
 
-    def _queue_summaries(self, summaries: list[dict[str, Any]]) -> None:
-        for event in summaries:
-            event["_time"] = rfc3339(time.time())
-            event[SIZE] = size = 600
-            self.ledger.add_own(event, size)
-
     def _deliver(self, batch: Chunk) -> None:
+        """Post ``batch`` until each of its events has a final outcome, halving what the
+        service refuses (``Bisection``), and settle them; the settlements wait until the
+        batch's outcomes are reported: a flush() waiting for these events returns after
+        on_error has been called for them, not before."""
         spiller = self.spiller
         if spiller.to_disk_now():
-            spiller.fail(batch, Outcome.RETRIES_EXHAUSTED, None)
+            self._settle_failed(spiller.fail(batch, Outcome.RETRIES_EXHAUSTED, None))
             return
         opts = self.options
+        retry = Retry(opts.max_retries, opts.retry_backoff, opts.max_retry_delay)
         give_up = spiller.give_up_on()
-
-        def post(chunk: Chunk) -> tuple[Outcome, Error | None]:
-            return self.poster.post(chunk, Retry(opts.max_retries, opts.retry_backoff,
-                                                 opts.max_retry_delay), give_up=give_up)
-
-        # The batch's settlements wait until its outcomes are reported: a flush() waiting for
-        # these events returns after on_error has been called for them, not before.
         deferred: list[tuple[int, Fate]] = []
         self.deferred = deferred
+        split = self.split = Bisection(batch)
         try:
-            _, tally = bisect(batch, post, self._settle_delivery, track=self._track)
-            conclude(self.reporter, tally, replay=False)
+            while (piece := split.next()) is not None:
+                outcome, error = self.poster.post(piece, retry, give_up=give_up)
+                for done in split.told(outcome, error):
+                    self._settle_delivery(done, outcome, error)
+            conclude(self.reporter, split.tally, replay=False)
         finally:
             self.deferred = None
             for n, fate in deferred:
                 self.ledger.settle(n, fate)
-
-    def _track(self, stack: list[Chunk], posting: Chunk | None) -> None:
-        self.stack = stack
-        self.posting = posting
 
     def _settle(self, n: int, fate: Fate) -> None:
         # During a delivery, after its outcomes are reported (_deliver); at once otherwise.
@@ -294,7 +248,12 @@ class Worker:
         else:
             self.ledger.settle(n, fate)
 
-    def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+    def _settle_failed(self, left: Settle) -> None:
+        """What ``Spiller.fail`` did not spool: settled with its fate."""
+        if left is not None:
+            self._settle(*left)
+
+    def _settle_delivery(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> None:
         if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
             failed = error.failed if isinstance(error, PartialIngestError) else 0
             self._settle(len(chunk) - failed, Fate.DELIVERED)
@@ -305,8 +264,7 @@ class Worker:
             assert outcome.fate is not None
             self._settle(len(chunk), outcome.fate)
         else:
-            self.spiller.fail(chunk, outcome, error)
-        return True
+            self._settle_failed(self.spiller.fail(chunk, outcome, error))
 
     def _recovered(self) -> None:
         self.spiller.recovered()
@@ -320,7 +278,8 @@ class Worker:
         """The close deadline passed: spool or drop everything still queued, at once."""
         items = self.ledger.drain()
         if items:
-            self.spiller.fail(Chunk(self._events(items)), Outcome.SHUTDOWN, None)
+            self._settle_failed(self.spiller.fail(Chunk(self._events(items)), Outcome.SHUTDOWN,
+                                                  None))
 
     def abandon(self) -> None:
         """The flusher is stuck past the deadline (in a request to a service that never answers,
@@ -331,12 +290,84 @@ class Worker:
         if taken is None:
             return
         n, queued = taken
-        posting = self.posting
+        split = self.split
         # The request under way (sent, no answer yet): its events may be stored already.
-        sent = posting is not None and self.poster.in_request
-        held = [c for c in (posting, *reversed(self.stack)) if c is not None]
+        sent = split is not None and split.posting is not None and self.poster.in_request
+        held = split.held() if split is not None else []
         # Pieces of the batch already answered, whose settlements wait for the batch's end
         # (_deliver): their fates are known, and count as such.
         deferred = list(self.deferred or ())
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
                                posting=sent, settled=deferred, first=first)
+
+    # ------------------------------------------------------------------ the spool's replay
+
+    def replay_due(self, interval: float) -> bool:
+        """Whether a replay round is due: a spool, and ``interval`` seconds since the last.
+        Time-based, not on idle wake-ups only: under steady load the flusher is never idle,
+        and the spool must still drain, interleaved with new events."""
+        return self.spool is not None and _monotonic() - self.last_replay >= interval
+
+    def replay(self) -> None:
+        """One round: re-send spooled batches, oldest first, one file at a time, while
+        delivery works (``Spool.replay``, which sends through ``send``)."""
+        spool = self.spool
+        self.last_replay = _monotonic()
+        if spool is None or self.ledger.closed:
+            return
+        try:
+            spool.replay(self)
+        except Exception as exc:
+            self.reporter.report(Cause.SPOOL_REPLAY, f"could not replay the spool "
+                                                     f"({clip(printable(str(exc)), 80)}): check "
+                                                     "spool_dir's files and permissions")
+            self.reporter.error(exc)
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        """Send encoded events read back from the spool, one attempt per request.
+
+        Returns what is still undelivered (empty when done). Events the service refuses for
+        good (400 / 413 down to one event, other client errors, turned down in a 2xx ingest
+        status or in one that cannot be read) are counted in ``replay_rejected`` and not
+        returned.
+        """
+        opts = self.options
+        retry = Retry(0, opts.retry_backoff, opts.max_retry_delay)
+        split = Bisection(Chunk(parts=parts))
+        left: list[Chunk] = []
+        while not left and (piece := split.next()) is not None:
+            outcome, error = self.poster.post(piece, retry, patient=False)
+            done = split.told(outcome, error)
+            for i, chunk in enumerate(done):
+                if not self._settle_replay(chunk, outcome, error):
+                    left = [*done[i:], *split.waiting()]
+                    break
+        conclude(self.reporter, split.tally, replay=True)
+        return [part for c in left for part in c.as_parts()]
+
+    def _settle_replay(self, chunk: Chunk, outcome: Outcome, error: Error | None) -> bool:
+        """Count a replayed piece's final outcome; False: not delivered, the rest waits."""
+        ledger = self.ledger
+        if outcome is Outcome.DELIVERED or outcome is Outcome.PARTIAL:
+            failed = error.failed if isinstance(error, PartialIngestError) else 0
+            ledger.count(Count.REPLAYED, len(chunk) - failed)
+            ledger.count(Count.REPLAY_REJECTED, failed)
+            self._recovered()
+            return True
+        if outcome.splits or outcome in (Outcome.CLIENT_ERROR, Outcome.UNREADABLE):
+            ledger.count(Count.REPLAY_REJECTED, len(chunk))
+            if outcome is Outcome.CLIENT_ERROR and error is not None:
+                self.reporter.error(error)
+            return True
+        return False
+
+    def stopping(self) -> bool:
+        """Whether the shipper is closing (replay stops between files)."""
+        return self.ledger.closed
+
+    def count(self, counter: Count, n: int = 1) -> None:
+        self.ledger.count(counter, n)
+
+    def progress(self) -> int:
+        """Events delivered so far: grows when the service takes events again."""
+        return self.ledger.delivered()
