@@ -416,11 +416,6 @@ class LedgerState:
         write of the flusher takes a few of those)."""
         self._spilling = spilling
         self._wake_len, self._wake_bytes = self._max_batch, 2 * self._max_batch_bytes
-        # At half a queue smaller than that: between forced wakes the flusher sends only full
-        # batches (_partial_owed_locked), and a queue that a batch never fills would overflow
-        # while it waits out flush_interval.
-        self._wake_len = max(1, min(self._wake_len, self._half_len))
-        self._wake_bytes = max(1, min(self._wake_bytes, self._half_bytes))
         if self._spill_ok:
             self._wake_len = max(1, min(self._wake_len, self._max_size // 4))
             self._wake_bytes = max(1, min(self._wake_bytes, self._max_bytes // 4))
