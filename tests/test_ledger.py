@@ -218,6 +218,17 @@ class TestFlushing:
         ledger.begin_close(time.monotonic() + 5, False)
         assert [e["i"] for e in ledger.take(5, partial=True) or []] == [9]
 
+    def test_a_half_full_queue_smaller_than_a_batch_is_taken_partial(self) -> None:
+        """A queue a batch never fills: once it is half full, the round goes on taking it (it
+        would overflow while the flusher waited for the next forced wake)."""
+        ledger, _ = make(batch_size=500, max_queue_size=10)
+        for i in range(4):
+            ledger.offer(event(i), 600)
+        assert ledger.take(500, partial=True) is None
+        ledger.offer(event(4), 600)
+        assert ledger.take(500, partial=False) is None  # not a full batch
+        assert [e["i"] for e in ledger.take(500, partial=True) or []] == [0, 1, 2, 3, 4]
+
     def test_take_by_bytes_takes_at_least_one(self) -> None:
         ledger, _ = make(batch_size=100)
         for i in range(5):

@@ -438,8 +438,11 @@ class LedgerState:
         so on: while the application logged, one request after another, each carrying what a
         request's round trip let in (measured: about 120 events a request at full speed,
         natively; a handful under valgrind or on a busy host), each paying the request's fixed
-        cost (some 1 M instructions: docs/performance.md)."""
-        return self._force or self._closed or self._taken < self._owed_through
+        cost (some 1 M instructions: docs/performance.md). Also while the queue is half full
+        (``pressed``): a queue smaller than a batch is never full by the wake marks, and would
+        overflow while the flusher waited."""
+        return (self._force or self._closed or self._taken < self._owed_through
+                or len(self._queue) >= self._half_len or self._queue_bytes >= self._half_bytes)
 
     def _update_fast_path_locked(self) -> None:
         """Set the queue length under which ``Intake.offer`` may skip the lock (the gate's
