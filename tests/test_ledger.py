@@ -187,13 +187,53 @@ class TestFlushing:
         for i in range(3):
             ledger.offer(event(i), 600)
         assert ledger.take(5, partial=False) is None
+        assert ledger.wait_for_work(0) == (True, False)  # flush_interval passed: forced
         assert [e["i"] for e in ledger.take(5, partial=True) or []] == [0, 1, 2]
         assert ledger.take(5, partial=True) is None  # nothing left
+
+    def test_a_partial_batch_only_for_what_was_queued_when_forced(self) -> None:
+        """Issue 49: what is logged while the forced batch is sent waits for the next forced
+        wake (flush_interval) or a full batch, not a request of its own at once; flush() and
+        close() make a partial batch owed again."""
+        ledger, _ = make(batch_size=5)
+        ledger.offer(event(0), 600)
+        assert ledger.take(5, partial=True) is None  # not forced yet: it waits
+        assert ledger.wait_for_work(0) == (True, False)
+        ledger.offer(event(1), 600)  # queued after the wake, before the take: taken with it
+        assert [e["i"] for e in ledger.take(5, partial=True) or []] == [0, 1]
+        ledger.offer(event(2), 600)  # logged while that batch was sent
+        assert ledger.take(5, partial=True) is None
+        for i in range(3, 7):
+            ledger.offer(event(i), 600)
+        assert [e["i"] for e in ledger.take(5, partial=False) or []] == [2, 3, 4, 5, 6]
+        ledger.offer(event(7), 600)
+        assert ledger.take(5, partial=True) is None
+        ledger.begin_flush(lambda: True)  # a flush() before the flusher wakes: owed at once
+        assert [e["i"] for e in ledger.take(5, partial=True) or []] == [7]
+        ledger.offer(event(8), 600)
+        assert ledger.wait_for_work(0) == (True, False)  # the flush's wake: 8 is owed too
+        assert [e["i"] for e in ledger.take(5, partial=True) or []] == [8]
+        ledger.offer(event(9), 600)
+        assert ledger.take(5, partial=True) is None
+        ledger.begin_close(time.monotonic() + 5, False)
+        assert [e["i"] for e in ledger.take(5, partial=True) or []] == [9]
+
+    def test_a_half_full_queue_smaller_than_a_batch_is_taken_partial(self) -> None:
+        """A queue a batch never fills: once it is half full, the round goes on taking it (it
+        would overflow while the flusher waited for the next forced wake)."""
+        ledger, _ = make(batch_size=500, max_queue_size=10)
+        for i in range(4):
+            ledger.offer(event(i), 600)
+        assert ledger.take(500, partial=True) is None
+        ledger.offer(event(4), 600)
+        assert ledger.take(500, partial=False) is None  # not a full batch
+        assert [e["i"] for e in ledger.take(500, partial=True) or []] == [0, 1, 2, 3, 4]
 
     def test_take_by_bytes_takes_at_least_one(self) -> None:
         ledger, _ = make(batch_size=100)
         for i in range(5):
             ledger.offer(event(i, 1000), 1000)
+        ledger.wait_for_work(0)  # forced: a partial batch is owed
         assert len(ledger.take(100, True, max_bytes=2500) or []) == 2
         assert len(ledger.take(100, True, max_bytes=10) or []) == 1
 

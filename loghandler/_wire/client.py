@@ -116,6 +116,9 @@ class Client:
         # None: HTTP through this client's own pool (the default transport, ``_send_http``).
         self._transport = transport
         self._pool: urllib3.PoolManager | None = None
+        # Per URL sent to, what the PoolManager would work out on every request (the URL
+        # parsed, its host's pool, a Retry of no retries): (manager, pool, request URI, retries).
+        self._targets: dict[str, tuple[Any, Any, str, Any]] = {}
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
         self.views = Views(self)
@@ -170,12 +173,15 @@ class Client:
         # the child, so never touch them here, just forget them and let the child open its own
         # (and take a new lock: the parent's may have been held at fork).
         self._pool = None
+        self._targets = {}
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
 
     def close(self) -> None:
         """Close pooled connections. The client can still be used afterwards (it reconnects)."""
         pool, self._pool = self._pool, None
+        # urllib3 closes a host's connections when its pool is collected: keep none of them.
+        self._targets = {}
         if pool is not None:
             pool.clear()
 
@@ -230,15 +236,21 @@ class Client:
         limit_s = self._settings.timeout if timeout is None else min(
             max(0.001, timeout), self._settings.timeout)
         urllib3 = lazy_module("urllib3")
+        manager = self._get_pool()
+        target = self._targets.get(url)
+        if target is None or target[0] is not manager:
+            target = self._target(manager, url)
+        _, host_pool, uri, no_retries = target
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit_s, 10.0), read=limit_s)
         watch = watchdog.arm(time.monotonic() + limit_s)
         try:
             try:
-                resp = self._get_pool().urlopen(
-                    method, url, body=body, headers=all_headers, redirect=False,
-                    retries=False, preload_content=False, **kwargs,
+                resp = host_pool.urlopen(
+                    method, uri, body=body, headers=all_headers, redirect=False,
+                    assert_same_host=False, retries=no_retries, preload_content=False,
+                    **kwargs,
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 # The socket's read time-out and the watchdog bound the same wait: whichever
@@ -273,6 +285,23 @@ class Client:
             raw = raw[:max_bytes]
         return Answer.of(resp.status, resp.headers, _parse_body(raw), complete=complete,
                          limit=limit)
+
+    def _target(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, Any, str, Any]:
+        """What ``PoolManager.urlopen`` works out for ``url`` on every request (a tenth of a
+        shipper's request, measured: docs/performance.md), worked out once: the host's pool
+        (only this client's own host, so the manager never evicts it), the request URI, and
+        ``retries=False`` as the pool reads it (a Retry never changed: increment() makes a new
+        one). Kept per URL (a few: the datasets sent to, the query paths), and anew with a
+        new manager (after close() or a fork)."""
+        urllib3 = lazy_module("urllib3")
+        parsed = urllib3.util.parse_url(url)
+        target = (manager, manager.connection_from_host(parsed.host, port=parsed.port,
+                                                        scheme=parsed.scheme),
+                  parsed.request_uri, urllib3.util.Retry(False, redirect=False))
+        if len(self._targets) >= 64:  # bounded: a client asked for many datasets' paths
+            self._targets.clear()
+        self._targets[url] = target
+        return target
 
     def _too_slow(self, limit: float) -> str:
         return f"no answer from {self._settings.url} within {limit:.3g} s"

@@ -36,14 +36,15 @@ class Flushing(LedgerState):
         """Take up to ``limit`` accounted events from the front into flight, and (when given)
         up to ``max_bytes`` of their estimated sizes (at least one event).
 
-        None when there is nothing to take, or (unless ``partial``) less than a full batch.
+        None when there is nothing to take, or less than a full batch unless ``partial`` and
+        such a batch is owed (``_partial_owed_locked``).
         """
         with self._lock:
             self._account_locked()
             # Only accounted events are taken: the fast path may append more meanwhile.
             n = self._accounted - self._taken
-            if n <= 0 or (not partial and n < self._wake_len
-                          and self._queue_bytes < self._wake_bytes):
+            if n <= 0 or ((not partial or not self._partial_owed_locked())
+                          and n < self._wake_len and self._queue_bytes < self._wake_bytes):
                 return None
             take = min(limit, n)
             if take <= 0:
@@ -218,6 +219,8 @@ class Flushing(LedgerState):
             self._wake_pending = False
             self._update_fast_path_locked()
             force, self._force = self._force or timed_out, False
+            if force:  # what is queued now is owed a request, partial or not (take)
+                self._owed_through = self._taken + len(self._queue)
             return force, self._closed
 
     def flusher_gone(self) -> None:

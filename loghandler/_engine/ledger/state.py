@@ -74,6 +74,7 @@ class LedgerState:
         "_on_late",
         "_on_put",
         "_overflow",
+        "_owed_through",
         "_paused_until",
         "_pressure",
         "_progress",
@@ -146,6 +147,9 @@ class LedgerState:
         self._side_paused = False  # the spool failed: a full queue drops again (overflow)
         self._wake_pending = False
         self._force = False
+        # Partial batches are sent for events up to this sequence number (those queued when
+        # the flusher was last forced): see _partial_owed_locked.
+        self._owed_through = 0
         self._closed = False
         self._close_deadline: float | None = None
         self._close_what = "shutdown_timeout"  # the bound in force, for messages
@@ -423,6 +427,22 @@ class LedgerState:
         extra = SPILL_BATCHES if spilling else 0
         self._limit_len = self._max_size + extra * self._max_batch
         self._limit_bytes = self._max_bytes + extra * self._max_batch_bytes
+
+    def _partial_owed_locked(self) -> bool:
+        """Whether a batch short of the wake marks may be taken now: when the flusher was
+        forced (``flush_interval`` passed, ``flush()``, ``close()``) and events queued at that
+        moment are still waiting (``_owed_through``, set by ``Flushing.wait_for_work``), or a
+        flush()/close() is pending. Events queued since wait for the next forced wake, at most
+        ``flush_interval`` later, or a full batch. Without this rule the flusher, sending
+        what was queued, found the events logged during that request and sent them too, and
+        so on: while the application logged, one request after another, each carrying what a
+        request's round trip let in (measured: about 120 events a request at full speed,
+        natively; a handful under valgrind or on a busy host), each paying the request's fixed
+        cost (some 1 M instructions: docs/performance.md). Also while the queue is half full
+        (``pressed``): a queue smaller than a batch is never full by the wake marks, and would
+        overflow while the flusher waited."""
+        return (self._force or self._closed or self._taken < self._owed_through
+                or len(self._queue) >= self._half_len or self._queue_bytes >= self._half_bytes)
 
     def _update_fast_path_locked(self) -> None:
         """Set the queue length under which ``Intake.offer`` may skip the lock (the gate's
