@@ -16,7 +16,7 @@
  *   a record's way     the queue item of a record
  *   an event's way     sampling, the item, hold-until-error, the queue (FrontEnd._queue's twin)
  *   the flusher        _time and level formatted, item_events (format_items), items_size,
- *                      wire_view, admit_repeats
+ *                      admit_repeats
  *   handle             IngestHandler.handle for the common record
  *   the other fronts   IngestProcessor, IngestSink, IngestLogRecordProcessor's calls
  *   the module         configure, front_method, the method table
@@ -119,7 +119,7 @@ typedef struct {
     PyObject *context_var;         /* context.VAR: the merged fields of the current context */
     PyObject *span_source;         /* context.span_source */
     PyObject *head_set;            /* frozenset of the event keys of the head */
-    PyObject *loads;               /* json.loads, for wire_view's values other than str */
+    PyObject *loads;               /* json.loads, for admit_repeats' values other than str */
     /* The other front ends (the other fronts): structlog's method names' levels and the keys its
      * careful path must see; time.time; loguru's record read for the head (model.HEAD's
      * loguru columns: (key, attribute or None) by record attribute); hold.level_number. */
@@ -2649,7 +2649,8 @@ items_size(PyObject *module, PyObject *items)
     return PyLong_FromSsize_t(total);
 }
 
-/* wire_view's fallback, the reference itself: the item decoded whole, the names picked. */
+/* The reference's reading of an item that is not the flat object the writer makes: the item
+ * decoded whole, the names picked. */
 static PyObject *
 view_whole(State *st, PyObject *item, PyObject *names)
 {
@@ -2691,97 +2692,6 @@ string_end(const char *s, Py_ssize_t i, Py_ssize_t n, int *escaped)
         i = j + 1;
     }
     return -1;
-}
-
-/* wire_view(item, names) -> dict: the fields of a wire item among names, decoded (what the
- * flusher's selector reads of it: events.wire_view, whose reference decodes it whole). A wire
- * item is a flat JSON object (its values are plain): the members are walked, and only the
- * values asked for are decoded; anything unexpected is the reference's. */
-static PyObject *
-wire_view(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    State *st = get_state(module);
-    if (!st->configured)
-        return not_configured();
-    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "wire_view(item: bytes, names: tuple)");
-        return NULL;
-    }
-    PyObject *item = args[0], *names = args[1];
-    Py_ssize_t count = PyTuple_GET_SIZE(names);
-    const char *wanted[8];
-    Py_ssize_t wanted_len[8];
-    if (count > 8)
-        return view_whole(st, item, names);
-    for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *name = PyTuple_GET_ITEM(names, k);
-        if (!PyUnicode_CheckExact(name) ||
-            (wanted[k] = PyUnicode_AsUTF8AndSize(name, &wanted_len[k])) == NULL) {
-            PyErr_Clear();
-            return view_whole(st, item, names);
-        }
-    }
-    const char *s = PyBytes_AS_STRING(item);
-    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
-    PyObject *out = PyDict_New();
-    if (out == NULL)
-        return NULL;
-    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
-        goto whole;
-    if (n == 2)
-        return out;
-    for (;;) {
-        int escaped;
-        if (i >= n || s[i] != '"')
-            goto whole;
-        Py_ssize_t key_end = string_end(s, i, n, &escaped);
-        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
-            goto whole;
-        const char *key = s + i + 1;
-        Py_ssize_t key_len = key_end - i - 2;
-        Py_ssize_t v = key_end + 1, v_end;
-        int value_escaped = 0, is_str = v < n && s[v] == '"';
-        if (is_str)
-            v_end = string_end(s, v, n, &value_escaped);
-        else {
-            v_end = v;
-            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
-                v_end++;
-        }
-        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
-            goto whole;
-        for (Py_ssize_t k = 0; k < count; k++) {
-            if (wanted_len[k] != key_len || memcmp(wanted[k], key, key_len) != 0)
-                continue;
-            PyObject *value;
-            if (is_str && !value_escaped)
-                value = PyUnicode_DecodeUTF8(s + v + 1, v_end - v - 2, NULL);
-            else {
-                PyObject *raw = PyBytes_FromStringAndSize(s + v, v_end - v);
-                value = raw == NULL ? NULL : PyObject_CallOneArg(st->loads, raw);
-                Py_XDECREF(raw);
-            }
-            if (value == NULL) {
-                if (!PyErr_ExceptionMatches(PyExc_Exception))
-                    goto error;
-                PyErr_Clear();
-                goto whole;
-            }
-            int r = PyDict_SetItem(out, PyTuple_GET_ITEM(names, k), value);
-            Py_DECREF(value);
-            if (r < 0)
-                goto error;
-        }
-        if (s[v_end] == '}')
-            return v_end == n - 1 ? out : (Py_DECREF(out), view_whole(st, item, names));
-        i = v_end + 1;
-    }
-whole:
-    Py_DECREF(out);
-    return view_whole(st, item, names);
-error:
-    Py_DECREF(out);
-    return NULL;
 }
 
 /* A JSON string's value (s[v] is its opening quote, s[v_end - 1] its closing one) or another
@@ -2899,7 +2809,7 @@ wire_repeat_key(State *st, PyObject *item, PyObject *names, const char **wanted,
         PyTuple_SET_ITEM(*key, j, parts[j]);
     return 1;
 whole:;
-    /* Not the flat object the writer makes: the reference's reading (wire_view's). */
+    /* Not the flat object the writer makes: the reference's reading (events.wire_view's). */
     PyObject *view = view_whole(st, item, names);
     if (view == NULL)
         return -1;
@@ -4070,8 +3980,6 @@ static PyMethodDef methods[] = {
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
      "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
      "ended): Selector._admit over a batch (shaping.py)."},
-    {"wire_view", (PyCFunction)(void (*)(void))wire_view, METH_FASTCALL,
-     "wire_view(item, names) -> dict: the fields of a wire item among names, decoded."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,

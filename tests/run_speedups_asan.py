@@ -9,7 +9,7 @@ sanitizers' runtimes preloaded: runs ``tests/test_speedups.py``, ``test_speedups
 and the event-model tests against that build, and fuzzes the extension's functions directly
 with hypothesis (arbitrary record dicts: any keys, nested values, formats that fail, non-dicts;
 wire items of real shippers of every kind and malformed ones; contexts; the handler's and the
-structlog processor's compiled calls with every policy; wire_view and admit_repeats). Any
+structlog processor's compiled calls with every policy; admit_repeats). Any
 report aborts with a non-zero exit. Needs gcc and its sanitizer runtimes (Debian's gcc has
 them).
 """
@@ -120,11 +120,6 @@ def fuzz(extra, keep_base, msg, which, context_fields):
     ext.format_record(extra)
     ext.format_items([d, extra, 1, None], (("k", 1),), True, None, None, lambda i: i, 0)
     items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
-    for item in items + [b"{}", b'{"a":', b'{"message":"x\\"y","level":1}', b"[]"]:
-        try:
-            ext.wire_view(item, ("message", "event", "logger", "level", "_time"))
-        except ValueError:
-            pass
     ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
                       else items, {}, 1.0, 60.0, 1, 2, ("message", "event", "logger", "level"))
     queue.clear()

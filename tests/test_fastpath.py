@@ -101,3 +101,45 @@ def test_the_item_plan_is_none_when_the_flusher_must_see_each_event() -> None:
         assert plan.fragment == b',"env":"prod"'
     finally:
         handler.close()
+
+
+@pytest.mark.skipif(PURE, reason="the extension is configured on the compiled path only")
+def test_the_attribute_c_reads_is_the_one_configure_names() -> None:
+    """C reads a front end's fast path under the name configure() hands it
+    (fastpath.ATTRIBUTE), not a name of its own: configured with another name, the compiled
+    call finds no fast path there and hands every call to its Python twin; with the table's, it
+    takes the event itself."""
+    module = _fresh_extension()
+    table = compiled.table()
+    python_calls: list[Any] = []
+
+    def twin(self: Any, logger: Any, method: str, event_dict: dict[str, Any],
+             sampled: bool = False) -> dict[str, Any]:
+        python_calls.append(event_dict)
+        return event_dict
+
+    opts: dict[str, Any] = dict(token="t", url="http://127.0.0.1:9", flush_interval=3600)
+    processor = IngestProcessor("d", **opts)
+    try:
+        queue = processor.shipper.intake.queue
+        for name, by_python in (("no_such_attribute", True), (fastpath.ATTRIBUTE, False)):
+            module.configure(**{**table, "fast_path_attribute": name})
+            call = module.front_method("processor_call", twin)
+            before, calls = len(queue), len(python_calls)
+            call(processor, None, "info", {"event": "hello", "n": 1})
+            assert (len(python_calls) == calls + 1) is by_python, name
+            assert (len(queue) == before + 1) is not by_python, name
+    finally:
+        processor.close()
+
+
+def test_c_names_no_private_attribute_of_the_package() -> None:
+    """Every string literal of _speedups.c that starts with an underscore is an event key
+    (``_time``), a NamedTuple's ``_fields`` or OpenTelemetry's ``BoundedAttributes._dict``
+    (its Python twin reads it too, otel.py): a private name of ours comes from configure()."""
+    import re
+    from pathlib import Path
+
+    source = (Path(fastpath.__file__).parents[1] / "_speedups.c").read_text()
+    literals = set(re.findall(r'"(_[A-Za-z_]+)', source.replace('\\"', "")))
+    assert literals == {"_time", "_fields", "_dict"}

@@ -840,26 +840,6 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
     assert runs[0] == runs[1]
 
 
-@settings(max_examples=500, deadline=None)
-@given(event=st.dictionaries(st.one_of(st.text(max_size=6), st.sampled_from(
-    ["message", "event", "logger", "level", "_time"])), PLAIN_VALUES, max_size=8),
-       names=st.lists(st.sampled_from(["message", "event", "logger", "level", "_time", "x",
-                                       "é"]), max_size=5, unique=True))
-def test_wire_view_reads_what_the_json_holds(event: dict[str, Any], names: list[str]) -> None:
-    """wire_view (the selector's reading of a wire item) gives what decoding the whole JSON
-    gives, for the names asked; a value that is not a plain string too."""
-    from loghandler._engine.events import _wire_view
-
-    item = encode(event)
-    got = EXT.wire_view(item, tuple(names))
-    want = _wire_view(item, tuple(names))
-    assert got.keys() == want.keys()
-    for k in got:
-        assert got[k] == want[k] or (got[k] != got[k] and want[k] != want[k])
-    with pytest.raises(ValueError):  # not JSON: the reference's error
-        EXT.wire_view(b'{"a":1,}', ("a",))
-
-
 def test_nan_beside_non_ascii_ships_the_same_bytes_on_both_paths(
         wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
     """Issue 35.8: an event with NaN or infinity beside non-ASCII text is the same bytes

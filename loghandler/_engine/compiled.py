@@ -57,7 +57,6 @@ __all__ = [
     "record_put",
     "speedups",
     "table",
-    "wire_view",
 ]
 
 # The decision, read by the modules named in the docstring (None: the Python twin runs).
@@ -66,7 +65,6 @@ otel_put: Callable[..., bool] | None = None  # an OpenTelemetry record read and 
 record_put: Callable[..., Any] | None = None
 format_record: Callable[[dict[Any, Any]], bool] | None = None
 items_size: Callable[[list[Any]], int] | None = None
-wire_view: Callable[[bytes, tuple[str, ...]], dict[str, Any]] | None = None
 # gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL; None on the Python
 # path or when it was not built (no zlib headers), and zlib's module does it.
 gzip_compress: Callable[[bytes, int], bytes] | None = None
@@ -152,7 +150,7 @@ def front_method(kind: str, python: Callable[..., Any]) -> Any:
 
 
 def _load() -> bool:
-    global speedups, record_put, format_record, items_size, wire_view, gzip_compress
+    global speedups, record_put, format_record, items_size, gzip_compress
     global WHY_PYTHON, otel_put
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
@@ -173,7 +171,6 @@ def _load() -> bool:
     record_put = module.record_put
     format_record = module.format_record
     items_size = module.items_size
-    wire_view = module.wire_view
     otel_put = module.otel_put
     return True
 
