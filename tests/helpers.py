@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import logging
 import threading
@@ -62,18 +63,26 @@ def body_events(raw: bytes, headers: Mapping[str, str]) -> Any:
     return json.loads(body)
 
 
+_RECEIVERS = itertools.count(1)
+
+
 class Receiver:
     """Records every ingest request; answers from a script of statuses, then 200."""
 
     def __init__(self, server: HTTPServer) -> None:
         self.server = server
-        self.url = server.url_for("").rstrip("/")
+        # Each receiver answers under a path of its own on the session's one server: a shipper
+        # an earlier test left retrying (its close timed out on a starved host) must not
+        # deliver its events into a later test's receiver on the same port.
+        self.prefix = f"/r{next(_RECEIVERS)}"
+        self.url = server.url_for(self.prefix).rstrip("/")
         self.lock = threading.Lock()
         self.events: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.script: list[Any] = []
         self.arrived = threading.Condition(self.lock)
-        server.expect_request("/v1/datasets/ds/ingest", method="POST").respond_with_handler(
+        server.expect_request(self.prefix + "/v1/datasets/ds/ingest",
+                              method="POST").respond_with_handler(
             self._handle
         )
 

@@ -100,7 +100,8 @@ class TestBatching:
         receiver.server.clear()
         from werkzeug import Response
 
-        receiver.server.expect_request("/v1/datasets/ds/ingest").respond_with_handler(
+        receiver.server.expect_request(
+            receiver.prefix + "/v1/datasets/ds/ingest").respond_with_handler(
             lambda r: captured.append(r.get_data()) or Response("{}", 200))
         s = make(receiver.url)
         s.submit({"a": 1})
@@ -347,7 +348,8 @@ class TestRetries:
 
     def test_404_names_the_dataset(self, receiver, capfd):
         """A missing dataset is one clear line naming it; not retried."""
-        receiver.server.expect_request("/v1/datasets/nope/ingest").respond_with_json(
+        receiver.server.expect_request(
+            receiver.prefix + "/v1/datasets/nope/ingest").respond_with_json(
             {"message": "dataset not found"}, status=404)
         s = Shipper(Client(TOKEN, url=receiver.url), "nope", flush_interval=0.05)
         for i in range(3):
