@@ -8,10 +8,10 @@ purpose, one scripted behaviour per request, then ``default`` (normally a plain 
         handler = IngestHandler("ds", url=srv.url, token="t", ...)
 
 Behaviours are small frozen values built by the functions below (``status``, ``retry_after``,
-``retry_after_date``, ``sleep``, ``hang_up``, ``reset``, ``half_response``). Two checks apply to
-every request whatever the script says, because they depend on the body: a decoded body bigger
-than ``max_body`` gets 413, and a batch holding an event with ``"poison": true`` gets 400. Neither
-stores anything.
+``retry_after_date``, ``sleep``, ``hang_up``, ``reset``, ``closed_idle``, ``half_response``).
+Two checks apply to every request whatever the script says, because they depend on the body: a
+decoded body bigger than ``max_body`` gets 413, and a batch holding an event with
+``"poison": true`` gets 400. Neither stores anything.
 
 Every stored event is kept, parsed and in arrival order, in ``events`` (or only its
 ``keep_field`` value, for long soaks); every request is kept in ``requests`` with its arrival
@@ -41,6 +41,7 @@ __all__ = [
     "FaultServer",
     "RandomFaults",
     "Request",
+    "closed_idle",
     "half_response",
     "hang_up",
     "reset",
@@ -61,7 +62,8 @@ class Behaviour:
 
     ``kind``: ``status`` (answer ``code``), ``sleep`` (wait ``seconds``, then hang up or answer),
     ``hang_up`` (read the request, close without a word), ``reset`` (read part of the body, then
-    RST), ``half`` (store, then send headers promising a body and close halfway).
+    RST), ``closed_idle`` (RST at once, the request unread), ``half`` (store, then send headers
+    promising a body and close halfway).
     ``store``: whether the events are stored before the misbehaviour; storing and then failing
     to tell the client is exactly the case where a retry duplicates events.
     """
@@ -116,6 +118,14 @@ def hang_up() -> Behaviour:
 def reset() -> Behaviour:
     """Read the headers and part of the body, then reset the connection (SO_LINGER 0)."""
     return Behaviour("reset")
+
+
+def closed_idle() -> Behaviour:
+    """Reset the connection at once, the request's body unread and nothing stored: what the
+    client meets when the service closed a kept-alive connection (its idle timeout) just as
+    the client sent the next request on it. Scripted after an answer, it comes on a kept-alive
+    connection."""
+    return Behaviour("closed_idle")
 
 
 def half_response(*, store: bool = True) -> Behaviour:
@@ -400,6 +410,11 @@ class FaultServer:
 
     def _handle(self, conn: socket.socket, reader: _Reader, req: Request, b: Behaviour,
                 stopping: threading.Event) -> bool:
+        if b.kind == "closed_idle":
+            self._injected(req, b)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            return False
         if b.kind == "reset":
             # Read part of the body only, so the client is (or may still be) mid-request.
             length = int(req.headers.get("content-length") or 0)

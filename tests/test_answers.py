@@ -187,7 +187,9 @@ class TestRedirects:
         """A redirect (a wrong base address) is a configuration mistake: spooled with
         spool_dir, kept for when the address is fixed."""
         svc = scripted(lambda i: (status, {"Location": "https://elsewhere.invalid/"}, None))
-        # One batch, taken at flush(): on a busy host the interval could cut the five in two.
+        # One batch, taken at flush(), and no replay round before the checks (flush_interval
+        # is the replay's interval too): at 0.05 s a busy host cut the five in two or re-sent
+        # the spooled batch before statuses was read ([307, 307]).
         s = Shipper(Client(TOKEN, url=svc.url), "ds", spool_dir=str(tmp_path),
                     **{**FAST, "flush_interval": 3600})
         for i in range(5):
@@ -263,21 +265,40 @@ def test_exit_summary_names_a_service_that_never_answered(tmp_path: Path) -> Non
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(16)  # never accepted: the request is sent, no answer ever comes
+    listener.listen(16)
+    listener.settimeout(30)
     port = listener.getsockname()[1]
     code = (
-        "import logging, loghandler\n"
+        "import logging, sys, loghandler\n"
         f"h = loghandler.IngestHandler('ds', token={TOKEN!r}, url='http://127.0.0.1:{port}',"
         " shutdown_timeout=0.05)\n"
         "log = logging.getLogger('app'); log.addHandler(h); log.setLevel(logging.INFO)\n"
         "for i in range(50_000):\n    log.info('event %d', i)\n"
+        "sys.stdin.readline()\n"  # exits once the test has seen a request arrive
     )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=30, cwd=tmp_path)
+        # A request is sent (its head read here) and never answered; only then does the child
+        # exit. Before, the exit could come first on a busy host (LOGHANDLER_TEST_LOAD=4): no
+        # request had left in the 50,000 calls, so none was unconfirmed.
+        conn, _ = listener.accept()
+        conn.settimeout(30)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(65536)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"POST /v1/datasets/ds/ingest"), head[:80]
+        _, err = proc.communicate("exit\n", timeout=30)
+        conn.close()
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         listener.close()
-    (line,) = [x for x in proc.stderr.splitlines() if "at exit" in x]
+    (line,) = [x for x in err.splitlines() if "at exit" in x]
     dropped = int(re.search(r"([\d,]+) dropped", line).group(1).replace(",", ""))
     unconfirmed = int(re.search(r"([\d,]+) unconfirmed \(sent, no answer", line)
                       .group(1).replace(",", ""))

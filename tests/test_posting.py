@@ -163,16 +163,20 @@ def test_a_hostile_retry_after_is_no_wait(httpserver: Any, status: int, value: s
 
     httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json(
         {"code": status, "message": "hostile"}, status=status, headers={"Retry-After": value})
+    errors: list[BaseException] = []
     s = Shipper(Client(TOKEN, url=httpserver.url_for("").rstrip("/")), "ds",
-                max_retries=2, **FAST)
+                max_retries=2, on_error=errors.append, **FAST)
     s.submit({"a": 1})
     started = time.monotonic()
     assert s.flush(20) is False
     took = time.monotonic() - started
     st = s.stats()
     s.close(1)
-    assert len(httpserver.log) == 3  # the first try and max_retries=2 retries, no more
+    # Every try was answered with the hostile wait (a try that met no answer, a reset or a
+    # time-out, would be named here): the last error is the service's.
+    assert [getattr(e, "status", e) for e in errors] == [status], (errors, st, round(took, 2))
     assert (st.failed_retries_exhausted, st.retried, st.delivered) == (1, 2, 0)
+    assert len(httpserver.log) == 3  # the first try and max_retries=2 retries, no more
     assert took < 15  # not paused for the hour a huge value used to ask
 
 

@@ -43,7 +43,7 @@ from .settings import (
 )
 from .transport import Transport
 from .views import Views
-from .watchdog import watchdog, watched_pool_classes
+from .watchdog import Watch, watchdog, watched_pool_classes
 
 if TYPE_CHECKING:
     # urllib3 (and with it ssl) is imported when the first client connects, not with the
@@ -247,11 +247,25 @@ class Client:
         watch = watchdog.arm(time.monotonic() + limit_s)
         try:
             try:
-                resp = host_pool.urlopen(
-                    method, uri, body=body, headers=all_headers, redirect=False,
-                    assert_same_host=False, retries=no_retries, preload_content=False,
-                    **kwargs,
-                )
+                try:
+                    resp = host_pool.urlopen(
+                        method, uri, body=body, headers=all_headers, redirect=False,
+                        assert_same_host=False, retries=no_retries, preload_content=False,
+                        **kwargs,
+                    )
+                except (urllib3.exceptions.HTTPError, OSError) as exc:
+                    if not _closed_while_idle(watch, exc):
+                        raise
+                    # A kept-alive connection the service closed while it lay in the pool (its
+                    # idle timeout) as this request went out on it: reset or ended before any
+                    # byte of an answer. Sent again at once, once, on a new connection, as Go's
+                    # net/http does; it was no try the service could answer, so it costs no
+                    # retry and no backoff (with max_retries=0 it cost the batch).
+                    resp = host_pool.urlopen(
+                        method, uri, body=body, headers=all_headers, redirect=False,
+                        assert_same_host=False, retries=no_retries, preload_content=False,
+                        **kwargs,
+                    )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 # The socket's read time-out and the watchdog bound the same wait: whichever
                 # fires first, the answer did not come within limit_s.
@@ -404,6 +418,15 @@ def _root_cause(exc: BaseException) -> BaseException:
             break
         exc = nxt
     return exc
+
+
+def _closed_while_idle(watch: Watch | None, exc: Exception) -> bool:
+    """Whether a request that failed with ``exc`` went out on a kept-alive connection (it
+    opened none) that the other end had closed: reset, or ended, before any byte of an answer
+    (http.client's RemoteDisconnected is a ConnectionResetError), its deadline not passed."""
+    if watch is None or watch.connected or watch.fired:
+        return False
+    return isinstance(_root_cause(exc), ConnectionError)
 
 
 def _before_sending(exc: Exception) -> bool:

@@ -35,13 +35,16 @@ def block_sigterm_in_this_thread() -> None:
 
 
 class Watch:
-    __slots__ = ("conn", "deadline", "done", "fired")
+    __slots__ = ("conn", "connected", "deadline", "done", "fired")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.conn: HTTPConnection | None = None
         self.done = False
         self.fired = False
+        # Whether the request opened a connection of its own; False: it went out on a kept-alive
+        # one from the pool (the client then tells the service's idle close apart).
+        self.connected = False
 
 
 # Seconds the watchdog thread waits with nothing to watch before it ends.
@@ -126,12 +129,13 @@ class Watchdog:
                 watch.done = True
                 watch.conn = None
 
-    def attach(self, conn: HTTPConnection) -> None:
+    def attach(self, conn: HTTPConnection, *, connecting: bool = False) -> None:
         watch = getattr(self._local, "watch", None)
         if watch is None:
             return
         with self._lock:
             watch.conn = conn
+            watch.connected = watch.connected or connecting
             fired = watch.fired
         if fired:
             raise TimeoutError("the request's deadline passed")
@@ -177,7 +181,7 @@ class _Watched:
     """A urllib3 connection that attaches itself to its thread's armed request (``Watchdog``)."""
 
     def connect(self) -> None:
-        watchdog.attach(self)  # type: ignore[arg-type]
+        watchdog.attach(self, connecting=True)  # type: ignore[arg-type]
         super().connect()  # type: ignore[misc]
 
     def request(self, *args: Any, **kwargs: Any) -> None:
