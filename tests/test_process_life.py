@@ -350,6 +350,9 @@ class TestFinalizers:
 
             def __del__(self) -> None:
                 log.warning("finalized", extra={"n": self.n})
+                finalized_here.append(self.n)
+                if len(finalized_here) == total:
+                    all_finalized.set()
 
         class Collect:  # a value whose repr runs a full GC pass: on the flusher thread
             def __repr__(self) -> str:
@@ -357,6 +360,9 @@ class TestFinalizers:
                 return "collected"
 
         per_thread, n_threads = 2000, 4
+        total = 500 + n_threads * per_thread
+        finalized_here: list[int] = []
+        all_finalized = threading.Event()
         try:
             gc.disable()
             for i in range(500):
@@ -375,7 +381,13 @@ class TestFinalizers:
                 t.start()
             for t in threads:
                 t.join()
-            gc.collect()
+            # gc.collect() returns at once while another thread (the flusher) is collecting
+            # (3.12+): collect until every finalizer has run, then flush what they logged.
+            deadline = time.monotonic() + 30
+            while not all_finalized.is_set() and time.monotonic() < deadline:
+                gc.collect()
+                all_finalized.wait(0.05)
+            assert all_finalized.is_set(), f"{len(finalized_here)} of {total} finalized in 30 s"
             assert handler.flush(10) and handler.flush(10)
         finally:
             gc.enable()
