@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import without_orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_event_model import records
@@ -500,20 +501,6 @@ def wire_handlers() -> Iterator[dict[str, tuple[IngestHandler, IngestHandler]]]:
     for pair in made.values():
         for h in pair:
             h.close()
-
-
-@contextlib.contextmanager
-def without_orjson() -> Iterator[None]:
-    """The encoder as it runs where orjson is not installed: the standard library's, with
-    the exact path for what it refuses (as tests/test_encoding.py runs it)."""
-    from loghandler import _encoding
-
-    saved = _encoding._encode_fast
-    _encoding._encode_fast = _encoding._encode_std
-    try:
-        yield
-    finally:
-        _encoding._encode_fast = saved
 
 
 def python_wire(pair: tuple[IngestHandler, IngestHandler],
