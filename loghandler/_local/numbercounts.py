@@ -34,6 +34,7 @@ import math
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
+from operator import itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 from .valuecounts import PLAIN
@@ -44,6 +45,7 @@ __all__ = ["MAX_FIELDS", "MAX_SEEN", "Fields", "NumberTally", "Plan", "add_locke
 MAX_FIELDS = 8  # numeric fields kept per dataset (the first seen)
 MAX_SEEN = 1024  # other fields remembered while a dataset's slots are open
 MINUTE_US = 60_000_000
+_INT64 = 2 ** 63
 _SKIP = frozenset({"_time", "_sysTime", "level", "message"})
 CLOSED = "\x00closed"  # the field of a dataset's row that says it is closed
 TEXT = '""'  # the JSON a text, object or array value is kept as (the empty text)
@@ -63,14 +65,16 @@ _SCHEMA = [
     "PRIMARY KEY (dataset, field)) WITHOUT ROWID",
 ]
 _UPSERT = ("INSERT INTO rollup_numbers (dataset, field, hour, value, minute, level, n) "
-           "VALUES (?, ?, ?, json_extract(?, '$'), ?, ?, ?) "
+           "VALUES (?1, ?2, ?3, CASE WHEN typeof(?4) = 'text' THEN json_extract(?4, '$') "
+           "ELSE ?4 END, ?5, ?6, ?7) "
            "ON CONFLICT (dataset, field, hour, value, minute, level) "
            "DO UPDATE SET n = n + excluded.n")
 MAX_HOURS = 24 * 31  # hours a query seeks one by one (a longer range reads every entry)
 _STATE = ("INSERT INTO rollup_number_fields (dataset, field, state, seq) VALUES (?, ?, ?, ?) "
           "ON CONFLICT (dataset, field) DO UPDATE SET state = excluded.state")
 
-NumberTally = Counter[tuple[str, str, int, str]]  # (field, value's JSON, minute, level key)
+# (field, value as handed to SQLite (_param), minute, level key, events)
+NumberTally = list[tuple[str, int | str | None, int, str, int]]
 
 
 class Plan(NamedTuple):
@@ -124,13 +128,15 @@ class Fields:
             self.plans.pop(dataset, None)
 
 
-def _json(value: Any) -> str | None:
-    """The JSON text SQLite reads a stored value from (as the store wrote it); TEXT for a
-    text, object or array; None for a value SQLite cannot read back (NaN, infinity)."""
+def _param(value: Any) -> int | str | None:
+    """How a value is handed to SQLite: an integer as itself (SQLite's integer); a real, or
+    an integer past 64 bits, as the JSON text SQLite reads it from in the stored event (then
+    ``json_extract`` of it: the scan's very number); TEXT for a text, object or array; None
+    for a value SQLite cannot read back (NaN, infinity)."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return 1 if value else 0
     if isinstance(value, int):
-        return int.__repr__(value)
+        return value if -_INT64 <= value < _INT64 else int.__repr__(value)
     if isinstance(value, float):
         return float.__repr__(value) if math.isfinite(value) else None
     return TEXT
@@ -145,7 +151,7 @@ def tally(events: list[dict[str, Any]], minutes: list[int], levels: list[str],
     """A batch's counts (before the store's lock is taken): every value of each kept field
     and, while the dataset is open, of each field not decided yet (which add_locked then
     decides by its first value here)."""
-    counts: NumberTally = Counter()
+    counts: NumberTally = []
     first: dict[str, bool] = {}  # in the order first seen
     fields = list(plan.kept)
     if not plan.closed:
@@ -161,24 +167,20 @@ def tally(events: list[dict[str, Any]], minutes: list[int], levels: list[str],
         for _, _, name, number in sorted(found):
             first[name] = number
             fields.append(name)
-    rows = list(zip(events, minutes, levels, strict=True))
     for field in fields:
+        values = list(map(methodcaller("get", field), events))
         raw: Counter[tuple[type, Any, int, str]] = Counter()
         try:
             # Counted by the values themselves first, in C (the type kept apart: 1, 1.0 and
-            # True are one key to a dict, three JSON texts), then each turned into its JSON
-            # text once.
-            raw.update((v.__class__, v, m, lv) for e, m, lv in rows
-                       if (v := e.get(field)) is not None)
+            # True are one key to a dict, not to SQLite), then each handed over once.
+            raw.update(zip(map(type, values), values, minutes, levels, strict=True))
         except TypeError:  # an object or array value: not hashable, kept as a text
             raw.clear()
-            for e, m, lv in rows:
-                v = e.get(field)
-                if v is not None:
-                    raw[(str, "" if isinstance(v, (dict, list)) else v, m, lv)] += 1
-        for (_, v, m, lv), n in raw.items():
-            text = _json(v)
-            counts[(field, "\x00" if text is None else text, m, lv)] += n
+            for v, m, lv in zip(values, minutes, levels, strict=True):
+                raw[(str, "" if isinstance(v, (dict, list)) else v, m, lv)] += 1
+        # (Texts are all one value: their rows add up in the upsert.)
+        counts += [(field, _param(v), m, lv, n) for (_, v, m, lv), n in raw.items()
+                   if v is not None]
     return Counted(counts, first, plan)
 
 
@@ -237,7 +239,7 @@ def add_locked(db: sqlite3.Connection, fields: Fields, dataset: str, counted: Co
                        (dataset,))
             db.execute(_STATE, (dataset, CLOSED, "closed", 0))
     keep = set(kept)
-    dropped = {f for f, text, _, _ in counted.counts if text == "\x00" and f in keep}
+    dropped = {f for f, value, _, _, _ in counted.counts if value is None and f in keep}
     for field in dropped:
         kept.remove(field)
         keep.discard(field)
@@ -287,8 +289,8 @@ def _upsert(db: sqlite3.Connection, dataset: str, counts: NumberTally, keep: set
             ) -> None:
     """The counts of the kept fields added, in the table's order of field and hour (each
     page of the table changed once)."""
-    rows = sorted((dataset, f, m // 60, text, m, lv, n) for (f, text, m, lv), n in
-                  counts.items() if f in keep)
+    rows = sorted(((dataset, f, m // 60, v, m, lv, n) for f, v, m, lv, n in counts
+                   if f in keep), key=itemgetter(1, 2))
     if rows:
         db.executemany(_UPSERT, rows)
 
