@@ -163,10 +163,12 @@ def tally(events: list[dict[str, Any]], minutes: list[int], levels: list[str],
                                   if (v := e.get(name)) is not None), (-1, None))
                 if value is not None:
                     found.append((at, list(events[at]).index(name), name, _is_number(value)))
-        # Decided in the order first seen (the batch's order, then the event's).
+        # Decided in the order first seen (the batch's order, then the event's); counted
+        # only when it may be kept (a first value of another kind makes it seen).
         for _, _, name, number in sorted(found):
             first[name] = number
-            fields.append(name)
+            if number:
+                fields.append(name)
     for field in fields:
         values = list(map(methodcaller("get", field), events))
         raw: Counter[tuple[type, Any, int, str]] = Counter()
@@ -211,9 +213,11 @@ def add_locked(db: sqlite3.Connection, fields: Fields, dataset: str, counted: Co
     when their first value is a number and a slot is free), a kept field that took a value
     SQLite cannot read back dropped."""
     plan = fields.plan(dataset)
-    if counted.plan.generation != plan.generation:
-        # The dataset was deleted (or cleared) since the batch was counted: counted again
-        # by what is known now.
+    if counted.plan.generation != plan.generation or any(
+            not number and field in plan.kept for field, number in counted.first.items()):
+        # The dataset was deleted (or cleared) since the batch was counted, or another
+        # batch made a field kept that this one saw first as another kind (so did not
+        # count): counted again by what is known now.
         counted = tally(events, minutes, levels, plan)
     if plan.closed and not plan.kept:
         return
