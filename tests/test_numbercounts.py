@@ -236,3 +236,46 @@ def test_the_page_counts_a_comparison_exactly() -> None:
         with urllib.request.urlopen(req, timeout=60) as resp:  # 127.0.0.1 only
             got = json.loads(resp.read())
         assert got["exact"] and got["matched"] == want > 100
+
+
+def test_a_batch_stored_while_another_was_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches are counted before the store's lock is taken: a field another batch made kept
+    (or a delete) between one batch's count and its store leaves no count missing."""
+    s = Store()
+    try:
+        first = [{"_time": format_time(BASE + i * 60_000_000), "level": "info",
+                  "x": "slow" if i == 0 else i * 100} for i in range(30)]
+        other = [{"_time": format_time(BASE + 7), "level": "error", "x": 5000}]
+        real = numbercounts.tally
+        once: list[bool] = []
+
+        def interleaved(events: list[dict[str, Any]], *args: Any) -> Any:
+            got = real(events, *args)
+            if events is first and not once:  # between this batch's count and its store
+                once.append(True)
+                s.add_events("d", other)
+            return got
+
+        monkeypatch.setattr(numbercounts, "tally", interleaved)
+        s.add_events("d", first)  # "x" first a text here, but kept by the other batch
+        monkeypatch.setattr(numbercounts, "tally", real)
+        assert s._numbers.plan("d").kept == ("x",)
+        _check(s, monkeypatch, ["x>1000", "x<=500"], True)
+
+        once.clear()
+
+        def deleting(events: list[dict[str, Any]], *args: Any) -> Any:
+            got = real(events, *args)
+            if events is first and not once:
+                once.append(True)
+                assert s.dataset_delete("d")
+            return got
+
+        monkeypatch.setattr(numbercounts, "tally", deleting)
+        first[0]["x"] = 1  # a number first now: after the delete, "x" is kept anew
+        s.add_events("d", first)
+        monkeypatch.setattr(numbercounts, "tally", real)
+        assert s._numbers.plan("d").kept == ("x",)
+        _check(s, monkeypatch, ["x>1000", "x<=500"], True)
+    finally:
+        s.close()
