@@ -34,7 +34,7 @@ import math
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
-from operator import itemgetter, methodcaller
+from operator import methodcaller
 from typing import Any, NamedTuple
 
 from .valuecounts import PLAIN
@@ -181,8 +181,8 @@ def tally(events: list[dict[str, Any]], minutes: list[int], levels: list[str],
             for v, m, lv in zip(values, minutes, levels, strict=True):
                 raw[(str, "" if isinstance(v, (dict, list)) else v, m, lv)] += 1
         # (Texts are all one value: their rows add up in the upsert.)
-        counts += [(field, _param(v), m, lv, n) for (_, v, m, lv), n in raw.items()
-                   if v is not None]
+        counts += [(field, v if t is int and -_INT64 <= v < _INT64 else _param(v), m, lv, n)
+                   for (t, v, m, lv), n in raw.items() if v is not None]
     return Counted(counts, first, plan)
 
 
@@ -291,10 +291,9 @@ def trim_locked(db: sqlite3.Connection, fields: Fields, level_key: Any, dataset:
 
 def _upsert(db: sqlite3.Connection, dataset: str, counts: NumberTally, keep: set[str]
             ) -> None:
-    """The counts of the kept fields added, in the table's order of field and hour (each
-    page of the table changed once)."""
-    rows = sorted(((dataset, f, m // 60, v, m, lv, n) for f, v, m, lv, n in counts
-                   if f in keep), key=itemgetter(1, 2))
+    """The counts of the kept fields added (in tally's order: by field, then as the events
+    came, mostly in time: each page of the table changed about once)."""
+    rows = [(dataset, f, m // 60, v, m, lv, n) for f, v, m, lv, n in counts if f in keep]
     if rows:
         db.executemany(_UPSERT, rows)
 
