@@ -56,8 +56,7 @@ _SCHEMA = [
     # Keyed by the hour before the value: a batch's events (of the same hour or two) change
     # a few pages of the table, not about one page per row as a key led by the value would
     # (at a million: 42.5 against 35.7 µs of CPU an event for the whole ingest, loads 8.9 and
-    # 5.9); a
-    # comparison seeks its values in each hour.
+    # 5.9); a comparison seeks its values in each hour.
     "CREATE TABLE IF NOT EXISTS rollup_numbers (dataset TEXT NOT NULL, field TEXT NOT NULL, "
     "hour INTEGER NOT NULL, value NOT NULL, minute INTEGER NOT NULL, level TEXT NOT NULL, "
     "n INTEGER NOT NULL, PRIMARY KEY (dataset, field, hour, value, minute, level)) "
