@@ -10,8 +10,9 @@ a second into the dataset as a live service would, and drives the page in headle
   to the right events on screen, checked against the API's answer to the same query (right
   the first time, or not), and to the full result (events, histogram and fields shown);
 - the day-wide views of issue 46: the page opened on the last 24 hours (navigation to its
-  events, histogram and fields), a 24-hour ``count() by level`` chart and p95 by path over 24
-  hours;
+  events, histogram and fields), a drag across the middle half of that day's histogram (the
+  mouse-up to the dragged range's events, histogram and fields), a 24-hour ``count() by
+  level`` chart and p95 by path over 24 hours (the Run click to the chart);
 - the same queries through the API alone, and with the page open (paired, interleaved);
 - the requests the page makes while idle in live mode, and the most in flight per panel;
 - a 24-hour ``count() by level, bin_auto(_time)`` chart;
@@ -53,6 +54,10 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 SEARCHES = [("status:500", 1.0), ("duration_ms>1000", 1.0), ("-level:debug", 1.0),
             (weblogs.RARE_WORD, 1.5)]
 CHART = "['web'] | summarize count() by level, bin_auto(_time)"
+# The journeys of the docs' table (docs/local-service-overview.md), by their rows' names.
+JOURNEYS = ("open on 24 h", "search status:500: Enter to events+", f"search {weblogs.RARE_WORD}: "
+            "Enter to events+", "a range drag over 24 h", "24-hour count() by level chart",
+            "24-hour p95 by path", "search duration_ms>1000: Enter to events+")
 SECTIONS = ("views", "searches", "api", "idle", "chart", "link", "journey")
 LEVELS_24H = "['web'] | summarize count() by level"
 P95 = ("['web'] | where isnotempty(path) "
@@ -368,9 +373,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(f"{'':52} {'figure':>24}  target")
+    print(f"{'':62} {'figure':>30}  target")
     for name, figure, target in results:
-        print(f"{name:52} {figure:>24}  {target}")
+        print(f"{name:62} {figure:>30}  {target}")
+    # The journeys of the docs' table, each from the key, click or navigation to its full
+    # result on screen, the load beside it.
+    print(f"\nthe docs' journeys, to the full result (the load now: {load()})")
+    for prefix in JOURNEYS:
+        for name, figure, target in results:
+            if name.startswith(prefix):
+                print(f"  {name:60} {figure:>30}  {target}")
     return 0
 
 
@@ -470,7 +482,9 @@ def measure(drv: Any, client: Any, base: str, token: str, args: Any) -> list[tup
 
 def views(drv: Any, base: str, token: str, args: Any, out: list[tuple[str, str, str]]) -> None:
     """The day-wide views: the page opened on the last 24 hours (from navigation to its
-    events, histogram and fields), the 24-hour level chart and p95 by path over 24 hours."""
+    events, histogram and fields), a drag over that day's histogram (from the mouse-up to
+    the dragged range's), the 24-hour level chart and p95 by path over 24 hours (from the
+    Run click to the chart)."""
     from selenium.webdriver.common.by import By
 
     print(f"\nthe day-wide views ({load()})")
@@ -487,6 +501,7 @@ def views(drv: Any, base: str, token: str, args: Any, out: list[tuple[str, str, 
         print(f"  open on 24 h: {opens[-1]:.2f} s ({load()})")
     out.append(("open on 24 h: events+histogram+fields (median)",
                 f"{median(opens):.2f} s ({loads(seen)})", "< 1 s"))
+    drag(drv, base, token, args, out)
     drv.execute_script(WATCH_JS)
     for name, apl in (("24-hour count() by level chart", LEVELS_24H),
                       ("24-hour p95 by path chart", P95)):
@@ -501,6 +516,44 @@ def views(drv: Any, base: str, token: str, args: Any, out: list[tuple[str, str, 
             else "") + f" ({loads(seen)})", "< 1 s"))
     drv.find_element(By.ID, "editor-toggle").click()
     open_dataset(drv, base, token)
+
+
+def drag(drv: Any, base: str, token: str, args: Any, out: list[tuple[str, str, str]]) -> None:
+    """A drag across the middle half of the day's histogram: the seconds from the mouse-up
+    to the dragged range's events, histogram and fields on screen."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    took, seen = [], []
+    for _ in range(args.repeat):
+        drv.get("about:blank")
+        drv.get(f"{base}/#token={token}&dataset={weblogs.DATASET}&range=24h")
+        wait(drv, lambda d: len(page_rows(d)) == 200 and settled(d) and d.execute_script(
+            "return document.querySelector('#histogram .legend') !== null"
+            " && document.querySelectorAll('#facets .facet').length > 0;"),
+            "the day's events, histogram and fields")
+        # The mouse-up seen first (a capturing listener: before the page's own).
+        drv.execute_script(WATCH_JS + "window.__bench.upAt = null; window.addEventListener("
+                           "'mouseup', () => { window.__bench.upAt = performance.now(); }, "
+                           "true);")
+        before = drv.execute_script("return document.body.dataset.key;")
+        svg = drv.find_element(By.CSS_SELECTOR, "#histogram svg")
+        width = svg.size["width"]
+        seen.append(os.getloadavg()[0])
+        ActionChains(drv).move_to_element_with_offset(svg, -int(width / 4), 0).click_and_hold()\
+            .move_to_element_with_offset(svg, int(width / 4), 0).release().perform()
+        full = wait(drv, lambda d, before=before: d.execute_script(
+            "const k = document.body.dataset.key; const b = window.__bench;"
+            "if (k === arguments[0] || b.upAt === null || !(k in b.full)) return false;"
+            "return b.full[k] === -1 ? 'out' : b.full[k] - b.upAt;", before),
+            "the dragged range's events, histogram and fields")
+        took.append(float("nan") if full == "out" else float(full) / 1000)
+        print(f"  a drag over 24 h: {took[-1]:.2f} s ({load()})")
+    done = [t for t in took if t == t]  # NaN: the histogram or the fields timed out
+    out.append(("a range drag over 24 h: mouse-up to events+histogram+fields",
+                (f"{median(done):.2f} s" if done else "-") + (
+                    f", {len(took) - len(done)}/{len(took)} timed out"
+                    if len(done) < len(took) else "") + f" ({loads(seen)})", "< 1 s"))
 
 
 def idle(drv: Any, args: Any, out: list[tuple[str, str, str]]) -> None:

@@ -4,10 +4,12 @@
 Stores ``--events`` (1,000,000) events of a web service's logs over 24 hours
 (``benchmarks.weblogs``, through ``Store.add_events``), then times, through the store's
 reader as the service runs them, the page's default histogram (``count() by bin(_time, 15m),
-level`` over the last 24 hours), ``count() by level`` over 24 hours and over all time:
-answered from the counts, and by the scan (the counts turned off), interleaved, medians of
-``--repeat``. Then the ingest's cost of keeping the counts: the same batches stored with and
-without them, paired. The machine's load average (``os.getloadavg()``) is printed beside each
+level`` over the last 24 hours), ``count() by level`` over 24 hours and over all time, and
+searches' histograms (a field's value, a comparison of a numeric field): answered from the
+counts, and by the scan (the counts turned off), interleaved, medians of ``--repeat``, wall
+and CPU time. Then the ingest's cost of keeping the counts: the same batches stored with every
+count, without the numbers', with the level counts only and with none, paired (CPU time per
+event, and the file's size). The machine's load average (``os.getloadavg()``) is printed beside each
 figure: on a shared machine the ratios are the figures to read.
 """
 
@@ -35,6 +37,15 @@ QUERIES = [
     ("checkout errors, 24 h", "['web'] | where _time >= ago(24h) | where service =~ "
      "\"checkout\" | where level =~ \"error\" | summarize count() by bin(_time, 15m), level",
      None),
+    # A comparison's histogram (duration_ms>1000, status>=500, a range), from the counts by
+    # numeric field value.
+    ("duration_ms>1000 histogram, 24 h", "['web'] | where _time >= ago(24h) "
+     "| where duration_ms > 1000 | summarize count() by bin(_time, 15m), level", None),
+    ("status>=500 histogram, 24 h", "['web'] | where _time >= ago(24h) | where status >= 500 "
+     "| summarize count() by bin(_time, 15m), level", None),
+    ("250 <= duration_ms < 1000, 24 h", "['web'] | where _time >= ago(24h) "
+     "| where duration_ms >= 250 | where duration_ms < 1000 "
+     "| summarize count() by bin(_time, 15m), level", None),
 ]
 
 
@@ -42,10 +53,12 @@ def load() -> str:
     return "load %.1f" % os.getloadavg()[0]
 
 
-def timed(store: Any, apl: str, start: str | None) -> float:
-    began = time.perf_counter()
+def timed(store: Any, apl: str, start: str | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process: the query's, the process does nothing
+    else) of one query."""
+    began, cpu = time.perf_counter(), time.process_time()
     store.query(apl, start, None, "tabular", timeout=120)
-    return time.perf_counter() - began
+    return time.perf_counter() - began, time.process_time() - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "benchmarks.page --db leaves it) instead of a new fill")
     args = parser.parse_args(argv)
 
-    from loghandler._local import rollups, valuecounts
+    from loghandler._local import numbercounts, rollups, valuecounts
     from loghandler._local.store import Store
 
     with tempfile.TemporaryDirectory(prefix="loghandler-rollups-") as tmp:
@@ -78,34 +91,49 @@ def main(argv: list[str] | None = None) -> int:
                         scan.append(timed(store, apl, start))
                     finally:
                         rollups.answer_rows = real
-                f, s = statistics.median(fast), statistics.median(scan)
-                print(f"{name:28} counts {f * 1000:8.1f} ms, scan {s * 1000:8.1f} ms: "
-                      f"{s / f:6.0f}x faster ({load()})")
+                f, s = (statistics.median(t for t, _ in fast),
+                        statistics.median(t for t, _ in scan))
+                fc, sc = (statistics.median(c for _, c in fast),
+                          statistics.median(c for _, c in scan))
+                print(f"{name:34} counts {f * 1000:8.1f} ms (CPU {fc * 1000:7.1f}), scan "
+                      f"{s * 1000:8.1f} ms (CPU {sc * 1000:7.1f}): {s / f:6.0f}x faster "
+                      f"({load()})")
         finally:
             store.close()
         # The ingest's cost: the same 100,000 events into fresh stores, with and without.
         batches = _batches(min(args.events, 100_000))
-        times: dict[str, list[float]] = {"both": [], "levels": [], "none": []}
+        # "all": every count; "values": without the numbers'; "levels": the level counts
+        # only; "none": no count. CPU seconds of the process, paired in each round.
+        times: dict[str, list[float]] = {"all": [], "values": [], "levels": [], "none": []}
+        sizes: dict[str, int] = {}
         for _ in range(args.repeat):
             for kind in times:
                 saved = (rollups.tally, rollups.add_locked, valuecounts.tally,
-                         valuecounts.add_locked)
-                if kind != "both":
+                         valuecounts.add_locked, numbercounts.tally, numbercounts.add_locked)
+                if kind != "all":
+                    numbercounts.tally = lambda *a, **k: None  # type: ignore[assignment,return-value]
+                    numbercounts.add_locked = lambda *a, **k: None  # type: ignore[assignment]
+                if kind in ("levels", "none"):
                     valuecounts.tally = lambda *a, **k: {}  # type: ignore[assignment,return-value]
                     valuecounts.add_locked = lambda *a, **k: None  # type: ignore[assignment]
                 if kind == "none":
                     rollups.tally = lambda *a, **k: {}  # type: ignore[assignment,return-value]
                     rollups.add_locked = lambda *a, **k: None  # type: ignore[assignment]
                 try:
-                    times[kind].append(_ingest(os.path.join(tmp, kind + ".sqlite"), batches))
+                    cpu, sizes[kind] = _ingest(os.path.join(tmp, kind + ".sqlite"), batches)
+                    times[kind].append(cpu)
                 finally:
                     (rollups.tally, rollups.add_locked, valuecounts.tally,
-                     valuecounts.add_locked) = saved
-        w, lv, wo = (statistics.median(times[k]) for k in ("both", "levels", "none"))
+                     valuecounts.add_locked, numbercounts.tally,
+                     numbercounts.add_locked) = saved
         n = sum(len(b) for b in batches)
-        print(f"ingest of {n:,} events: with the counts {n / w:,.0f}/s, the level counts only "
-              f"{n / lv:,.0f}/s, without {n / wo:,.0f}/s: {100 * (w / wo - 1):+.1f} % "
-              f"({load()})")
+        cost = {k: statistics.median(v) / n * 1e6 for k, v in times.items()}
+        print(f"ingest of {n:,} events, CPU per event: every count {cost['all']:.1f} µs, "
+              f"without the numbers' {cost['values']:.1f} µs, the level counts only "
+              f"{cost['levels']:.1f} µs, none {cost['none']:.1f} µs ({load()})")
+        print(f"  the numbers' counts: {cost['all'] - cost['values']:+.1f} µs an event, "
+              f"{(sizes['all'] - sizes['values']) / 1e6:+.1f} MB of "
+              f"{sizes['values'] / 1e6:.1f} MB")
     return 0
 
 
@@ -114,7 +142,8 @@ def _batches(n: int) -> list[list[dict[str, Any]]]:
     return [events[i:i + 10_000] for i in range(0, len(events), 10_000)]
 
 
-def _ingest(path: str, batches: list[list[dict[str, Any]]]) -> float:
+def _ingest(path: str, batches: list[list[dict[str, Any]]]) -> tuple[float, int]:
+    """(CPU seconds to store the batches, the file's bytes after)."""
     from loghandler._local.store import Store
 
     for suffix in ("", "-wal", "-shm"):
@@ -122,12 +151,13 @@ def _ingest(path: str, batches: list[list[dict[str, Any]]]) -> float:
             os.remove(path + suffix)
     store = Store(path)
     try:
-        began = time.perf_counter()
+        began = time.process_time()
         for batch in batches:
             store.add_events("web", batch)
-        return time.perf_counter() - began
+        took = time.process_time() - began
     finally:
         store.close()
+    return took, os.path.getsize(path)
 
 
 if __name__ == "__main__":

@@ -186,5 +186,8 @@ def test_the_benchmark_runs() -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert sum("counts" in line and "scan" in line and "load" in line for line in lines) == 5
+    # The level counts' three, the value counts' two, the number counts' three.
+    assert sum("counts" in line and "scan" in line and "load" in line for line in lines) == 8
     assert any(line.startswith("ingest of 3,000 events") for line in lines)
+    assert any(line.strip().startswith("the numbers' counts: ") and " MB of " in line
+               for line in lines)

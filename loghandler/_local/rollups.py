@@ -26,8 +26,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from . import valuecounts
+from . import numbercounts, valuecounts
 from .apl import Bin, Call, Field, Lit, format_time
+from .aplsql_expr import path, quote
 from .aplsql_run import MATCHED, MAX_ROWS
 
 __all__ = ["MINUTE_US", "Tally", "add_locked", "answer_rows", "create_locked", "delete_locked",
@@ -258,22 +259,66 @@ def _matches(key: str, term: Term) -> bool | None:
     return False
 
 
-def _shape(parsed: Any, compiled: Any
-           ) -> tuple[list[str], list[tuple[bool, str]], Term | None] | None:
+Bounds = tuple[str, list[tuple[str, int | float]]]  # a field and its comparisons, and-ed
+
+
+def _bounds(e: Any) -> Bounds | None:
+    """The search box's ``f>1000`` (``f >= 250 and f < 1000``: every comparison of one field
+    with a number, and-ed) as (field, [(op, number)]), for a field the number counts may
+    hold; None for anything else."""
+    if isinstance(e, Bin) and e.op == "and":
+        left, right = _bounds(e.left), _bounds(e.right)
+        if left is None or right is None or left[0] != right[0]:
+            return None
+        return left[0], left[1] + right[1]
+    if not (isinstance(e, Bin) and e.op in ("<", "<=", ">", ">=") and isinstance(e.left, Field)):
+        return None
+    name, value = e.left.name, _number(e.right)
+    if (not valuecounts.PLAIN.match(name) or name in ("_time", "_sysTime", "level", "message")
+            or isinstance(value, bool) or not isinstance(value, (int, float))
+            or not abs(value) < 1e15):
+        return None
+    return name, [(e.op, value)]
+
+
+def _number(e: Any) -> Any:
+    """A literal number as the compiled query folds it (``-5`` is ``0 - 5``); None for
+    anything else."""
+    if isinstance(e, Lit) and e.kind == "value":
+        return e.value
+    if isinstance(e, Bin) and e.op in ("+", "-"):
+        left, right = _number(e.left), _number(e.right)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
+            return left + right if e.op == "+" else left - right
+    return None
+
+
+Shape = tuple[list[str], list[tuple[bool, str]], Term | None, Bounds | None]
+
+
+def _shape(parsed: Any, compiled: Any) -> Shape | None:
     """The groups (``"bin"``, ``"level"``) of a query the counts can answer, its filters
-    on the level and its term on one other field (or None), or None."""
+    on the level, and its term on one other field or its comparisons of one numeric field
+    (or None), or None."""
     ops = parsed.ops
     if not ops or ops[-1][0] != "summarize" or not compiled.aggregated:
         return None
     filters: list[tuple[bool, str]] = []
     term: Term | None = None
+    bounds: Bounds | None = None
     for op in ops[:-1]:
         if op[0] != "where":
             return None
         level = _level_filter(op[1])
         if level is not None:
             filters.append(level)
-        elif not _time_only(op[1]) and (term is not None or (term := _term(op[1])) is None):
+        elif _time_only(op[1]):
+            continue
+        elif (more := _bounds(op[1])) is not None:
+            if term is not None or (bounds is not None and bounds[0] != more[0]):
+                return None
+            bounds = more if bounds is None else (more[0], bounds[1] + more[1])
+        elif bounds is not None or term is not None or (term := _term(op[1])) is None:
             return None
     _, aggs, groups = ops[-1]
     if not aggs or any(not (isinstance(c, Call) and c.name == "count" and not c.args)
@@ -292,7 +337,7 @@ def _shape(parsed: Any, compiled: Any
             return None
     if len(set(shape)) != len(shape):
         return None
-    return shape, filters, term
+    return shape, filters, term, bounds
 
 
 def _end(db: sqlite3.Connection) -> None:
@@ -320,7 +365,7 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
     found = _shape(parsed, compiled)
     if found is None or (lo is not None and lo < 0):
         return None
-    shape, filters, term = found
+    shape, filters, term, bounds = found
     dataset = compiled.dataset
     span = compiled.bin_us or MINUTE_US
     db.execute("BEGIN")  # one snapshot for the counts and the edges' events
@@ -335,6 +380,14 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
                     return None
                 if passes:
                     keys.append(held)
+        # The comparisons of a numeric field, on the stored events (the partial minutes)
+        # as the scan writes them.
+        compare = ""
+        if bounds is not None:
+            if not numbercounts.is_kept(db, dataset, bounds[0]):
+                return None
+            compare = " AND " + numbercounts.condition(
+                f"json_extract(body, {quote(path(bounds[0]))})", bounds[1])
         if lo is None:
             row = db.execute("SELECT min(minute) FROM rollup_minutes WHERE dataset = ?",
                              (dataset,)).fetchone()
@@ -349,11 +402,16 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
         whole_hi = hi // MINUTE_US  # the minute after the last whole one
         counts: Counter[tuple[int, str]] = Counter()  # (bin start, level key) -> events
         if whole_lo < whole_hi:
-            rows: Iterable[Any] = db.execute(
-                "SELECT minute, level, n FROM rollup_minutes WHERE dataset = ? "
-                "AND minute >= ? AND minute < ?", (dataset, whole_lo, whole_hi)
-            ) if term is None else valuecounts.minutes(db, dataset, term[0], keys, whole_lo,
-                                                       whole_hi)
+            rows: Iterable[Any]
+            if term is not None:
+                rows = valuecounts.minutes(db, dataset, term[0], keys, whole_lo, whole_hi)
+            elif bounds is not None:
+                rows = numbercounts.minutes(db, dataset, bounds[0], bounds[1], whole_lo,
+                                            whole_hi)
+            else:
+                rows = db.execute("SELECT minute, level, n FROM rollup_minutes WHERE "
+                                  "dataset = ? AND minute >= ? AND minute < ?",
+                                  (dataset, whole_lo, whole_hi))
             for minute, key, n in rows:
                 counts[(minute * MINUTE_US // span * span, key)] += n
             edges = [(lo, whole_lo * MINUTE_US), (whole_hi * MINUTE_US, hi)]
@@ -364,7 +422,7 @@ def answer_rows(db: sqlite3.Connection, parsed: Any, compiled: Any, lo: int | No
                 continue
             for t, kind, value, stored in db.execute(
                     f"SELECT time, {_LEVEL_SQL}, body FROM events WHERE dataset = ? "
-                    f"AND time >= ? AND time < ?", (dataset, a, b)):
+                    f"AND time >= ? AND time < ?{compare}", (dataset, a, b)):
                 if term is not None:
                     own = valuecounts.event_key(stored, term[0])
                     if own is None or own == valuecounts.WIDE or not _matches(own, term):

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from . import rollups, valuecounts
+from . import numbercounts, rollups, valuecounts
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -132,6 +132,8 @@ class Store:
             rollups.create_locked(self._db)
             self._known = valuecounts.Known()
             valuecounts.create_locked(self._db, self._known)
+            self._numbers = numbercounts.Fields()
+            numbercounts.create_locked(self._db, self._numbers)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -182,9 +184,9 @@ class Store:
         rows = _rows(dataset, events, times)  # the JSON is made before the lock is taken
         counts = rollups.tally(events, times)
         minutes = [t // rollups.MINUTE_US for t in times]
-        values = valuecounts.tally(events, minutes,
-                                   [rollups.level_key(e.get("level")) for e in events],
-                                   self._known.skip(dataset))
+        levels = [rollups.level_key(e.get("level")) for e in events]
+        values = valuecounts.tally(events, minutes, levels, self._known.skip(dataset))
+        numbers = numbercounts.tally(events, minutes, levels, self._numbers.plan(dataset))
         with self._lock:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
@@ -193,6 +195,8 @@ class Store:
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
                 rollups.add_locked(self._db, dataset, counts)
                 valuecounts.add_locked(self._db, self._known, dataset, values)
+                numbercounts.add_locked(self._db, self._numbers, dataset, numbers, events,
+                                        minutes, levels)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -286,6 +290,7 @@ class Store:
             self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
             rollups.delete_locked(self._db, name)
             valuecounts.delete_locked(self._db, self._known, name)
+            numbercounts.delete_locked(self._db, self._numbers, name)
             self._db.execute("DELETE FROM fields WHERE dataset = ?", (name,))
             self._names.discard(name)
             self._counts.pop(name, None)
@@ -304,6 +309,8 @@ class Store:
             rollups.trim_locked(self._db, name, older_than_us)
             valuecounts.trim_locked(self._db, self._known, rollups.level_key, name,
                                     older_than_us)
+            numbercounts.trim_locked(self._db, self._numbers, rollups.level_key, name,
+                                     older_than_us)
             self._counts[name] = max(0, self._counts.get(name, 0) - n)
             return n
 
@@ -375,6 +382,7 @@ class Store:
             self._db.execute("DELETE FROM events")
             rollups.delete_locked(self._db, None)
             valuecounts.delete_locked(self._db, self._known, None)
+            numbercounts.delete_locked(self._db, self._numbers, None)
             self._counts.clear()
 
     def query(self, text: str, start: Any = None, end: Any = None, fmt: str = "legacy",
