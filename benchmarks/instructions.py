@@ -101,6 +101,8 @@ def setup(loghandler, opts):
     elif variant == "names":
         opts.update(field_names={"message": "msg", "level": "severity",
                                  "logger": "logger.name"})
+    elif variant == "patterns":  # dict items: scrub_patterns scans text on the flusher
+        opts.update(scrub_patterns=[r"card-[0-9]{16}"])
     elif variant == "sampled":  # issue 39: sampling that keeps almost all, no keep level
         opts.update(sample_loggers={"bench": 0.999999}, sample_keep_level=None)
     elif variant == "sampled-keep":  # the same with the default keep level ("error")
