@@ -9,11 +9,13 @@
  *                      the contract's field indexes
  *   errors             only an Exception is handled on the caller's path
  *   plain events       a plain record's message and event (events.fast_head's twin)
- *   the JSON writer    an event as its final JSON (events.py "Wire items")
+ *   the JSON writer    JSON values as the encoders write them
  *   context and span   what a loghandler.context and the current span add, as JSON
  *   sampling           Sampler.decide's twin, from fastpath.SamplePlan
- *   record items       a record's pre-encoded item, from fastpath.ItemPlan
- *   a record's way     the queue item of a record
+ *   item plans         fastpath.ItemPlan read, keys checked (scrubber, renames, context)
+ *   the event writer   every front end's event, read into one table of members, written as
+ *                      its final JSON (events.py "Wire items")
+ *   a record's way     the queue item of a record (its table, or its event dict)
  *   an event's way     sampling, the item, hold-until-error, the queue (FrontEnd._queue's twin)
  *   the flusher        _time and level formatted, item_events (format_items), items_size,
  *                      admit_repeats
@@ -461,14 +463,11 @@ fail:
 
 /* ------------------------------------------------------------------ the JSON writer
  *
- * A fast-path event as the very JSON the flusher would make of it (a bytes item), written on
- * the caller's thread when the shipper allows it (Shipper.item_plan: no context, no policy that
- * reads events, no field for the scrubber to look at). The flusher then only joins items into
- * a request body. The encoder's bytes for the same event, byte for byte (tests/test_speedups.py,
- * with orjson and with the standard library's encoder); what this cannot write as they do (a
- * float in exponent form, an int past 64 bits, a lone surrogate, a value that is not plain, a
- * key the scrubber has not cleared or a shipper's field names, an event over FAST_ITEM_BYTES)
- * goes the dict way. Bounded: nothing longer than FAST_ITEM_BYTES is copied. */
+ * The steps of the event writer (below): JSON values written as the encoders write them, with
+ * no intermediate str. What they cannot write as the encoders do (a float in exponent form,
+ * an int past 64 bits, a lone surrogate, a value that is not plain, an item over
+ * FAST_ITEM_BYTES) sends the event the dict way. Bounded: nothing longer than FAST_ITEM_BYTES
+ * is copied. */
 
 typedef struct {
     char *data;
@@ -1168,7 +1167,7 @@ policy_ok(State *st, PyObject *policy)
     return 1;
 }
 
-/* ------------------------------------------------------------------ record items */
+/* ------------------------------------------------------------------ item plans */
 
 /* What a pre-encoded item is made with: the shipper's ItemPlan (Shipper.item_plan: fields= as
  * JSON, their names, the scrubber's clean keys and learn, the excluded fields, a bit per head
