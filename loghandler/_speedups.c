@@ -104,7 +104,8 @@ typedef struct {
      * event keys, in the head's order; where the message goes among them. */
     PyObject *src_keys, *dst_keys; /* tuples of interned str */
     Py_ssize_t n_fields, message_at;
-    PyObject *key_frags;           /* tuple of bytes: ,"logger": and the like (wire items) */
+    PyObject *key_frags;           /* tuple of bytes: ,"logger": and the like, by record
+                                    * attribute, then the message's (wire items) */
     HeadCache *head_cache;         /* n_fields entries */
     PyObject *special;             /* frozenset: extras the fast path leaves to the careful one */
     PyObject *formatter;           /* frozenset: attributes formatters set (no extras) */
@@ -1447,7 +1448,8 @@ static void
 members_clear(Members *ms)
 {
     for (Py_ssize_t i = 0; i < ms->n; i++) {
-        Py_DECREF(ms->m[i].key);
+        if (!ms->m[i].head)
+            Py_DECREF(ms->m[i].key); /* (a head member's key is the module state's) */
         Py_DECREF(ms->m[i].value);
         Py_XDECREF(ms->m[i].args);
     }
@@ -1456,7 +1458,7 @@ members_clear(Members *ms)
 
 /* Appends a member (new references taken); its rename and skip are the writer's to find.
  * The member, or NULL when there are too many (not this path's case). */
-static Member *
+static ALWAYS_INLINE Member *
 members_add(Members *ms, PyObject *key, PyObject *value, int kind)
 {
     if (ms->n >= MEMBERS)
@@ -1469,6 +1471,23 @@ members_add(Members *ms, PyObject *key, PyObject *value, int kind)
     m->slot = m->head = m->skip = 0;
     m->rename = -1;
     return m;
+}
+
+/* Appends a head member: its key the module state's (borrowed), its value a new reference. */
+static ALWAYS_INLINE void
+head_add(Members *ms, PyObject *key, PyObject *value, PyObject *args, PyObject *frag, int kind,
+         int slot, int rename)
+{
+    Member *m = &ms->m[ms->n++];
+    m->key = key;
+    m->value = Py_NewRef(value);
+    m->args = Py_XNewRef(args);
+    m->frag = frag;
+    m->kind = kind;
+    m->slot = slot;
+    m->rename = rename;
+    m->head = 1;
+    m->skip = 0;
 }
 
 /* Is key among the members? */
@@ -1492,16 +1511,11 @@ head_members(State *st, Members *ms, const Compose *c, PyObject *const *vals, Py
     if (st->n_fields > 16 || st->message_at < 2 || st->message_at > st->n_fields ||
         !PyFloat_CheckExact(vals[0]) || level == NULL || !PyUnicode_CheckExact(level))
         return 0;
-    ms->head = 1;
+    ms->head = 1; /* (at most 17 members: the table's first) */
     for (Py_ssize_t i = 0; i <= st->n_fields; i++) {
-        Member *m;
-        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
-            if ((m = members_add(ms, st->s_message, msg, M_MESSAGE)) == NULL)
-                return 0;
-            m->args = Py_XNewRef(args);
-            m->rename = c->head_rename[i];
-            m->head = 1;
-        }
+        if (i == st->message_at && !(c->head_skip & (1UL << i)))
+            head_add(ms, st->s_message, msg, args, PyTuple_GET_ITEM(st->key_frags, st->n_fields),
+                     M_MESSAGE, 0, c->head_rename[i]);
         if (i == st->n_fields)
             break;
         /* The i-th record attribute's place in the event: i, or i + 1 after the message. */
@@ -1509,13 +1523,10 @@ head_members(State *st, Members *ms, const Compose *c, PyObject *const *vals, Py
         if (c->head_skip & (1UL << p))
             continue;
         PyObject *v = i == 1 ? level : vals[i];
-        int kind = i == 0 ? M_TIME : i > 1 && PyUnicode_CheckExact(v) ? M_CACHED : M_VALUE;
-        if ((m = members_add(ms, PyTuple_GET_ITEM(st->dst_keys, i), v, kind)) == NULL)
-            return 0;
-        m->frag = PyTuple_GET_ITEM(st->key_frags, i);
-        m->slot = (int)i;
-        m->rename = c->head_rename[p];
-        m->head = 1;
+        head_add(ms, PyTuple_GET_ITEM(st->dst_keys, i), v, NULL,
+                 PyTuple_GET_ITEM(st->key_frags, i),
+                 i == 0 ? M_TIME : i > 1 && PyUnicode_CheckExact(v) ? M_CACHED : M_VALUE,
+                 (int)i, c->head_rename[p]);
     }
     return 1;
 }
@@ -3794,8 +3805,8 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         return NULL;
     }
     /* Interned keys (a dict lookup by an interned str compares by identity first), and the
-     * wire writer's ,"key": fragment of each event key. */
-    PyObject *src = PyTuple_New(n), *dst = PyTuple_New(n), *frags = PyTuple_New(n);
+     * wire writer's ,"key": fragment of each event key (the message's last). */
+    PyObject *src = PyTuple_New(n), *dst = PyTuple_New(n), *frags = PyTuple_New(n + 1);
     if (src == NULL || dst == NULL || frags == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -3810,10 +3821,14 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         PyUnicode_InternInPlace(&k);
         PyTuple_SET_ITEM(src, i, a);
         PyTuple_SET_ITEM(dst, i, k);
+    }
+    for (Py_ssize_t i = 0; i <= n; i++) {
         Out o;
         out_init(&o, PY_SSIZE_T_MAX);
         PyObject *frag = NULL;
-        if (out_put(&o, ",", 1) == 0 && put_str(&o, k) == 0 && out_put(&o, ":", 1) == 0)
+        if (out_put(&o, ",", 1) == 0 &&
+            put_str(&o, i < n ? PyTuple_GET_ITEM(dst, i) : st->s_message) == 0 &&
+            out_put(&o, ":", 1) == 0)
             frag = PyBytes_FromStringAndSize(o.data, o.len);
         out_free(&o);
         if (frag == NULL) {
