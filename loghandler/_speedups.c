@@ -1418,79 +1418,62 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
 /* ------------------------------------------------------------------ the event writer
  *
  * Every front end reads its source (a LogRecord's dict, loguru's record, structlog's event
- * dict, an OpenTelemetry record) into one table, its event's members in order; one writer,
- * write_item, turns the table into the wire item: the very JSON item_events, the Finisher and
- * the encoder make of the event's dict (tests/test_speedups*.py), or NULL for the dict path.
+ * dict, an OpenTelemetry record) into one table, Members; one writer, write_item, turns any
+ * table into the wire item: the very JSON item_events, the Finisher and the encoder make of
+ * the event's dict (tests/test_speedups*.py), or NULL for the dict path.
  *
- * A member holds strong references (what it was read from may change while Python runs: the
- * scrubber learning a key). Its value is written by kind: M_VALUE a plain value; M_JSON bytes,
- * the JSON already; M_TIME a float of epoch seconds, in RFC 3339; M_CACHED a head field's str
- * through its cache (put_head, slot); M_MESSAGE a record's msg % args, formatted as it is
- * written (put_message; args NULL: the message made). A head member (a record's or loguru's
- * head: model.HEAD) has its key's JSON (frag) and its rename fixed by the ItemPlan, and is not
- * checked per event; every other member is (its value plain, its key cleared by the scrubber,
- * renamed or excluded as the Finisher would). */
-enum { M_VALUE, M_JSON, M_TIME, M_CACHED, M_MESSAGE };
+ * The table: the event's members in order, each a key and a value written by kind (M_VALUE a
+ * plain value; M_JSON bytes, the JSON already; M_TIME a float of epoch seconds, in RFC 3339),
+ * checked per event (the value plain, the key cleared by the scrubber, renamed or excluded as
+ * the Finisher would). A record's event (a LogRecord's, loguru's) has a head too, model.HEAD,
+ * written first with the record-only shortcuts: the message formatted as it is written from
+ * msg and args, the head's strings through their cache, each key's JSON made once, its
+ * exclusions and renames fixed by the ItemPlan. Everything is held by strong references (what
+ * it was read from may change while Python runs: the scrubber learning a key). */
+enum { M_VALUE, M_JSON, M_TIME };
 #define MEMBERS 64
 typedef struct {
-    PyObject *key, *value, *args; /* strong; args: M_MESSAGE's (NULL: value is the message) */
-    PyObject *frag;               /* a head member's ,"key": (borrowed bytes), else NULL */
-    int kind, slot, rename, head, skip;
+    PyObject *key, *value; /* strong */
+    int kind, rename, skip; /* rename: its index (-1: none); skip: excluded */
 } Member;
 
 typedef struct {
     Member m[MEMBERS];
     Py_ssize_t n;
-    int head; /* the event has a record's whole head (else: only the keys its members hold) */
+    /* A record's head (NULL vals: none): the record attributes' values (src_keys' order),
+     * the event's level name, the message (args: its arguments, formatted as it is written;
+     * NULL: msg is the message). Strong references, held by the reader. */
+    PyObject *const *vals;
+    PyObject *level, *msg, *args;
 } Members;
 
 static void
 members_clear(Members *ms)
 {
     for (Py_ssize_t i = 0; i < ms->n; i++) {
-        if (!ms->m[i].head)
-            Py_DECREF(ms->m[i].key); /* (a head member's key is the module state's) */
+        Py_DECREF(ms->m[i].key);
         Py_DECREF(ms->m[i].value);
-        Py_XDECREF(ms->m[i].args);
     }
     ms->n = 0;
 }
 
-/* Appends a member (new references taken); its rename and skip are the writer's to find.
- * The member, or NULL when there are too many (not this path's case). */
-static ALWAYS_INLINE Member *
+/* Appends a member (new references taken). 0, or -1 when there are too many (not this path's
+ * case). */
+static ALWAYS_INLINE int
 members_add(Members *ms, PyObject *key, PyObject *value, int kind)
 {
     if (ms->n >= MEMBERS)
-        return NULL;
+        return -1;
     Member *m = &ms->m[ms->n++];
     m->key = Py_NewRef(key);
     m->value = Py_NewRef(value);
-    m->args = m->frag = NULL;
     m->kind = kind;
-    m->slot = m->head = m->skip = 0;
     m->rename = -1;
-    return m;
-}
-
-/* Appends a head member: its key the module state's (borrowed), its value a new reference. */
-static ALWAYS_INLINE void
-head_add(Members *ms, PyObject *key, PyObject *value, PyObject *args, PyObject *frag, int kind,
-         int slot, int rename)
-{
-    Member *m = &ms->m[ms->n++];
-    m->key = key;
-    m->value = Py_NewRef(value);
-    m->args = Py_XNewRef(args);
-    m->frag = frag;
-    m->kind = kind;
-    m->slot = slot;
-    m->rename = rename;
-    m->head = 1;
     m->skip = 0;
+    return 0;
 }
 
-/* Is key among the members? */
+/* Is key among the members? (A record's head keys are not: the callers skip those.) */
 static int
 members_have(const Members *ms, PyObject *key)
 {
@@ -1500,37 +1483,6 @@ members_have(const Members *ms, PyObject *key)
     return 0;
 }
 
-/* A record's head into the table, in model.HEAD's order, as its ItemPlan writes it (excluded
- * fields left out, each rename fixed): vals, the record attributes' values (src_keys' order;
- * borrowed), level the event's level name, msg the message (args: its arguments, formatted as
- * written; NULL: msg is the message). 1, or 0: not this path's case. */
-static int
-head_members(State *st, Members *ms, const Compose *c, PyObject *const *vals, PyObject *level,
-             PyObject *msg, PyObject *args)
-{
-    if (st->n_fields > 16 || st->message_at < 2 || st->message_at > st->n_fields ||
-        !PyFloat_CheckExact(vals[0]) || level == NULL || !PyUnicode_CheckExact(level))
-        return 0;
-    ms->head = 1; /* (at most 17 members: the table's first) */
-    for (Py_ssize_t i = 0; i <= st->n_fields; i++) {
-        if (i == st->message_at && !(c->head_skip & (1UL << i)))
-            head_add(ms, st->s_message, msg, args, PyTuple_GET_ITEM(st->key_frags, st->n_fields),
-                     M_MESSAGE, 0, c->head_rename[i]);
-        if (i == st->n_fields)
-            break;
-        /* The i-th record attribute's place in the event: i, or i + 1 after the message. */
-        Py_ssize_t p = i < st->message_at ? i : i + 1;
-        if (c->head_skip & (1UL << p))
-            continue;
-        PyObject *v = i == 1 ? level : vals[i];
-        head_add(ms, PyTuple_GET_ITEM(st->dst_keys, i), v, NULL,
-                 PyTuple_GET_ITEM(st->key_frags, i),
-                 i == 0 ? M_TIME : i > 1 && PyUnicode_CheckExact(v) ? M_CACHED : M_VALUE,
-                 (int)i, c->head_rename[p]);
-    }
-    return 1;
-}
-
 /* The renamed fields (field_names), written aside (tail) and appended in the renames' order
  * at the end, as the Finisher's rename moves them there. */
 typedef struct {
@@ -1538,48 +1490,77 @@ typedef struct {
     Py_ssize_t at[16][2];
 } Renamed;
 
-/* The start of a member: its ,"key": (or the new name's, written aside); *dst where its value
- * goes. -1 on failure. */
+/* The start of a member: its ,"key": (frag; NULL: key's, put_key), or its rename r's new
+ * name, written aside; *dst where its value goes. -1 on failure. */
 static ALWAYS_INLINE int
-member_start(State *st, Out *o, Renamed *rn, const Compose *c, const Member *m, Out **dst)
+member_start(State *st, Out *o, Renamed *rn, const Compose *c, int r, PyObject *frag,
+             PyObject *key, Out **dst)
 {
-    if (m->rename >= 0) {
-        PyObject *name = PyTuple_GET_ITEM(c->renames, m->rename);
-        rn->at[m->rename][0] = rn->tail.len;
+    if (r >= 0) {
+        PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+        rn->at[r][0] = rn->tail.len;
         *dst = &rn->tail;
         return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
     }
     *dst = o;
-    if (m->frag != NULL)
-        return out_put(o, PyBytes_AS_STRING(m->frag), PyBytes_GET_SIZE(m->frag));
-    return put_key(st, o, m->key);
+    if (frag != NULL)
+        return out_put(o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag));
+    return put_key(st, o, key);
 }
 
-/* A member's value, by its kind. 0; 1: a message put_message does not write (made first,
- * the caller starts over); -1: not written. */
-static ALWAYS_INLINE int
-member_value(State *st, Out *dst, const Member *m)
+static ALWAYS_INLINE void
+member_end(Renamed *rn, int r)
 {
-    PyObject *v = m->value;
-    switch (m->kind) {
-    case M_TIME: {
-        char ts[28];
-        if (format_epoch(st, PyFloat_AS_DOUBLE(v), ts) < 0 || out_put(dst, "\"", 1) < 0 ||
-            out_put(dst, ts, 27) < 0 || out_put(dst, "\"", 1) < 0)
+    if (r >= 0)
+        rn->at[r][1] = rn->tail.len;
+}
+
+/* A float of epoch seconds as its RFC 3339 JSON string. */
+static int
+put_time(State *st, Out *o, PyObject *v)
+{
+    char ts[28];
+    if (format_epoch(st, PyFloat_AS_DOUBLE(v), ts) < 0 || out_put(o, "\"", 1) < 0 ||
+        out_put(o, ts, 27) < 0)
+        return -1;
+    return out_put(o, "\"", 1);
+}
+
+/* A record's head, in the event's order: the record attributes with the message at its place
+ * (event position p of a field: its bit in head_skip, its rename). 0; 1: a message
+ * put_message does not write (made first: the caller starts over); -1: not written. */
+static int
+write_head(State *st, Out *o, Renamed *rn, const Compose *c, const Members *ms)
+{
+    Out *dst;
+    for (Py_ssize_t i = 0; i <= st->n_fields; i++) {
+        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
+            int r = c->head_rename[i];
+            if (member_start(st, o, rn, c, r, PyTuple_GET_ITEM(st->key_frags, st->n_fields), NULL,
+                             &dst) < 0)
+                return -1;
+            if (ms->args != NULL ? put_message(dst, ms->msg, ms->args) != 0
+                                 : put_str(dst, ms->msg) < 0)
+                return ms->args != NULL ? 1 : -1;
+            member_end(rn, r);
+        }
+        if (i == st->n_fields)
+            break;
+        /* The i-th record attribute's place in the event: i, or i + 1 after the message. */
+        Py_ssize_t p = i < st->message_at ? i : i + 1;
+        if (c->head_skip & (1UL << p))
+            continue;
+        PyObject *v = ms->vals[i];
+        int r = c->head_rename[p];
+        if (member_start(st, o, rn, c, r, PyTuple_GET_ITEM(st->key_frags, i), NULL, &dst) < 0 ||
+            (i == 0   ? put_time(st, dst, v)
+             : i == 1 ? put_str(dst, ms->level)
+             : PyUnicode_CheckExact(v) ? put_head(st, dst, i, v)
+                                       : put_value(dst, v)) < 0)
             return -1;
-        return 0;
+        member_end(rn, r);
     }
-    case M_JSON:
-        return out_put(dst, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
-    case M_CACHED:
-        return put_head(st, dst, m->slot, v);
-    case M_MESSAGE:
-        if (m->args == NULL)
-            return put_str(dst, v) < 0 ? -1 : 0;
-        return put_message(dst, v, m->args) != 0 ? 1 : 0;
-    default:
-        return put_value(dst, v);
-    }
+    return 0;
 }
 
 /* The span's and the context's members into the item, where the event lacks them (no code of
@@ -1615,13 +1596,12 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
                 return -1;
             if (out_put(dst, json[k] + head[k], len[k] - head[k]) < 0)
                 return -1;
-            if (r >= 0)
-                rn->at[r][1] = rn->tail.len;
+            member_end(rn, r);
         }
     }
     if (ctx == NULL)
         return 0;
-    int flat = !ms->head;
+    int flat = ms->vals == NULL;
     int checked = (flat ? ctx->checked_flat : ctx->checked) == c->wire;
     for (Py_ssize_t k = 0; k < ctx->n; k++) {
         unsigned char f = ctx->flags[k];
@@ -1648,8 +1628,8 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
 
 /* The wire item of an event read into ms: a new bytes object, or NULL (not this path's case:
  * the dict path decides; an error may be set; *want_message set when a record's message must
- * be made first). Its members in order (the renamed ones aside), the span's ids and the
- * context's fields it lacks, fields= where it lacks them, then the renamed fields in the
+ * be made first). Its head, its members in order (the renamed ones aside), the span's ids and
+ * the context's fields it lacks, fields= where it lacks them, then the renamed fields in the
  * renames' order; the first comma becomes the opening brace. */
 static PyObject *
 write_item(State *st, Members *ms, Compose *c, Py_ssize_t *out_size, int *want_message)
@@ -1657,18 +1637,20 @@ write_item(State *st, Members *ms, Compose *c, Py_ssize_t *out_size, int *want_m
     /* First what may run Python (the scrubber learning a key): the members' keys, the span's
      * and the context's; only keys the scrubber cleared and field_names renames as the
      * Finisher would. After Python ran, everything is looked at again. */
-    int learned = 0, trace_in = 0, span_in = 0, clash;
+    int learned = 0, trace_in = 0, span_in = 0, clash, head = ms->vals != NULL;
     CtxEntry *ctx = NULL;
+    if (head && (st->n_fields > 16 || st->message_at < 2 || st->message_at > st->n_fields ||
+                 !PyFloat_CheckExact(ms->vals[0]) || ms->level == NULL ||
+                 !PyUnicode_CheckExact(ms->level)))
+        return NULL;
 restart:
     clash = 0; /* a member fields= names too: fields= member by member, where it lacks them */
     for (Py_ssize_t i = 0; i < ms->n; i++) {
         Member *m = &ms->m[i];
-        if (m->head)
-            continue;
         PyObject *key = m->key, *value = m->value;
         if (!PyUnicode_CheckExact(key) || (m->kind == M_VALUE && !is_plain(value)) ||
             (m->kind == M_JSON && !PyBytes_CheckExact(value)) ||
-            (m->kind == M_TIME && !PyFloat_CheckExact(value)) || m->kind > M_TIME)
+            (m->kind == M_TIME && !PyFloat_CheckExact(value)))
             return NULL;
         if (c->renamed != NULL) {
             PyObject *r = PyDict_GetItemWithError(c->rename_index, key);
@@ -1692,7 +1674,7 @@ restart:
             if (r != 1)
                 return NULL;
         }
-        if (ms->head && !clash && PySet_GET_SIZE(c->statics) > 0 &&
+        if (head && !clash && PySet_GET_SIZE(c->statics) > 0 &&
             (clash = PySet_Contains(c->statics, key)) < 0)
             return NULL;
     }
@@ -1701,7 +1683,7 @@ restart:
         span_in = members_have(ms, st->s_span_id);
     }
     if (c->span != NULL || c->fields != NULL) {
-        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, !ms->head);
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, !head);
         if (r == LEARNED)
             goto restart;
         if (r != 1)
@@ -1715,33 +1697,41 @@ restart:
     for (Py_ssize_t r = 0; r < c->n_renames; r++)
         rn.at[r][0] = -1;
     PyObject *result = NULL;
+    if (head) {
+        int r = write_head(st, &o, &rn, c, ms);
+        if (r != 0) {
+            *want_message = r > 0;
+            goto done;
+        }
+    }
     for (Py_ssize_t i = 0; i < ms->n; i++) {
         const Member *m = &ms->m[i];
         if (m->skip)
             continue;
         Out *dst;
-        if (member_start(st, &o, &rn, c, m, &dst) < 0)
+        if (member_start(st, &o, &rn, c, m->rename, NULL, m->key, &dst) < 0 ||
+            (m->kind == M_TIME   ? put_time(st, dst, m->value)
+             : m->kind == M_JSON ? out_put(dst, PyBytes_AS_STRING(m->value),
+                                           PyBytes_GET_SIZE(m->value))
+                                 : put_value(dst, m->value)) < 0)
             goto done;
-        int r = member_value(st, dst, m);
-        if (r != 0) {
-            *want_message = r > 0;
-            goto done;
-        }
-        if (m->rename >= 0)
-            rn.at[m->rename][1] = rn.tail.len;
+        member_end(&rn, m->rename);
     }
     if (put_context(st, &o, &rn, c, ctx, ms, trace_in, span_in) < 0)
         goto done;
-    if (ms->head && !clash) {
-        /* a head event lacks none of fields= but the head's: written once, whole */
+    if (head && !clash) {
+        /* a record's event lacks none of fields= but the head's: written once, whole */
         if (out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
             goto done;
     }
     else {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
-            PyObject *m = PyTuple_GET_ITEM(c->members, k), *bytes = PyTuple_GET_ITEM(m, 1);
-            if (!members_have(ms, PyTuple_GET_ITEM(m, 0)) &&
-                out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
+            PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
+            PyObject *bytes = PyTuple_GET_ITEM(m, 1);
+            int in = members_have(ms, name);
+            if (!in && head && (in = PySet_Contains(st->head_set, name)) < 0)
+                goto done; /* (the head's fields win) */
+            if (!in && out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
                 goto done;
         }
     }
@@ -1779,7 +1769,7 @@ done:
 /* A LogRecord's wire item (d: the dict of a record whose type is exactly logging.LogRecord),
  * its message given, or NULL: written from msg and args when that runs no application code
  * (*want_message set when the message must be made first). Its table: the head (model.HEAD),
- * then its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
+ * and its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
  * special key is the careful path's, a formatter's attribute no extra). A new bytes object, or
  * NULL (the dict path's; an error may be set). */
 static PyObject *
@@ -1804,12 +1794,18 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
             return NULL;
         }
     }
-    PyObject *level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
-                                                    : NULL;
+    /* Strong references: the writer may run Python (the scrubber learning a key). */
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_INCREF(vals[i]);
+    Py_INCREF(msg);
+    Py_XINCREF(fargs);
     Members ms;
     ms.n = 0;
-    if (!head_members(st, &ms, c, vals, level, msg, fargs))
-        goto done;
+    ms.vals = vals;
+    ms.level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
+                                             : NULL;
+    ms.msg = msg;
+    ms.args = fargs;
     Py_ssize_t n = PyDict_GET_SIZE(d);
     if (n > st->n_init) {
         Py_ssize_t pos = st->n_init, seen = 0;
@@ -1824,7 +1820,7 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
                     continue;
                 goto done;
             }
-            if (members_add(&ms, key, value, M_VALUE) == NULL)
+            if (members_add(&ms, key, value, M_VALUE) < 0)
                 goto done;
         }
         if (seen != n - st->n_init)
@@ -1833,6 +1829,10 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
     item = write_item(st, &ms, c, size, want_message);
 done:
     members_clear(&ms);
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_DECREF(vals[i]);
+    Py_DECREF(msg);
+    Py_XDECREF(fargs);
     return item;
 }
 
@@ -3124,18 +3124,18 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
          * (exc_info and ProcessorFormatter's bookkeeping: the careful path's) */
         Members ms;
         ms.n = 0;
-        ms.head = 0;
+        ms.vals = NULL;
         int want_message = 0; /* (no message of a record's here) */
         Py_ssize_t pos = 0;
         PyObject *key, *value;
         int ok = 1;
         while (ok && PyDict_Next(event, &pos, &key, &value))
             ok = PyUnicode_CheckExact(key) && PySet_Contains(st->structlog_skip, key) == 0 &&
-                 members_add(&ms, key, value, M_VALUE) != NULL;
+                 members_add(&ms, key, value, M_VALUE) == 0;
         if (ok && add_time != NULL)
-            ok = members_add(&ms, st->s_time, add_time, M_VALUE) != NULL;
+            ok = members_add(&ms, st->s_time, add_time, M_VALUE) == 0;
         if (ok && add_level != NULL)
-            ok = members_add(&ms, st->s_level, add_level, M_VALUE) != NULL;
+            ok = members_add(&ms, st->s_level, add_level, M_VALUE) == 0;
         if (ok)
             item = write_item(st, &ms, &w.c, &size, &want_message);
         members_clear(&ms);
@@ -3268,14 +3268,13 @@ sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (w.wired && w.native) {
         /* loguru_head's event: the head read above, then the extras (a head key among them:
          * the careful path's) */
-        Members ms;
-        ms.n = 0;
-        int ok = head_members(st, &ms, &w.c, vals, vals[1], text, NULL);
+        Members ms = {.n = 0, .vals = vals, .level = vals[1], .msg = text, .args = NULL};
+        int ok = 1;
         Py_ssize_t pos = 0;
         PyObject *key, *value;
         while (ok && PyDict_Next(extra, &pos, &key, &value))
             ok = PyUnicode_CheckExact(key) && PySet_Contains(st->head_set, key) == 0 &&
-                 members_add(&ms, key, value, M_VALUE) != NULL;
+                 members_add(&ms, key, value, M_VALUE) == 0;
         if (ok)
             item = write_item(st, &ms, &w.c, &size, &want_message);
         members_clear(&ms);
@@ -3390,7 +3389,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
         when = PyFloat_AS_DOUBLE(v);
     }
     Py_SETREF(v, PyFloat_FromDouble(when));
-    if (v == NULL || members_add(ms, st->s_time, v, M_TIME) == NULL)
+    if (v == NULL || members_add(ms, st->s_time, v, M_TIME) < 0)
         goto out;
     /* level: _level() (the severity text lowercased, as IngestHandler names it; else the
      * severity number's range; else info) */
@@ -3429,7 +3428,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
         Py_CLEAR(w);
         *level = PyUnicode_InternFromString(name);
     }
-    if (*level == NULL || members_add(ms, st->s_level, *level, M_VALUE) == NULL)
+    if (*level == NULL || members_add(ms, st->s_level, *level, M_VALUE) < 0)
         goto out;
     PyObject *number = PyDict_GetItemWithError(st->otel_numbers, *level);
     *levelno = number != NULL ? Py_NewRef(number) : PyLong_FromLong(20);
@@ -3442,7 +3441,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
     if (v != Py_None) {
         if (!PyUnicode_CheckExact(v))
             goto no;
-        if (members_add(ms, st->s_message, v, M_VALUE) == NULL)
+        if (members_add(ms, st->s_message, v, M_VALUE) < 0)
             goto no;
     }
     /* the scope's name is the logger */
@@ -3451,7 +3450,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
         if (v == NULL)
             goto out;
         if (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0 &&
-            members_add(ms, st->s_logger, v, M_VALUE) == NULL)
+            members_add(ms, st->s_logger, v, M_VALUE) < 0)
             goto no;
     }
     Py_SETREF(v, attr_or_none(record, st->s_event_name));
@@ -3460,7 +3459,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
     if (v != Py_None) {
         if (!PyUnicode_CheckExact(v))
             goto no;
-        if (PyUnicode_GET_LENGTH(v) > 0 && members_add(ms, st->s_event_name, v, M_VALUE) == NULL)
+        if (PyUnicode_GET_LENGTH(v) > 0 && members_add(ms, st->s_event_name, v, M_VALUE) < 0)
             goto no;
     }
     /* attributes (BoundedAttributes keeps a plain dict): as they are, code.* renamed */
@@ -3486,7 +3485,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
                 goto out;
             if (renamed_key != NULL)
                 key = renamed_key;
-            if (members_have(ms, key) || members_add(ms, key, value, M_VALUE) == NULL)
+            if (members_have(ms, key) || members_add(ms, key, value, M_VALUE) < 0)
                 goto no;
         }
         Py_CLEAR(w);
@@ -3511,7 +3510,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
                     break;
             }
             w = PyObject_Format(v, forms[k]);
-            if (w == NULL || members_add(ms, ids[k], w, M_VALUE) == NULL)
+            if (w == NULL || members_add(ms, ids[k], w, M_VALUE) < 0)
                 goto out;
             Py_CLEAR(w);
         }
@@ -3542,7 +3541,7 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
                 value = json;
                 kind = M_JSON;
             }
-            if (members_add(ms, key, value, kind) == NULL)
+            if (members_add(ms, key, value, kind) < 0)
                 goto no;
         }
     }
@@ -3585,7 +3584,7 @@ otel_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *self = args[0], *level = NULL, *levelno = NULL, *item = NULL, *result = NULL;
     Members ms;
     ms.n = 0;
-    ms.head = 0;
+    ms.vals = NULL;
     Way w;
     int begun = 0;
     int r = otel_members(st, args[2], args[3], args[4], args[5], &ms, &level, &levelno);
