@@ -42,7 +42,8 @@ repeats, three fields excluded, a scrubbed key, hold below the calls' level); ``
 (``field_names`` renaming message, level and logger); ``bare`` (``scrub=False,
 identity=False``); ``structlog`` (``IngestProcessor`` in structlog's usual chain);
 ``loguru`` (``IngestSink``); ``otel`` (``IngestLogRecordProcessor`` under OpenTelemetry's
-``LoggingHandler``).
+``LoggingHandler``). Raw modes only (no row of the table): ``patterns`` (``scrub_patterns``:
+every event stays a dict item the flusher formats, ``format_items``' row).
 
 The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes): to
 compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
