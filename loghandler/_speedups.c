@@ -1184,7 +1184,8 @@ typedef struct Compose {
      * renamed or renamed to (NULL: no renames). */
     PyObject *renames, *moved; /* moved: each rename of a fields= field, (old, member), or None */
     PyObject *rename_index;    /* old name -> its rename's index */
-    PyObject *members;         /* fields= as ((key, member), ...): a flat event's, key by key */
+    PyObject *members;         /* fields= as ((key, member), ...), key by key: a flat event's,
+                                * or a record's when one of its fields is named too */
     Py_ssize_t n_renames;
     signed char head_rename[17], span_rename[2];
     PyObject *renamed;
