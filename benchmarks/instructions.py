@@ -42,7 +42,8 @@ repeats, three fields excluded, a scrubbed key, hold below the calls' level); ``
 (``field_names`` renaming message, level and logger); ``bare`` (``scrub=False,
 identity=False``); ``structlog`` (``IngestProcessor`` in structlog's usual chain);
 ``loguru`` (``IngestSink``); ``otel`` (``IngestLogRecordProcessor`` under OpenTelemetry's
-``LoggingHandler``).
+``LoggingHandler``). Raw modes only (no row of the table): ``patterns`` (``scrub_patterns``:
+every event stays a dict item the flusher formats, ``format_items``' row).
 
 The counts move by about 0.5 % with the interpreter's hash seed (dict and set probes): to
 compare two versions, run both with the same ``PYTHONHASHSEED`` (the children inherit it).
@@ -101,6 +102,8 @@ def setup(loghandler, opts):
     elif variant == "names":
         opts.update(field_names={"message": "msg", "level": "severity",
                                  "logger": "logger.name"})
+    elif variant == "patterns":  # dict items: scrub_patterns scans text on the flusher
+        opts.update(scrub_patterns=[r"card-[0-9]{16}"])
     elif variant == "sampled":  # issue 39: sampling that keeps almost all, no keep level
         opts.update(sample_loggers={"bench": 0.999999}, sample_keep_level=None)
     elif variant == "sampled-keep":  # the same with the default keep level ("error")

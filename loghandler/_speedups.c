@@ -9,11 +9,13 @@
  *                      the contract's field indexes
  *   errors             only an Exception is handled on the caller's path
  *   plain events       a plain record's message and event (events.fast_head's twin)
- *   the JSON writer    an event as its final JSON (events.py "Wire items")
+ *   the JSON writer    JSON values as the encoders write them
  *   context and span   what a loghandler.context and the current span add, as JSON
  *   sampling           Sampler.decide's twin, from fastpath.SamplePlan
- *   record items       a record's pre-encoded item, from fastpath.ItemPlan
- *   a record's way     the queue item of a record
+ *   item plans         fastpath.ItemPlan read, keys checked (scrubber, renames, context)
+ *   the event writer   every front end's event, read into one table of members, written as
+ *                      its final JSON (events.py "Wire items")
+ *   a record's way     the queue item of a record (its table, or its event dict)
  *   an event's way     sampling, the item, hold-until-error, the queue (FrontEnd._queue's twin)
  *   the flusher        _time and level formatted, item_events (format_items), items_size,
  *                      admit_repeats
@@ -102,7 +104,8 @@ typedef struct {
      * event keys, in the head's order; where the message goes among them. */
     PyObject *src_keys, *dst_keys; /* tuples of interned str */
     Py_ssize_t n_fields, message_at;
-    PyObject *key_frags;           /* tuple of bytes: ,"logger": and the like (wire items) */
+    PyObject *key_frags;           /* tuple of bytes: ,"logger": and the like, by record
+                                    * attribute, then the message's (wire items) */
     HeadCache *head_cache;         /* n_fields entries */
     PyObject *special;             /* frozenset: extras the fast path leaves to the careful one */
     PyObject *formatter;           /* frozenset: attributes formatters set (no extras) */
@@ -461,14 +464,11 @@ fail:
 
 /* ------------------------------------------------------------------ the JSON writer
  *
- * A fast-path event as the very JSON the flusher would make of it (a bytes item), written on
- * the caller's thread when the shipper allows it (Shipper.item_plan: no context, no policy that
- * reads events, no field for the scrubber to look at). The flusher then only joins items into
- * a request body. The encoder's bytes for the same event, byte for byte (tests/test_speedups.py,
- * with orjson and with the standard library's encoder); what this cannot write as they do (a
- * float in exponent form, an int past 64 bits, a lone surrogate, a value that is not plain, a
- * key the scrubber has not cleared or a shipper's field names, an event over FAST_ITEM_BYTES)
- * goes the dict way. Bounded: nothing longer than FAST_ITEM_BYTES is copied. */
+ * The steps of the event writer (below): JSON values written as the encoders write them, with
+ * no intermediate str. What they cannot write as the encoders do (a float in exponent form,
+ * an int past 64 bits, a lone surrogate, a value that is not plain, an item over
+ * FAST_ITEM_BYTES) sends the event the dict way. Bounded: nothing longer than FAST_ITEM_BYTES
+ * is copied. */
 
 typedef struct {
     char *data;
@@ -1168,7 +1168,7 @@ policy_ok(State *st, PyObject *policy)
     return 1;
 }
 
-/* ------------------------------------------------------------------ record items */
+/* ------------------------------------------------------------------ item plans */
 
 /* What a pre-encoded item is made with: the shipper's ItemPlan (Shipper.item_plan: fields= as
  * JSON, their names, the scrubber's clean keys and learn, the excluded fields, a bit per head
@@ -1184,7 +1184,8 @@ typedef struct Compose {
      * renamed or renamed to (NULL: no renames). */
     PyObject *renames, *moved; /* moved: each rename of a fields= field, (old, member), or None */
     PyObject *rename_index;    /* old name -> its rename's index */
-    PyObject *members;         /* fields= as ((key, member), ...): a flat event's, key by key */
+    PyObject *members;         /* fields= as ((key, member), ...), key by key: a flat event's,
+                                * or a record's when one of its fields is named too */
     Py_ssize_t n_renames;
     signed char head_rename[17], span_rename[2];
     PyObject *renamed;
@@ -1415,7 +1416,74 @@ check_context(State *st, Compose *c, CtxEntry **ctx, int trace_in, int span_in, 
     return 1;
 }
 
-/* The span's and the context's members into the item (no code of the application's runs). */
+/* ------------------------------------------------------------------ the event writer
+ *
+ * Every front end reads its source (a LogRecord's dict, loguru's record, structlog's event
+ * dict, an OpenTelemetry record) into one table, Members; one writer, write_item, turns any
+ * table into the wire item: the very JSON item_events, the Finisher and the encoder make of
+ * the event's dict (tests/test_speedups*.py), or NULL for the dict path.
+ *
+ * The table: the event's members in order, each a key and a value written by kind (M_VALUE a
+ * plain value; M_JSON bytes, the JSON already; M_TIME a float of epoch seconds, in RFC 3339),
+ * checked per event (the value plain, the key cleared by the scrubber, renamed or excluded as
+ * the Finisher would). A record's event (a LogRecord's, loguru's) has a head too, model.HEAD,
+ * written first with the record-only shortcuts: the message formatted as it is written from
+ * msg and args, the head's strings through their cache, each key's JSON made once, its
+ * exclusions and renames fixed by the ItemPlan. Everything is held by strong references (what
+ * it was read from may change while Python runs: the scrubber learning a key). */
+enum { M_VALUE, M_JSON, M_TIME };
+#define MEMBERS 64
+typedef struct {
+    PyObject *key, *value; /* strong */
+    int kind, rename, skip; /* rename: its index (-1: none); skip: excluded */
+} Member;
+
+typedef struct {
+    Member m[MEMBERS];
+    Py_ssize_t n;
+    /* A record's head (NULL vals: none): the record attributes' values (src_keys' order),
+     * the event's level name, the message (args: its arguments, formatted as it is written;
+     * NULL: msg is the message). Strong references, held by the reader. */
+    PyObject *const *vals;
+    PyObject *level, *msg, *args;
+} Members;
+
+static void
+members_clear(Members *ms)
+{
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        Py_DECREF(ms->m[i].key);
+        Py_DECREF(ms->m[i].value);
+    }
+    ms->n = 0;
+}
+
+/* Appends a member (new references taken). 0, or -1 when there are too many (not this path's
+ * case). */
+static ALWAYS_INLINE int
+members_add(Members *ms, PyObject *key, PyObject *value, int kind)
+{
+    if (ms->n >= MEMBERS)
+        return -1;
+    Member *m = &ms->m[ms->n++];
+    m->key = Py_NewRef(key);
+    m->value = Py_NewRef(value);
+    m->kind = kind;
+    m->rename = -1;
+    m->skip = 0;
+    return 0;
+}
+
+/* Is key among the members? (A record's head keys are not: the callers skip those.) */
+static int
+members_have(const Members *ms, PyObject *key)
+{
+    for (Py_ssize_t i = 0; i < ms->n; i++)
+        if (same_str(ms->m[i].key, key))
+            return 1;
+    return 0;
+}
+
 /* The renamed fields (field_names), written aside (tail) and appended in the renames' order
  * at the end, as the Finisher's rename moves them there. */
 typedef struct {
@@ -1423,20 +1491,22 @@ typedef struct {
     Py_ssize_t at[16][2];
 } Renamed;
 
-/* The start of a member: its ,"key": (or the new name's, written aside); *dst where its value
- * goes. -1 on failure. */
+/* The start of a member: its ,"key": (frag; NULL: key's, put_key), or its rename r's new
+ * name, written aside; *dst where its value goes. -1 on failure. */
 static ALWAYS_INLINE int
-member(Out *o, Renamed *rn, const Compose *c, int r, const char *frag, Py_ssize_t len,
-       Out **dst)
+member_start(State *st, Out *o, Renamed *rn, const Compose *c, int r, PyObject *frag,
+             PyObject *key, Out **dst)
 {
-    if (r < 0) {
-        *dst = o;
-        return out_put(o, frag, len);
+    if (r >= 0) {
+        PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+        rn->at[r][0] = rn->tail.len;
+        *dst = &rn->tail;
+        return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
     }
-    PyObject *name = PyTuple_GET_ITEM(c->renames, r);
-    rn->at[r][0] = rn->tail.len;
-    *dst = &rn->tail;
-    return out_put(&rn->tail, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+    *dst = o;
+    if (frag != NULL)
+        return out_put(o, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag));
+    return put_key(st, o, key);
 }
 
 static ALWAYS_INLINE void
@@ -1446,50 +1516,59 @@ member_end(Renamed *rn, int r)
         rn->at[r][1] = rn->tail.len;
 }
 
-/* (d: where the event's own fields are looked up: a record's dict, whose record attributes
- * (special keys) are no fields; loguru's extra; a flat event dict, head: 0, which has no head
- * of its own.) */
-/* The renamed fields, in the renames' order: the event's own (written aside), else a field of
- * fields= renamed (unless the flat event holds its old name: then its own was renamed). */
+/* A float of epoch seconds as its RFC 3339 JSON string. */
 static int
-put_renamed(Out *o, Renamed *rn, const Compose *c, PyObject *flat)
+put_time(State *st, Out *o, PyObject *v)
 {
-    for (Py_ssize_t r = 0; r < c->n_renames; r++) {
-        if (rn->at[r][0] >= 0) {
-            if (out_put(o, rn->tail.data + rn->at[r][0], rn->at[r][1] - rn->at[r][0]) < 0)
+    char ts[28];
+    if (format_epoch(st, PyFloat_AS_DOUBLE(v), ts) < 0 || out_put(o, "\"", 1) < 0 ||
+        out_put(o, ts, 27) < 0)
+        return -1;
+    return out_put(o, "\"", 1);
+}
+
+/* A record's head, in the event's order: the record attributes with the message at its place
+ * (event position p of a field: its bit in head_skip, its rename). 0; 1: a message
+ * put_message does not write (made first: the caller starts over); -1: not written. */
+static int
+write_head(State *st, Out *o, Renamed *rn, const Compose *c, const Members *ms)
+{
+    Out *dst;
+    for (Py_ssize_t i = 0; i <= st->n_fields; i++) {
+        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
+            int r = c->head_rename[i];
+            if (member_start(st, o, rn, c, r, PyTuple_GET_ITEM(st->key_frags, st->n_fields), NULL,
+                             &dst) < 0)
                 return -1;
-            continue;
+            if (ms->args != NULL ? put_message(dst, ms->msg, ms->args) != 0
+                                 : put_str(dst, ms->msg) < 0)
+                return ms->args != NULL ? 1 : -1;
+            member_end(rn, r);
         }
-        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
-        if (m == Py_None)
+        if (i == st->n_fields)
+            break;
+        /* The i-th record attribute's place in the event: i, or i + 1 after the message. */
+        Py_ssize_t p = i < st->message_at ? i : i + 1;
+        if (c->head_skip & (1UL << p))
             continue;
-        if (flat != NULL) {
-            int in = PyDict_Contains(flat, PyTuple_GET_ITEM(m, 0));
-            if (in != 0) {
-                if (in < 0)
-                    return -1;
-                continue;
-            }
-        }
-        PyObject *member = PyTuple_GET_ITEM(m, 1);
-        if (out_put(o, PyBytes_AS_STRING(member), PyBytes_GET_SIZE(member)) < 0)
+        PyObject *v = ms->vals[i];
+        int r = c->head_rename[p];
+        if (member_start(st, o, rn, c, r, PyTuple_GET_ITEM(st->key_frags, i), NULL, &dst) < 0 ||
+            (i == 0   ? put_time(st, dst, v)
+             : i == 1 ? put_str(dst, ms->level)
+             : PyUnicode_CheckExact(v) ? put_head(st, dst, i, v)
+                                       : put_value(dst, v)) < 0)
             return -1;
+        member_end(rn, r);
     }
     return 0;
 }
 
-/* Is key among the event's own fields? (has(src, key): 1, 0, or -1 on failure) */
-typedef int (*HasKey)(const void *src, PyObject *key);
-
+/* The span's and the context's members into the item, where the event lacks them (no code of
+ * the application's runs). */
 static int
-dict_has(const void *d, PyObject *key)
-{
-    return PyDict_Contains((PyObject *)d, key);
-}
-
-static int
-put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx, HasKey has,
-            const void *src, int record, int flat, int trace_in, int span_in)
+put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ctx,
+            const Members *ms, int trace_in, int span_in)
 {
     if (c->span != NULL) {
         /* ,"trace_id":"<hex>": the member's key is its first 12 bytes (11 for the span's) */
@@ -1505,15 +1584,25 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
                 return -1;
             if (ex)
                 continue;
-            Out *dst;
-            if (member(o, rn, c, c->span_rename[k], json[k], head[k], &dst) < 0 ||
-                out_put(dst, json[k] + head[k], len[k] - head[k]) < 0)
+            Out *dst = o;
+            int r = c->span_rename[k];
+            if (r >= 0) {
+                PyObject *name = PyTuple_GET_ITEM(c->renames, r);
+                rn->at[r][0] = rn->tail.len;
+                dst = &rn->tail;
+                if (out_put(dst, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) < 0)
+                    return -1;
+            }
+            else if (out_put(o, json[k], head[k]) < 0)
                 return -1;
-            member_end(rn, c->span_rename[k]);
+            if (out_put(dst, json[k] + head[k], len[k] - head[k]) < 0)
+                return -1;
+            member_end(rn, r);
         }
     }
     if (ctx == NULL)
         return 0;
+    int flat = ms->vals == NULL;
     int checked = (flat ? ctx->checked_flat : ctx->checked) == c->wire;
     for (Py_ssize_t k = 0; k < ctx->n; k++) {
         unsigned char f = ctx->flags[k];
@@ -1522,16 +1611,8 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
         if ((f & CTX_TRACE) && c->span != NULL)
             continue; /* the span's ids win */
         PyObject *key = ctx->keys[k];
-        if (!record || !(f & CTX_SPECIAL)) {
-            /* A key no record attribute has: in the record's dict, it is an extra, which
-             * wins (in loguru's extra, or a flat event, any key is the event's). */
-            int in = has(src, key);
-            if (in != 0) {
-                if (in < 0)
-                    return -1;
-                continue;
-            }
-        }
+        if (members_have(ms, key))
+            continue; /* the event's own field wins */
         if (!checked) {
             int ex = excluded(c, key);
             if (ex != 0) {
@@ -1546,288 +1627,47 @@ put_context(State *st, Out *o, Renamed *rn, const Compose *c, const CtxEntry *ct
     return 0;
 }
 
-/* Where a head event's fields come from: a LogRecord's dict (its extras after its first n_init
- * items: a special key is the careful path's, a formatter's attribute no extra), or a loguru
- * record's (the head's values read by the caller, its extras loguru's extra dict: a head key
- * among them is the careful path's). */
-typedef struct {
-    PyObject *d;           /* the record's dict, or loguru's extra dict */
-    Py_ssize_t start;      /* where the extras begin among its items */
-    int record;            /* 1: a LogRecord's dict; 0: loguru's */
-    PyObject *vals[16];    /* loguru: the head's values by record attribute, the level mapped */
-} Head;
-
-/* The wire item of a plain record (h: its dict, or loguru's record read), its message given or
- * not (NULL: written from msg and args when that runs no application code; *want_message set
- * when the message must be made first): a new bytes object, or NULL (not this path's case;
- * the dict path decides; an error may be set). The event's members, as item_events and the
- * encoder would order them: the head (less the excluded fields), the extras, the span's ids,
- * the context's fields, fields=, then the renamed fields; the first comma becomes the opening
- * brace. */
+/* The wire item of an event read into ms: a new bytes object, or NULL (not this path's case:
+ * the dict path decides; an error may be set; *want_message set when a record's message must
+ * be made first). Its head, its members in order (the renamed ones aside), the span's ids and
+ * the context's fields it lacks, fields= where it lacks them, then the renamed fields in the
+ * renames' order; the first comma becomes the opening brace. */
 static PyObject *
-build_wire(State *st, Head *h, PyObject *message, Compose *c, Py_ssize_t *out_size,
-           int *want_message)
+write_item(State *st, Members *ms, Compose *c, Py_ssize_t *out_size, int *want_message)
 {
-    PyObject *d = h->d;
-    if (!PyDict_CheckExact(d) || st->n_fields > 16 || st->message_at > st->n_fields)
-        return NULL;
-    /* First what may run Python (the scrubber learning a key): the extras (only keys, and
-     * value types), the span's and the context's keys; only keys the scrubber cleared and the
-     * shipper's fields do not name (the flusher would check or merge those). After Python ran,
-     * everything is looked at again. */
-    Py_ssize_t n, extras;
-    int formatted; /* a formatter's attribute among them, to leave out */
-    int learned = 0, trace_in = 0, span_in = 0;
+    /* First what may run Python (the scrubber learning a key): the members' keys, the span's
+     * and the context's; only keys the scrubber cleared and field_names renames as the
+     * Finisher would. After Python ran, everything is looked at again. */
+    int learned = 0, trace_in = 0, span_in = 0, clash, head = ms->vals != NULL;
     CtxEntry *ctx = NULL;
-restart:
-    n = PyDict_GET_SIZE(d);
-    extras = 0;
-    formatted = 0;
-    if (n > h->start) {
-        Py_ssize_t pos = h->start, seen = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(d, &pos, &key, &value)) {
-            seen++;
-            if (!PyUnicode_CheckExact(key))
-                return NULL;
-            int special = PySet_Contains(h->record ? st->special : st->head_set, key);
-            if (special != 0) {
-                if (h->record && special > 0 && PySet_Contains(st->formatter, key) == 1) {
-                    formatted = 1;
-                    continue;
-                }
-                return NULL;
-            }
-            if (!is_plain(value) || PySet_Contains(c->statics, key) != 0 || renamed(c, key) != 0)
-                return NULL;
-            int ex = excluded(c, key);
-            if (ex < 0)
-                return NULL;
-            if (!ex) {
-                int r = key_clean(c, key, &learned);
-                if (r == LEARNED)
-                    goto restart;
-                if (r != 1)
-                    return NULL;
-            }
-            extras++;
-        }
-        if (seen != n - h->start)
-            return NULL;
-    }
-    if (c->span != NULL) {
-        trace_in = PyDict_Contains(d, st->s_trace_id);
-        span_in = PyDict_Contains(d, st->s_span_id);
-        if (trace_in < 0 || span_in < 0)
-            return NULL;
-    }
-    if (c->span != NULL || c->fields != NULL) {
-        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 0);
-        if (r == LEARNED)
-            goto restart;
-        if (r != 1)
-            return NULL;
-    }
-    /* From here on no Python runs. */
-    PyObject *vals[16];
-    PyObject *msg = NULL, *fargs = NULL, *level;
-    if (h->record) {
-        for (Py_ssize_t i = 0; i < st->n_fields; i++)
-            if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) ==
-                NULL)
-                return NULL;
-        if (message == NULL) {
-            /* The message written straight from msg and args (put_message) when nothing about
-             * them can run the application's code: no exception, no stack, an exact str. */
-            msg = PyDict_GetItemWithError(d, st->s_msg);
-            fargs = PyDict_GetItemWithError(d, st->s_args);
-            PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
-            PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
-            if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
-                (exc != Py_None && exc != Py_False) || stack != Py_None) {
-                *want_message = 1;
-                return NULL;
-            }
-        }
-        level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
-                                              : NULL;
-    }
-    else {
-        memcpy(vals, h->vals, sizeof(vals));
-        level = vals[1];
-    }
-    /* The head's _time (a float) and level (the event's level name) come first, in that
-     * order, as model.HEAD has them. */
-    char ts[28];
-    if (st->message_at < 2 || !PyFloat_CheckExact(vals[0]) || level == NULL ||
-        !PyUnicode_CheckExact(level) || format_epoch(st, PyFloat_AS_DOUBLE(vals[0]), ts) < 0)
+    if (head && (st->n_fields > 16 || st->message_at < 2 || st->message_at > st->n_fields ||
+                 !PyFloat_CheckExact(ms->vals[0]) || ms->level == NULL ||
+                 !PyUnicode_CheckExact(ms->level)))
         return NULL;
-    Out o;
-    Renamed rn;
-    out_init(&o, st->fast_item);
-    out_init(&rn.tail, st->fast_item);
-    for (Py_ssize_t r = 0; r < c->n_renames; r++)
-        rn.at[r][0] = -1;
-    PyObject *result = NULL;
-    Out *dst;
-    /* The head, in the event's order: _time, level, then the record attributes with the
-     * message at its place; event position p of a field, its bit in head_skip, its rename. */
-    if (!(c->head_skip & 1UL)) {
-        if (member(&o, &rn, c, c->head_rename[0], ",\"_time\":", 9, &dst) < 0 ||
-            out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 || out_put(dst, "\"", 1) < 0)
-            goto done;
-        member_end(&rn, c->head_rename[0]);
-    }
-    if (!(c->head_skip & 2UL)) {
-        if (member(&o, &rn, c, c->head_rename[1], ",\"level\":", 9, &dst) < 0 ||
-            put_str(dst, level) < 0)
-            goto done;
-        member_end(&rn, c->head_rename[1]);
-    }
-    for (Py_ssize_t i = 2; i <= st->n_fields; i++) {
-        if (i == st->message_at && !(c->head_skip & (1UL << i))) {
-            if (member(&o, &rn, c, c->head_rename[i], ",\"message\":", 11, &dst) < 0)
-                goto done;
-            if (message != NULL ? put_str(dst, message) < 0 : put_message(dst, msg, fargs) != 0) {
-                /* not put_message's case: with the message made */
-                *want_message = message == NULL;
-                goto done;
-            }
-            member_end(&rn, c->head_rename[i]);
-        }
-        if (i == st->n_fields)
-            break;
-        /* The head's fields after the message: key_frags[i] is the i-th record attribute's
-         * event key; its place in the event is i, or i + 1 after the message's. */
-        Py_ssize_t p = i < st->message_at ? i : i + 1;
-        if (c->head_skip & (1UL << p))
-            continue;
-        PyObject *frag = PyTuple_GET_ITEM(st->key_frags, i);
-        if (member(&o, &rn, c, c->head_rename[p], PyBytes_AS_STRING(frag),
-                   PyBytes_GET_SIZE(frag), &dst) < 0 ||
-            (PyUnicode_CheckExact(vals[i]) ? put_head(st, dst, i, vals[i])
-                                           : put_value(dst, vals[i])) < 0)
-            goto done;
-        member_end(&rn, c->head_rename[p]);
-    }
-    if (extras) {
-        Py_ssize_t pos = h->start;
-        PyObject *key, *value;
-        while (PyDict_Next(d, &pos, &key, &value)) {
-            if (formatted && PySet_Contains(st->formatter, key) == 1)
-                continue;
-            int ex = excluded(c, key);
-            if (ex != 0) {
-                if (ex < 0)
-                    goto done;
-                continue;
-            }
-            if (put_key(st, &o, key) < 0 || put_value(&o, value) < 0)
-                goto done;
-        }
-    }
-    if (put_context(st, &o, &rn, c, ctx, dict_has, d, h->record, 0, trace_in, span_in) < 0 ||
-        out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
-        goto done;
-    if (c->n_renames > 0 && put_renamed(&o, &rn, c, NULL) < 0)
-        goto done;
-    if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
-        goto done;
-    if (o.len == 1)
-        result = PyBytes_FromStringAndSize("{}", 2);
-    else {
-        o.data[0] = '{';
-        result = PyBytes_FromStringAndSize(o.data, o.len);
-    }
-    *out_size = (result == NULL ? 0 : PyBytes_GET_SIZE(result)) + st->wire_item;
-done:
-    out_free(&o);
-    out_free(&rn.tail);
-    return result;
-}
-
-/* A flat event (structlog's event dict; an OpenTelemetry record's event) as its members, in
- * order: a key (exact str) and its value, written as the encoders write it (M_VALUE: a plain
- * value; M_JSON: bytes, the JSON already; M_TIME: a float of epoch seconds, written in RFC
- * 3339). Both hold strong references (what the members were read from may change while
- * Python runs). */
-enum { M_VALUE, M_JSON, M_TIME };
-#define FLAT_MEMBERS 64
-typedef struct {
-    PyObject *key, *value;
-    int kind;
-} Member;
-
-typedef struct {
-    Member m[FLAT_MEMBERS];
-    Py_ssize_t n;
-} Members;
-
-static void
-members_clear(Members *ms)
-{
-    for (Py_ssize_t i = 0; i < ms->n; i++) {
-        Py_DECREF(ms->m[i].key);
-        Py_DECREF(ms->m[i].value);
-    }
-    ms->n = 0;
-}
-
-/* Appends a member (new references taken). 0, or -1 when there are too many (not this path's
- * case). */
-static int
-members_add(Members *ms, PyObject *key, PyObject *value, int kind)
-{
-    if (ms->n >= FLAT_MEMBERS)
-        return -1;
-    ms->m[ms->n].key = Py_NewRef(key);
-    ms->m[ms->n].value = Py_NewRef(value);
-    ms->m[ms->n].kind = kind;
-    ms->n++;
-    return 0;
-}
-
-/* Is key among the members? */
-static int
-members_have(const Members *ms, PyObject *key)
-{
-    for (Py_ssize_t i = 0; i < ms->n; i++)
-        if (same_str(ms->m[i].key, key))
-            return 1;
-    return 0;
-}
-
-static int
-members_has(const void *ms, PyObject *key)
-{
-    return members_have((const Members *)ms, key);
-}
-
-/* The flat event's wire item: its members, the span's ids and the context's fields it lacks,
- * fields= where it lacks them, then the renamed fields (field_names), as item_events, the
- * Finisher and the encoder make of its dict. A new bytes object, or NULL (the dict path's; an
- * error may be set). */
-static PyObject *
-build_flat_wire(State *st, Members *ms, Compose *c, Py_ssize_t *out_size)
-{
-    int learned = 0, trace_in = 0, span_in = 0;
-    CtxEntry *ctx = NULL;
 restart:
+    clash = 0; /* a member fields= names too: fields= member by member, where it lacks them */
     for (Py_ssize_t i = 0; i < ms->n; i++) {
-        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
-        if (!PyUnicode_CheckExact(key) ||
-            (ms->m[i].kind == M_VALUE && !is_plain(value)) ||
-            (ms->m[i].kind == M_JSON && !PyBytes_CheckExact(value)) ||
-            (ms->m[i].kind == M_TIME && !PyFloat_CheckExact(value)))
+        Member *m = &ms->m[i];
+        PyObject *key = m->key, *value = m->value;
+        if (!PyUnicode_CheckExact(key) || (m->kind == M_VALUE && !is_plain(value)) ||
+            (m->kind == M_JSON && !PyBytes_CheckExact(value)) ||
+            (m->kind == M_TIME && !PyFloat_CheckExact(value)))
             return NULL;
         if (c->renamed != NULL) {
             PyObject *r = PyDict_GetItemWithError(c->rename_index, key);
             if (r == NULL && (PyErr_Occurred() || renamed(c, key) != 0))
                 return NULL; /* (renamed to: another field's new name) */
+            long x = r == NULL ? -1 : PyLong_AsLong(r);
+            if (x < -1 || x >= c->n_renames) {
+                PyErr_Clear();
+                return NULL;
+            }
+            m->rename = (int)x;
         }
         int ex = excluded(c, key);
         if (ex < 0)
             return NULL;
+        m->skip = ex;
         if (!ex) {
             int r = key_clean(c, key, &learned);
             if (r == LEARNED)
@@ -1835,13 +1675,16 @@ restart:
             if (r != 1)
                 return NULL;
         }
+        if (head && !clash && PySet_GET_SIZE(c->statics) > 0 &&
+            (clash = PySet_Contains(c->statics, key)) < 0)
+            return NULL;
     }
     if (c->span != NULL) {
         trace_in = members_have(ms, st->s_trace_id);
         span_in = members_have(ms, st->s_span_id);
     }
     if (c->span != NULL || c->fields != NULL) {
-        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, 1);
+        int r = check_context(st, c, &ctx, trace_in, span_in, &learned, !head);
         if (r == LEARNED)
             goto restart;
         if (r != 1)
@@ -1855,80 +1698,57 @@ restart:
     for (Py_ssize_t r = 0; r < c->n_renames; r++)
         rn.at[r][0] = -1;
     PyObject *result = NULL;
-    Out *dst;
-    for (Py_ssize_t i = 0; i < ms->n; i++) {
-        PyObject *key = ms->m[i].key, *value = ms->m[i].value;
-        int ex = excluded(c, key);
-        if (ex != 0) {
-            if (ex < 0)
-                goto done;
-            continue;
-        }
-        long r = -1;
-        if (c->renamed != NULL) {
-            PyObject *index = PyDict_GetItemWithError(c->rename_index, key);
-            r = index == NULL ? -1 : PyLong_AsLong(index);
-            if (r >= 16 || PyErr_Occurred())
-                goto done;
-        }
-        if (r >= 0) {
-            /* renamed: aside, under its new name */
-            PyObject *name = PyTuple_GET_ITEM(c->renames, r);
-            dst = &rn.tail;
-            rn.at[r][0] = rn.tail.len;
-            if (out_put(dst, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) < 0)
-                goto done;
-        }
-        else {
-            dst = &o;
-            if (put_key(st, dst, key) < 0)
-                goto done;
-        }
-        if (ms->m[i].kind == M_TIME) {
-            char ts[28];
-            if (format_epoch(st, PyFloat_AS_DOUBLE(value), ts) < 0 ||
-                out_put(dst, "\"", 1) < 0 || out_put(dst, ts, 27) < 0 ||
-                out_put(dst, "\"", 1) < 0)
-                goto done;
-        }
-        else if (ms->m[i].kind == M_JSON) {
-            if (out_put(dst, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0)
-                goto done;
-        }
-        else if (put_value(dst, value) < 0)
+    if (head) {
+        int r = write_head(st, &o, &rn, c, ms);
+        if (r != 0) {
+            *want_message = r > 0;
             goto done;
-        if (r >= 0)
-            rn.at[r][1] = rn.tail.len;
+        }
     }
-    if (put_context(st, &o, &rn, c, ctx, members_has, ms, 0, 1, trace_in, span_in) < 0)
-        goto done;
-    /* fields= where the event lacks them */
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
-        PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
-        int in = members_have(ms, name);
-        if (!in && c->span != NULL)
-            in = (!trace_in && same_str(name, st->s_trace_id)) ||
-                 (!span_in && same_str(name, st->s_span_id));
-        if (in)
+    for (Py_ssize_t i = 0; i < ms->n; i++) {
+        const Member *m = &ms->m[i];
+        if (m->skip)
             continue;
-        PyObject *bytes = PyTuple_GET_ITEM(m, 1);
-        if (out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
+        Out *dst;
+        if (member_start(st, &o, &rn, c, m->rename, NULL, m->key, &dst) < 0 ||
+            (m->kind == M_TIME   ? put_time(st, dst, m->value)
+             : m->kind == M_JSON ? out_put(dst, PyBytes_AS_STRING(m->value),
+                                           PyBytes_GET_SIZE(m->value))
+                                 : put_value(dst, m->value)) < 0)
             goto done;
+        member_end(&rn, m->rename);
+    }
+    if (put_context(st, &o, &rn, c, ctx, ms, trace_in, span_in) < 0)
+        goto done;
+    if (head && !clash) {
+        /* a record's event lacks none of fields= but the head's: written once, whole */
+        if (out_put(&o, PyBytes_AS_STRING(c->fragment), PyBytes_GET_SIZE(c->fragment)) < 0)
+            goto done;
+    }
+    else {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c->members); k++) {
+            PyObject *m = PyTuple_GET_ITEM(c->members, k), *name = PyTuple_GET_ITEM(m, 0);
+            PyObject *bytes = PyTuple_GET_ITEM(m, 1);
+            int in = members_have(ms, name);
+            if (!in && head && (in = PySet_Contains(st->head_set, name)) < 0)
+                goto done; /* (the head's fields win) */
+            if (!in && out_put(&o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
+                goto done;
+        }
     }
     /* The renamed fields: the event's own, else a field of fields= renamed (unless the event
      * holds its old name: then its own was renamed). */
     for (Py_ssize_t r = 0; r < c->n_renames; r++) {
+        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
         if (rn.at[r][0] >= 0) {
             if (out_put(&o, rn.tail.data + rn.at[r][0], rn.at[r][1] - rn.at[r][0]) < 0)
                 goto done;
-            continue;
         }
-        PyObject *m = PyTuple_GET_ITEM(c->moved, r);
-        if (m == Py_None || members_have(ms, PyTuple_GET_ITEM(m, 0)))
-            continue;
-        PyObject *member_json = PyTuple_GET_ITEM(m, 1);
-        if (out_put(&o, PyBytes_AS_STRING(member_json), PyBytes_GET_SIZE(member_json)) < 0)
-            goto done;
+        else if (m != Py_None && !members_have(ms, PyTuple_GET_ITEM(m, 0))) {
+            PyObject *json = PyTuple_GET_ITEM(m, 1);
+            if (out_put(&o, PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json)) < 0)
+                goto done;
+        }
     }
     if (out_put(&o, "}", 1) < 0 || o.len > st->fast_item)
         goto done;
@@ -1947,6 +1767,76 @@ done:
 
 /* ------------------------------------------------------------------ a record's way */
 
+/* A LogRecord's wire item (d: the dict of a record whose type is exactly logging.LogRecord),
+ * its message given, or NULL: written from msg and args when that runs no application code
+ * (*want_message set when the message must be made first). Its table: the head (model.HEAD),
+ * and its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
+ * special key is the careful path's, a formatter's attribute no extra). A new bytes object, or
+ * NULL (the dict path's; an error may be set). */
+static PyObject *
+record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *size,
+            int *want_message)
+{
+    if (!PyDict_CheckExact(d) || st->n_fields > 16)
+        return NULL;
+    PyObject *vals[16], *msg = message, *fargs = NULL, *item = NULL;
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
+            return NULL;
+    if (message == NULL) {
+        /* No exception, no stack, an exact str: else the message is made first. */
+        msg = PyDict_GetItemWithError(d, st->s_msg);
+        fargs = PyDict_GetItemWithError(d, st->s_args);
+        PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
+        PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
+        if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
+            (exc != Py_None && exc != Py_False) || stack != Py_None) {
+            *want_message = 1;
+            return NULL;
+        }
+    }
+    /* Strong references: the writer may run Python (the scrubber learning a key). */
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_INCREF(vals[i]);
+    Py_INCREF(msg);
+    Py_XINCREF(fargs);
+    Members ms;
+    ms.n = 0;
+    ms.vals = vals;
+    ms.level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
+                                             : NULL;
+    ms.msg = msg;
+    ms.args = fargs;
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n > st->n_init) {
+        Py_ssize_t pos = st->n_init, seen = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            seen++;
+            if (!PyUnicode_CheckExact(key))
+                goto done;
+            int special = PySet_Contains(st->special, key);
+            if (special != 0) {
+                if (special > 0 && PySet_Contains(st->formatter, key) == 1)
+                    continue;
+                goto done;
+            }
+            if (members_add(&ms, key, value, M_VALUE) < 0)
+                goto done;
+        }
+        if (seen != n - st->n_init)
+            goto done;
+    }
+    item = write_item(st, &ms, c, size, want_message);
+done:
+    members_clear(&ms);
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_DECREF(vals[i]);
+    Py_DECREF(msg);
+    Py_XDECREF(fargs);
+    return item;
+}
+
 /* The record's queue item: its wire item (bytes) when c is given and the record is its case,
  * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
  * path's; -1: an error to propagate. */
@@ -1956,15 +1846,11 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     PyObject *message = NULL;
     int want_message = 0;
     *item = NULL;
-    Head h;
-    h.d = d;
-    h.start = st->n_init;
-    h.record = 1;
     if (c != NULL) {
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        *item = build_wire(st, &h, NULL, c, size, &want_message);
+        *item = record_wire(st, d, NULL, c, size, &want_message);
         if (*item != NULL)
             return 1;
         if (!clear_if_exception())
@@ -1975,7 +1861,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
         return got;
     if (want_message) {
         want_message = 0;
-        *item = build_wire(st, &h, message, c, size, &want_message);
+        *item = record_wire(st, d, message, c, size, &want_message);
         if (*item == NULL && !clear_if_exception()) {
             Py_DECREF(message);
             return -1;
@@ -3239,6 +3125,8 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
          * (exc_info and ProcessorFormatter's bookkeeping: the careful path's) */
         Members ms;
         ms.n = 0;
+        ms.vals = NULL;
+        int want_message = 0; /* (no message of a record's here) */
         Py_ssize_t pos = 0;
         PyObject *key, *value;
         int ok = 1;
@@ -3250,7 +3138,7 @@ processor_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (ok && add_level != NULL)
             ok = members_add(&ms, st->s_level, add_level, M_VALUE) == 0;
         if (ok)
-            item = build_flat_wire(st, &ms, &w.c, &size);
+            item = write_item(st, &ms, &w.c, &size, &want_message);
         members_clear(&ms);
     }
     if (item != NULL && w.hold != Py_None && w.contextual &&
@@ -3310,8 +3198,8 @@ sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *self = args[0], *message = args[1];
-    PyObject *fast = NULL, *record = NULL, *levelno = NULL, *item = NULL;
-    Head h = {NULL, 0, 0, {NULL}};
+    PyObject *fast = NULL, *record = NULL, *levelno = NULL, *item = NULL, *extra = NULL;
+    PyObject *vals[16] = {NULL};
     Way w;
     int begun = 0, failed = 1;
     if (in_senders(st) || (fast = front_fast(st, self)) == NULL)
@@ -3323,12 +3211,12 @@ sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto python_out;
     PyObject *exc = PyDict_GetItemWithError(record, st->s_exception);
     PyObject *text = PyDict_GetItemWithError(record, st->s_message);
-    h.d = PyDict_GetItemWithError(record, st->s_extra);
-    if (exc != Py_None || text == NULL || !PyUnicode_CheckExact(text) || h.d == NULL ||
-        !PyDict_CheckExact(h.d))
+    extra = PyDict_GetItemWithError(record, st->s_extra);
+    if (exc != Py_None || text == NULL || !PyUnicode_CheckExact(text) || extra == NULL ||
+        !PyDict_CheckExact(extra) || st->n_fields > 16)
         goto python_out;
     Py_INCREF(text);
-    Py_INCREF(h.d);
+    Py_INCREF(extra);
     /* The head's values (strong references): _time is the record's time's timestamp(); the
      * level its name, mapped as item_events maps it. */
     for (Py_ssize_t i = 0; i < st->n_fields; i++) {
@@ -3343,20 +3231,20 @@ sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             v = PyObject_GetAttr(v, attr);
         else
             Py_INCREF(v);
-        h.vals[i] = v;
+        vals[i] = v;
         if (v == NULL || (i == 0 && !PyFloat_CheckExact(v)))
             goto values_out;
     }
-    if (!PyUnicode_CheckExact(h.vals[1]))
+    if (!PyUnicode_CheckExact(vals[1]))
         goto values_out;
-    PyObject *mapped = PyDict_GetItemWithError(st->levels, h.vals[1]);
+    PyObject *mapped = PyDict_GetItemWithError(st->levels, vals[1]);
     if (mapped != NULL)
         Py_INCREF(mapped);
     else if (!PyErr_Occurred())
-        mapped = PyObject_CallMethodNoArgs(h.vals[1], st->s_lower);
+        mapped = PyObject_CallMethodNoArgs(vals[1], st->s_lower);
     if (mapped == NULL)
         goto values_out;
-    Py_SETREF(h.vals[1], mapped);
+    Py_SETREF(vals[1], mapped);
     PyObject *level_obj = PyDict_GetItemWithError(record, st->s_level);
     levelno = level_obj == NULL ? NULL : PyObject_GetAttr(level_obj, st->s_no);
     if (levelno == NULL || !PyLong_CheckExact(levelno))
@@ -3368,18 +3256,30 @@ sink_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto values_out;
     }
     begun = 1;
-    PyObject *own = PyDict_GetItemWithError(h.d, st->s_trace_id);
+    PyObject *own = PyDict_GetItemWithError(extra, st->s_trace_id);
     if (own == NULL && PyErr_Occurred())
         goto values_out;
-    r = way_sample(st, &w, h.vals[1], h.vals[2], own);
+    r = way_sample(st, &w, vals[1], vals[2], own);
     if (r <= 0) {
         failed = r < 0;
         goto values_done;
     }
     Py_ssize_t size = 0;
     int want_message = 0;
-    if (w.wired && w.native)
-        item = build_wire(st, &h, text, &w.c, &size, &want_message);
+    if (w.wired && w.native) {
+        /* loguru_head's event: the head read above, then the extras (a head key among them:
+         * the careful path's) */
+        Members ms = {.n = 0, .vals = vals, .level = vals[1], .msg = text, .args = NULL};
+        int ok = 1;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (ok && PyDict_Next(extra, &pos, &key, &value))
+            ok = PyUnicode_CheckExact(key) && PySet_Contains(st->head_set, key) == 0 &&
+                 members_add(&ms, key, value, M_VALUE) == 0;
+        if (ok)
+            item = write_item(st, &ms, &w.c, &size, &want_message);
+        members_clear(&ms);
+    }
     failed = front_finish(st, &w, item, size, levelno, args + 1, 1) < 0;
     goto values_done;
 values_out:
@@ -3396,8 +3296,8 @@ values_failed:
 values_done:
     Py_XDECREF(text);
     for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        Py_XDECREF(h.vals[i]);
-    Py_XDECREF(h.d);
+        Py_XDECREF(vals[i]);
+    Py_XDECREF(extra);
     goto out;
 python_out:
     if (!clear_if_exception())
@@ -3685,6 +3585,7 @@ otel_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *self = args[0], *level = NULL, *levelno = NULL, *item = NULL, *result = NULL;
     Members ms;
     ms.n = 0;
+    ms.vals = NULL;
     Way w;
     int begun = 0;
     int r = otel_members(st, args[2], args[3], args[4], args[5], &ms, &level, &levelno);
@@ -3711,8 +3612,9 @@ otel_put(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto out;
     }
     Py_ssize_t size = 0;
+    int want_message = 0; /* (no message of a record's here) */
     if (w.wired && w.native)
-        item = build_flat_wire(st, &ms, &w.c, &size);
+        item = write_item(st, &ms, &w.c, &size, &want_message);
     PyObject *careful[1] = {args[1]};
     r = front_finish(st, &w, item, size, levelno, careful, 1);
     result = r < 0 ? NULL : Py_NewRef(Py_True);
@@ -3903,8 +3805,8 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         return NULL;
     }
     /* Interned keys (a dict lookup by an interned str compares by identity first), and the
-     * wire writer's ,"key": fragment of each event key. */
-    PyObject *src = PyTuple_New(n), *dst = PyTuple_New(n), *frags = PyTuple_New(n);
+     * wire writer's ,"key": fragment of each event key (the message's last). */
+    PyObject *src = PyTuple_New(n), *dst = PyTuple_New(n), *frags = PyTuple_New(n + 1);
     if (src == NULL || dst == NULL || frags == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -3919,10 +3821,14 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         PyUnicode_InternInPlace(&k);
         PyTuple_SET_ITEM(src, i, a);
         PyTuple_SET_ITEM(dst, i, k);
+    }
+    for (Py_ssize_t i = 0; i <= n; i++) {
         Out o;
         out_init(&o, PY_SSIZE_T_MAX);
         PyObject *frag = NULL;
-        if (out_put(&o, ",", 1) == 0 && put_str(&o, k) == 0 && out_put(&o, ":", 1) == 0)
+        if (out_put(&o, ",", 1) == 0 &&
+            put_str(&o, i < n ? PyTuple_GET_ITEM(dst, i) : st->s_message) == 0 &&
+            out_put(&o, ":", 1) == 0)
             frag = PyBytes_FromStringAndSize(o.data, o.len);
         out_free(&o);
         if (frag == NULL) {

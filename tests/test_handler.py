@@ -41,6 +41,37 @@ class TestEventShape:
         assert ev["file"].endswith("test_handler.py")
         assert ev["process"] > 0 and ev["thread"] == threading.current_thread().name
 
+    def test_an_events_own_field_wins_over_fields_of_the_same_name(self, receiver):
+        """One rule for every front end, on both paths: an event's own field named like a
+        fields= key ships its own value (written into the wire item on the compiled path), and
+        fields= adds what the event lacks (tests/test_speedups.py holds the bytes equal)."""
+        import loguru
+
+        from loghandler import IngestProcessor, IngestSink
+
+        shipper = Shipper(loghandler.Client(TOKEN, url=receiver.url), "ds", flush_interval=60,
+                          fields={"region": "static", "service": "static"})
+        log = logging.getLogger("test_handler.own_field_wins")
+        log.propagate = False
+        log.setLevel(logging.INFO)
+        handler, proc, sink = (IngestHandler(shipper=shipper), IngestProcessor(shipper=shipper),
+                               IngestSink(shipper=shipper))
+        log.addHandler(handler)
+        sink_id = loguru.logger.add(sink, format="{message}")
+        try:
+            log.info("stdlib", extra={"region": "own"})
+            proc(None, "info", {"event": "structlog", "region": "own"})
+            loguru.logger.bind(region="own").info("loguru")
+            assert shipper.flush(5)
+        finally:
+            loguru.logger.remove(sink_id)
+            log.removeHandler(handler)
+            shipper.close()
+        events = receiver.events
+        assert len(events) == 3
+        for event in events:
+            assert (event["region"], event["service"]) == ("own", "static"), event
+
     def test_time_is_the_record_time_in_utc(self, receiver, make_logger):
         """_time comes from record.created, in UTC with microseconds."""
         log, h = make_logger()

@@ -875,12 +875,11 @@ def test_wire_values_are_written_as_orjson_writes_them(
 
 def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
         wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
-    """A secret's key (scrubbed on the flusher), a key fields= names (merged there), a message
-    too large to copy on the caller's thread: event dicts; a value that is not plain: the
-    careful path's. A new key is learned once (the scrubber decides), then written."""
+    """A secret's key (scrubbed on the flusher), a message too large to copy on the caller's
+    thread: event dicts; a value that is not plain: the careful path's. A new key is learned
+    once (the scrubber decides), then written."""
     pair = wire_handlers["defaults"]
     assert type(_wire_of(pair, password="hunter2")) is dict
-    assert type(_wire_of(pair, host="mine")) is dict  # identity's field: the event's own wins
     assert _wire_of(pair, payload={"a": 1}) is None  # the careful path's
     assert type(compiled_wire(pair[0], _plain("x" * 100_000, ()))) is dict
     wire = pair[0].shipper.item_plan()
@@ -889,7 +888,28 @@ def test_wire_items_leave_to_the_dict_path_what_the_flusher_must_see(
     assert "brand_new_key" not in clean
     assert type(_wire_of(pair, brand_new_key=1)) is bytes
     assert "brand_new_key" in clean
-    assert type(_wire_of(wire_handlers["fields"], region="us")) is dict
+
+
+@pytest.mark.parametrize(("shipper", "extra"), [
+    ("defaults", {"host": "mine"}),  # identity's field
+    ("fields", {"region": "us"}),
+    ("fields", {"service": "own", "n": 4}),
+    ("names", {"region": "us", "host": "mine"}),  # names fields= renames (zone, host.name)
+])
+def test_an_extra_named_like_a_fields_key_is_written_and_wins(
+        wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]], shipper: str,
+        extra: dict[str, Any]) -> None:
+    """One rule for every front end's event (the one writer's): an event's own field that
+    fields= also names is written into the wire item, and fields= adds only what the event
+    lacks, as item_events does for the Python path's dict: the same bytes."""
+    pair = wire_handlers[shipper]
+    record = _plain("m %s", ("x",), **extra)
+    got = compiled_wire(pair[0], record)
+    _, std = python_wire(pair, record)
+    assert type(got) is bytes and got == std
+    event = json.loads(got)
+    names = WIRE_SHIPPERS[shipper].get("field_names", {})
+    assert all(event[names.get(k, k)] == v for k, v in extra.items())
 
 
 @pytest.fixture

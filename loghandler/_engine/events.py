@@ -20,13 +20,14 @@ context snapshot ``(fields, trace_id, span_id)`` (``context.snapshot``, taken on
 thread only while ``context.in_use``): ``item_events`` adds those the event lacks, then the
 shipper's ``fields=``.
 
-Wire items. On the compiled path (``_speedups.c``), when the shipper has nothing to do per event
-(``Shipper.item_plan``: no context, no sampling or repeat policy, no exclusion, no field the
-scrubber has not cleared, no clash with ``fields=``), the handler's fast path queues the event's
+Wire items. On the compiled path (``_speedups.c``), when the shipper allows it
+(``Shipper.item_plan``: no ``json_default``, no scanning of text, plain ``fields=``) and the
+event's keys are ones the scrubber has cleared, every front end's fast path queues the event's
 final JSON instead: a ``bytes`` item, exactly what ``item_events`` and the encoder would have
-made of the dict, built on the caller's thread in C. The flusher only joins such items into a
-request body, so its work under the GIL per event is a few pointer copies. Its size is its
-length and ``WIRE_ITEM_SIZE``; ``items_size`` and ``size_of`` read both kinds.
+made of the dict (an event's own field wins over ``fields=``), built on the caller's thread in
+C by one writer from what each front end reads of its source. The flusher only joins such
+items into a request body, so its work under the GIL per event is a few pointer copies. Its
+size is its length and ``WIRE_ITEM_SIZE``; ``items_size`` and ``size_of`` read both kinds.
 
 Why dicts and not tuples: a dict holding only strings, numbers and None (and these keys) holds no
 reference the cyclic GC must follow, so CPython leaves it untracked, and a full GC pass over a

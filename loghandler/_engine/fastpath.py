@@ -74,7 +74,7 @@ class ItemPlan(NamedTuple):
     renamed: frozenset[str]  # every name renamed or renamed to (elsewhere: the flusher's)
     moved: tuple[tuple[str, bytes] | None, ...]  # per rename: a fields= field's whole member
     rename_index: dict[str, int]  # each rename's index by old name
-    members: tuple[tuple[str, bytes], ...]  # fields= member by member (events with no head)
+    members: tuple[tuple[str, bytes], ...]  # fields= member by member (where an event lacks it)
 
 
 class SamplePlan(NamedTuple):
@@ -177,8 +177,9 @@ def item_plan(options: ShipperOptions, finish: Finisher | None) -> ItemPlan | No
                   for old, new in renames)
     # (a field of fields= renamed is the writer's; its old name elsewhere, the flusher's)
     renamed = frozenset((olds | news) - {old for old in olds if old in static})
-    # fields= member by member, for an event with no head of its own (structlog's, an
-    # OpenTelemetry record's): each where the event lacks it.
+    # fields= member by member, each where the event lacks it: for an event with no head of
+    # its own (structlog's, an OpenTelemetry record's), or one with a field fields= names too
+    # (the event's own value wins).
     members = tuple((key, member(key, value)) for key, value in static.items()
                     if key not in exclude and key not in olds)
     return ItemPlan(fragment, frozenset(static), clean, learn, exclude, head_skip,
