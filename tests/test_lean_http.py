@@ -246,7 +246,7 @@ class TestFaults:
         peer = peer_of(script)
         started = time.monotonic()
         with client_for(peer, timeout=8) as client, pytest.raises(
-                TransportError, match="longer than|more than 100 headers") as info:
+                TransportError, match=r"longer than|more than 100 headers") as info:
             client.send("POST", PATH, BODY)
         assert time.monotonic() - started < 4  # told by the bound, not by the deadline
         assert info.value.sent is True

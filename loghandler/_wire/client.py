@@ -121,7 +121,7 @@ class Client:
         # parsed, its host's pool, a Retry of no retries): (manager, pool, request URI, retries).
         self._targets: dict[str, tuple[Any, Any, str, Any]] = {}
         # Request heads of the lean exchange (``_head``), per (URI, headers); b"": not lean.
-        self._heads: dict[tuple[str, ...], bytes] = {}
+        self._heads: dict[tuple[str, tuple[tuple[str, str], ...]], bytes] = {}
         # Whether ingest POSTs take the lean exchange (``lean.py``); False: urllib3's way.
         self._lean = os.environ.get("LOGHANDLER_LEAN_HTTP", "1") != "0"
         self._pool_lock = threading.Lock()
@@ -247,9 +247,10 @@ class Client:
             target = self._target(manager, url)
         _, host_pool, uri, no_retries = target
         if method == "POST" and body is not None and uri.endswith("/ingest") and self._lean:
-            head = self._heads.get((uri, *all_headers.items()))
+            key = (uri, tuple(all_headers.items()))
+            head = self._heads.get(key)
             if head is None:
-                head = self._head(host_pool, uri, all_headers)
+                head = self._head(host_pool, key)
             if head:
                 return self._send_lean(host_pool, head + b"%d\r\n\r\n" % len(body) + body,
                                        limit_s, max_bytes, max_success_bytes, limit)
@@ -312,7 +313,7 @@ class Client:
         return Answer.of(resp.status, resp.headers, _parse_body(raw), complete=complete,
                          limit=limit)
 
-    def _head(self, host_pool: Any, uri: str, all_headers: dict[str, str]) -> bytes:
+    def _head(self, host_pool: Any, key: tuple[str, tuple[tuple[str, str], ...]]) -> bytes:
         """The lean request's head for this URI and headers (up to Content-Length's value),
         worked out once; b"" when it cannot be written as it is (urllib3's way then)."""
         host = host_pool.host
@@ -320,10 +321,10 @@ class Client:
             host = f"[{host}]"
         if host_pool.port and host_pool.port != (443 if host_pool.scheme == "https" else 80):
             host = f"{host}:{host_pool.port}"
-        head = lean.request_head("POST", uri, host, all_headers) or b""
+        head = lean.request_head("POST", key[0], host, dict(key[1])) or b""
         if len(self._heads) >= 64:  # bounded, as _targets
             self._heads.clear()
-        self._heads[(uri, *all_headers.items())] = head
+        self._heads[key] = head
         return head
 
     def _send_lean(self, host_pool: Any, data: bytes, limit_s: float, max_bytes: int,

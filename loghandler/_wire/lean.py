@@ -48,7 +48,7 @@ class Headers(dict[str, str]):
 
     __slots__ = ()
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return dict.get(self, key.lower(), default)
 
     def __getitem__(self, key: str) -> str:
@@ -160,8 +160,9 @@ def _head(reader: _Reader) -> tuple[int, bool, Headers]:
                 raise Malformed(f"the answer's head is longer than {MAX_HEAD_BYTES} bytes")
             if not line:
                 break
-            if line[:1] in (b" ", b"\t") and last:  # an obsolete folded line: continues the last
-                headers[last] = f"{dict.__getitem__(headers, last)} {line.strip().decode('latin-1')}"
+            if line[:1] in (b" ", b"\t") and last:  # obsolete folding: continues the last one
+                more = line.strip().decode("latin-1")
+                headers[last] = f"{dict.__getitem__(headers, last)} {more}"
                 continue
             count += 1
             if count > MAX_HEADERS:
