@@ -5,6 +5,7 @@ behave alike."""
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import socket
 import ssl
@@ -166,6 +167,21 @@ class TestExchange:
         peer = peer_of(serving(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b'{"ingested":2}')))
         with client_for(peer) as client:
             assert client.send("POST", PATH, BODY).body == {"ingested": 2}
+
+    def test_a_redirect_is_an_answer_never_followed(self, way: str,
+                                                    peer_of: Callable[..., Peer]) -> None:
+        peer = peer_of(serving(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /elsewhere\r\n"
+                               b"Content-Length: 0\r\n\r\n"))
+        with client_for(peer) as client:
+            answer = client.send("POST", PATH, BODY)
+        assert (answer.status, answer.headers.get("location")) == (307, "/elsewhere")
+        assert len(peer.requests) == 1
+
+    def test_gzip_answer_is_decoded(self, way: str, peer_of: Callable[..., Peer]) -> None:
+        packed = gzip.compress(b'{"ingested":4}')
+        peer = peer_of(serving(ok(packed, "Content-Encoding: gzip")))
+        with client_for(peer) as client:
+            assert client.send("POST", PATH, BODY).body == {"ingested": 4}
 
     def test_connection_close_opens_a_new_one(self, way: str,
                                               peer_of: Callable[..., Peer]) -> None:
