@@ -267,6 +267,16 @@ class TestFaults:
         assert time.monotonic() - started < 4  # told by the bound, not by the deadline
         assert info.value.sent is True
 
+    @pytest.mark.parametrize("length", ["1²", "-1", "5, 6", "x"])
+    def test_a_content_length_that_is_no_number(self, length: str,
+                                                peer_of: Callable[..., Peer],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("LOGHANDLER_LEAN_HTTP", "1")
+        answer = f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n{{}}".encode("latin-1")
+        peer = peer_of(serving(answer))
+        with client_for(peer) as client, pytest.raises(TransportError, match="Content-Length"):
+            client.send("POST", PATH, BODY)
+
     def test_not_http(self, peer_of: Callable[..., Peer],
                       monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("LOGHANDLER_LEAN_HTTP", "1")

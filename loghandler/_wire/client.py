@@ -252,8 +252,9 @@ class Client:
             if head is None:
                 head = self._head(host_pool, key)
             if head:
-                return self._send_lean(host_pool, head + b"%d\r\n\r\n" % len(body) + body,
-                                       limit_s, max_bytes, max_success_bytes, limit)
+                data = b"".join((head, b"%d\r\n\r\n" % len(body), body))  # one copy
+                return self._send_lean(host_pool, data, limit_s, max_bytes, max_success_bytes,
+                                       limit)
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit_s, 10.0), read=limit_s)

@@ -258,7 +258,7 @@ def exchange(sock: Any, data: bytes, max_bytes: int, max_success_bytes: int | No
         complete = len(raw) <= max_bytes
     elif (length := headers.get("content-length")) is not None:
         values = {v.strip() for v in length.split(",")}
-        if len(values) != 1 or not (n := values.pop()).isdigit():
+        if len(values) != 1 or not ((n := values.pop()).isascii() and n.isdigit()):
             raise Cut(f"not a Content-Length: {length[:40]!r}")
         size = int(n)
         raw = reader.take(min(size, bound))
