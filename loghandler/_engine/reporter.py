@@ -107,8 +107,7 @@ class Reporter:
         ``spooled``: the shipper has a ``spool_dir`` (the advice differs)."""
         if self._exit_summary:
             return  # the exit hook's summary line counts them
-        st = ledger.snapshot()
-        full, invalid = st.dropped_queue_full, st.dropped_invalid
+        full, invalid = ledger.drops()
         told_full, told_invalid = self.told_drops
         if full > told_full:
             what = ("raise max_queue_size / max_queue_bytes" if spooled

@@ -27,6 +27,7 @@ from .._output import clip, redact, shown
 from .._status import is_success
 from .._time import format_datetime
 from .._version import __version__
+from . import lean
 from .answer import Answer, Limit
 from .datasets import Datasets
 from .errors import raise_for_status
@@ -119,6 +120,10 @@ class Client:
         # Per URL sent to, what the PoolManager would work out on every request (the URL
         # parsed, its host's pool, a Retry of no retries): (manager, pool, request URI, retries).
         self._targets: dict[str, tuple[Any, Any, str, Any]] = {}
+        # Request heads of the lean exchange (``_head``), per (URI, headers); b"": not lean.
+        self._heads: dict[tuple[str, tuple[tuple[str, str], ...]], bytes] = {}
+        # Whether ingest POSTs take the lean exchange (``lean.py``); False: urllib3's way.
+        self._lean = os.environ.get("LOGHANDLER_LEAN_HTTP", "1") != "0"
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
         self.views = Views(self)
@@ -241,6 +246,15 @@ class Client:
         if target is None or target[0] is not manager:
             target = self._target(manager, url)
         _, host_pool, uri, no_retries = target
+        if method == "POST" and body is not None and uri.endswith("/ingest") and self._lean:
+            key = (uri, tuple(all_headers.items()))
+            head = self._heads.get(key)
+            if head is None:
+                head = self._head(host_pool, key)
+            if head:
+                data = b"".join((head, b"%d\r\n\r\n" % len(body), body))  # one copy
+                return self._send_lean(host_pool, data, limit_s, max_bytes, max_success_bytes,
+                                       limit)
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit_s, 10.0), read=limit_s)
@@ -299,6 +313,82 @@ class Client:
             raw = raw[:max_bytes]
         return Answer.of(resp.status, resp.headers, _parse_body(raw), complete=complete,
                          limit=limit)
+
+    def _head(self, host_pool: Any, key: tuple[str, tuple[tuple[str, str], ...]]) -> bytes:
+        """The lean request's head for this URI and headers (up to Content-Length's value),
+        worked out once; b"" when it cannot be written as it is (urllib3's way then)."""
+        host = host_pool.host
+        if ":" in host:
+            host = f"[{host}]"
+        if host_pool.port and host_pool.port != (443 if host_pool.scheme == "https" else 80):
+            host = f"{host}:{host_pool.port}"
+        head = lean.request_head("POST", key[0], host, dict(key[1])) or b""
+        if len(self._heads) >= 64:  # bounded, as _targets
+            self._heads.clear()
+        self._heads[key] = head
+        return head
+
+    def _send_lean(self, host_pool: Any, data: bytes, limit_s: float, max_bytes: int,
+                   max_success_bytes: int | None, limit: Limit) -> Answer:
+        """An ingest POST by the lean exchange (``lean.py``) on a connection of the host's
+        pool: the same deadline, bounds, idle-close re-send and errors as ``_send_http``."""
+        urllib3 = lazy_module("urllib3")
+        url = self._settings.url
+        watch = watchdog.arm(time.monotonic() + limit_s)
+        conn = None
+        try:
+            try:
+                conn = host_pool._get_conn()
+                try:
+                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes)
+                except (urllib3.exceptions.HTTPError, OSError) as exc:
+                    if not _closed_while_idle(watch, exc):
+                        raise
+                    # As _send_http: a kept-alive connection the service closed while it lay
+                    # in the pool; sent again at once, once, on a new connection.
+                    conn.close()
+                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes)
+                status, headers, raw, complete, reusable = result
+                if not reusable or (watch is not None and watch.fired):
+                    # Cut at the read bound, told to close, or shut down by the watchdog just
+                    # as the answer completed: given back closed (the pool reopens it).
+                    conn.close()
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if conn is not None:
+                    conn.close()
+                fired = watch is not None and watch.fired
+                if isinstance(exc, lean.Cut):
+                    message = (self._too_slow(limit_s) if fired else
+                               f"the connection to {url} broke while reading the answer "
+                               f"({clip(_short(exc), 80)})")
+                elif isinstance(exc, lean.Malformed) and not fired:
+                    message = f"the answer from {url} is not HTTP/1.1 ({clip(_short(exc), 80)})"
+                else:
+                    slow = fired or isinstance(exc, (TimeoutError,
+                                                     urllib3.exceptions.ReadTimeoutError))
+                    message = (self._too_slow(limit_s) if slow else
+                               _transport_message(url, exc))
+                error = TransportError(message)
+                error.sent = not _before_sending(exc)
+                raise error from None
+        finally:
+            watchdog.disarm(watch)
+            if conn is not None:
+                host_pool._put_conn(conn)
+        return Answer.of(status, headers, _parse_body(raw), complete=complete, limit=limit)
+
+    @staticmethod
+    def _exchange(conn: Any, data: bytes, limit_s: float, max_bytes: int,
+                  max_success_bytes: int | None) -> tuple[int, lean.Headers, bytes, bool, bool]:
+        """One request on ``conn`` (opened here by urllib3 when it is not: TLS verified,
+        watched from its connect), and its answer (``lean.exchange``)."""
+        if conn.sock is None:
+            conn.timeout = min(limit_s, 10.0)
+            conn.connect()
+        else:
+            watchdog.attach(conn)
+        conn.sock.settimeout(limit_s)
+        return lean.exchange(conn.sock, data, max_bytes, max_success_bytes)
 
     def _target(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, Any, str, Any]:
         """What ``PoolManager.urlopen`` works out for ``url`` on every request (a tenth of a
