@@ -338,7 +338,7 @@ class Client:
         conn = None
         try:
             try:
-                conn = host_pool._get_conn()
+                conn = host_pool.borrow()
                 try:
                     result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes)
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -374,7 +374,7 @@ class Client:
         finally:
             watchdog.disarm(watch)
             if conn is not None:
-                host_pool._put_conn(conn)
+                host_pool.give_back(conn)
         return Answer.of(status, headers, _parse_body(raw), complete=complete, limit=limit)
 
     @staticmethod

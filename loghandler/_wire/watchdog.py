@@ -189,11 +189,24 @@ class _Watched:
         super().request(*args, **kwargs)  # type: ignore[misc]
 
 
+class _Lending:
+    """A urllib3 pool that lends a connection to the lean exchange (``lean.py``): the pool
+    keeps owning its connections (their count, their reuse, their closing at ``clear()``)
+    while the ingest POST is written and read by our code."""
+
+    def borrow(self) -> Any:
+        return self._get_conn()  # type: ignore[attr-defined]
+
+    def give_back(self, conn: Any) -> None:
+        self._put_conn(conn)  # type: ignore[attr-defined]
+
+
 _pool_classes: dict[str, type] = {}
 
 
 def watched_pool_classes() -> dict[str, type]:
-    """urllib3's pools whose connections attach themselves to the watchdog, made once."""
+    """urllib3's pools whose connections attach themselves to the watchdog and can be lent
+    to the lean exchange, made once."""
     if not _pool_classes:
         from urllib3.connection import HTTPConnection, HTTPSConnection
         from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -204,10 +217,10 @@ def watched_pool_classes() -> dict[str, type]:
         class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
             pass
 
-        class _WatchedHTTPPool(HTTPConnectionPool):
+        class _WatchedHTTPPool(_Lending, HTTPConnectionPool):
             ConnectionCls = _WatchedHTTPConnection
 
-        class _WatchedHTTPSPool(HTTPSConnectionPool):
+        class _WatchedHTTPSPool(_Lending, HTTPSConnectionPool):
             ConnectionCls = _WatchedHTTPSConnection
 
         _pool_classes.update(http=_WatchedHTTPPool, https=_WatchedHTTPSPool)
