@@ -66,8 +66,8 @@ _SCHEMA = [
     "PRIMARY KEY (dataset, field)) WITHOUT ROWID",
 ]
 _UPSERT = ("INSERT INTO rollup_numbers (dataset, field, hour, value, minute, level, n) "
-           "VALUES (?1, ?2, ?3, CASE WHEN typeof(?4) = 'text' THEN json_extract(?4, '$') "
-           "ELSE ?4 END, ?5, ?6, ?7) "
+           "VALUES (?, ?, ?, CASE WHEN typeof(?) = 'text' THEN json_extract(?, '$') "
+           "ELSE ? END, ?, ?, ?) "
            "ON CONFLICT (dataset, field, hour, value, minute, level) "
            "DO UPDATE SET n = n + excluded.n")
 MAX_HOURS = 24 * 31  # hours a query seeks one by one (a longer range reads every entry)
@@ -294,7 +294,9 @@ def _upsert(db: sqlite3.Connection, dataset: str, counts: NumberTally, keep: set
             ) -> None:
     """The counts of the kept fields added (in tally's order: by field, then as the events
     came, mostly in time: each page of the table changed about once)."""
-    rows = [(dataset, f, m // 60, v, m, lv, n) for f, v, m, lv, n in counts if f in keep]
+    # The value three times: numbered placeholders (?4) with a sequence of parameters are
+    # deprecated by Python 3.12's sqlite3 (an error from 3.14).
+    rows = [(dataset, f, m // 60, v, v, v, m, lv, n) for f, v, m, lv, n in counts if f in keep]
     if rows:
         db.executemany(_UPSERT, rows)
 
