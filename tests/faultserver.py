@@ -217,6 +217,7 @@ class FaultServer:
         self._changed = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
+        self._hold: socket.socket | None = None  # the port while stopped (_reserve)
         self._threads: set[threading.Thread] = set()
         self._conns: set[socket.socket] = set()
         self.accepted = 0  # connections accepted so far (keep-alive reuses one)
@@ -229,6 +230,9 @@ class FaultServer:
 
     def start(self) -> FaultServer:
         """Listen (again) on the same port; SO_REUSEADDR lets us rebind right after stop()."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.close()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
@@ -252,6 +256,8 @@ class FaultServer:
         for thread in list(self._threads):
             if thread is not threading.current_thread():
                 thread.join(5)
+        if sock is not None and self._hold is None:
+            self._hold = _reserve(self.port)
 
     def __enter__(self) -> FaultServer:
         return self.start()
@@ -512,6 +518,21 @@ class FaultServer:
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+def _reserve(port: int) -> socket.socket | None:
+    """The port held while the server is down: bound, not listening, so that connections are
+    still refused, and without SO_REUSEADDR, so that no other server of the run (another
+    worker's, binding port 0) is given it meanwhile: a test's client then met that server's
+    403 instead of an outage (CI, 3.10's pure run). None when the port cannot be held (a
+    connection of ours in TIME_WAIT on it): the outage is then as before."""
+    hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        hold.bind(("127.0.0.1", port))
+    except OSError:
+        hold.close()
+        return None
+    return hold
 
 
 def _shutdown(sock: socket.socket) -> None:
