@@ -285,6 +285,7 @@ class Capture:
 
     def _take(self, front: Any) -> None:
         from ._engine.shipper import Shipper
+        from ._front import base
 
         with self._lock:
             if not self._active or any(f is front for f, _ in self._fronts):
@@ -301,7 +302,7 @@ class Capture:
                                            **options))
                 self._shippers[id(original)] = entry
             self._fronts.append((front, original))
-        front._use(entry[1])
+        base.redirect(front, entry[1])
 
     def __enter__(self) -> Capture:
         from ._front import base
@@ -330,8 +331,8 @@ class Capture:
         for front, original in fronts:
             try:
                 stand_in = front.shipper
-                front._use(original)
-                if front._owns_shipper and stand_in is not original and stand_in.closed:
+                owns = base.redirect(front, original)
+                if owns and stand_in is not original and stand_in.closed:
                     original.close(0)  # closed while captured (dictConfig replaced it)
             except Exception:
                 pass

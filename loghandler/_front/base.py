@@ -37,6 +37,14 @@ ON_ATTACH: list[Callable[[FrontEnd], None]] = []
 _told_unsent: list[bool] = []
 
 
+def redirect(front: FrontEnd, shipper: Shipper) -> bool:
+    """Point a live front end at ``shipper`` (``loghandler.testing.capture`` swaps a stand-in
+    in, then the original back: the one swap from outside, kept in the class's module). Returns
+    whether the front end built its original shipper itself (it then closes it)."""
+    front._use(shipper)
+    return front._owns_shipper
+
+
 class FrontEnd:
     """Base of a front end owning (or sharing) one ``Shipper``: ``shipper``, and its faces
     ``_intake``, ``_hold`` and ``_sampler`` kept for the hot paths."""
