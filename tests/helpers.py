@@ -11,12 +11,16 @@ import gzip
 import itertools
 import json
 import logging
+import shutil
+import subprocess
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -249,3 +253,17 @@ class RedisServer:
             self.proc.wait(10)
         except Exception:
             self.proc.kill()
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no CA vouches for, and its key, made by openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a self-signed certificate")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+         "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )
+    return cert, key

@@ -7,10 +7,8 @@ import decimal
 import json
 import pickle
 import re
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 import uuid
@@ -19,6 +17,7 @@ from email.utils import format_datetime
 from pathlib import Path
 
 import pytest
+from helpers import self_signed_certificate
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -261,15 +260,7 @@ def slow_server() -> Iterator[tuple[HTTPServer, threading.Event]]:
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[HTTPServer]:
     """An https server on loopback with a self-signed certificate no CA vouches for."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a self-signed certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
-         "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )
+    cert, key = self_signed_certificate(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server = HTTPServer(host="127.0.0.1", port=0, ssl_context=context)

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from countcheck import BASE, DAY, check, fast_and_scan
 
-from loghandler._local import numbercounts, rollups
+from loghandler._local import numbercounts
 from loghandler._local.apl import format_time
 from loghandler._local.search import histogram_query
 from loghandler._local.store import Store
 
-DAY = 86_400_000_000
-BASE = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 # A duration of reals and integers, now and then a text, a boolean, an object or a null: SQLite
 # orders a text (an object's JSON is one) after every number, and reads true as 1.
 DURATIONS: list[Any] = [0, 1, 2.5, 999, 999.5, 1000, 1000.0, 1000.25, 1001, 250, 249.9, -3,
@@ -71,51 +70,10 @@ def store() -> Iterator[Store]:
     s.close()
 
 
-def _clean(answer: dict[str, Any]) -> dict[str, Any]:
-    answer["status"].pop("elapsedTime")
-    return answer
-
-
-def _both(store: Store, monkeypatch: pytest.MonkeyPatch, text: str, start: str | None,
-          end: str, fmt: str = "tabular") -> tuple[dict[str, Any], dict[str, Any], bool]:
-    used = []
-    real = rollups.answer_rows
-
-    def spy(*args: Any) -> Any:
-        got = real(*args)
-        used.append(got is not None)
-        return got
-
-    with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", spy)
-        fast = _clean(store.query(text, start, end, fmt))
-    with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", lambda *a, **k: None)
-        scan = _clean(store.query(text, start, end, fmt))
-    return fast, scan, bool(used and used[0])
-
-
-def _ranges() -> list[tuple[str | None, str]]:
-    return [(None, format_time(BASE + 2 * DAY)),
-            (format_time(BASE + 3_600_000_123), format_time(BASE + 20 * 3_600_000_000 + 59)),
-            (format_time(BASE + 61_000_000), format_time(BASE + 62_000_000))]
-
-
-def _check(store: Store, monkeypatch: pytest.MonkeyPatch, searches: list[str],
-           counted: bool, fmt: str = "tabular") -> None:
-    for search in searches:
-        hist = histogram_query("d", search, None, 900_000_000)
-        for text in (hist, hist.replace("by bin(_time, 15m), level", "")):
-            for start, end in _ranges():
-                fast, scan, used = _both(store, monkeypatch, text, start, end, fmt)
-                assert fast == scan, (text, start, end)
-                assert used == counted, (text, used)
-
-
 def test_a_comparison_counted_answers_as_the_scan_does(store: Store,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    _check(store, monkeypatch, SEARCHES, True)
-    _check(store, monkeypatch, SEARCHES[:2], True, "legacy")
+    check(store, monkeypatch, SEARCHES, True)
+    check(store, monkeypatch, SEARCHES[:2], True, "legacy")
     got = store.query("['d'] | where duration_ms > 1000 | summarize count()", None,
                       format_time(BASE + 2 * DAY), "tabular")["tables"][0]["columns"][0][0]
     texts = sum(isinstance(e.get("duration_ms"), (str, dict, list)) for e in store.events("d"))
@@ -126,8 +84,8 @@ def test_a_comparison_counted_answers_as_the_scan_does(store: Store,
 
 def test_other_searches_scan_and_agree(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     store.add_events("d", [{"_time": format_time(BASE + 10), "late": 5}])  # kept from now
-    _check(store, monkeypatch, SCANNED[:-2], False)
-    _check(store, monkeypatch, ["late>1"], True)
+    check(store, monkeypatch, SCANNED[:-2], False)
+    check(store, monkeypatch, ["late>1"], True)
 
 
 def test_at_most_the_first_numeric_fields_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,10 +99,10 @@ def test_at_most_the_first_numeric_fields_are_kept(monkeypatch: pytest.MonkeyPat
         assert plan.closed and len(plan.kept) == limit
         kept, left = plan.kept[0], ({f"f{k}" for k in range(limit + 2)} - set(plan.kept)).pop()
         text = histogram_query("d", f"{kept}>40", None, 900_000_000)
-        fast, scan, used = _both(s, monkeypatch, text, None, format_time(BASE + DAY))
+        fast, scan, used = fast_and_scan(s, monkeypatch, text, None, format_time(BASE + DAY))
         assert used and fast == scan
         text = histogram_query("d", f"{left}>40", None, 900_000_000)
-        fast, scan, used = _both(s, monkeypatch, text, None, format_time(BASE + DAY))
+        fast, scan, used = fast_and_scan(s, monkeypatch, text, None, format_time(BASE + DAY))
         assert not used and fast == scan
         # Closed: a new numeric field is not kept, nor is anything remembered of it.
         s.add_events("d", [{"_time": format_time(BASE + 5), "newer": 3}])
@@ -165,21 +123,21 @@ def test_new_ingests_a_trim_and_a_delete_keep_them_true(store: Store,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
     store.add_events("d", _events(1000, seed=11))
-    _check(store, monkeypatch, SEARCHES[:5], True)
+    check(store, monkeypatch, SEARCHES[:5], True)
     assert store.dataset_trim("d", BASE + 6 * 3_600_000_000 + 30_000_001)
-    _check(store, monkeypatch, SEARCHES[:5], True)
+    check(store, monkeypatch, SEARCHES[:5], True)
     assert store.dataset_delete("d")
     assert store._db.execute("SELECT count(*) FROM rollup_numbers WHERE dataset = 'd'"
                              ).fetchone() == (0,)
     # Anew: "note" is first a number now, "duration_ms" first a text (not kept).
     store.add_events("d", [{"_time": format_time(BASE + 9), "level": "info",
                             "note": 4, "duration_ms": "n/a"}, *_events(300, seed=12)])
-    _check(store, monkeypatch, ["note>3"], True)
-    _check(store, monkeypatch, ["duration_ms>1000"], False)
+    check(store, monkeypatch, ["note>3"], True)
+    check(store, monkeypatch, ["duration_ms>1000"], False)
     store.clear_events()
     assert store._db.execute("SELECT count(*) FROM rollup_number_fields").fetchone() == (0,)
     store.add_events("d", _events(300, seed=13))
-    _check(store, monkeypatch, ["duration_ms>1000"], True)
+    check(store, monkeypatch, ["duration_ms>1000"], True)
 
 
 def test_a_restart_and_a_file_of_an_earlier_version(tmp_path: Path,
@@ -194,7 +152,7 @@ def test_a_restart_and_a_file_of_an_earlier_version(tmp_path: Path,
     try:
         assert set(s._numbers.plan("d").kept) == {"duration_ms", "bytes", "status"}
         s.add_events("d", _events(200, seed=8))
-        _check(s, monkeypatch, SEARCHES[:3], True)
+        check(s, monkeypatch, SEARCHES[:3], True)
     finally:
         s.close()
     with sqlite3.connect(path) as db:
@@ -202,13 +160,13 @@ def test_a_restart_and_a_file_of_an_earlier_version(tmp_path: Path,
             db.execute(f"DROP TABLE {table}")  # as an earlier version wrote it
     s = Store(path)
     try:
-        _check(s, monkeypatch, SEARCHES[:3], False)
+        check(s, monkeypatch, SEARCHES[:3], False)
         s.add_events("d", _events(100, seed=4))
-        _check(s, monkeypatch, SEARCHES[:3], False)
+        check(s, monkeypatch, SEARCHES[:3], False)
         assert s._db.execute("SELECT count(*) FROM rollup_numbers").fetchone() == (0,)
         assert s.dataset_delete("d")
         s.add_events("d", _events(500, seed=6))
-        _check(s, monkeypatch, SEARCHES[:3], True)
+        check(s, monkeypatch, SEARCHES[:3], True)
     finally:
         s.close()
 
@@ -260,7 +218,7 @@ def test_a_batch_stored_while_another_was_counted(monkeypatch: pytest.MonkeyPatc
         s.add_events("d", first)  # "x" first a text here, but kept by the other batch
         monkeypatch.setattr(numbercounts, "tally", real)
         assert s._numbers.plan("d").kept == ("x",)
-        _check(s, monkeypatch, ["x>1000", "x<=500"], True)
+        check(s, monkeypatch, ["x>1000", "x<=500"], True)
 
         once.clear()
 
@@ -276,6 +234,6 @@ def test_a_batch_stored_while_another_was_counted(monkeypatch: pytest.MonkeyPatc
         s.add_events("d", first)
         monkeypatch.setattr(numbercounts, "tally", real)
         assert s._numbers.plan("d").kept == ("x",)
-        _check(s, monkeypatch, ["x>1000", "x<=500"], True)
+        check(s, monkeypatch, ["x>1000", "x<=500"], True)
     finally:
         s.close()

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from countcheck import BASE, DAY, check, fast_and_scan
 
-from loghandler._local import rollups, valuecounts
+from loghandler._local import valuecounts
 from loghandler._local.apl import format_time
 from loghandler._local.search import histogram_query
 from loghandler._local.store import Store
 
-DAY = 86_400_000_000
-BASE = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 STATUSES: list[Any] = [200, 200, 200, 500, "500", 500.0, 404, True, None, 1, 0, 2.5, "OK"]
 SERVICES: list[Any] = ["checkout", "Checkout", "CHECKOUT", "web", "", "ÉTÉ", "été", 3]
 
@@ -63,53 +62,11 @@ def store() -> Iterator[Store]:
     s.close()
 
 
-def _clean(answer: dict[str, Any]) -> dict[str, Any]:
-    answer["status"].pop("elapsedTime")
-    return answer
-
-
-def _both(store: Store, monkeypatch: pytest.MonkeyPatch, text: str, start: str | None,
-          end: str, fmt: str = "tabular") -> tuple[dict[str, Any], dict[str, Any], bool]:
-    used = []
-    real = rollups.answer_rows
-
-    def spy(*args: Any) -> Any:
-        got = real(*args)
-        used.append(got is not None)
-        return got
-
-    with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", spy)
-        fast = _clean(store.query(text, start, end, fmt))
-    with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", lambda *a, **k: None)
-        scan = _clean(store.query(text, start, end, fmt))
-    return fast, scan, bool(used and used[0])
-
-
-def _ranges() -> list[tuple[str | None, str]]:
-    return [(None, format_time(BASE + 2 * DAY)),
-            (format_time(BASE + 3_600_000_123), format_time(BASE + 20 * 3_600_000_000 + 59)),
-            (format_time(BASE + 61_000_000), format_time(BASE + 62_000_000))]
-
-
-def _check(store: Store, monkeypatch: pytest.MonkeyPatch, searches: list[str],
-           counted: bool) -> None:
-    for search in searches:
-        for text in (histogram_query("d", search, None, 900_000_000),
-                     histogram_query("d", search, None, 900_000_000).replace(
-                         "by bin(_time, 15m), level", "")):
-            for start, end in _ranges():
-                fast, scan, used = _both(store, monkeypatch, text, start, end)
-                assert fast == scan, (text, start, end)
-                assert used == counted, (text, used)
-
-
 def test_a_search_counted_answers_as_the_scan_does(store: Store,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    _check(store, monkeypatch, SEARCHES, True)
+    check(store, monkeypatch, SEARCHES, True)
     # The legacy format too.
-    fast, scan, used = _both(store, monkeypatch, histogram_query("d", "status:500", None,
+    fast, scan, used = fast_and_scan(store, monkeypatch, histogram_query("d", "status:500", None,
                                                                  900_000_000),
                              None, format_time(BASE + DAY), "legacy")
     assert used and fast == scan
@@ -119,22 +76,22 @@ def test_a_search_counted_answers_as_the_scan_does(store: Store,
 
 
 def test_other_searches_scan_and_agree(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    _check(store, monkeypatch, SCANNED, False)
+    check(store, monkeypatch, SCANNED, False)
 
 
 def test_new_ingests_a_trim_and_a_delete_keep_them_true(store: Store,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
     store.add_events("d", _events(1000, seed=11))
-    _check(store, monkeypatch, SEARCHES[:4], True)
+    check(store, monkeypatch, SEARCHES[:4], True)
     assert store.dataset_trim("d", BASE + 6 * 3_600_000_000 + 30_000_001)
-    _check(store, monkeypatch, SEARCHES[:4], True)
+    check(store, monkeypatch, SEARCHES[:4], True)
     assert store.dataset_delete("d")
     store.add_events("d", [{"_time": format_time(BASE + 9), "level": "info", "status": 500,
                             "note": "now short"}])
-    _check(store, monkeypatch, ["status:500", "note:now"], True)
+    check(store, monkeypatch, ["status:500", "note:now"], True)
     store.clear_events()
-    _check(store, monkeypatch, ["status:500"], True)
+    check(store, monkeypatch, ["status:500"], True)
 
 
 def test_a_field_of_many_values_is_left_to_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,12 +101,12 @@ def test_a_field_of_many_values_is_left_to_the_scan(monkeypatch: pytest.MonkeyPa
         s.add_events("d", few)
         _check_one = histogram_query("d", "id:u3", None, 900_000_000)
         end = format_time(BASE + DAY)
-        fast, scan, used = _both(s, monkeypatch, _check_one, None, end)
+        fast, scan, used = fast_and_scan(s, monkeypatch, _check_one, None, end)
         assert used and fast == scan
         many = [{"_time": format_time(BASE + 1000 + i), "id": f"v{i}"}
                 for i in range(valuecounts.MAX_VALUES)]
         s.add_events("d", many)
-        fast, scan, used = _both(s, monkeypatch, _check_one, None, end)
+        fast, scan, used = fast_and_scan(s, monkeypatch, _check_one, None, end)
         assert not used and fast == scan
         assert s._db.execute("SELECT count(*) FROM rollup_values WHERE field = 'id'"
                              ).fetchone() == (0,)
@@ -171,15 +128,15 @@ def test_a_file_of_an_earlier_version_keeps_the_scan(tmp_path: Path,
             db.execute(f"DROP TABLE {table}")  # as an earlier version wrote it
     s = Store(path)
     try:
-        _check(s, monkeypatch, SEARCHES[:3], False)
+        check(s, monkeypatch, SEARCHES[:3], False)
         s.add_events("d", _events(100, seed=4))
-        _check(s, monkeypatch, SEARCHES[:3], False)
+        check(s, monkeypatch, SEARCHES[:3], False)
         assert s._db.execute("SELECT count(*) FROM rollup_values").fetchone() == (0,)
         s.add_events("e", _events(500, seed=5))  # a new dataset: counted
         assert s._known.wide.get("e", frozenset()) >= {"request"}
         assert s.dataset_delete("d")
         s.add_events("d", _events(500, seed=6))
-        _check(s, monkeypatch, SEARCHES[:3], True)
+        check(s, monkeypatch, SEARCHES[:3], True)
         s.add_events("d", [{"_time": format_time(BASE + 1000 + i), "note": f"n{i}" * 150}
                            for i in range(3)])  # a long text: the field is wide
         assert s._known.wide["d"] >= {"request", "note"}
@@ -188,8 +145,8 @@ def test_a_file_of_an_earlier_version_keeps_the_scan(tmp_path: Path,
     s = Store(path)  # the wide fields survive a restart
     try:
         assert s._known.wide["d"] >= {"request", "note"}
-        _check(s, monkeypatch, ["note:" + "n1" * 150], False)
-        _check(s, monkeypatch, SEARCHES[:3], True)
+        check(s, monkeypatch, ["note:" + "n1" * 150], False)
+        check(s, monkeypatch, SEARCHES[:3], True)
     finally:
         s.close()
 
