@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from . import numbercounts, rollups, valuecounts
+from . import numbercounts, rollups, valuecounts, words
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -134,6 +134,7 @@ class Store:
             valuecounts.create_locked(self._db, self._known)
             self._numbers = numbercounts.Fields()
             numbercounts.create_locked(self._db, self._numbers)
+            word_index = words.create_locked(self._db)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -150,7 +151,7 @@ class Store:
         self.documents = Documents(self._db, self._lock)
         self._map_fields: dict[str, list[str]] = {
             name: self.documents.get("mapfields", name) or [] for name in self._names}
-        self.reader = Reader(file, self._db, self._lock, self.count)
+        self.reader = Reader(file, self._db, self._lock, self.count, word_index=word_index)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
