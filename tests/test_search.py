@@ -165,3 +165,54 @@ def test_an_aggregation_in_parts_answers_as_in_one(monkeypatch: pytest.MonkeyPat
         assert halves == whole
     finally:
         store.close()
+
+
+def test_any_aggregation_by_a_time_bin_in_parts_answers_as_in_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """By a time bin, the parts split on the bins: a percentile (its sample too), an average
+    and a distinct count run in parts (every core) and answer as one pass; without a bin they
+    run in one pass."""
+    from loghandler._local import reader, sqlfunctions
+    from loghandler._local.apl import format_time
+    from loghandler._local.store import Store
+
+    # Groups of more values than the percentile keeps: its sample depends on the order the
+    # values come in, which must be one pass's.
+    monkeypatch.setattr(sqlfunctions, "PERCENTILE_SAMPLE", 25)
+    store = Store(None)
+    try:
+        # Over 11 hours, from a time on no bin's edge.
+        first = 1_767_225_612_345_678
+        store.add_events("a", [{"_time": format_time(first + i * 7_000_000),
+                                "path": ["/a", "/b", None][i % 3],
+                                "ms": (i * 7919) % 1009 + (i % 5) / 4} for i in range(6_000)])
+        by_bin = ["['a'] | where isnotempty(path) "
+                  "| summarize percentile(ms, 95) by path, bin_auto(_time)",
+                  "['a'] | summarize percentiles(ms, 50, 99), avg(ms), dcount(path) "
+                  "by bin(_time, 1h)",
+                  "['a'] | summarize percentile(ms, 50) by bin(_time, 7m), path"]
+        whole_only = ["['a'] | summarize percentile(ms, 95) by path"]
+
+        def answer(q: str) -> tuple[object, object]:
+            table = store.query(q, format_time(first), format_time(first + 12 * 3600 * 10**6),
+                                fmt="tabular")["tables"][0]
+            return table["fields"], table["columns"]
+
+        whole = [answer(q) for q in by_bin + whole_only]
+        ran: list[str] = []
+        real = reader.Reader._run_in_parts
+
+        def spy(self: object, *args: object, **kwargs: object) -> object:
+            ran.append("parts")
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(reader, "SPLIT_MIN_ROWS", 1_000)
+        monkeypatch.setattr(reader, "WORKERS", 2)
+        monkeypatch.setattr(reader, "PART_ROWS", 700)
+        monkeypatch.setattr(reader.Reader, "_run_in_parts", spy)
+        assert [answer(q) for q in by_bin] == whole[:len(by_bin)]
+        assert ran == ["parts"] * len(by_bin)
+        assert [answer(q) for q in whole_only] == whole[len(by_bin):]
+        assert ran == ["parts"] * len(by_bin)
+    finally:
+        store.close()
