@@ -48,6 +48,22 @@ QUERIES = [
      "| summarize count() by bin(_time, 15m), level", None),
 ]
 
+# A rare word (benchmarks.weblogs.RARE_WORD: one event in 80,000) as the page asks for it: its
+# events, its histogram and its count.
+WORD_QUERIES = [
+    (f"{weblogs.RARE_WORD}: newest 200, 24 h", f"['web'] | where _time >= ago(24h) "
+     f"| search \"{weblogs.RARE_WORD}\" | sort by _time desc, _rowId desc | take 200", None),
+    (f"{weblogs.RARE_WORD}: histogram, 24 h", f"['web'] | where _time >= ago(24h) "
+     f"| search \"{weblogs.RARE_WORD}\" | summarize count() by bin(_time, 15m), level", None),
+    ("a common word: count, 24 h", "['web'] | where _time >= ago(24h) | search \"checkout\" "
+     "| count", None),
+]
+# The page's p95 by path over 24 hours (benchmarks.page's P95).
+PART_QUERIES = [
+    ("p95 by path, bin_auto, 24 h", "['web'] | where isnotempty(path) "
+     "| summarize percentile(duration_ms, 95) by path, bin_auto(_time)", "now-24h"),
+]
+
 
 def load() -> str:
     return "load %.1f" % os.getloadavg()[0]
@@ -69,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "benchmarks.page --db leaves it) instead of a new fill")
     args = parser.parse_args(argv)
 
-    from loghandler._local import numbercounts, rollups, valuecounts
+    from loghandler._local import numbercounts, reader, rollups, valuecounts, words
     from loghandler._local.store import Store
 
     with tempfile.TemporaryDirectory(prefix="loghandler-rollups-") as tmp:
@@ -98,19 +114,49 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:34} counts {f * 1000:8.1f} ms (CPU {fc * 1000:7.1f}), scan "
                       f"{s * 1000:8.1f} ms (CPU {sc * 1000:7.1f}): {s / f:6.0f}x faster "
                       f"({load()})")
+            # A word, through the index and by the scan (the index turned off).
+            real_match = words.match_for
+            for name, apl, start in WORD_QUERIES:
+                fast, scan = [], []
+                for _ in range(args.repeat):
+                    fast.append(timed(store, apl, start))
+                    words.match_for = lambda *a, **k: None  # type: ignore[assignment]
+                    try:
+                        scan.append(timed(store, apl, start))
+                    finally:
+                        words.match_for = real_match
+                _print(name, "index", fast, "scan", scan)
+            # An aggregation by a time bin, in parts (every core) and in one pass.
+            real_split = reader._splittable
+            for name, apl, start in PART_QUERIES:
+                fast, scan = [], []
+                for _ in range(args.repeat):
+                    fast.append(timed(store, apl, start))
+                    reader._splittable = lambda *a, **k: False  # type: ignore[assignment]
+                    try:
+                        scan.append(timed(store, apl, start))
+                    finally:
+                        reader._splittable = real_split
+                _print(name, "parts", fast, "one pass", scan)
         finally:
             store.close()
         # The ingest's cost: the same 100,000 events into fresh stores, with and without.
         batches = _batches(min(args.events, 100_000))
         # "all": every count; "values": without the numbers'; "levels": the level counts
         # only; "none": no count. CPU seconds of the process, paired in each round.
-        times: dict[str, list[float]] = {"all": [], "values": [], "levels": [], "none": []}
+        # "all": every count and the word index; "nowords": every count, no word index;
+        # "values": without the numbers' counts (nor the index); ...
+        times: dict[str, list[float]] = {"all": [], "nowords": [], "values": [], "levels": [],
+                                         "none": []}
         sizes: dict[str, int] = {}
         for _ in range(args.repeat):
             for kind in times:
                 saved = (rollups.tally, rollups.add_locked, valuecounts.tally,
-                         valuecounts.add_locked, numbercounts.tally, numbercounts.add_locked)
+                         valuecounts.add_locked, numbercounts.tally, numbercounts.add_locked,
+                         words.create_locked)
                 if kind != "all":
+                    words.create_locked = lambda *a, **k: False  # type: ignore[assignment]
+                if kind not in ("all", "nowords"):
                     numbercounts.tally = lambda *a, **k: None  # type: ignore[assignment,return-value]
                     numbercounts.add_locked = lambda *a, **k: None  # type: ignore[assignment]
                 if kind in ("levels", "none"):
@@ -125,16 +171,28 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     (rollups.tally, rollups.add_locked, valuecounts.tally,
                      valuecounts.add_locked, numbercounts.tally,
-                     numbercounts.add_locked) = saved
+                     numbercounts.add_locked, words.create_locked) = saved
         n = sum(len(b) for b in batches)
         cost = {k: statistics.median(v) / n * 1e6 for k, v in times.items()}
-        print(f"ingest of {n:,} events, CPU per event: every count {cost['all']:.1f} µs, "
-              f"without the numbers' {cost['values']:.1f} µs, the level counts only "
+        print(f"ingest of {n:,} events, CPU per event: every count and the word index "
+              f"{cost['all']:.1f} µs, every count {cost['nowords']:.1f} µs, without the "
+              f"numbers' {cost['values']:.1f} µs, the level counts only "
               f"{cost['levels']:.1f} µs, none {cost['none']:.1f} µs ({load()})")
-        print(f"  the numbers' counts: {cost['all'] - cost['values']:+.1f} µs an event, "
-              f"{(sizes['all'] - sizes['values']) / 1e6:+.1f} MB of "
+        print(f"  the word index: {cost['all'] - cost['nowords']:+.1f} µs an event, "
+              f"{(sizes['all'] - sizes['nowords']) / 1e6:+.1f} MB of "
+              f"{sizes['nowords'] / 1e6:.1f} MB")
+        print(f"  the numbers' counts: {cost['nowords'] - cost['values']:+.1f} µs an event, "
+              f"{(sizes['nowords'] - sizes['values']) / 1e6:+.1f} MB of "
               f"{sizes['values'] / 1e6:.1f} MB")
     return 0
+
+
+def _print(name: str, a_name: str, a: list[tuple[float, float]], b_name: str,
+           b: list[tuple[float, float]]) -> None:
+    f, s = statistics.median(t for t, _ in a), statistics.median(t for t, _ in b)
+    fc, sc = statistics.median(c for _, c in a), statistics.median(c for _, c in b)
+    print(f"{name:34} {a_name} {f * 1000:8.1f} ms (CPU {fc * 1000:7.1f}), {b_name} "
+          f"{s * 1000:8.1f} ms (CPU {sc * 1000:7.1f}): {s / f:6.1f}x faster ({load()})")
 
 
 def _batches(n: int) -> list[list[dict[str, Any]]]:

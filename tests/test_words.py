@@ -218,7 +218,7 @@ def test_a_file_of_an_earlier_version_gets_its_index(tmp_path: Path,
     store.add_events("d", _events(2000))
     store.close()
     db = sqlite3.connect(path)
-    for name in ("events_words_insert", "events_words_delete", "events_words_update"):
+    for name in ("events_words_delete", "events_words_update"):
         db.execute(f"DROP TRIGGER {name}")
     db.execute(f"DROP TABLE {words.TABLE}_row")
     db.execute(f"DROP TABLE {words.TABLE}")

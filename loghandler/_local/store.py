@@ -134,7 +134,7 @@ class Store:
             valuecounts.create_locked(self._db, self._known)
             self._numbers = numbercounts.Fields()
             numbercounts.create_locked(self._db, self._numbers)
-            word_index = words.create_locked(self._db)
+            self._word_index = words.create_locked(self._db)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -151,7 +151,7 @@ class Store:
         self.documents = Documents(self._db, self._lock)
         self._map_fields: dict[str, list[str]] = {
             name: self.documents.get("mapfields", name) or [] for name in self._names}
-        self.reader = Reader(file, self._db, self._lock, self.count, word_index=word_index)
+        self.reader = Reader(file, self._db, self._lock, self.count, word_index=self._word_index)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
@@ -192,8 +192,11 @@ class Store:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
+                top = words.top_locked(self._db) if self._word_index else 0
                 self._db.executemany(
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
+                if self._word_index:
+                    words.add_locked(self._db, top)
                 rollups.add_locked(self._db, dataset, counts)
                 valuecounts.add_locked(self._db, self._known, dataset, values)
                 numbercounts.add_locked(self._db, self._numbers, dataset, numbers, events,
@@ -206,8 +209,12 @@ class Store:
             self._changed.notify_all()
 
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
+        indexed = words.exists(self._db)
+        top = words.top_locked(self._db) if indexed else 0
         self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
                              _rows(dataset, events, None))
+        if indexed:
+            words.add_locked(self._db, top)
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:

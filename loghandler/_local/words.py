@@ -6,13 +6,17 @@ escapes), anywhere in the event's stored text (names, values, punctuation), ASCI
 folded (SQLite's LIKE). That test still decides every answer. The index only narrows the
 events it is made on: an FTS5 table of trigrams (``tokenize='trigram case_sensitive 0'``)
 over ``events.body`` as external content (the text is not stored twice), ``detail=none``
-(row ids only, no positions), kept by triggers on ``events`` in the same transactions as
-the events. An event whose text holds the term holds each of its trigrams, folded as the
-index folds them (Unicode folding, which on the ASCII of the stored text is LIKE's): the
-events with every trigram are a superset of the answer, and the LIKE picks the answer
-among them. The index is used only when the term's rarest trigram is in at most a tenth of
-the events (a common word is read faster by the plain scan), and only for the ``search``s
-before any other operator than ``where`` (after a ``project`` the text searched is another).
+(row ids only, no positions), kept in the same transactions as the events: a batch's events
+are added by one statement after they are stored (``add_locked``: FTS5 writes what it holds
+at each statement's end, so a row at a time, as a trigger would, cost six times as much),
+deleted and changed ones by triggers.
+
+An event whose text holds the term holds each of its trigrams, folded as the index folds
+them (Unicode folding, which on the ASCII of the stored text is LIKE's): the events with
+every trigram are a superset of the answer, and the LIKE picks the answer among them. The
+index is used only when the term's rarest trigram is in at most a tenth of the events (a
+common word is read faster by the plain scan), and only for the ``search``es before any
+other operator than ``where`` (after a ``project`` the text searched is another).
 
 Terms of fewer than three characters after escaping have no trigram: they are scanned. A
 SQLite without FTS5 or the trigram tokenizer (before 3.34) has no index: every search scans.
@@ -25,8 +29,8 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["COMMON_SHARE", "MAX_TRIGRAMS", "TABLE", "create_locked", "exists", "leading_terms",
-           "match_for", "trigrams"]
+__all__ = ["COMMON_SHARE", "MAX_TRIGRAMS", "TABLE", "add_locked", "create_locked", "exists",
+           "leading_terms", "match_for", "top_locked", "trigrams"]
 
 TABLE = "events_words"
 _VOCAB = "events_words_row"
@@ -41,8 +45,6 @@ _SCHEMA = [
     f"CREATE VIRTUAL TABLE {TABLE} USING fts5(body, content='events', content_rowid='seq', "
     "tokenize='trigram case_sensitive 0', detail=none)",
     f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({TABLE}, 'row')",
-    f"CREATE TRIGGER events_words_insert AFTER INSERT ON events BEGIN "
-    f"INSERT INTO {TABLE} (rowid, body) VALUES (new.seq, new.body); END",
     f"CREATE TRIGGER events_words_delete AFTER DELETE ON events BEGIN "
     f"INSERT INTO {TABLE} ({TABLE}, rowid, body) VALUES ('delete', old.seq, old.body); END",
     f"CREATE TRIGGER events_words_update AFTER UPDATE OF body ON events BEGIN "
@@ -75,6 +77,18 @@ def create_locked(db: sqlite3.Connection) -> bool:
         raise
     db.execute("COMMIT")
     return True
+
+
+def top_locked(db: sqlite3.Connection) -> int:
+    """The last row id of the events, before a batch is stored (``add_locked``'s start)."""
+    return int(db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+
+
+def add_locked(db: sqlite3.Connection, after: int) -> None:
+    """The events stored after row ``after`` (``top_locked``), into the index, in the
+    batch's transaction: one statement."""
+    db.execute(f"INSERT INTO {TABLE} (rowid, body) SELECT seq, body FROM events WHERE seq > ?",
+               (after,))
 
 
 def trigrams(term: str) -> list[str]:
