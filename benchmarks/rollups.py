@@ -7,10 +7,13 @@ reader as the service runs them, the page's default histogram (``count() by bin(
 level`` over the last 24 hours), ``count() by level`` over 24 hours and over all time, and
 searches' histograms (a field's value, a comparison of a numeric field): answered from the
 counts, and by the scan (the counts turned off), interleaved, medians of ``--repeat``, wall
-and CPU time. Then the ingest's cost of keeping the counts: the same batches stored with every
-count, without the numbers', with the level counts only and with none, paired (CPU time per
-event, and the file's size). The machine's load average (``os.getloadavg()``) is printed beside each
-figure: on a shared machine the ratios are the figures to read.
+and CPU time; a rare word's events and histogram through the index of the events' text
+(``words.py``) and by the scan, a common word's count (scanned either way), and p95 by path
+over 24 hours in parts of its range and in one pass. Then the ingest's cost of keeping the
+counts and the index: the same batches stored with every count and the word index, without
+the index, without the numbers', with the level counts only and with none, paired (CPU time
+per event, and the file's size). The machine's load average (``os.getloadavg()``) is
+printed beside each figure: on a shared machine the ratios are the figures to read.
 """
 
 from __future__ import annotations
