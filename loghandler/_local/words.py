@@ -14,7 +14,7 @@ deleted and changed ones by triggers.
 An event whose text holds the term holds each of its trigrams, folded as the index folds
 them (Unicode folding, which on the ASCII of the stored text is LIKE's): the events with
 every trigram are a superset of the answer, and the LIKE picks the answer among them. The
-index is used only when the term's rarest trigram is in at most a tenth of the events (a
+index is used only when the term's rarest trigram is in at most 3 % of the events (a
 common word is read faster by the plain scan), and only for the ``search``es before any
 other operator than ``where`` (after a ``project`` the text searched is another).
 
@@ -33,18 +33,18 @@ __all__ = ["COMMON_SHARE", "MAX_TRIGRAMS", "TABLE", "add_locked", "create_locked
            "leading_terms", "match_for", "top_locked", "trigrams"]
 
 TABLE = "events_words"
-_VOCAB = "events_words_row"
 # A term whose rarest trigram is in more than this share of the events is scanned: reading
-# that many events one by one through the index costs more than reading them in order.
-COMMON_SHARE = 0.1
-# Trigrams of one term looked up at most (the rarest of them narrow the events the most; the
-# LIKE decides anyway).
+# a tenth of the events one by one through the index costs about what reading all of them in
+# order does, and counting a trigram's events up to this share is each lookup's cost.
+COMMON_SHARE = 0.03
+# Trigrams of one term looked up at most, spread over it (a pasted line is not read whole:
+# each lookup reads up to COMMON_SHARE of the events' entries of a common trigram); the
+# rarest of them narrow the events the most, and the LIKE decides anyway.
 MAX_TRIGRAMS = 16
 
 _SCHEMA = [
     f"CREATE VIRTUAL TABLE {TABLE} USING fts5(body, content='events', content_rowid='seq', "
     "tokenize='trigram case_sensitive 0', detail=none)",
-    f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({TABLE}, 'row')",
     f"CREATE TRIGGER events_words_delete AFTER DELETE ON events BEGIN "
     f"INSERT INTO {TABLE} ({TABLE}, rowid, body) VALUES ('delete', old.seq, old.body); END",
     f"CREATE TRIGGER events_words_update AFTER UPDATE OF body ON events BEGIN "
@@ -123,18 +123,22 @@ def match_for(db: sqlite3.Connection, terms: list[str], events: int) -> str | No
     their rarest trigrams, or None when a scan is the faster way (no term of three
     characters, or every term common among the store's ``events``)."""
     chosen: list[str] = []
+    common = int(COMMON_SHARE * events)
+    # At most MAX_TRIGRAMS lookups for one term, and a few more for each other term.
+    each = max(2, MAX_TRIGRAMS // max(1, len(terms)))
     for term in terms:
         grams = trigrams(term)
-        if not grams:
-            continue
+        if len(grams) > each:
+            grams = [grams[i * len(grams) // each] for i in range(each)]
         docs = []
         for gram in grams:
-            row = db.execute(f"SELECT doc FROM {_VOCAB} WHERE term = ?", (gram,)).fetchone()
-            docs.append((0 if row is None else int(row[0]), gram))
-        docs.sort()
-        if docs[0][0] > COMMON_SHARE * events:
+            # The events holding it, counted no further than "common".
+            (n,) = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {TABLE} "
+                              f"MATCH ? LIMIT ?)", (_quoted(gram), common + 1)).fetchone()
+            docs.append((int(n), gram))
+        if not docs or min(docs)[0] > common:
             continue
-        chosen += [gram for _, gram in docs[:MAX_TRIGRAMS]]
+        chosen += [gram for n, gram in docs if n <= common]
     if not chosen:
         return None
     return " AND ".join(_quoted(gram) for gram in dict.fromkeys(chosen))
