@@ -362,11 +362,11 @@ class Reader:
         if counted is not None:
             return aplsql_run.build(compiled, counted, False, stop.deadline, started)
         terms = words.leading_terms(parsed.ops) if self._word_index else []
-        if terms:  # a rare word: the events holding it, from the index
-            match = words.match_for(db, terms, self._count(compiled.dataset))
-            if match is not None:
-                args = {**args, "word_match": match}
-                compiled = aplsql.compile_query(text, **args)
+        match = words.match_for(db, terms, self._count(compiled.dataset)) if terms else None
+        if match is not None:  # a rare word: the events holding it, from the index
+            compiled = aplsql.compile_query(text, **{**args, "word_match": match})
+            # Few events (at most words.COMMON_SHARE of them): one pass, no parts.
+            return aplsql_run.run(db, compiled, stop.deadline)
         if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
                 parsed, compiled):
             parts = self._parts(db, compiled, lo, hi)
