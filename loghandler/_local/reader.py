@@ -393,11 +393,7 @@ class Reader:
         # About PART_ROWS events a part (a smaller sort each), at least one per worker.
         count = max(WORKERS, min(MAX_PARTS, n // PART_ROWS))
         step = compiled.bin_us or 1
-        if lo < 0 and not _mergeable(compiled):
-            return None  # before 1970 SQLite's bins round towards zero: one spans 0
-        # Edges on the time bins themselves (multiples of the span since 1970, as the bins
-        # are): no group of a time bin is in two parts.
-        edges = sorted({lo, hi} | {(lo + (hi - lo) * k // count) // step * step
+        edges = sorted({lo, hi} | {lo + (hi - lo) * k // count // step * step
                                    for k in range(1, count)})
         edges = [e for e in edges if lo <= e <= hi]
         return [(a, b) for a, b in itertools.pairwise(edges) if a < b] or None
@@ -504,25 +500,16 @@ class _Stopped(Exception):
     """A query stopped while it waited for a connection."""
 
 
-def _mergeable(compiled: Any) -> bool:
-    """True when every aggregation of a group can be made of its parts' (counts, sums,
-    minimums, maximums)."""
-    return all(name in MERGEABLE for _, name in compiled.aggregations)
-
-
 def _splittable(parsed: Any, compiled: Any) -> bool:
-    """True for an aggregation that parts of its time range can answer: filters, then one
-    ``summarize`` (or ``count``), last, of counts, sums, minimums and maximums (merged), or
-    of anything by a time bin (the parts split on the bins: each group is made whole by
-    one part, from the same events in the same order as one scan would: a percentile's
-    sample too)."""
+    """True for an aggregation that two halves of its events can answer: filters, then one
+    ``summarize`` (or ``count``) of counts, sums, minimums and maximums, last."""
     if not compiled.aggregated or not parsed.ops or parsed.ops[-1][0] not in ("summarize",
                                                                                 "count"):
         return False
     if any(op[0] not in ("where", "search") for op in parsed.ops[:-1]):
         return False
-    by_bin = compiled.time_group is not None and bool(compiled.bin_us)
-    return (_mergeable(compiled) or by_bin) and "*" not in (compiled.fields or [])
+    return all(name in MERGEABLE for _, name in compiled.aggregations) and (
+        "*" not in (compiled.fields or []))
 
 
 def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) -> list[Any]:
@@ -531,7 +518,6 @@ def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) 
     QueryTimeout past ``deadline``: the merge is part of the query's time."""
     groups = [g for g in compiled.groups if g != compiled.time_group]
     how = dict(compiled.aggregations)
-    mergeable = _mergeable(compiled)
     merged: dict[Any, list[Any]] = {}
     for n, (seq, t, sys_time, body) in enumerate(raw):
         if deadline is not None and not n % 1000 and time.monotonic() > deadline:
@@ -542,8 +528,6 @@ def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) 
         if have is None:
             merged[key] = [seq, t, sys_time, data]
             continue
-        if not mergeable:  # the parts split on the time bins: a group is never in two
-            raise ValueError(f"the group {key} came from two parts of the range")
         old = have[3]
         for name, value in data.items():
             kind = "count" if name == aplsql_run.MATCHED else how.get(name)
