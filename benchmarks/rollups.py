@@ -8,12 +8,12 @@ level`` over the last 24 hours), ``count() by level`` over 24 hours and over all
 searches' histograms (a field's value, a comparison of a numeric field): answered from the
 counts, and by the scan (the counts turned off), interleaved, medians of ``--repeat``, wall
 and CPU time; a rare word's events and histogram through the index of the events' text
-(``words.py``) and by the scan, a common word's count (scanned either way), and p95 by path
-over 24 hours in parts of its range and in one pass. Then the ingest's cost of keeping the
-counts and the index: the same batches stored with every count and the word index, without
-the index, without the numbers', with the level counts only and with none, paired (CPU time
-per event, and the file's size). The machine's load average (``os.getloadavg()``) is
-printed beside each figure: on a shared machine the ratios are the figures to read.
+(``words.py``) and by the scan, and a common word's count (scanned either way). Then the
+ingest's cost of keeping the counts and the index: the same batches stored with every count
+and the word index, without the index, without the numbers', with the level counts only and
+with none, paired (CPU time per event, and the file's size). The machine's load average
+(``os.getloadavg()``) is printed beside each figure: on a shared machine the ratios are the
+figures to read.
 """
 
 from __future__ import annotations
@@ -61,11 +61,6 @@ WORD_QUERIES = [
     ("a common word: count, 24 h", "['web'] | where _time >= ago(24h) | search \"checkout\" "
      "| count", None),
 ]
-# The page's p95 by path over 24 hours (benchmarks.page's P95).
-PART_QUERIES = [
-    ("p95 by path, bin_auto, 24 h", "['web'] | where isnotempty(path) "
-     "| summarize percentile(duration_ms, 95) by path, bin_auto(_time)", "now-24h"),
-]
 
 
 def load() -> str:
@@ -88,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "benchmarks.page --db leaves it) instead of a new fill")
     args = parser.parse_args(argv)
 
-    from loghandler._local import numbercounts, reader, rollups, valuecounts, words
+    from loghandler._local import numbercounts, rollups, valuecounts, words
     from loghandler._local.store import Store
 
     with tempfile.TemporaryDirectory(prefix="loghandler-rollups-") as tmp:
@@ -129,18 +124,6 @@ def main(argv: list[str] | None = None) -> int:
                     finally:
                         words.match_for = real_match
                 _print(name, "index", fast, "scan", scan)
-            # An aggregation by a time bin, in parts (every core) and in one pass.
-            real_split = reader._splittable
-            for name, apl, start in PART_QUERIES:
-                fast, scan = [], []
-                for _ in range(args.repeat):
-                    fast.append(timed(store, apl, start))
-                    reader._splittable = lambda *a, **k: False  # type: ignore[assignment]
-                    try:
-                        scan.append(timed(store, apl, start))
-                    finally:
-                        reader._splittable = real_split
-                _print(name, "parts", fast, "one pass", scan)
         finally:
             store.close()
         # The ingest's cost: the same 100,000 events into fresh stores, with and without.
