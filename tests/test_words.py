@@ -256,3 +256,29 @@ def test_without_the_trigram_tokenizer_every_search_scans(
         check(store, monkeypatch, ["deadlock", "café"], False)
     finally:
         store.close()
+
+
+def test_the_pages_after_a_words_first_through_the_index(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The page's next pages (after the last row shown) and the API's cursor: the scan's rows.
+    end = format_time(BASE + 2 * DAY)
+    first = store.reader.query(page_query("d", "deadlock", None, 7), None, end, "tabular")
+    table = first["tables"][0]
+    names = [f["name"] for f in table["fields"]]
+    last = {n: table["columns"][names.index(n)][-1] for n in ("_time", "_rowId")}
+    text = page_query("d", "deadlock", None, 7, (last["_time"], last["_rowId"]))
+    fast, scan, used = indexed_and_scan(store, monkeypatch, text, None, end)
+    assert fast == scan and used and fast["tables"][0]["columns"][0]
+    found = "['d'] | search \"deadlock\""
+    for include in (False, True):
+        answers = []
+        for off in (False, True):
+            with monkeypatch.context() as m:
+                if off:
+                    m.setattr(words, "match_for", lambda *a, **k: None)
+                answer = store.reader.query(found, None, end, "tabular", cursor=last["_rowId"],
+                                            include_cursor=include)
+            answer["status"].pop("elapsedTime")
+            answers.append(answer)
+        assert answers[0] == answers[1]
+        assert answers[0]["tables"][0]["columns"][0]
