@@ -189,8 +189,10 @@ def test_a_search_after_another_operator_is_scanned(store: Store,
 def _integrity(path: str) -> None:
     db = sqlite3.connect(path)
     try:
-        # External content: the index against the events it was made from.
-        db.execute(f"INSERT INTO {words.TABLE} ({words.TABLE}) VALUES ('integrity-check')")
+        # External content: the index against the events it was made from (rank 1: the
+        # content compared too, not only the index's own structure).
+        db.execute(f"INSERT INTO {words.TABLE} ({words.TABLE}, rank) "
+                   f"VALUES ('integrity-check', 1)")
     finally:
         db.close()
 
@@ -204,6 +206,10 @@ def test_the_index_follows_ingest_trim_delete_and_restart(
         store.add_events("other", _events(500, seed=3))
         store.add_events("d", _events(1500, seed=5))
         check(store, monkeypatch, ["deadlock", "café", "Checkout"], True)
+        # A few events trimmed (taken out of the index one by one), then more than a third
+        # (the index made again from those left).
+        assert store.dataset_trim("d", BASE + DAY // 20)
+        check(store, monkeypatch, ["deadlock", "café", "Checkout"], True)
         assert store.dataset_trim("d", BASE + DAY // 2)
         check(store, monkeypatch, ["deadlock", "café", "Checkout"], True)
         store.dataset_delete("other")
@@ -215,6 +221,7 @@ def test_the_index_follows_ingest_trim_delete_and_restart(
         check(store, monkeypatch, ["deadlock", "card declined"], True)
         store.clear_events()
         assert _found(store, "deadlock") == 0
+        _integrity(path)
         store.add_events("d", _events(800, seed=9))
         check(store, monkeypatch, ["deadlock"], True)
     finally:

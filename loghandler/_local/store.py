@@ -295,7 +295,7 @@ class Store:
             if name not in self._names:
                 return False
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
-            self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
+            words.delete_locked(self._db, "dataset = ?", (name,), self._word_index)
             rollups.delete_locked(self._db, name)
             valuecounts.delete_locked(self._db, self._known, name)
             numbercounts.delete_locked(self._db, self._numbers, name)
@@ -311,9 +311,8 @@ class Store:
         with self._lock:
             if name not in self._names:
                 return None
-            cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
-                                   (name, older_than_us))
-            n = cur.rowcount
+            n = words.delete_locked(self._db, "dataset = ? AND time < ?", (name, older_than_us),
+                                    self._word_index)
             rollups.trim_locked(self._db, name, older_than_us)
             valuecounts.trim_locked(self._db, self._known, rollups.level_key, name,
                                     older_than_us)
@@ -387,7 +386,7 @@ class Store:
 
     def clear_events(self) -> None:
         with self._lock:
-            self._db.execute("DELETE FROM events")
+            words.delete_locked(self._db, "1", (), self._word_index)
             rollups.delete_locked(self._db, None)
             valuecounts.delete_locked(self._db, self._known, None)
             numbercounts.delete_locked(self._db, self._numbers, None)

@@ -29,8 +29,8 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["COMMON_SHARE", "MAX_TRIGRAMS", "TABLE", "add_locked", "create_locked", "exists",
-           "leading_terms", "match_for", "top_locked", "trigrams"]
+__all__ = ["COMMON_SHARE", "MAX_TRIGRAMS", "TABLE", "add_locked", "create_locked",
+           "delete_locked", "exists", "leading_terms", "match_for", "top_locked", "trigrams"]
 
 TABLE = "events_words"
 # A term whose rarest trigram is in more than this share of the events is scanned: reading
@@ -42,11 +42,13 @@ COMMON_SHARE = 0.03
 # rarest of them narrow the events the most, and the LIKE decides anyway.
 MAX_TRIGRAMS = 16
 
+_DELETE_TRIGGER = (
+    f"CREATE TRIGGER events_words_delete AFTER DELETE ON events BEGIN "
+    f"INSERT INTO {TABLE} ({TABLE}, rowid, body) VALUES ('delete', old.seq, old.body); END")
 _SCHEMA = [
     f"CREATE VIRTUAL TABLE {TABLE} USING fts5(body, content='events', content_rowid='seq', "
     "tokenize='trigram case_sensitive 0', detail=none)",
-    f"CREATE TRIGGER events_words_delete AFTER DELETE ON events BEGIN "
-    f"INSERT INTO {TABLE} ({TABLE}, rowid, body) VALUES ('delete', old.seq, old.body); END",
+    _DELETE_TRIGGER,
     f"CREATE TRIGGER events_words_update AFTER UPDATE OF body ON events BEGIN "
     f"INSERT INTO {TABLE} ({TABLE}, rowid, body) VALUES ('delete', old.seq, old.body); "
     f"INSERT INTO {TABLE} (rowid, body) VALUES (new.seq, new.body); END",
@@ -89,6 +91,32 @@ def add_locked(db: sqlite3.Connection, after: int) -> None:
     batch's transaction: one statement."""
     db.execute(f"INSERT INTO {TABLE} (rowid, body) SELECT seq, body FROM events WHERE seq > ?",
                (after,))
+
+
+def delete_locked(db: sqlite3.Connection, where: str, params: tuple[Any, ...],
+                  indexed: bool) -> int:
+    """``DELETE FROM events WHERE {where}``, the index kept (``indexed``): how many events went.
+    Taking an event out of the index tokenizes it again (about twice the cost of adding it),
+    so when more than a third of the events go, the index is made again from those left
+    instead, in the same transaction."""
+    if not indexed:
+        return int(db.execute(f"DELETE FROM events WHERE {where}", params).rowcount)
+    (going,) = db.execute(f"SELECT count(*) FROM events WHERE {where}", params).fetchone()
+    (total,) = db.execute("SELECT count(*) FROM events").fetchone()
+    if going * 3 <= total:
+        return int(db.execute(f"DELETE FROM events WHERE {where}", params).rowcount)
+    db.execute("BEGIN")
+    try:
+        db.execute("DROP TRIGGER events_words_delete")
+        n = int(db.execute(f"DELETE FROM events WHERE {where}", params).rowcount)
+        db.execute(f"INSERT INTO {TABLE} ({TABLE}) VALUES "
+                   f"('{'delete-all' if n == total else 'rebuild'}')")
+        db.execute(_DELETE_TRIGGER)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return n
 
 
 def trigrams(term: str) -> list[str]:
