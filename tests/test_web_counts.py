@@ -1,11 +1,13 @@
 """The page at many events, in a real browser (issue 46): a search's histogram comes from the
 counts kept at ingest and its fields from a bounded sample, said so with the exact count
-(finding 1); the page's queries reach the service marked as the page's, so they yield to the
-API's (finding 2).
+(finding 1), and a word's events, histogram and fields from the index of the events' text;
+the page's queries reach the service marked as the page's, so they yield to the API's
+(finding 2).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -23,7 +25,7 @@ from test_web import (  # noqa: F401  (the browser fixture, shared)
     wait_until,
 )
 
-from loghandler._local import ep_page, reader, rollups
+from loghandler._local import ep_page, reader, rollups, words
 
 
 def test_a_search_histogram_from_the_counts_and_its_fields_from_a_bounded_sample(
@@ -64,6 +66,60 @@ def test_a_search_histogram_from_the_counts_and_its_fields_from_a_bounded_sample
     assert m and 20 <= int(m.group(1)) <= 120, said
     values = wait_until(driver, lambda d: facet(d, "status"), "the status field")
     assert values == [f"500 {m.group(1)}"], values
+
+
+def test_a_words_events_histogram_and_fields_come_from_the_word_index(
+        driver: Any, svc: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A rare word, in messages and in another field's value, in any case: the page's
+    events, histogram and fields read the events the word index gives, and show what the
+    scan finds (every event whose stored text holds the word, ASCII case folded)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    matched: list[str] = []
+    real = words.match_for
+
+    def spy(db: Any, terms: list[str], events: int) -> Any:
+        got = real(db, terms, events)
+        if got is not None:
+            matched.extend(terms)
+        return got
+
+    monkeypatch.setattr(words, "match_for", spy)
+    events = _big_events(time.time())
+    r = random.Random(9)
+    for e in events:
+        pick = r.random()
+        if pick < 0.002:
+            e["message"] = "Deadlock detected while updating orders"
+        elif pick < 0.004:
+            e["table"] = "orders_DEADLOCK"
+        elif pick < 0.006:
+            e["message"] = "dead lock is not the word"
+    want = sum("deadlock" in json.dumps(e).lower() for e in events)
+    assert want > 60
+    ingest(svc, "words", events)
+    open_page(driver, svc, dataset="words")
+    wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
+    driver.find_element(By.ID, "filter").send_keys("deadlock", Keys.ENTER)
+    total = lambda d: d.execute_script(  # noqa: E731
+        "const t = document.querySelector('#histogram .total');"
+        "return t && document.getElementById('histogram').getAttribute('aria-busy') === 'false'"
+        " ? Number(t.dataset.total) : null;")
+    wait_until(driver, lambda d: total(d) == want, "the word's histogram: every event holding it")
+    wait_until(driver, lambda d: len(rows(d)) == min(want, 200)
+               and all("deadlock" in row.lower() for row in rows(d)), "the word's events")
+    said = lambda d: d.execute_script(  # noqa: E731
+        "const f = document.getElementById('facets');"
+        "return f.getAttribute('aria-busy') === 'false' && f.dataset.key === "
+        "document.body.dataset.key ? document.getElementById('facets-said').textContent : '';")
+    wait_until(driver, lambda d: said(d).endswith(f"of {want:,} events"),
+               "the word's fields, over all its events")
+    tables = sum(e.get("table") == "orders_DEADLOCK" for e in events)
+    assert wait_until(driver, lambda d: facet(d, "table"), "the table field") == [
+        f"orders_DEADLOCK {tables}"]
+    # The events, the histogram and the fields each read through the index.
+    assert matched.count("deadlock") >= 3, matched
 
 
 def test_the_page_queries_yield_to_the_api(driver: Any, svc: Any,  # noqa: F811

@@ -19,6 +19,7 @@ import math
 import time
 from typing import Any
 
+from . import words
 from .apl import AplError, Bin, Call, Field, Lit, parse_query, span_us
 from .aplsql_expr import Compiler, glob, path, path_flat, quote
 from .aplsql_run import DEFAULT_PAGE, MATCHED, MAX_ROWS, Compiled
@@ -50,7 +51,8 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                   data_range: tuple[int, int] | None = None,
                   cursor: tuple[int, int, bool] | None = None,
                   sample: int | None = None,
-                  span_override_us: int | None = None) -> Compiled:
+                  span_override_us: int | None = None,
+                  word_match: str | None = None) -> Compiled:
     """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
 
     ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
@@ -61,6 +63,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     ``sample`` keeps about one row in ``sample`` (spread evenly: a hash of the row id),
     tested before anything else (the page's facets). ``span_override_us`` sizes ``bin_auto``
     when the query runs in parts of its range (reader.py).
+
+    ``word_match`` (``words.match_for``'s FTS5 query for the query's leading ``search``
+    terms) reads only the events the word index gives, in place of the whole range: each
+    ``search`` still tests every event's text, so the answer is the scan's.
     """
     q = parse_query(text)
     now = time.time_ns() // 1000 if now_us is None else now_us
@@ -95,7 +101,15 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         less, eq = (">", ">=" if include else ">") if ascending else ("<",
                                                                         "<=" if include else "<")
         cond.append(f"(time {less} {c_time} OR (time = {c_time} AND seq {eq} {c_seq}))")
-    sql = f"SELECT seq, time, sys, body, NULL AS ord FROM events WHERE {' AND '.join(cond)}"
+    if word_match is not None:
+        # The index's events first (CROSS JOIN keeps that order of loops): each read by its
+        # row id, the range's conditions then tested on it.
+        sql = (f"SELECT events.seq AS seq, events.time AS time, events.sys AS sys, "
+               f"events.body AS body, NULL AS ord FROM {words.TABLE} CROSS JOIN events "
+               f"ON events.seq = {words.TABLE}.rowid WHERE {words.TABLE} MATCH "
+               f"{quote(word_match)} AND {' AND '.join(cond)}")
+    else:
+        sql = f"SELECT seq, time, sys, body, NULL AS ord FROM events WHERE {' AND '.join(cond)}"
     order: str | None = None  # SQL ORDER BY for the current rows, None: unordered
     order_report: list[tuple[str, bool]] = []
     fields: list[str] | None = None

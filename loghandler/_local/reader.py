@@ -27,7 +27,7 @@ from typing import Any
 from . import apl as apl
 from . import aplsql as aplsql
 from . import aplsql_run as aplsql_run
-from . import rollups
+from . import rollups, words
 from .ingest import HttpError
 from .sqlfunctions import QUERY, QUERY_TIMEOUT, add_functions, sort_key
 
@@ -120,11 +120,14 @@ class _Stop:
 class Reader:
     """Runs queries over the store's file (``path``); ``db`` and ``lock`` are the store's own
     connection and lock (used when there is no file to open twice), ``count`` the events a
-    dataset holds (the status's ``rowsExamined``)."""
+    dataset holds (the status's ``rowsExamined``); ``word_index``: the store has the index of
+    the events' text (``words``) that a search for a word reads."""
 
     def __init__(self, path: str | None, db: sqlite3.Connection, lock: threading.Lock,
-                 count: Callable[[str], int], readers: int = READERS) -> None:
+                 count: Callable[[str], int], readers: int = READERS,
+                 word_index: bool = False) -> None:
         self._db = db
+        self._word_index = word_index
         self._lock = lock
         self._count = count
         self._uri = None if not path else pathlib.Path(path).resolve().as_uri() + "?mode=ro"
@@ -358,6 +361,12 @@ class Reader:
         counted = rollups.answer_rows(db, parsed, compiled, lo, hi)  # the page's histogram
         if counted is not None:
             return aplsql_run.build(compiled, counted, False, stop.deadline, started)
+        terms = words.leading_terms(parsed.ops) if self._word_index else []
+        match = words.match_for(db, terms, self._count(compiled.dataset)) if terms else None
+        if match is not None:  # a rare word: the events holding it, from the index
+            compiled = aplsql.compile_query(text, **{**args, "word_match": match})
+            # Few events (at most words.COMMON_SHARE of them): one pass, no parts.
+            return aplsql_run.run(db, compiled, stop.deadline)
         if self._uri is not None and self._max > 1 and WORKERS > 1 and _splittable(
                 parsed, compiled):
             parts = self._parts(db, compiled, lo, hi)

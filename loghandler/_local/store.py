@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from . import numbercounts, rollups, valuecounts
+from . import numbercounts, rollups, valuecounts, words
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -134,6 +134,7 @@ class Store:
             valuecounts.create_locked(self._db, self._known)
             self._numbers = numbercounts.Fields()
             numbercounts.create_locked(self._db, self._numbers)
+            self._word_index = words.create_locked(self._db)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -150,7 +151,7 @@ class Store:
         self.documents = Documents(self._db, self._lock)
         self._map_fields: dict[str, list[str]] = {
             name: self.documents.get("mapfields", name) or [] for name in self._names}
-        self.reader = Reader(file, self._db, self._lock, self.count)
+        self.reader = Reader(file, self._db, self._lock, self.count, word_index=self._word_index)
 
     def _migrate_batches_locked(self) -> None:
         # A --db file written by an earlier version kept one row per ingest body.
@@ -191,8 +192,11 @@ class Store:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
+                top = words.top_locked(self._db) if self._word_index else 0
                 self._db.executemany(
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
+                if self._word_index:
+                    words.add_locked(self._db, top)
                 rollups.add_locked(self._db, dataset, counts)
                 valuecounts.add_locked(self._db, self._known, dataset, values)
                 numbercounts.add_locked(self._db, self._numbers, dataset, numbers, events,
@@ -205,8 +209,12 @@ class Store:
             self._changed.notify_all()
 
     def _insert_locked(self, dataset: str, events: list[dict[str, Any]]) -> None:
+        indexed = words.exists(self._db)
+        top = words.top_locked(self._db) if indexed else 0
         self._db.executemany("INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)",
                              _rows(dataset, events, None))
+        if indexed:
+            words.add_locked(self._db, top)
 
     def events(self, dataset: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -287,7 +295,7 @@ class Store:
             if name not in self._names:
                 return False
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
-            self._db.execute("DELETE FROM events WHERE dataset = ?", (name,))
+            words.delete_locked(self._db, "dataset = ?", (name,), self._word_index)
             rollups.delete_locked(self._db, name)
             valuecounts.delete_locked(self._db, self._known, name)
             numbercounts.delete_locked(self._db, self._numbers, name)
@@ -303,9 +311,8 @@ class Store:
         with self._lock:
             if name not in self._names:
                 return None
-            cur = self._db.execute("DELETE FROM events WHERE dataset = ? AND time < ?",
-                                   (name, older_than_us))
-            n = cur.rowcount
+            n = words.delete_locked(self._db, "dataset = ? AND time < ?", (name, older_than_us),
+                                    self._word_index)
             rollups.trim_locked(self._db, name, older_than_us)
             valuecounts.trim_locked(self._db, self._known, rollups.level_key, name,
                                     older_than_us)
@@ -379,7 +386,7 @@ class Store:
 
     def clear_events(self) -> None:
         with self._lock:
-            self._db.execute("DELETE FROM events")
+            words.delete_locked(self._db, "1", (), self._word_index)
             rollups.delete_locked(self._db, None)
             valuecounts.delete_locked(self._db, self._known, None)
             numbercounts.delete_locked(self._db, self._numbers, None)
