@@ -9,9 +9,7 @@ nothing. The fields are merged into the event on the flusher thread (events.py "
 "A context is in use" is one test, everywhere: ``in_use()`` (a ``loghandler.context`` was
 ever entered in this process, or the application imported ``opentelemetry.trace``). Until it
 is true nothing here runs on the application's thread; the compiled calls read the same list
-and name (``compiled.table`` hands them over). The front ends' per-event Python paths spell
-its body with these two names (``IN_USE[0] or OTEL_TRACE in _modules``): a call costs every
-event some 800 instructions there (docs/performance.md, "Every configuration"). OpenTelemetry
+and name (``compiled.table`` hands them over). OpenTelemetry
 is never imported here: it is looked up in ``sys.modules``, where the application put it.
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._config import ENV_DATASET, resolve_send, split_options
 from .._engine import compiled
-from .._engine.context import IN_USE, OTEL_TRACE, snapshot
+from .._engine.context import in_use, snapshot
 from .._engine.fastpath import CallerPlan, FastPath, HoldPlan, ItemPlan, SamplePlan, fast_path
 from .._engine.guard import SENDERS, own_record
 from .._engine.hold import Hold
@@ -35,7 +35,6 @@ __all__ = ["FrontEnd"]
 LIVE: weakref.WeakSet[FrontEnd] = weakref.WeakSet()
 ON_ATTACH: list[Callable[[FrontEnd], None]] = []
 _told_unsent: list[bool] = []
-_modules = sys.modules
 
 
 def redirect(front: FrontEnd, shipper: Shipper) -> bool:
@@ -136,7 +135,7 @@ class FrontEnd:
         ``trace=False``: the event has its span ids already (OpenTelemetry's records)."""
         try:
             snap = None
-            contextual = IN_USE[0] or (trace and OTEL_TRACE in _modules)  # context.in_use
+            contextual = in_use(trace)
             if contextual:
                 snap = snapshot(trace and self.shipper.options.trace_context)
                 if snap:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine import compiled
-from .._engine.context import IN_USE, OTEL_TRACE, in_use
+from .._engine.context import in_use
 from .._engine.events import fast_head, record_to_event
 from .._engine.fastpath import FastPath
 from .._engine.guard import SENDERS, own_record
@@ -47,7 +47,6 @@ __all__ = ["IngestHandler"]
 # would cost more); the event model itself is _engine/model.py's and events.py's.
 _LogRecord = logging.LogRecord
 _record_put: Any = compiled.record_put
-_modules = sys.modules
 _N_INIT = len(INIT_KEYS)
 DROPPED_SAMPLED = Fate.DROPPED_SAMPLED
 _islice = itertools.islice
@@ -162,7 +161,7 @@ class IngestHandler(FrontEnd, logging.Handler):
                         rate = sampler.record_rate(d["levelname"], d["name"])
                     if rate >= 1.0:
                         sampled = True
-                    elif not (IN_USE[0] or OTEL_TRACE in _modules):  # context.in_use()
+                    elif not in_use():
                         if not sampler.decide(None, None, d.get("trace_id", ABSENT), rate=rate):
                             self._intake.drop(DROPPED_SAMPLED)
                             return
@@ -199,7 +198,7 @@ class IngestHandler(FrontEnd, logging.Handler):
                             self._put_event(record, sampled)
                             return
                         event[key] = value
-                if self._sampler is not None or IN_USE[0] or OTEL_TRACE in _modules:
+                if self._sampler is not None or in_use():
                     # A context was entered once, or the application uses OpenTelemetry: the
                     # caller's context and span go with the event; or sampling decides (out
                     # of line: the plain path pays these three checks only).

@@ -7,7 +7,6 @@ whatever structlog version the application has, and ``import loghandler`` stays 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._config import SEND_DOC, SHIPPING_OPTIONS_DOC, documented
 from .._encoding import using_default
 from .._engine import compiled
-from .._engine.context import IN_USE, OTEL_TRACE
+from .._engine.context import in_use
 from .._engine.events import add_exception, add_fields
 from .._engine.guard import SENDERS, own_record
 from .._engine.model import METHOD_LEVELS, SIZE, STRUCTLOG_EVENT_SIZE, STRUCTLOG_SKIP
@@ -36,7 +35,6 @@ __all__ = ["IngestProcessor", "event_dict_to_event"]
 
 # Keys that steer a processing step and carry no data of their own (model.STRUCTLOG_SKIP).
 _NOT_FIELDS = STRUCTLOG_SKIP
-_modules = sys.modules
 
 
 def event_dict_to_event(
@@ -151,7 +149,7 @@ class IngestProcessor(FrontEnd):
                 else:
                     with using_default(custom):
                         event, size = event_dict_to_event(method_name, event_dict)
-                if self._sampler is not None or IN_USE[0] or OTEL_TRACE in _modules:  # in_use()
+                if self._sampler is not None or in_use():
                     self._queue(event, size, event.get("level"), True, sampled)
                 else:
                     event[SIZE] = size
