@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import queue
 import signal
 import socket
 import sys
@@ -195,7 +196,19 @@ class _Lending:
     while the ingest POST is written and read by our code."""
 
     def borrow(self) -> Any:
-        return self._get_conn()  # type: ignore[attr-defined]
+        """A kept-alive connection, or a new one. urllib3's ``_get_conn`` first polls a
+        kept-alive connection for the other end having closed it: a release of the
+        interpreter's lock per request, which the flusher waits up to a switch interval to
+        get back while the application logs. The lean exchange needs no such look: a
+        connection found closed before any byte of an answer is sent again once on a new
+        one (``Client._send_lean``), as after a close that comes just after the look."""
+        if self.block:  # type: ignore[attr-defined]
+            return self._get_conn()  # type: ignore[attr-defined]  # (not the client's pools)
+        try:
+            conn = self.pool.get(block=False)  # type: ignore[attr-defined]
+        except (AttributeError, queue.Empty):  # closed (urllib3 raises), or none kept
+            return self._get_conn()  # type: ignore[attr-defined]
+        return conn or self._new_conn()  # type: ignore[attr-defined]
 
     def give_back(self, conn: Any) -> None:
         self._put_conn(conn)  # type: ignore[attr-defined]
