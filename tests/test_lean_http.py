@@ -301,6 +301,30 @@ class TestFaults:
             assert client.send("POST", PATH, BODY).body == {"ingested": 9}
         assert peer.connections == 2 and len(peer.requests) == 3
 
+    def test_closed_long_before_the_next_request_is_sent_again_once(
+            self, way: str, peer_of: Callable[..., Peer]) -> None:
+        """The service closed a kept-alive connection while it lay idle, well before the next
+        request (urllib3 polls for that before lending it; the lean way lends it unpolled
+        and sends again on a new connection): the request is delivered, once."""
+        closed = threading.Event()
+
+        def script(conn: socket.socket, n: int, peer: Peer) -> None:
+            if n == 0:
+                if peer.read(conn):
+                    conn.sendall(ok())
+                conn.shutdown(socket.SHUT_RDWR)
+                closed.set()
+                return
+            serving(ok(b'{"ingested":9}'))(conn, n, peer)
+
+        peer = peer_of(script)
+        with client_for(peer) as client:
+            assert client.send("POST", PATH, BODY).status == 200
+            assert closed.wait(5)
+            assert client.send("POST", PATH, BODY).body == {"ingested": 9}
+        assert peer.connections == 2
+        assert [body for _, body in peer.requests] == [BODY, BODY]
+
     def test_closed_again_on_the_new_connection_is_an_error(
             self, way: str, peer_of: Callable[..., Peer]) -> None:
         def script(conn: socket.socket, n: int, peer: Peer) -> None:
