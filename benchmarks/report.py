@@ -100,17 +100,30 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
         null = results["1"].get("null", [])
         body = []
         for row, runs in rows_of("1"):
-            own = _paired(runs, results["1"].get(_floor(row), []), "ns_per_call")
+            floor_runs = results["1"].get(_floor(row), [])
+            own = _paired(runs, floor_runs, "ns_per_call")
+            cpu = [f"{_spread(runs, key, 1, 1e-3)} ({_x(_paired(runs, floor_runs, key))})"
+                   if _vals(runs, key) else "–"
+                   for key in ("thread_cpu_ns_per_call", "cpu_ns_per_call")]
             body.append([LABELS[row], _spread(runs, "ns_per_call", 0, 1e-3),
-                         _x(_paired(runs, null, "ns_per_call")), _x(own),
+                         _x(_paired(runs, null, "ns_per_call")), _x(own), *cpu,
+                         _spread(runs, "requests_per_1k", 1)
+                         if _vals(runs, "requests_per_1k") else "–",
                          _spread(runs, "calls"),
                          _spread(runs, lambda r: _stat(r, "dropped"))])
             if _ours(row) and own is not None:
                 targets.append(_check("1", f"{row}: {own:.2f}x its floor ({_floor(row)}, "
                                            "target <= 1.5x)", own <= 1.5))
         out.append("\n### 1. App-thread cost (µs per call, healthy receiver)\n")
-        out.append(_table(["row", "µs/call", "x NullHandler", "x own floor", "calls", "dropped"],
-                          body))
+        out.append("CPU time beside the wall time: the calling thread's own, and the whole "
+                   "process's (the flusher's too, gzip included), x own floor; what the wall "
+                   "time adds to the calling thread's CPU time is waiting, for the "
+                   "interpreter's lock or for a core (the receiver, in another process, and "
+                   "the flusher's compression take the second one). Requests per 1,000 "
+                   "calls: what the receiver had while the calls were made.\n")
+        out.append(_table(["row", "µs/call", "x NullHandler", "x own floor",
+                           "thread CPU µs/call", "process CPU µs/call", "requests/1k calls",
+                           "calls", "dropped"], body))
         ingest = results["1"].get("ingest", [])
         vs_null = _paired(ingest, null, "ns_per_call")
         vs_queue = _paired(ingest, results["1"].get("queue", []), "ns_per_call")

@@ -66,11 +66,35 @@ def _loop(row: Row, n: int, threads: int, cap: float) -> tuple[int, float]:
 
 
 def app_cost(row: Row, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Scenario 1 (and 7a): ns per call, the flusher competing for the GIL."""
+    """Scenario 1 (and 7a): ns per call, the flusher competing for the GIL.
+
+    Beside the wall time, the CPU time: of the calling thread (one thread only), and of the
+    whole process (the flusher's work too, gzip included). Their difference to the wall time
+    is the time the calling thread waited: for the interpreter's lock, or for a core (the
+    receiver and the flusher's compression compete for the second one)."""
     for i in range(1000):  # warm-up: the flusher thread starts, the connection opens
         row.log(i)
+    requests = _requests(row, cfg)
+    thread0, cpu0 = time.thread_time_ns(), time.process_time_ns()
     calls, wall = _loop(row, cfg["n"], cfg["threads"], cfg["cap"])
-    return {"calls": calls, "ns_per_call": wall / calls * 1e9, "stats": row.stats()}
+    thread, cpu = time.thread_time_ns() - thread0, time.process_time_ns() - cpu0
+    out = {"calls": calls, "ns_per_call": wall / calls * 1e9, "stats": row.stats(),
+           "cpu_ns_per_call": cpu / calls}
+    if cfg["threads"] == 1:
+        out["thread_cpu_ns_per_call"] = thread / calls
+    if requests is not None:  # sent while the calls were made
+        out["requests_per_1k"] = ((_requests(row, cfg) or 0) - requests) * 1000 / calls
+    return out
+
+
+def _requests(row: Row, cfg: dict[str, Any]) -> int | None:
+    """Requests the receiver has had from this row so far (None: a row that ships nowhere)."""
+    if row.name in FLOORS or row.delivered is not None:
+        return None
+    try:
+        return receiver.count(cfg["port"], cfg["tag"])["requests"]
+    except OSError:
+        return None
 
 
 def _wait_delivered(row: Row, cfg: dict[str, Any], expected: int) -> tuple[int, float]:

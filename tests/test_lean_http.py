@@ -301,6 +301,64 @@ class TestFaults:
             assert client.send("POST", PATH, BODY).body == {"ingested": 9}
         assert peer.connections == 2 and len(peer.requests) == 3
 
+    def test_closed_long_before_the_next_request_is_sent_again_once(
+            self, way: str, peer_of: Callable[..., Peer]) -> None:
+        """The service closed a kept-alive connection while it lay idle, well before the next
+        request (urllib3 polls for that before lending it; the lean way lends it unpolled
+        and sends again on a new connection): the request is delivered, once."""
+        closed = threading.Event()
+
+        def script(conn: socket.socket, n: int, peer: Peer) -> None:
+            if n == 0:
+                if peer.read(conn):
+                    conn.sendall(ok())
+                conn.shutdown(socket.SHUT_RDWR)
+                closed.set()
+                return
+            serving(ok(b'{"ingested":9}'))(conn, n, peer)
+
+        peer = peer_of(script)
+        with client_for(peer) as client:
+            assert client.send("POST", PATH, BODY).status == 200
+            assert closed.wait(5)
+            assert client.send("POST", PATH, BODY).body == {"ingested": 9}
+        assert peer.connections == 2
+        assert [body for _, body in peer.requests] == [BODY, BODY]
+
+    def test_what_a_service_wrote_before_an_idle_close_is_not_an_answer(
+            self, way: str, peer_of: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A connection given back longer ago than ``FRESH`` is looked at before it is lent
+        (as urllib3 does): the 408 a service wrote as it closed it while idle is not read as
+        the next request's answer."""
+        from loghandler._wire import watchdog
+
+        monkeypatch.setattr(watchdog, "FRESH", 0.0)  # every kept-alive connection is looked at
+        answered, closed = threading.Event(), threading.Event()
+
+        def script(conn: socket.socket, n: int, peer: Peer) -> None:
+            if n == 0:
+                if peer.read(conn):
+                    conn.sendall(ok())
+                answered.wait(5)  # the connection is back in the pool, idle
+                conn.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                             b"Content-Length: 0\r\n\r\n")
+                conn.shutdown(socket.SHUT_WR)  # still reading: the 408 stays readable
+                closed.set()
+                peer.read(conn)
+                return
+            serving(ok(b'{"ingested":9}'))(conn, n, peer)
+
+        peer = peer_of(script)
+        with client_for(peer) as client:
+            assert client.send("POST", PATH, BODY).status == 200
+            answered.set()
+            assert closed.wait(5)  # written: on loopback, in this end's buffer already
+            answer = client.send("POST", PATH, BODY)
+            assert (answer.status, answer.body) == (200, {"ingested": 9})
+        assert peer.connections == 2
+        assert [body for _, body in peer.requests] == [BODY, BODY]
+
     def test_closed_again_on_the_new_connection_is_an_error(
             self, way: str, peer_of: Callable[..., Peer]) -> None:
         def script(conn: socket.socket, n: int, peer: Peer) -> None:

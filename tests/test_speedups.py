@@ -1049,3 +1049,37 @@ def test_gzip_is_zlibs_gzip_in_one_step() -> None:
     for bad in ((b"x", 10), (b"x", -2), ("text", 1), (None, 1)):
         with pytest.raises((ValueError, TypeError)):
             gz.compress(*bad)
+
+
+def test_array_gzip_is_the_joined_arrays_gzip() -> None:
+    """_gzip.c's array_gzip: the bytes zlib writes for ``b"[" + b",".join(parts) + b"]"``
+    (the body never made: parts copied through a 64 KiB stage, so parts that straddle it, one
+    larger than it, empty ones and none at all), and array_length that body's length; a part
+    that is not bytes is refused (array_length says -1: the cutter then goes event by event)."""
+    import random
+    import zlib
+
+    from loghandler._engine.batches import join_array
+
+    gz = _compiled.gzip_extension()
+    assert gz is not None
+    assert (_compiled.array_gzip is None) is PURE
+    rnd = random.Random(11)
+    cases: list[list[bytes]] = [[], [b""], [b"a"], [b"ab", b"cd"], [b"x" * 70_000],
+                                [b"y" * 65_535, b"", b"z" * 65_537, b"w"]]
+    cases.append([bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(400)))
+                  for _ in range(3000)])
+    for parts in cases:
+        body = join_array(parts)
+        assert body == b"[" + b",".join(parts) + b"]"
+        assert gz.array_length(parts) == len(body)
+        for level in (1, 6):
+            out = gz.array_gzip(parts, level)
+            comp = zlib.compressobj(level, zlib.DEFLATED, 31)
+            assert out == comp.compress(body) + comp.flush()
+    assert gz.array_length([b"a", {"b": 1}]) == -1
+    for bad in (([b"a", "b"], 1), ((b"a",), 1), ([b"a"], 10), ([b"a"], -2)):
+        with pytest.raises((ValueError, TypeError)):
+            gz.array_gzip(*bad)
+    with pytest.raises(TypeError):
+        gz.array_length((b"a",))

@@ -20,7 +20,8 @@ Who reads the decision:
   ``format_record``) and ``items_size``;
 - the front ends' class bodies: ``front_method`` (``handle``, ``__call__``); each front end
   builds its own fast path with ``fastpath.fast_path`` when ``ACTIVE``;
-- the poster (posting.py): ``gzip_compress``.
+- the poster (posting.py): ``gzip_compress``, ``array_gzip``; the cutter (batches.py):
+  ``array_length``.
 
 The callers' fast-path contract (what a front end hands the compiled code, and what the
 compiled code may do with the ledger's queue) is ``fastpath.py``'s: named types, whose fields
@@ -47,6 +48,8 @@ from .hold import level_number
 __all__ = [
     "ACTIVE",
     "WHY_PYTHON",
+    "array_gzip",
+    "array_length",
     "extension",
     "format_record",
     "front_method",
@@ -68,6 +71,11 @@ items_size: Callable[[list[Any]], int] | None = None
 # gzip_compress(data, level) -> bytes: _gzip.c, one step without the GIL; None on the Python
 # path or when it was not built (no zlib headers), and zlib's module does it.
 gzip_compress: Callable[[bytes, int], bytes] | None = None
+# array_gzip(parts, level) -> bytes: the gzip stream of the JSON array of encoded events
+# (``batches.join_array``), the array never made, in the same one release; array_length(parts)
+# -> int: that array's length (-1 when a part is not bytes). _gzip.c; None as gzip_compress.
+array_gzip: Callable[[list[bytes], int], bytes] | None = None
+array_length: Callable[[list[Any]], int] | None = None
 
 _configured: list[Any] = []
 
@@ -150,7 +158,8 @@ def front_method(kind: str, python: Callable[..., Any]) -> Any:
 
 
 def _load() -> bool:
-    global speedups, record_put, format_record, items_size, gzip_compress
+    global speedups, record_put, format_record, items_size, gzip_compress, array_gzip
+    global array_length
     global WHY_PYTHON, otel_put
     if os.environ.get("LOGHANDLER_PURE_PYTHON", "") not in ("", "0"):
         WHY_PYTHON = "LOGHANDLER_PURE_PYTHON asks for it"
@@ -161,7 +170,8 @@ def _load() -> bool:
         WHY_PYTHON = not_here
         return False
     gz = gzip_extension()
-    gzip_compress = gz.compress if gz is not None else None
+    if gz is not None:
+        gzip_compress, array_gzip, array_length = gz.compress, gz.array_gzip, gz.array_length
     module = extension()
     if module is None:
         WHY_PYTHON = ("the compiled part was not built (no C compiler at install time); "

@@ -144,9 +144,15 @@ class Poster:
 
     def _body(self, chunk: Chunk) -> tuple[bytes, dict[str, str]]:
         opts = self.options
-        body = chunk.body()
         if opts.compression != "gzip":
-            return body, JSON_HEADERS
+            return chunk.body(), JSON_HEADERS
+        items, array_gz = chunk.wire_items(), compiled.array_gzip
+        if items is not None and array_gz is not None:
+            try:  # joined and compressed in the one release (_gzip.c)
+                return array_gz(items, opts.compression_level), GZIP_HEADERS
+            except Exception:
+                pass  # (out of memory): as below
+        body = chunk.body()
         gz = compiled.gzip_compress
         if gz is not None:  # one release of the GIL, not one per 32 KiB (_gzip.c)
             try:

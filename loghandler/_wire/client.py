@@ -340,14 +340,16 @@ class Client:
             try:
                 conn = host_pool.borrow()
                 try:
-                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes)
+                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes,
+                                            watch is not None)
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
                     if not _closed_while_idle(watch, exc):
                         raise
                     # As _send_http: a kept-alive connection the service closed while it lay
                     # in the pool; sent again at once, once, on a new connection.
                     conn.close()
-                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes)
+                    result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes,
+                                            watch is not None)
                 status, headers, raw, complete, reusable = result
                 if not reusable or (watch is not None and watch.fired):
                     # Cut at the read bound, told to close, or shut down by the watchdog just
@@ -379,16 +381,28 @@ class Client:
 
     @staticmethod
     def _exchange(conn: Any, data: bytes, limit_s: float, max_bytes: int,
-                  max_success_bytes: int | None) -> tuple[int, lean.Headers, bytes, bool, bool]:
+                  max_success_bytes: int | None, watched: bool
+                  ) -> tuple[int, lean.Headers, bytes, bool, bool]:
         """One request on ``conn`` (opened here by urllib3 when it is not: TLS verified,
-        watched from its connect), and its answer (``lean.exchange``)."""
+        watched from its connect), and its answer (``lean.exchange``).
+
+        ``watched``: the watchdog holds the request's deadline (it shuts the socket down at
+        it, whatever the request is blocked in), so the socket blocks without a time-out of
+        its own: CPython polls a socket that has one before every send and receive, each a
+        release of the interpreter's lock that the flusher then waits up to a switch
+        interval (5 ms) to get back from a thread that logs, and each such return a switch
+        the application thread pays for (docs/performance.md, "Fourth pass"). The mode is
+        set only when it changes: setting it is a system call too."""
         if conn.sock is None:
             conn.timeout = min(limit_s, 10.0)
             conn.connect()
         else:
             watchdog.attach(conn)
-        conn.sock.settimeout(limit_s)
-        return lean.exchange(conn.sock, data, max_bytes, max_success_bytes)
+        sock = conn.sock
+        timeout = None if watched else limit_s
+        if sock.gettimeout() != timeout:
+            sock.settimeout(timeout)
+        return lean.exchange(sock, data, max_bytes, max_success_bytes)
 
     def _target(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, Any, str, Any]:
         """What ``PoolManager.urlopen`` works out for ``url`` on every request (a tenth of a

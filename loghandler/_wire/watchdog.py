@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import queue
 import signal
 import socket
 import sys
@@ -46,6 +47,11 @@ class Watch:
         # one from the pool (the client then tells the service's idle close apart).
         self.connected = False
 
+
+# Seconds within which a connection given back to the pool is lent again without a look for
+# the service having closed it (``_Lending.borrow``): below any service's idle timeout (Node's
+# 5 s default is among the shortest).
+FRESH = 2.0
 
 # Seconds the watchdog thread waits with nothing to watch before it ends.
 WATCHDOG_IDLE = 2.0
@@ -195,9 +201,32 @@ class _Lending:
     while the ingest POST is written and read by our code."""
 
     def borrow(self) -> Any:
-        return self._get_conn()  # type: ignore[attr-defined]
+        """A kept-alive connection, or a new one. urllib3's ``_get_conn`` first polls a
+        kept-alive connection for the other end having closed it: a release of the
+        interpreter's lock per request, which the flusher waits up to a switch interval to
+        get back while the application logs. A connection given back less than ``FRESH``
+        seconds ago is lent without that look (no service closes an idle connection that
+        soon; one closed anyway, before any byte of an answer, is sent again once on a new
+        one: ``Client._send_lean``); an older one is looked at as urllib3 does, so that
+        what a service wrote before closing an idle connection (a 408) is never read as
+        the next request's answer."""
+        if self.block:  # type: ignore[attr-defined]
+            return self._get_conn()  # type: ignore[attr-defined]  # (not the client's pools)
+        try:
+            conn = self.pool.get(block=False)  # type: ignore[attr-defined]
+        except (AttributeError, queue.Empty):  # closed (urllib3 raises), or none kept
+            return self._get_conn()  # type: ignore[attr-defined]
+        if conn is None:
+            return self._new_conn()  # type: ignore[attr-defined]
+        if time.monotonic() - getattr(conn, "given_back", -FRESH) >= FRESH:
+            from urllib3.util.connection import is_connection_dropped
+
+            if is_connection_dropped(conn):
+                conn.close()  # reopened by the exchange, as urllib3's own would be
+        return conn
 
     def give_back(self, conn: Any) -> None:
+        conn.given_back = time.monotonic()
         self._put_conn(conn)  # type: ignore[attr-defined]
 
 
