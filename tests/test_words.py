@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from countcheck import BASE, DAY, spied_and_scan
+from helpers import store_db
 
 from loghandler._local import words
 from loghandler._local.apl import format_time
@@ -230,13 +231,14 @@ def test_a_file_of_an_earlier_version_gets_its_index(tmp_path: Path,
 def test_without_the_trigram_tokenizer_every_search_scans(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A SQLite without FTS5's trigram tokenizer (before 3.34): no index, the same answers.
-    real = words._SCHEMA
+    # the index's schema swapped for one SQLite without trigrams would reject.
+    real = words._SCHEMA  # noqa: SLF001
     monkeypatch.setattr(words, "_SCHEMA", [real[0].replace("trigram", "no_such_tokenizer"),
                                            *real[1:]])
     store = Store(str(tmp_path / "events.sqlite"))
     try:
         store.add_events("d", _events(1000))
-        assert not words.exists(store._db)
+        assert not words.exists(store_db(store))
         assert _found(store, "deadlock") > 0
         check(store, monkeypatch, ["deadlock", "café"], False)
     finally:
