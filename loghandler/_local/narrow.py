@@ -118,16 +118,26 @@ def _decide_locked(db: sqlite3.Connection, narrow: Narrow, dataset: str,
     return columns
 
 
-def _fill_locked(db: sqlite3.Connection, columns: dict[str, str], where: str,
-                 params: tuple[Any, ...]) -> None:
+def _fill_locked(db: sqlite3.Connection, narrow: Narrow, dataset: str, columns: dict[str, str],
+                 where: str, params: tuple[Any, ...]) -> None:
     if not columns:
         return
     from .aplsql_expr import path, quote
 
     names = ", ".join(columns.values())
     values = ", ".join(f"json_extract(body, {quote(path(f))})" for f in columns)
-    db.execute(f"INSERT OR REPLACE INTO {TABLE} (dataset, time, seq, {names}) "
-               f"SELECT dataset, time, seq, {values} FROM events WHERE {where}", params)
+    fill = (f"INSERT OR REPLACE INTO {TABLE} (dataset, time, seq, {names}) "
+            f"SELECT dataset, time, seq, {values} FROM events WHERE {where}")
+    try:
+        db.execute(fill, params)
+    except sqlite3.OperationalError:
+        # An event SQLite cannot read (an infinity stored as JSON's Infinity): the scan's
+        # json_extract fails on it, so the dataset's queries scan, failing as before; the
+        # others' values are kept (only this statement was undone).
+        db.execute(fill + " AND json_valid(body)", params)
+        for field in columns:
+            if (dataset, field) not in narrow.mixed:
+                _mix_locked(db, narrow, dataset, field)
 
 
 def create_locked(db: sqlite3.Connection, narrow: Narrow) -> None:
@@ -156,7 +166,7 @@ def create_locked(db: sqlite3.Connection, narrow: Narrow) -> None:
                     if isinstance(event, dict):
                         sample.append(event)
                 columns = _decide_locked(db, narrow, dataset, choose(sample))
-                _fill_locked(db, columns, "dataset = ?", (dataset,))
+                _fill_locked(db, narrow, dataset, columns, "dataset = ?", (dataset,))
                 for field, column in columns.items():
                     # A text that may be an object's or an array's JSON (or one that only
                     # looks like it: then the field scans, as before).
@@ -178,7 +188,7 @@ def add_locked(db: sqlite3.Connection, narrow: Narrow, dataset: str,
     columns = narrow.kept.get(dataset)
     if columns is None:
         columns = _decide_locked(db, narrow, dataset, choose(events))
-    _fill_locked(db, columns, "seq > ?", (after,))
+    _fill_locked(db, narrow, dataset, columns, "seq > ?", (after,))
     for field in columns:
         if (dataset, field) not in narrow.mixed:
             kinds = set(map(type, map(methodcaller("get", field), events)))
