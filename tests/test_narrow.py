@@ -272,6 +272,26 @@ def test_an_event_sqlite_cannot_read_leaves_its_dataset_to_the_scan(
     check(store, monkeypatch, ["['other'] | summarize count() by path"], True)
 
 
+def test_events_stored_by_an_earlier_version_since_make_the_table_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "events.sqlite")
+    store = Store(path)
+    store.add_events("d", _events(500, lookalike=False))
+    store.close()
+    db = sqlite3.connect(path)  # as an earlier version stores an event: no row of its own
+    db.execute("INSERT INTO events (dataset, time, sys, body) VALUES ('d', ?, ?, ?)",
+               (BASE + 5, "2026-01-01T00:00:00Z",
+                '{"_time":"2026-01-01T00:00:00.000005Z","path":"/new","duration_ms":5}'))
+    db.commit()
+    db.close()
+    store = Store(path)
+    try:
+        assert _rows(store) == (501, 501)
+        check(store, monkeypatch, FAST[:2], True)
+    finally:
+        store.close()
+
+
 def test_what_is_kept_is_bounded() -> None:
     event: dict[str, Any] = {f"f{i}": i for i in range(20)}
     event.update(level="info", message="x", _time="2026-01-01T00:00:00Z", flag=True,
