@@ -193,7 +193,7 @@ def _whole_locked(db: sqlite3.Connection) -> bool:
     table's index: a fraction of a second at a million)."""
     try:
         kept = {d for (d,) in db.execute("SELECT DISTINCT dataset FROM narrow_fields "
-                                         "WHERE slot >= 0")}
+                                         "WHERE slot >= 0 AND mixed >= 0")}
         rows = dict(db.execute(f"SELECT dataset, count(*) FROM {TABLE} GROUP BY dataset"))
     except sqlite3.OperationalError:
         return False
