@@ -168,7 +168,7 @@ def create_locked(db: sqlite3.Connection, narrow: Narrow) -> None:
                                           "ORDER BY time, seq LIMIT ?", (dataset, SAMPLE)):
                     try:
                         event = json.loads(body)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # a bad stored event: not a sample
                         continue
                     if isinstance(event, dict):
                         sample.append(event)
