@@ -19,10 +19,10 @@ method; not an id or a URL), the most often present first, then the first seen, 
 ``MAX_COLUMNS``. A field never decided (first seen later) or not kept leaves the query to the
 scan; so does one that took an object or an array (json_extract gives it as JSON, an object
 in the answer, where the column keeps its text), and every field of a dataset holding an
-event SQLite cannot read. Rows go with their events (a trigger); a file whose events are not
-all in the table (an earlier version's, or one it stored events in since) has the table made
-again when it opens. What one dataset stores is bounded by its events times ``MAX_COLUMNS`` values; an
-ingest computes at most ``MAX_COLUMNS`` ``json_extract`` per event.
+event SQLite cannot read. Rows go with their events (a trigger); a file whose events are
+not all in the table (an earlier version's, or one it stored events in since) has the table
+made again when it opens. What one dataset stores is bounded by its events times
+``MAX_COLUMNS`` values; an ingest computes at most ``MAX_COLUMNS`` ``json_extract`` per event.
 """
 
 from __future__ import annotations
