@@ -16,17 +16,20 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 import time
 from typing import Any
 
 from . import words
 from .apl import AplError, Bin, Call, Field, Lit, parse_query, span_us
-from .aplsql_expr import Compiler, glob, path, path_flat, quote
+from .aplsql_expr import Compiler, NotNarrow, glob, path, path_flat, quote
 from .aplsql_run import DEFAULT_PAGE, MATCHED, MAX_ROWS, Compiled
 
-__all__ = ["AUTO_BINS", "Compiled", "auto_span", "compile_query", "time_bounds"]
+__all__ = ["AUTO_BINS", "Compiled", "NotNarrow", "auto_span", "compile_query", "time_bounds"]
 
 _DEFAULT_ORDER = "time DESC, seq DESC"
+_BODY = re.compile(r"\bbody\b")
+narrow_table = "narrow_events"  # narrow.TABLE (narrow.py imports this module's helpers)
 
 
 _AUTO_SPANS = [n * span_us(u) for n, u in ((1, "s"), (2, "s"), (5, "s"), (10, "s"), (15, "s"),
@@ -52,7 +55,8 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
                   cursor: tuple[int, int, bool] | None = None,
                   sample: int | None = None,
                   span_override_us: int | None = None,
-                  word_match: str | None = None) -> Compiled:
+                  word_match: str | None = None,
+                  narrow: dict[str, str] | None = None) -> Compiled:
     """Compile ``text`` into one SELECT over the ``events`` table; AplError if unsupported.
 
     ``data_range`` (the dataset's first and last ``_time``) sizes ``bin_auto`` where the
@@ -67,6 +71,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
     ``word_match`` (``words.match_for``'s FTS5 query for the query's leading ``search``
     terms) reads only the events the word index gives, in place of the whole range: each
     ``search`` still tests every event's text, so the answer is the scan's.
+
+    ``narrow`` (a dataset's kept fields and their columns, narrow.py) reads the narrow
+    table in place of the events, for a query of ``where``s then a ``summarize`` reading
+    only those fields and ``_time``; NotNarrow when it reads anything else.
     """
     q = parse_query(text)
     now = time.time_ns() // 1000 if now_us is None else now_us
@@ -101,7 +109,19 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         less, eq = (">", ">=" if include else ">") if ascending else ("<",
                                                                         "<=" if include else "<")
         cond.append(f"(time {less} {c_time} OR (time = {c_time} AND seq {eq} {c_seq}))")
-    if word_match is not None:
+    if narrow is not None:
+        shape = [op[0] for op in q.ops]
+        at = shape.index("summarize") if "summarize" in shape else -1
+        if at < 0 or any(k != "where" for k in shape[:at]) or word_match is not None:
+            raise NotNarrow("shape")
+        for _, call in q.ops[at][1]:
+            if call.name in ("arg_max", "arg_min"):  # their named fields are JSON values
+                raise NotNarrow(call.name)
+        comp.columns = narrow
+        sql = (f"SELECT seq, time, NULL AS sys, NULL AS ord, "
+               f"{', '.join(sorted(set(narrow.values())))} FROM {narrow_table} "
+               f"WHERE {' AND '.join(cond)}")
+    elif word_match is not None:
         # The index's events first (CROSS JOIN keeps that order of loops): each read by its
         # row id, the range's conditions then tested on it.
         sql = (f"SELECT events.seq AS seq, events.time AS time, events.sys AS sys, "
@@ -142,7 +162,10 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
         after_series, series = series, None
         if kind == "where":
             c = comp.expr(op[1])
-            sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
+            if comp.columns is not None:
+                sql = f"SELECT * FROM ({sql}) WHERE {c.sql}"
+            else:
+                sql = f"SELECT seq, time, sys, body, ord FROM ({sql}) WHERE {c.sql}"
         elif kind == "search":
             # The stored text is the event's JSON with ASCII escapes: each term is looked for
             # in that form, case folded as SQLite folds (ASCII). LIKE folds ASCII too, and
@@ -319,6 +342,11 @@ def compile_query(text: str, *, start_us: int | None = None, end_us: int | None 
             if star is not None:
                 # The winner's fields, then the groups and aggregations over them.
                 made = f"json_patch(coalesce({star}, '{{}}'), {made})"
+            if comp.columns is not None:
+                # Nothing before the summarize may read the event's JSON: there is none.
+                if _BODY.search(" ".join([sql, made, *group_sql])):
+                    raise NotNarrow("body")
+                comp.columns = None
             sql = (f"SELECT NULL AS seq, {time_group} AS time, NULL AS sys, "
                    f"{made} AS body, NULL AS ord FROM ({sql})"
                    + (f" GROUP BY {', '.join(group_sql)}" if group_sql else ""))

@@ -67,14 +67,24 @@ _ROWID = "printf('%016x', seq)"
 LEAF = "\x00leaf"
 
 
+class NotNarrow(Exception):
+    """The query reads something the narrow table does not hold: the scan answers it."""
+
+
 class Compiler:
     def __init__(self, now_us: int, text: str) -> None:
         self.now_us = now_us
         self.text = text
         self.raw_body = True  # body is still the stored JSON (no project/summarize yet)
         self.auto_span_us = 3_600_000_000  # bin_auto's span: set from the query's time range
+        # Reading the narrow table (narrow.py): each kept field's column, until the summarize.
+        self.columns: dict[str, str] | None = None
 
     def field(self, name: str) -> Sql:
+        if self.columns is not None and name not in ("_time", LEAF):
+            if name not in self.columns:
+                raise NotNarrow(name)
+            return Sql(self.columns[name], "value", field=name)
         if name == LEAF:
             return Sql("value", "value")
         if name == "_time":

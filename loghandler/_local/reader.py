@@ -27,7 +27,7 @@ from typing import Any
 from . import apl as apl
 from . import aplsql as aplsql
 from . import aplsql_run as aplsql_run
-from . import rollups, words
+from . import narrow, rollups, words
 from .ingest import HttpError
 from .sqlfunctions import QUERY, QUERY_TIMEOUT, add_functions, sort_key
 
@@ -361,6 +361,9 @@ class Reader:
         counted = rollups.answer_rows(db, parsed, compiled, lo, hi)  # the page's histogram
         if counted is not None:
             return aplsql_run.build(compiled, counted, False, stop.deadline, started)
+        fast = self._narrow(db, text, compiled, args, stop)
+        if fast is not None:
+            return fast
         terms = words.leading_terms(parsed.ops) if self._word_index else []
         match = words.match_for(db, terms, self._count(compiled.dataset)) if terms else None
         if match is not None:  # a rare word: the events holding it, from the index
@@ -374,6 +377,30 @@ class Reader:
                 return self._run_in_parts(db, text, compiled, args, parts, stop, started,
                                           client)
         return aplsql_run.run(db, compiled, stop.deadline)
+
+    def _narrow(self, db: sqlite3.Connection, text: str, compiled: Any, args: dict[str, Any],
+                stop: _Stop) -> Any:
+        """The answer from the narrow table (narrow.py), when the query reads only its kept
+        fields; else None (the scan answers)."""
+        if not compiled.aggregated or "summarize" not in text:
+            return None
+        # One read transaction: the fields' columns and their values of one moment (a
+        # dataset deleted and filled again between them may keep other fields).
+        own = not db.in_transaction
+        if own:
+            db.execute("BEGIN")
+        try:
+            columns = narrow.columns_for(db, compiled.dataset)
+            if not columns:
+                return None
+            try:
+                fast = aplsql.compile_query(text, **{**args, "narrow": columns})
+            except (aplsql.NotNarrow, apl.AplError):
+                return None
+            return aplsql_run.run(db, fast, stop.deadline)
+        finally:
+            if own:
+                db.execute("COMMIT")
 
     def _parts(self, db: sqlite3.Connection, compiled: Any, lo: int | None, hi: int
                ) -> list[tuple[int, int]] | None:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from . import numbercounts, rollups, valuecounts, words
+from . import narrow, numbercounts, rollups, valuecounts, words
 from .apl import format_time, parse_time
 from .depth import load_stored
 from .documents import Documents
@@ -135,6 +135,8 @@ class Store:
             self._numbers = numbercounts.Fields()
             numbercounts.create_locked(self._db, self._numbers)
             self._word_index = words.create_locked(self._db)
+            self._narrow = narrow.Narrow()
+            narrow.create_locked(self._db, self._narrow)
             # Counts per dataset live in memory: wait_for() asks often, and counting rows of a
             # big dataset is a scan. Ordered by first arrival, as datasets() promises.
             self._counts: dict[str, int] = {
@@ -192,11 +194,12 @@ class Store:
             self._register_locked(dataset)
             self._db.execute("BEGIN")
             try:
-                top = words.top_locked(self._db) if self._word_index else 0
+                top = words.top_locked(self._db)
                 self._db.executemany(
                     "INSERT INTO events (dataset, time, sys, body) VALUES (?, ?, ?, ?)", rows)
                 if self._word_index:
                     words.add_locked(self._db, top)
+                narrow.add_locked(self._db, self._narrow, dataset, events, top)
                 rollups.add_locked(self._db, dataset, counts)
                 valuecounts.add_locked(self._db, self._known, dataset, values)
                 numbercounts.add_locked(self._db, self._numbers, dataset, numbers, events,
@@ -296,6 +299,7 @@ class Store:
                 return False
             self._db.execute("DELETE FROM datasets WHERE name = ?", (name,))
             words.delete_locked(self._db, "dataset = ?", (name,), self._word_index)
+            narrow.forget_locked(self._db, self._narrow, name)
             rollups.delete_locked(self._db, name)
             valuecounts.delete_locked(self._db, self._known, name)
             numbercounts.delete_locked(self._db, self._numbers, name)
@@ -387,6 +391,7 @@ class Store:
     def clear_events(self) -> None:
         with self._lock:
             words.delete_locked(self._db, "1", (), self._word_index)
+            narrow.forget_locked(self._db, self._narrow, None)
             rollups.delete_locked(self._db, None)
             valuecounts.delete_locked(self._db, self._known, None)
             numbercounts.delete_locked(self._db, self._numbers, None)
