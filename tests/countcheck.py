@@ -19,14 +19,15 @@ DAY = 86_400_000_000
 BASE = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 
 
-def spied_and_scan(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
+def spied_and_scan(monkeypatch: pytest.MonkeyPatch, owner: ModuleType | type, name: str,
                    run: Callable[[], dict[str, Any]]
                    ) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """``run()``'s answer with ``module.name`` (a shortcut that answers None when it cannot)
-    as it is, its answer with the shortcut answering None (the scan), each without its
-    elapsedTime, and whether the shortcut's first call answered."""
+    """``run()``'s answer with ``owner.name`` (a module's function or a class's method: a
+    shortcut that answers None when it cannot) as it is, its answer with the shortcut
+    answering None (the scan), each without its elapsedTime, and whether the shortcut's first
+    call answered. The one spy of the counts', the word index's and the narrow table's tests."""
     used = []
-    real = getattr(module, name)
+    real = getattr(owner, name)
 
     def spy(*args: Any) -> Any:
         got = real(*args)
@@ -39,10 +40,10 @@ def spied_and_scan(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: st
         return answer
 
     with monkeypatch.context() as m:
-        m.setattr(module, name, spy)
+        m.setattr(owner, name, spy)
         fast = clean()
     with monkeypatch.context() as m:
-        m.setattr(module, name, lambda *a, **k: None)
+        m.setattr(owner, name, lambda *a, **k: None)
         scan = clean()
     return fast, scan, bool(used and used[0])
 

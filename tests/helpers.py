@@ -154,6 +154,12 @@ def number_plan(store: Any, dataset: str) -> Any:
     return store._numbers.plan(dataset)  # noqa: SLF001
 
 
+def narrow_kept(store: Any) -> Any:
+    """The fields the store's narrow table keeps, per dataset (decided at ingest, shown
+    nowhere public)."""
+    return store._narrow.kept  # noqa: SLF001
+
+
 def known_fields(store: Any) -> Any:
     """The store's record of each dataset's fields (``wide``), which decides what the value
     counts keep (shown nowhere public)."""
