@@ -87,7 +87,7 @@ class Runner:
     def n(self, calls: int) -> int:
         return max(100, int(calls * self.a.scale))
 
-    def _cfg(self, row: str, kind: str, mode: str, **extra: Any) -> dict[str, Any]:
+    def cfg(self, row: str, kind: str, mode: str, **extra: Any) -> dict[str, Any]:
         self.seq += 1
         tag = f"{row}-{kind}-{os.getpid()}-{self.seq}"
         port = self.down_port if mode == "down" else self.port
@@ -215,22 +215,22 @@ def run_all(a: argparse.Namespace) -> Runner:
                   flush=True)
             if s == "1":
                 r.repeated("1", with_variants,
-                           lambda x: r._cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)
+                           lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)
             elif s == "2":
                 r.repeated("2", with_variants,
-                           lambda x: r._cfg(x, "end_to_end", "up", n=r.n(100_000)), a.reps)
+                           lambda x: r.cfg(x, "end_to_end", "up", n=r.n(100_000)), a.reps)
             elif s == "3":
-                r.repeated("3", rows, lambda x: r._cfg(x, "slow", "slow", n=r.n(20_000),
+                r.repeated("3", rows, lambda x: r.cfg(x, "slow", "slow", n=r.n(20_000),
                                                        rate=5000), a.reps)
             elif s == "4":
                 # A 60 s outage at full speed (6 s with --quick): the queue fills, then drops.
                 r.repeated("4", [x for x in rows if x not in UNBOUNDED],
-                           lambda x: r._cfg(x, "down", "down", n=r.n(100_000_000),
+                           lambda x: r.cfg(x, "down", "down", n=r.n(100_000_000),
                                             cap=a.cap * 2, duration=a.outage), 1)
             elif s == "5":
                 for mode in ("up", "down"):
                     for row in [x for x in rows if x not in UNBOUNDED]:
-                        cfg = r._cfg(row, "exit", mode, n=10_000)
+                        cfg = r.cfg(row, "exit", mode, n=10_000)
                         if mode == "up" and a.shutdown_timeout_up is not None:
                             cfg["opts"]["shutdown_timeout"] = a.shutdown_timeout_up
                         res = r.child(cfg, exit_timeout=a.exit_timeout)
@@ -239,13 +239,13 @@ def run_all(a: argparse.Namespace) -> Runner:
                         res["shutdown_timeout"] = cfg["opts"]["shutdown_timeout"]
                         r.record(f"5-{mode}", row, res)
             elif s == "6":
-                r.repeated("6", shipping, lambda x: r._cfg(x, "end_to_end", "up",
+                r.repeated("6", shipping, lambda x: r.cfg(x, "end_to_end", "up",
                                                            n=r.n(20_000)), 1)
             elif s == "7":
                 # One repetition: the 8-thread rows repeat scenarios 1 and 2, which have reps.
-                r.repeated("7a", rows, lambda x: r._cfg(x, "app_cost", "up", n=r.n(200_000),
+                r.repeated("7a", rows, lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000),
                                                         threads=8), 1)
-                r.repeated("7b", rows, lambda x: r._cfg(x, "end_to_end", "up",
+                r.repeated("7b", rows, lambda x: r.cfg(x, "end_to_end", "up",
                                                         n=r.n(100_000), threads=8), 1)
     finally:
         r.close()

@@ -187,9 +187,10 @@ def report(o: Options, level: int, method: str, route: str | None, path: str, st
             fields.update(headers)
         tenths = micros // 100
         # Made here, with no arguments left for the handler to format (a path may hold "%").
-        # _log: logger.log would ask isEnabledFor again, asked above before the fields were made.
-        logger._log(level, f"{method} {route or path} {status} in {tenths // 10}.{tenths % 10} ms",
-                    (), exc_info=exc if isinstance(exc, Exception) else None, extra=fields)
+        # (logger.log asks isEnabledFor again: a cached dict lookup, asked above so as not to
+        # make the fields for nothing.)
+        logger.log(level, f"{method} {route or path} {status} in {tenths // 10}.{tenths % 10} ms",
+                   exc_info=exc if isinstance(exc, Exception) else None, extra=fields)
     except Exception as error:
         fault("the request's report", error)
 

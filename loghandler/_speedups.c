@@ -147,7 +147,7 @@ typedef struct {
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_trace_id, *s_span_id,
         *s_levelno, *s_levelname, *s_name, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
         *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
-        *s_attributes, *s_dict, *s_032x, *s_016x;
+        *s_attributes, *s_copy, *s_032x, *s_016x;
     /* format_epoch's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
@@ -203,7 +203,7 @@ get_state(PyObject *module)
     X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower) X(key_json)      \
     X(otel_texts) X(otel_numbers) X(otel_exception) X(otel_code) X(s_observed)               \
     X(s_severity_text) X(s_severity_number) X(s_value) X(s_body) X(s_event_name)             \
-    X(s_attributes) X(s_dict) X(s_032x) X(s_016x)
+    X(s_attributes) X(s_copy) X(s_032x) X(s_016x)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -3463,12 +3463,13 @@ otel_members(State *st, PyObject *record, PyObject *scope, PyObject *fields, PyO
         if (PyUnicode_GET_LENGTH(v) > 0 && members_add(ms, st->s_event_name, v, M_VALUE) < 0)
             goto no;
     }
-    /* attributes (BoundedAttributes keeps a plain dict): as they are, code.* renamed */
+    /* attributes: as they are, code.* renamed. A BoundedAttributes is read through its public
+     * copy(), a plain dict (iterating the mapping takes its lock per key). */
     Py_SETREF(v, PyObject_GetAttr(record, st->s_attributes));
     if (v == NULL)
         goto out;
     if (v != Py_None) {
-        w = attr_or_none(v, st->s_dict);
+        w = PyDict_CheckExact(v) ? Py_NewRef(v) : PyObject_CallMethodNoArgs(v, st->s_copy);
         if (w == NULL)
             goto out;
         if (!PyDict_CheckExact(w))
@@ -3935,7 +3936,7 @@ module_exec(PyObject *module)
         intern_into(&st->s_value, "value") < 0 || intern_into(&st->s_body, "body") < 0 ||
         intern_into(&st->s_event_name, "event_name") < 0 ||
         intern_into(&st->s_attributes, "attributes") < 0 ||
-        intern_into(&st->s_dict, "_dict") < 0 || intern_into(&st->s_032x, "032x") < 0 ||
+        intern_into(&st->s_copy, "copy") < 0 || intern_into(&st->s_032x, "032x") < 0 ||
         intern_into(&st->s_016x, "016x") < 0)
         return -1;
     st->key_json = PyDict_New();

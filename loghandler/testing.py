@@ -285,7 +285,6 @@ class Capture:
 
     def _take(self, front: Any) -> None:
         from ._engine.shipper import Shipper
-        from ._front import base
 
         with self._lock:
             if not self._active or any(f is front for f, _ in self._fronts):
@@ -302,7 +301,7 @@ class Capture:
                                            **options))
                 self._shippers[id(original)] = entry
             self._fronts.append((front, original))
-        base.redirect(front, entry[1])
+        front.redirect(entry[1])
 
     def __enter__(self) -> Capture:
         from ._front import base
@@ -331,7 +330,7 @@ class Capture:
         for front, original in fronts:
             try:
                 stand_in = front.shipper
-                owns = base.redirect(front, original)
+                owns = front.redirect(original)
                 if owns and stand_in is not original and stand_in.closed:
                     original.close(0)  # closed while captured (dictConfig replaced it)
             except Exception:

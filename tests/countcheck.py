@@ -4,6 +4,8 @@ ranges whose ends fall inside a minute, and the counts must be used exactly when
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,30 +19,41 @@ DAY = 86_400_000_000
 BASE = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 
 
-def _clean(answer: dict[str, Any]) -> dict[str, Any]:
-    answer["status"].pop("elapsedTime")
-    return answer
-
-
-def fast_and_scan(store: Store, monkeypatch: pytest.MonkeyPatch, text: str,
-                  start: str | None, end: str, fmt: str = "tabular"
-                  ) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """The answer with the counts, the answer by the scan, and whether the counts answered."""
+def spied_and_scan(monkeypatch: pytest.MonkeyPatch, owner: ModuleType | type, name: str,
+                   run: Callable[[], dict[str, Any]]
+                   ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """``run()``'s answer with ``owner.name`` (a module's function or a class's method: a
+    shortcut that answers None when it cannot) as it is, its answer with the shortcut
+    answering None (the scan), each without its elapsedTime, and whether the shortcut's first
+    call answered. The one spy of the counts', the word index's and the narrow table's tests."""
     used = []
-    real = rollups.answer_rows
+    real = getattr(owner, name)
 
     def spy(*args: Any) -> Any:
         got = real(*args)
         used.append(got is not None)
         return got
 
+    def clean() -> dict[str, Any]:
+        answer = run()
+        answer["status"].pop("elapsedTime")
+        return answer
+
     with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", spy)
-        fast = _clean(store.query(text, start, end, fmt))
+        m.setattr(owner, name, spy)
+        fast = clean()
     with monkeypatch.context() as m:
-        m.setattr(rollups, "answer_rows", lambda *a, **k: None)
-        scan = _clean(store.query(text, start, end, fmt))
+        m.setattr(owner, name, lambda *a, **k: None)
+        scan = clean()
     return fast, scan, bool(used and used[0])
+
+
+def fast_and_scan(store: Store, monkeypatch: pytest.MonkeyPatch, text: str,
+                  start: str | None, end: str, fmt: str = "tabular"
+                  ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The answer with the counts, the answer by the scan, and whether the counts answered."""
+    return spied_and_scan(monkeypatch, rollups, "answer_rows",
+                          lambda: store.query(text, start, end, fmt))
 
 
 def ranges() -> list[tuple[str | None, str]]:

@@ -127,18 +127,43 @@ def without_orjson() -> Iterator[None]:
     orjson's place, with the exact path for what it refuses. The one place tests swap it."""
     from loghandler import _encoding
 
-    saved = _encoding._encode_fast
-    _encoding._encode_fast = _encoding._encode_std
+    saved = _encoding._encode_fast  # noqa: SLF001
+    _encoding._encode_fast = _encoding._encode_std  # noqa: SLF001
     try:
         yield
     finally:
-        _encoding._encode_fast = saved
+        _encoding._encode_fast = saved  # noqa: SLF001
 
 
 def service_store(svc: Any) -> Any:
     """The store of a ``LocalService`` (its events, and the reader's query counters): the one
     place tests reach past its public face, to watch a query run or break a write."""
-    return svc._server.store
+    return svc._server.store  # noqa: SLF001
+
+
+def store_db(store: Any) -> Any:
+    """The store's own SQLite connection: what ingest writes to its side tables (the counts,
+    the rollups, the word index) has no public view, and the tests of those tables read them
+    there. The one place tests take it."""
+    return store._db  # noqa: SLF001
+
+
+def number_plan(store: Any, dataset: str) -> Any:
+    """Which fields the store's number counts keep for ``dataset`` (decided at ingest, shown
+    nowhere public)."""
+    return store._numbers.plan(dataset)  # noqa: SLF001
+
+
+def narrow_kept(store: Any) -> Any:
+    """The fields the store's narrow table keeps, per dataset (decided at ingest, shown
+    nowhere public)."""
+    return store._narrow.kept  # noqa: SLF001
+
+
+def known_fields(store: Any) -> Any:
+    """The store's record of each dataset's fields (``wide``), which decides what the value
+    counts keep (shown nowhere public)."""
+    return store._known  # noqa: SLF001
 
 
 def query_stats(svc: Any) -> Any:
@@ -191,7 +216,8 @@ class LoggerFactory:
     def __call__(self, name: str = "app", **options: Any) -> tuple[logging.Logger, Any]:
         from loghandler import IngestHandler
 
-        handler = IngestHandler("ds", token=TOKEN, url=self.url, **{**self.defaults, **options})
+        # The receiver's address unless the test gives its own (url=).
+        handler = IngestHandler("ds", token=TOKEN, **{"url": self.url, **self.defaults, **options})
         logger = logging.getLogger(f"test.{name}.{len(self.made)}")
         logger.handlers[:] = [handler]
         logger.setLevel(logging.DEBUG)

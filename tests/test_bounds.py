@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import TOKEN, Receiver, balanced, closed_port_url
+from helpers import TOKEN, LoggerFactory, balanced, closed_port_url
 
 import loghandler
 from loghandler import IngestHandler, IngestProcessor
@@ -29,22 +29,10 @@ def queued_size(shipper: loghandler.Shipper) -> int:
 
 
 @pytest.fixture
-def logger(receiver: Receiver) -> Any:
-    made: list[IngestHandler] = []
-
-    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
-        options = {"url": receiver.url, **options}
-        h = IngestHandler("ds", token=TOKEN, flush_interval=60, **options)
-        made.append(h)
-        log = logging.getLogger(f"test.bounds.{len(made)}")
-        log.handlers[:] = [h]
-        log.propagate = False
-        log.setLevel(logging.DEBUG)
-        return log, h
-
-    yield make
-    for h in made:
-        h.close()
+def logger(make_logger: LoggerFactory) -> LoggerFactory:
+    """``logger(**options)`` -> (logger, handler): conftest's ``make_logger`` (nothing sent
+    before ``flush()``)."""
+    return make_logger
 
 
 class TestClashes:

@@ -489,7 +489,9 @@ def test_a_client_works_in_a_forked_child(httpserver: HTTPServer) -> None:
     httpserver.expect_request("/v1/datasets/ds/ingest").respond_with_json({"ingested": 1})
     client = Client(TOKEN, url=httpserver.url_for("").rstrip("/"))
     client.ingest("ds", [{"i": 0}])  # the parent's pool and watchdog now exist
-    with watchdog.watchdog._cond:  # held across the fork
+    # the watchdog's lock held across the fork: the state the child must recover from, made on
+    # purpose.
+    with watchdog.watchdog._cond:  # noqa: SLF001
         pid = os.fork()
         if pid == 0:  # the child: exit status 0 only when its request got through
             code = 1

@@ -25,6 +25,7 @@ from loghandler._engine.events import (
     item_events,
     record_to_event,
 )
+from loghandler._levels import level_names
 from loghandler.testing import LocalService
 
 TOKEN = "event-model-token"
@@ -163,7 +164,7 @@ def test_fast_path_equals_record_to_event(handler: IngestHandler,
 
 @settings(max_examples=100, deadline=None)
 @given(created=st.floats(min_value=-2e9, max_value=4e9),
-       level=st.sampled_from(sorted(logging._nameToLevel)))
+       level=st.sampled_from(sorted(level_names())))
 def test_item_events_formats_like_record_to_event(created: float, level: str) -> None:
     """The flusher's formatting of a fast-path item (raw created, raw levelname) gives the
     _time and level record_to_event gives."""

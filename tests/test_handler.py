@@ -372,7 +372,9 @@ class TestSafety:
         if not compiled.ACTIVE:
             pytest.skip("the compiled path is not active")
         calls: list[str] = []
-        python_path = IngestHandler._handle_python
+        # the compiled path's hand-off to Python, counted: its name is the contract
+        # (fastpath.FastPath).
+        python_path = IngestHandler._handle_python  # noqa: SLF001
 
         def counting(self, record):
             calls.append(record.name)
@@ -433,7 +435,8 @@ class TestSafety:
             done = threading.Event()
 
             def under_lock() -> None:
-                with logging._lock:  # what dictConfig and _clearExistingHandlers hold
+                # logging's module lock, as dictConfig holds it: the deadlock checked for.
+                with logging._lock:  # what dictConfig and _clearExistingHandlers hold  # noqa: SLF001
                     h.flush()
                     logging.shutdown([weakref.ref(h)])  # as _clearExistingHandlers does
                 done.set()

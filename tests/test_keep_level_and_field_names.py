@@ -10,11 +10,9 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from helpers import TOKEN, Receiver
+from helpers import TOKEN
 
 import loghandler
 from loghandler import ConfigurationError, IngestHandler, Shipper
@@ -25,25 +23,6 @@ from loghandler._engine.sampling import Sampler
 def invariant(st: loghandler.Stats) -> None:
     assert st.submitted == (st.delivered + st.dropped + st.failed + st.spooled + st.queued
                             + getattr(st, "unconfirmed", 0)), st
-
-
-@pytest.fixture
-def make_logger(receiver: Receiver) -> Iterator[Any]:
-    handlers: list[IngestHandler] = []
-
-    def make(**options: Any) -> tuple[logging.Logger, IngestHandler]:
-        handler = IngestHandler("ds", url=receiver.url, token=TOKEN, flush_interval=60,
-                                **options)
-        handlers.append(handler)
-        log = logging.getLogger(f"test.keepnames.{len(handlers)}")
-        log.handlers[:] = [handler]
-        log.propagate = False
-        log.setLevel(logging.DEBUG)
-        return log, handler
-
-    yield make
-    for h in handlers:
-        h.close()
 
 
 def traces(n: int, seed: int = 11) -> list[str]:
@@ -69,7 +48,7 @@ class TestSampleKeepLevel:
         invariant(st)
 
     def test_also_against_logger_sampling(self, make_logger, receiver):
-        log, h = make_logger(sample_loggers={"test.keepnames": 0.0})
+        log, h = make_logger("keepnames", sample_loggers={"test.keepnames": 0.0})
         log.info("chatter")
         log.exception("failed", exc_info=ValueError("x"))
         assert h.flush(5)

@@ -184,9 +184,10 @@ def test_strcat_checks_its_length_where_sqlite_cannot() -> None:
     # Python 3.10's sqlite3 cannot set SQLITE_LIMIT_LENGTH: strcat is a function there.
     sqlfunctions.QUERY.max_length, sqlfunctions.QUERY.too_big = 100, False
     try:
-        assert sqlfunctions._apl_strcat("a" * 50, None, 7) == "a" * 50 + "7"
+        # the SQL function's own body: SQLite calls it, nothing public does.
+        assert sqlfunctions._apl_strcat("a" * 50, None, 7) == "a" * 50 + "7"  # noqa: SLF001
         with pytest.raises(ValueError, match="too big"):
-            sqlfunctions._apl_strcat("a" * 60, "b" * 60)
+            sqlfunctions._apl_strcat("a" * 60, "b" * 60)  # noqa: SLF001
         assert sqlfunctions.QUERY.too_big
     finally:
         sqlfunctions.QUERY.max_length, sqlfunctions.QUERY.too_big = None, False
@@ -352,7 +353,8 @@ def test_a_new_connection_when_every_one_is_busy_gets_503_and_close() -> None:
     thread.start()
     try:
         call(server.url, "/v1/datasets/d/ingest", [{"message": "a" * 40 + "!"}])
-        assert wait_until(lambda: not server._open, timeout=5)  # that connection is gone
+        # the server's open connections: no public count.
+        assert wait_until(lambda: not server._open, timeout=5)  # that connection is gone  # noqa: SLF001
         answers: list[int] = []
         busy = [threading.Thread(target=lambda: answers.append(call(
             server.url, "/v1/datasets/_apl", {"apl": RUNAWAY, "timeout": 6})[0]))
@@ -501,14 +503,16 @@ def test_the_merge_of_parts_is_within_the_deadline() -> None:
                                     cursor=None, sample=None)
     rows = [(None, None, None, json.dumps({"n": i, "count_": 1, aplsql_run.MATCHED: 1}))
             for i in range(5000)]
-    assert len(reader._merge_groups(compiled, rows, time.monotonic() + 60)) == 5000
+    # the reader's merge step alone, with a deadline.
+    assert len(reader._merge_groups(compiled, rows, time.monotonic() + 60)) == 5000  # noqa: SLF001
     with pytest.raises(aplsql_run.QueryTimeout):
-        reader._merge_groups(compiled, rows, time.monotonic() - 1)
+        reader._merge_groups(compiled, rows, time.monotonic() - 1)  # noqa: SLF001
 
 
 def test_fair_share_is_half_the_readers() -> None:
-    assert reader._share(reader.READERS) == reader.READERS // 2
-    assert reader._share(1) == 1
+    # the fair-share rule alone.
+    assert reader._share(reader.READERS) == reader.READERS // 2  # noqa: SLF001
+    assert reader._share(1) == 1  # noqa: SLF001
 
 
 # ---------------------------------------------------------------------------- the benchmark

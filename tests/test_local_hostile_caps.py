@@ -395,7 +395,8 @@ def test_files_are_private(tmp_path: Path) -> None:
             assert {name: oct(mode(tmp_path / name)) for name in files} == {
                 name: "0o600" for name in files}
         with LocalService(token=TOKEN, datasets=["app"]) as svc:
-            scratch = service_store(svc)._scratch
+            # the store's scratch directory: its mode is what is checked.
+            scratch = service_store(svc)._scratch  # noqa: SLF001
             assert scratch is not None and mode(scratch) == 0o700
             assert mode(os.path.join(scratch, "events.sqlite")) == 0o600
     finally:

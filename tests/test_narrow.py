@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from countcheck import BASE, DAY, ranges
+from countcheck import BASE, DAY, ranges, spied_and_scan
+from helpers import narrow_kept
 
 from loghandler._local import narrow, reader, sqlfunctions
 from loghandler._local.apl import format_time
@@ -86,30 +87,12 @@ def _events(n: int, seed: int = 5, start: int = BASE, first: bool = True,
     return out
 
 
-def _clean(answer: dict[str, Any]) -> dict[str, Any]:
-    answer["status"].pop("elapsedTime")
-    return answer
-
-
 def fast_and_scan(store: Store, monkeypatch: pytest.MonkeyPatch, text: str,
                   start: str | None, end: str, fmt: str = "tabular"
                   ) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """The answer with the narrow table, the scan's, and whether the table answered."""
-    used: list[bool] = []
-    real = reader.Reader._narrow
-
-    def spy(self: Any, *args: Any) -> Any:
-        got = real(self, *args)
-        used.append(got is not None)
-        return got
-
-    with monkeypatch.context() as m:
-        m.setattr(reader.Reader, "_narrow", spy)
-        fast = _clean(store.query(text, start, end, fmt))
-    with monkeypatch.context() as m:
-        m.setattr(reader.Reader, "_narrow", lambda *a, **k: None)
-        scan = _clean(store.query(text, start, end, fmt))
-    return fast, scan, bool(used and used[0])
+    return spied_and_scan(monkeypatch, reader.Reader, "_narrow",
+                          lambda: store.query(text, start, end, fmt))
 
 
 def check(store: Store, monkeypatch: pytest.MonkeyPatch, texts: list[str], narrowed: bool,
@@ -142,7 +125,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def test_the_kept_fields_are_the_datasets_grouped_and_numeric_ones(store: Store) -> None:
-    kept = store._narrow.kept["d"]
+    kept = narrow_kept(store)["d"]
     # The ids (user), the message and the level are not kept; late came after the choice.
     assert set(kept) == {"path", "method", "status", "duration_ms"}
     assert _rows(store) == (4001, 4001)
@@ -179,12 +162,12 @@ def test_trim_delete_and_clear_keep_the_table_right(
     # Made again with other fields: decided again from its new first batch.
     store.add_events("d", [{"_time": format_time(BASE + i), "route": f"/{i % 3}", "ms": i}
                            for i in range(100)])
-    assert set(store._narrow.kept["d"]) == {"route", "ms"}
+    assert set(narrow_kept(store)["d"]) == {"route", "ms"}
     check(store, monkeypatch, ["['d'] | summarize percentile(ms, 90), count() by route"], True)
     check(store, monkeypatch, FAST[:1], False)  # path is no longer kept
     store.clear_events()
     assert _rows(store) == (0, 0)
-    assert store._narrow.kept == {}
+    assert narrow_kept(store) == {}
 
 
 def test_the_table_survives_a_restart_and_follows_new_ingests(
@@ -214,7 +197,7 @@ def test_a_file_of_an_earlier_version_gets_its_table(
     db.close()
     store = Store(path)  # decided from the first events, every event's values copied
     try:
-        assert set(store._narrow.kept["d"]) == {"path", "method", "status", "duration_ms"}
+        assert set(narrow_kept(store)["d"]) == {"path", "method", "status", "duration_ms"}
         assert _rows(store) == (2000, 2000)
         check(store, monkeypatch, FAST, True)
         store.dataset_trim("d", BASE + DAY // 2)
@@ -260,7 +243,8 @@ def test_an_event_sqlite_cannot_read_leaves_its_dataset_to_the_scan(
                            {"_time": format_time(BASE + 6), "duration_ms": float("inf")}])
     assert store.count("d") == 4002
     used: list[bool] = []
-    real = reader.Reader._narrow
+    # The reader's narrow-table step, spied on: whether it answered.
+    real = reader.Reader._narrow  # noqa: SLF001
     monkeypatch.setattr(reader.Reader, "_narrow",
                         lambda self, *a: used.append((got := real(self, *a)) is not None) or got)
     for text in FAST[:2]:

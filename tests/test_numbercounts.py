@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from countcheck import BASE, DAY, check, fast_and_scan
+from helpers import number_plan, service_store, store_db
 
 from loghandler._local import numbercounts
 from loghandler._local.apl import format_time
@@ -79,7 +80,7 @@ def test_a_comparison_counted_answers_as_the_scan_does(store: Store,
     texts = sum(isinstance(e.get("duration_ms"), (str, dict, list)) for e in store.events("d"))
     assert got > 300 and texts > 30  # the test's data has numbers and texts above 1000
     # Which fields are kept: the numeric ones, in the order first seen, not "note".
-    assert set(store._numbers.plan("d").kept) == {"duration_ms", "bytes", "status"}
+    assert set(number_plan(store, "d").kept) == {"duration_ms", "bytes", "status"}
 
 
 def test_other_searches_scan_and_agree(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +96,7 @@ def test_at_most_the_first_numeric_fields_are_kept(monkeypatch: pytest.MonkeyPat
         s.add_events("d", [{"_time": format_time(BASE + i * 7_000_001), "level": "info",
                             **{f"f{k}": (i * (k + 3)) % 97 + 0.5 * (k % 2)
                                for k in range(limit + 2)}} for i in range(400)])
-        plan = s._numbers.plan("d")
+        plan = number_plan(s, "d")
         assert plan.closed and len(plan.kept) == limit
         kept, left = plan.kept[0], ({f"f{k}" for k in range(limit + 2)} - set(plan.kept)).pop()
         text = histogram_query("d", f"{kept}>40", None, 900_000_000)
@@ -106,14 +107,14 @@ def test_at_most_the_first_numeric_fields_are_kept(monkeypatch: pytest.MonkeyPat
         assert not used and fast == scan
         # Closed: a new numeric field is not kept, nor is anything remembered of it.
         s.add_events("d", [{"_time": format_time(BASE + 5), "newer": 3}])
-        assert "newer" not in s._numbers.plan("d").decided
-        assert s._db.execute("SELECT count(*) FROM rollup_number_fields WHERE dataset = 'd'"
+        assert "newer" not in number_plan(s, "d").decided
+        assert store_db(s).execute("SELECT count(*) FROM rollup_number_fields WHERE dataset = 'd'"
                              ).fetchone() == (limit + 1,)  # the kept ones and "closed"
         # A value SQLite cannot read back (an infinity): the field is dropped, not answered.
         s.add_events("d", [{"_time": format_time(BASE + 6), kept: float("inf")}])
-        assert kept not in s._numbers.plan("d").kept
-        assert not numbercounts.is_kept(s._db, "d", kept)
-        assert s._db.execute("SELECT count(*) FROM rollup_numbers WHERE field = ?",
+        assert kept not in number_plan(s, "d").kept
+        assert not numbercounts.is_kept(store_db(s), "d", kept)
+        assert store_db(s).execute("SELECT count(*) FROM rollup_numbers WHERE field = ?",
                              (kept,)).fetchone() == (0,)
     finally:
         s.close()
@@ -127,7 +128,7 @@ def test_new_ingests_a_trim_and_a_delete_keep_them_true(store: Store,
     assert store.dataset_trim("d", BASE + 6 * 3_600_000_000 + 30_000_001)
     check(store, monkeypatch, SEARCHES[:5], True)
     assert store.dataset_delete("d")
-    assert store._db.execute("SELECT count(*) FROM rollup_numbers WHERE dataset = 'd'"
+    assert store_db(store).execute("SELECT count(*) FROM rollup_numbers WHERE dataset = 'd'"
                              ).fetchone() == (0,)
     # Anew: "note" is first a number now, "duration_ms" first a text (not kept).
     store.add_events("d", [{"_time": format_time(BASE + 9), "level": "info",
@@ -135,7 +136,7 @@ def test_new_ingests_a_trim_and_a_delete_keep_them_true(store: Store,
     check(store, monkeypatch, ["note>3"], True)
     check(store, monkeypatch, ["duration_ms>1000"], False)
     store.clear_events()
-    assert store._db.execute("SELECT count(*) FROM rollup_number_fields").fetchone() == (0,)
+    assert store_db(store).execute("SELECT count(*) FROM rollup_number_fields").fetchone() == (0,)
     store.add_events("d", _events(300, seed=13))
     check(store, monkeypatch, ["duration_ms>1000"], True)
 
@@ -150,7 +151,7 @@ def test_a_restart_and_a_file_of_an_earlier_version(tmp_path: Path,
     s.close()
     s = Store(path)  # restarted: the choices and the counts are the file's
     try:
-        assert set(s._numbers.plan("d").kept) == {"duration_ms", "bytes", "status"}
+        assert set(number_plan(s, "d").kept) == {"duration_ms", "bytes", "status"}
         s.add_events("d", _events(200, seed=8))
         check(s, monkeypatch, SEARCHES[:3], True)
     finally:
@@ -163,7 +164,7 @@ def test_a_restart_and_a_file_of_an_earlier_version(tmp_path: Path,
         check(s, monkeypatch, SEARCHES[:3], False)
         s.add_events("d", _events(100, seed=4))
         check(s, monkeypatch, SEARCHES[:3], False)
-        assert s._db.execute("SELECT count(*) FROM rollup_numbers").fetchone() == (0,)
+        assert store_db(s).execute("SELECT count(*) FROM rollup_numbers").fetchone() == (0,)
         assert s.dataset_delete("d")
         s.add_events("d", _events(500, seed=6))
         check(s, monkeypatch, SEARCHES[:3], True)
@@ -182,7 +183,7 @@ def test_the_page_counts_a_comparison_exactly() -> None:
 
     now = time.time_ns() // 1000
     with LocalService() as svc:
-        store = svc._server.store  # type: ignore[attr-defined]
+        store = service_store(svc)
         store.add_events("d", _events(3000, start=now - DAY + 60_000_000))
         want = store.query("['d'] | where duration_ms > 1000 | count", None, None,
                            "tabular")["tables"][0]["columns"][0][0]
@@ -217,7 +218,7 @@ def test_a_batch_stored_while_another_was_counted(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setattr(numbercounts, "tally", interleaved)
         s.add_events("d", first)  # "x" first a text here, but kept by the other batch
         monkeypatch.setattr(numbercounts, "tally", real)
-        assert s._numbers.plan("d").kept == ("x",)
+        assert number_plan(s, "d").kept == ("x",)
         check(s, monkeypatch, ["x>1000", "x<=500"], True)
 
         once.clear()
@@ -233,7 +234,7 @@ def test_a_batch_stored_while_another_was_counted(monkeypatch: pytest.MonkeyPatc
         first[0]["x"] = 1  # a number first now: after the delete, "x" is kept anew
         s.add_events("d", first)
         monkeypatch.setattr(numbercounts, "tally", real)
-        assert s._numbers.plan("d").kept == ("x",)
+        assert number_plan(s, "d").kept == ("x",)
         check(s, monkeypatch, ["x>1000", "x<=500"], True)
     finally:
         s.close()

@@ -26,20 +26,24 @@ def _wait(check: Any, what: str, timeout: float = 30.0) -> None:
 
 def test_a_freed_connection_goes_to_the_api_before_the_page(tmp_path: Any) -> None:
     store = Store(str(tmp_path / "e.sqlite"))
-    reader = Reader(store.path, store._db, store._lock, store.count, readers=1)
+    # a Reader over the store's own connection and lock, driven alone (its queue order is what is
+    # checked).
+    reader = Reader(store.path, store._db, store._lock, store.count, readers=1)  # noqa: SLF001
     order: list[str] = []
     try:
         def take(client: Any, name: str) -> None:
-            with reader._connection(_Stop(time.monotonic() + 30, None), client):
+            # the reader's connection queue, taken directly.
+            with reader._connection(_Stop(time.monotonic() + 30, None), client):  # noqa: SLF001
                 order.append(name)
 
-        with reader._connection(_Stop(time.monotonic() + 30, None), "other"):
+        with reader._connection(_Stop(time.monotonic() + 30, None), "other"):  # noqa: SLF001
             page = threading.Thread(target=take, args=(PAGE_CLIENT, "page"))
             page.start()  # the page waits first...
-            _wait(lambda: len(reader._waiting) == 1, "the page waiting")
+            # who waits in the queue: no public view.
+            _wait(lambda: len(reader._waiting) == 1, "the page waiting")  # noqa: SLF001
             api = threading.Thread(target=take, args=("root", "api"))
             api.start()  # ...and the API's query after it
-            _wait(lambda: len(reader._waiting) == 2, "the API waiting")
+            _wait(lambda: len(reader._waiting) == 2, "the API waiting")  # noqa: SLF001
         page.join(30)
         api.join(30)
         assert order == ["api", "page"]

@@ -413,7 +413,8 @@ class TestStore:
                 answer = store.query("['a'] | count", fmt="tabular")
                 assert answer["tables"][0]["columns"] == [[n]]
             done = threading.Event()
-            held = store.reader._connection(_no_stop())
+            # a reader connection held as a long query holds it.
+            held = store.reader._connection(_no_stop())  # noqa: SLF001
             with held as conn:  # as a long query does, from start to end
                 conn.execute("BEGIN")
                 conn.execute("SELECT count(*) FROM events").fetchone()  # a read snapshot

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import store_db
 
 from loghandler._local import rollups
 from loghandler._local.apl import format_time
@@ -124,7 +125,8 @@ def test_other_shapes_scan(store: Store, text: str) -> None:
     from loghandler._local import apl, aplsql
 
     compiled = aplsql.compile_query(text, start_us=BASE, end_us=BASE + DAY)
-    with sqlite3.connect(store.reader._uri or "", uri=True) as db:  # type: ignore[attr-defined]
+    # a connection of our own to the store's file, as the readers open it.
+    with sqlite3.connect(store.reader._uri or "", uri=True) as db:  # type: ignore[attr-defined]  # noqa: SLF001
         assert rollups.answer_rows(db, apl.parse_query(text), compiled, BASE,
                                    BASE + DAY) is None
 
@@ -168,7 +170,7 @@ def test_a_file_of_an_earlier_version_gets_its_counts(tmp_path: Path,
         for text in SHAPES[:4]:
             assert _clean(s.query(text, None, end)) == _scan(s, monkeypatch, text, None, end,
                                                              "legacy")
-        (n,) = s._db.execute("SELECT sum(n) FROM rollup_minutes").fetchone()
+        (n,) = store_db(s).execute("SELECT sum(n) FROM rollup_minutes").fetchone()
         assert n == 2000
     finally:
         s.close()

@@ -150,7 +150,8 @@ def test_an_aggregation_in_parts_answers_as_in_one(monkeypatch: pytest.MonkeyPat
 
         whole = [answer(q) for q in queries]
         ran: list[str] = []
-        real = reader.Reader._run_in_parts
+        # spied on: whether the query ran in parts.
+        real = reader.Reader._run_in_parts  # noqa: SLF001
 
         def spy(self: object, *args: object, **kwargs: object) -> object:
             ran.append("parts")

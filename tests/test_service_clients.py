@@ -519,7 +519,8 @@ class TestApl:
         from loghandler._local import sqlfunctions
         from loghandler._local.ingest import HttpError
 
-        monkeypatch.setattr(sqlfunctions, "SEARCH", sqlfunctions._search_in_worker)
+        # the worker-process search forced in place of the in-process one.
+        monkeypatch.setattr(sqlfunctions, "SEARCH", sqlfunctions._search_in_worker)  # noqa: SLF001
         assert [r["status"] for r in rows(
             apl_svc, "['x'] | where uri matches regex '^/c.s/' | project status")] == [200]
         store = service_store(apl_svc)

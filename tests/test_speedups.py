@@ -34,6 +34,7 @@ from loghandler._engine import compiled as _compiled
 from loghandler._engine.events import RECORD, SIZE, item_events, record_to_event
 from loghandler._engine.fastpath import CallerPlan, FastPath
 from loghandler._engine.shaping import make_finisher
+from loghandler._levels import level_names
 from loghandler.testing import LocalService
 
 TOKEN = "speedups-token"
@@ -169,7 +170,7 @@ def formatted(item: dict[Any, Any], compiled: bool, fields: Any = None,
 @settings(max_examples=500, deadline=None)
 @given(created=st.one_of(st.floats(), st.integers(-10**12, 10**12).map(float),
                          st.floats(min_value=0, max_value=1e11)),
-       level=st.one_of(st.sampled_from(sorted(logging._nameToLevel)), st.text(max_size=8)))
+       level=st.one_of(st.sampled_from(sorted(level_names())), st.text(max_size=8)))
 def test_compiled_formatting_is_the_python_formatting(created: float, level: str) -> None:
     """_time (any float: negative, past year 9999, NaN, a hair under a second) and level."""
     item = {"_time": created, "level": level, "message": "m", SIZE: 1, RECORD: True}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from countcheck import BASE, DAY, check, fast_and_scan
+from helpers import known_fields, service_store, store_db
 
 from loghandler._local import valuecounts
 from loghandler._local.apl import format_time
@@ -108,7 +109,7 @@ def test_a_field_of_many_values_is_left_to_the_scan(monkeypatch: pytest.MonkeyPa
         s.add_events("d", many)
         fast, scan, used = fast_and_scan(s, monkeypatch, _check_one, None, end)
         assert not used and fast == scan
-        assert s._db.execute("SELECT count(*) FROM rollup_values WHERE field = 'id'"
+        assert store_db(s).execute("SELECT count(*) FROM rollup_values WHERE field = 'id'"
                              ).fetchone() == (0,)
     finally:
         s.close()
@@ -131,20 +132,20 @@ def test_a_file_of_an_earlier_version_keeps_the_scan(tmp_path: Path,
         check(s, monkeypatch, SEARCHES[:3], False)
         s.add_events("d", _events(100, seed=4))
         check(s, monkeypatch, SEARCHES[:3], False)
-        assert s._db.execute("SELECT count(*) FROM rollup_values").fetchone() == (0,)
+        assert store_db(s).execute("SELECT count(*) FROM rollup_values").fetchone() == (0,)
         s.add_events("e", _events(500, seed=5))  # a new dataset: counted
-        assert s._known.wide.get("e", frozenset()) >= {"request"}
+        assert known_fields(s).wide.get("e", frozenset()) >= {"request"}
         assert s.dataset_delete("d")
         s.add_events("d", _events(500, seed=6))
         check(s, monkeypatch, SEARCHES[:3], True)
         s.add_events("d", [{"_time": format_time(BASE + 1000 + i), "note": f"n{i}" * 150}
                            for i in range(3)])  # a long text: the field is wide
-        assert s._known.wide["d"] >= {"request", "note"}
+        assert known_fields(s).wide["d"] >= {"request", "note"}
     finally:
         s.close()
     s = Store(path)  # the wide fields survive a restart
     try:
-        assert s._known.wide["d"] >= {"request", "note"}
+        assert known_fields(s).wide["d"] >= {"request", "note"}
         check(s, monkeypatch, ["note:" + "n1" * 150], False)
         check(s, monkeypatch, SEARCHES[:3], True)
     finally:
@@ -173,7 +174,7 @@ def test_the_fields_of_a_search_read_a_bounded_sample_and_count_exactly(
     monkeypatch.setattr(ep_page, "FACET_SCAN", 400)
     now = __import__("time").time_ns() // 1000
     with LocalService() as svc:
-        store = svc._server.store  # type: ignore[attr-defined]
+        store = service_store(svc)
         store.add_events("d", _events(3000, start=now - DAY + 60_000_000))
         want = store.query("['d'] | where status == 500 or status == '500' | count", None,
                            None, "tabular")["tables"][0]["columns"][0][0]

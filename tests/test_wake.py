@@ -44,8 +44,9 @@ def test_a_token_left_by_a_race_with_clear_is_no_wake_up() -> None:
     """set() puts a token; a clear() that ran between its two steps leaves the token with the
     flag down: wait() must not take it for a wake-up."""
     w = Wake()
-    w._flag = False
-    w._tokens.put(None)  # the state such a race leaves
+    # the state a race between set() and clear() leaves, made directly.
+    w._flag = False  # noqa: SLF001
+    w._tokens.put(None)  # the state such a race leaves  # noqa: SLF001
     t0 = time.monotonic()
     assert w.wait(0.05) is False
     assert time.monotonic() - t0 >= 0.04

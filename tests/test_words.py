@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from countcheck import BASE, DAY
+from countcheck import BASE, DAY, spied_and_scan
+from helpers import store_db
 
 from loghandler._local import words
 from loghandler._local.apl import format_time
@@ -57,34 +58,12 @@ def _events(n: int, seed: int = 11, start: int = BASE) -> list[dict[str, Any]]:
     return out
 
 
-def _clean(answer: dict[str, Any]) -> dict[str, Any]:
-    answer["status"].pop("elapsedTime")
-    return answer
-
-
 def indexed_and_scan(store: Store, monkeypatch: pytest.MonkeyPatch, text: str,
                      start: str | None, end: str, sample: int | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """The answer through the index, by the scan, and whether the index was read."""
-    used = []
-    real = words.match_for
-
-    def spy(*args: Any) -> Any:
-        got = real(*args)
-        used.append(got is not None)
-        return got
-
-    def run() -> dict[str, Any]:
-        return _clean(store.reader.query(text, start, end, "tabular", timeout=60,
-                                         sample=sample))
-
-    with monkeypatch.context() as m:
-        m.setattr(words, "match_for", spy)
-        fast = run()
-    with monkeypatch.context() as m:
-        m.setattr(words, "match_for", lambda *a, **k: None)
-        scan = run()
-    return fast, scan, bool(used and used[0])
+    return spied_and_scan(monkeypatch, words, "match_for", lambda: store.reader.query(
+        text, start, end, "tabular", timeout=60, sample=sample))
 
 
 def _ranges() -> list[tuple[str | None, str]]:
@@ -252,13 +231,14 @@ def test_a_file_of_an_earlier_version_gets_its_index(tmp_path: Path,
 def test_without_the_trigram_tokenizer_every_search_scans(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A SQLite without FTS5's trigram tokenizer (before 3.34): no index, the same answers.
-    real = words._SCHEMA
+    # the index's schema swapped for one SQLite without trigrams would reject.
+    real = words._SCHEMA  # noqa: SLF001
     monkeypatch.setattr(words, "_SCHEMA", [real[0].replace("trigram", "no_such_tokenizer"),
                                            *real[1:]])
     store = Store(str(tmp_path / "events.sqlite"))
     try:
         store.add_events("d", _events(1000))
-        assert not words.exists(store._db)
+        assert not words.exists(store_db(store))
         assert _found(store, "deadlock") > 0
         check(store, monkeypatch, ["deadlock", "café"], False)
     finally:

@@ -159,7 +159,8 @@ def test_a_spool_write_under_way_at_the_close_deadline_counts_as_spooled(
 
     s = Shipper(Client("xaat-close-during-write-1", url=closed_port_url()), "slow-disk",
                 spool_dir=str(tmp_path), max_retries=0, retry_backoff=0.001, flush_interval=60)
-    spool = s._flusher.spool
+    # the flusher's spool, its disk write slowed to race close().
+    spool = s._flusher.spool  # noqa: SLF001
     assert spool is not None
     real = spool.write_file
     entered, release = threading.Event(), threading.Event()
@@ -170,7 +171,7 @@ def test_a_spool_write_under_way_at_the_close_deadline_counts_as_spooled(
         real(path, data, sync)
 
     spool.write_file = slow_write  # type: ignore[method-assign]
-    ledger = s._flusher.ledger
+    ledger = s.intake  # the ledger (its abandoned flag)
     releaser = threading.Thread(
         target=lambda: (wait_until(lambda: ledger.abandoned, timeout=10), release.set()),
         daemon=True)

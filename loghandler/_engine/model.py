@@ -12,14 +12,16 @@ compiled path (``loghandler/_compiled.py``, ``configure``) as they are.
   and the memory model (rough bytes a queued event holds, for ``max_queue_bytes``).
 - ``FAST_ITEM_BYTES``: the largest item the ledger's lock-free admission takes.
 
-A leaf: it imports nothing of the package, so that every other module (and the compiled
-path's seam) can read it without an import cycle.
+A leaf: it imports nothing of the package but the leaf ``_levels`` (the stdlib's level names),
+so that every other module (and the compiled path's seam) can read it without an import cycle.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from .._levels import level_names
 
 __all__ = [
     "CONTEXT", "COPIED_ATTRS", "FAST_HEAD", "FAST_ITEM_BYTES", "FORMATTER", "HEAD", "INIT_KEYS",
@@ -81,7 +83,7 @@ FORMATTER = STANDARD - frozenset(INIT_KEYS)
 # Levels. A record's levelname is kept, lowercased ("WARN" stays "warn"); a structlog method name
 # becomes the level it logs at (structlog's add_log_level maps the first two the same way; "msg"
 # is the info-level method of PrintLogger and friends; "fatal" logs at critical).
-LEVELS = {name: name.lower() for name in logging._nameToLevel}
+LEVELS = {name: name.lower() for name in level_names()}
 METHOD_LEVELS = {"warn": "warning", "exception": "error", "msg": "info", "fatal": "critical"}
 # OpenTelemetry's log records (_front/otel.py): severity_number ranges (the log data model:
 # 1-4 trace ... 21-24 fatal); its texts for the stdlib's levels, named as IngestHandler names

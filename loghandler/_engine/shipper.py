@@ -150,6 +150,17 @@ class Shipper:
         return self._client
 
     @property
+    def owns_client(self) -> bool:
+        """Whether ``close()`` closes the client too, with the last shipper using it: True for
+        one the library built from plain arguments (a handler's ``token=``, ``url=``); a
+        client the user passed in is theirs to close."""
+        return self._flusher.owns_client
+
+    @owns_client.setter
+    def owns_client(self, value: bool) -> None:
+        self._flusher.owns_client = value
+
+    @property
     def closed(self) -> bool:
         """True once ``close()`` began; later submits are dropped."""
         return self._ledger.closed
@@ -321,5 +332,5 @@ def make_shipper(dataset: str | None, client: Client | None, shipper: Shipper | 
     built = (shared_client(**client_args) if transport is None
              else Client(**client_args, transport=transport))
     shipper = Shipper(built, dataset, transport=transport, **shipper_args)
-    shipper._flusher.owns_client = True
+    shipper.owns_client = True
     return shipper

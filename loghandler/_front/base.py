@@ -37,14 +37,6 @@ ON_ATTACH: list[Callable[[FrontEnd], None]] = []
 _told_unsent: list[bool] = []
 
 
-def redirect(front: FrontEnd, shipper: Shipper) -> bool:
-    """Point a live front end at ``shipper`` (``loghandler.testing.capture`` swaps a stand-in
-    in, then the original back: the one swap from outside, kept in the class's module). Returns
-    whether the front end built its original shipper itself (it then closes it)."""
-    front._use(shipper)
-    return front._owns_shipper
-
-
 class FrontEnd:
     """Base of a front end owning (or sharing) one ``Shipper``: ``shipper``, and its faces
     ``_intake``, ``_hold`` and ``_sampler`` kept for the hot paths."""
@@ -86,6 +78,14 @@ class FrontEnd:
         self._hold = shipper.hold
         self._sampler = shipper.sampler
         self._refresh()
+
+    def redirect(self, shipper: Shipper) -> bool:
+        """Queue into ``shipper`` from now on: the one swap from outside
+        (``loghandler.testing.capture`` points a live front end at a stand-in, then back at
+        its original). Returns whether this front end built its original shipper itself (it
+        then closes it)."""
+        self._use(shipper)
+        return self._owns_shipper
 
     def _refresh(self) -> None:
         """Recompute what a subclass derives from its shipper (its compiled fast path)."""

@@ -152,9 +152,10 @@ def otel_event(record: Any, resource: Any = None, scope: Any = None,
     attributes = record.attributes
     exception: dict[str, Any] | None = None
     if attributes:
-        # BoundedAttributes keeps a plain dict: read it directly (iterating the mapping takes
-        # its lock per key).
-        items = getattr(attributes, "_dict", None)
+        # A BoundedAttributes is read through its public copy(), a plain dict (iterating the
+        # mapping takes its lock per key).
+        copy = getattr(attributes, "copy", None)
+        items = copy() if copy is not None else None
         if not isinstance(items, dict):
             items = dict(attributes)
         plain = PLAIN

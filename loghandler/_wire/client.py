@@ -116,19 +116,13 @@ class Client:
             self._headers["x-service-org-id"] = org_id
         # None: HTTP through this client's own pool (the default transport, ``_send_http``).
         self._transport = transport
-        self._pool: urllib3.PoolManager | None = None
-        # Per URL sent to, what the PoolManager would work out on every request (the URL
-        # parsed, its host's pool, a Retry of no retries): (manager, pool, request URI, retries).
-        self._targets: dict[str, tuple[Any, Any, str, Any]] = {}
+        self._pools = _Pools()
         # Request heads of the lean exchange (``_head``), per (URI, headers); b"": not lean.
         self._heads: dict[tuple[str, tuple[tuple[str, str], ...]], bytes] = {}
         # Whether ingest POSTs take the lean exchange (``lean.py``); False: urllib3's way.
         self._lean = os.environ.get("LOGHANDLER_LEAN_HTTP", "1") != "0"
-        self._pool_lock = threading.Lock()
-        self._pid = os.getpid()
         self.views = Views(self)
         self.datasets = Datasets(self)
-        _live_clients.add(self)
 
     @property
     def url(self) -> str:
@@ -152,12 +146,13 @@ class Client:
     # ------------------------------------------------------------------ connection pool
 
     def _get_pool(self) -> urllib3.PoolManager:
-        pool = self._pool
-        if pool is not None and self._pid == os.getpid():
+        pools = self._pools
+        pool = pools.manager
+        if pool is not None and pools.pid == os.getpid():
             return pool
-        with self._pool_lock:
-            if self._pool is None or self._pid != os.getpid():
-                self._pid = os.getpid()
+        with pools.lock:
+            if pools.manager is None or pools.pid != os.getpid():
+                pools.pid = os.getpid()
                 urllib3 = lazy_module("urllib3")
                 pool = urllib3.PoolManager(
                     num_pools=4,
@@ -170,25 +165,14 @@ class Client:
                 )
                 # Connections the watchdog can end: timeout= bounds a whole request.
                 pool.pool_classes_by_scheme = watched_pool_classes()
-                self._pool = pool
-            return self._pool
-
-    def _reset_after_fork(self) -> None:
-        # In a forked child (after_fork_in_child, below): the parent's sockets are shared with
-        # the child, so never touch them here, just forget them and let the child open its own
-        # (and take a new lock: the parent's may have been held at fork).
-        self._pool = None
-        self._targets = {}
-        self._pool_lock = threading.Lock()
-        self._pid = os.getpid()
+                pools.manager = pool
+            else:
+                pool = pools.manager  # made by another thread meanwhile
+            return pool
 
     def close(self) -> None:
         """Close pooled connections. The client can still be used afterwards (it reconnects)."""
-        pool, self._pool = self._pool, None
-        # urllib3 closes a host's connections when its pool is collected: keep none of them.
-        self._targets = {}
-        if pool is not None:
-            pool.clear()
+        self._pools.close()
 
     def __enter__(self) -> Client:
         return self
@@ -242,7 +226,7 @@ class Client:
             max(0.001, timeout), self._settings.timeout)
         urllib3 = lazy_module("urllib3")
         manager = self._get_pool()
-        target = self._targets.get(url)
+        target = self._pools.targets.get(url)
         if target is None or target[0] is not manager:
             target = self._target(manager, url)
         _, host_pool, uri, no_retries = target
@@ -323,7 +307,7 @@ class Client:
         if host_pool.port and host_pool.port != (443 if host_pool.scheme == "https" else 80):
             host = f"{host}:{host_pool.port}"
         head = lean.request_head("POST", key[0], host, dict(key[1])) or b""
-        if len(self._heads) >= 64:  # bounded, as _targets
+        if len(self._heads) >= 64:  # bounded, as the targets
             self._heads.clear()
         self._heads[key] = head
         return head
@@ -416,9 +400,10 @@ class Client:
         target = (manager, manager.connection_from_host(parsed.host, port=parsed.port,
                                                         scheme=parsed.scheme),
                   parsed.request_uri, urllib3.util.Retry(False, redirect=False))
-        if len(self._targets) >= 64:  # bounded: a client asked for many datasets' paths
-            self._targets.clear()
-        self._targets[url] = target
+        targets = self._pools.targets
+        if len(targets) >= 64:  # bounded: a client asked for many datasets' paths
+            targets.clear()
+        targets[url] = target
         return target
 
     def _too_slow(self, limit: float) -> str:
@@ -569,7 +554,39 @@ def _transport_message(url: str, exc: Exception) -> str:
     return f"cannot reach {url} ({clip(text, 80)})"
 
 
-_live_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+class _Pools:
+    """A client's urllib3 PoolManager (made on its first request, ``Client._get_pool``) and,
+    per URL sent to, what the manager would work out on every request (the URL parsed, its
+    host's pool, a Retry of no retries): ``targets``, (manager, pool, request URI, retries).
+    Kept apart so that a forked child forgets them in one step (``after_fork_in_child``)."""
+
+    __slots__ = ("__weakref__", "lock", "manager", "pid", "targets")
+
+    def __init__(self) -> None:
+        self.manager: urllib3.PoolManager | None = None
+        self.targets: dict[str, tuple[Any, Any, str, Any]] = {}
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        _live_pools.add(self)
+
+    def close(self) -> None:
+        manager, self.manager = self.manager, None
+        # urllib3 closes a host's connections when its pool is collected: keep none of them.
+        self.targets = {}
+        if manager is not None:
+            manager.clear()
+
+    def forget(self) -> None:
+        """In a forked child: the parent's sockets are shared with the child, so never touch
+        them here, just forget them and let the child open its own (and take a new lock: the
+        parent's may have been held at fork)."""
+        self.manager = None
+        self.targets = {}
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+
+_live_pools: weakref.WeakSet[_Pools] = weakref.WeakSet()
 _shared: weakref.WeakValueDictionary[Settings, Client] = weakref.WeakValueDictionary()
 _shared_lock = threading.Lock()
 
@@ -588,5 +605,5 @@ def after_fork_in_child() -> None:
     global _shared_lock
     _shared_lock = threading.Lock()  # shared_client()'s: the parent may have held it
     watchdog.reset()
-    for client in list(_live_clients):
-        client._reset_after_fork()
+    for pools in list(_live_pools):
+        pools.forget()

@@ -67,7 +67,10 @@ def _unknown_arguments(parser: _Parser, args: argparse.Namespace,
     options = [e for e in extras if e.startswith("-") and e != "-"]
     if options:
         given = options[0].split("=", 1)[0]
-        known = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+        # _actions: argparse has no public list of a parser's options (only its help text,
+        # which would have to be parsed back); the attribute is stable since Python 3.2.
+        actions = command._actions  # noqa: SLF001
+        known = [o for a in actions for o in a.option_strings if o.startswith("--")]
         close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else f" (see: {command.prog} --help)"
         _err(f"unknown option {given}{hint}")

@@ -48,7 +48,9 @@ class Intake(LedgerState):
     def put(self, item: Any, size: int) -> bool:
         """The slow path of ``offer``: takes the lock. False when the item was dropped."""
         try:
-            if self._lock._is_owned() and not self._closed:  # type: ignore[attr-defined]
+            # _is_owned: threading's RLock has no public "held by this thread" test (Condition
+            # asks the same private method); both the C and the Python RLock define it.
+            if self._lock._is_owned() and not self._closed:  # type: ignore[attr-defined]  # noqa: SLF001
                 # Re-entered on a thread inside one of our own locked steps: a finalizer the
                 # cyclic GC ran there logged. The bare append is as safe there as the lock-free
                 # fast path is at any time; the next locked step accounts for it.
