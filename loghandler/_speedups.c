@@ -2713,6 +2713,19 @@ whole:;
     return r;
 }
 
+/* A repeat key (logger, level, message) of str or None only, untracked by the garbage collector
+ * at once (a pass would untrack it anyway: it holds no container, so no cycle). */
+static void
+repeat_key_untracked(PyObject *key)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(key); k++) {
+        PyObject *part = PyTuple_GET_ITEM(key, k);
+        if (part != Py_None && !PyUnicode_CheckExact(part))
+            return;
+    }
+    PyObject_GC_UnTrack(key);
+}
+
 /* admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, ended)
  *
  * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
@@ -2869,6 +2882,13 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
             PyList_SET_ITEM(made, 1, Py_NewRef(one));
             PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
+            /* Neither the entry nor its key can be part of a cycle: the entry holds a float, an
+             * int and the last event (which cannot hold the selector's own list), the key str
+             * or None only (repeat_key_untracked). Untracked, the garbage collector no longer
+             * walks one or two objects per window at each pass (with every message new, its
+             * passes cost some 800 instructions an event on the flusher). */
+            PyObject_GC_UnTrack(made);
+            repeat_key_untracked(key);
             int bad = PyObject_SetItem(seen, key, made) < 0;
             Py_DECREF(made);
             if (bad)
