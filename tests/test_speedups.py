@@ -828,11 +828,11 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
 
 
 def test_repeat_windows_are_left_to_reference_counting() -> None:
-    """The compiled repeat loop's windows (a key of str or None, an entry of a float, an int and
-    the last event) can be part of no cycle: they are untracked by the garbage collector, whose
-    passes walked each of them (some 460 instructions an event with every message new), while
-    a key holding a container stays tracked, and a suppressed event is still freed with its
-    window."""
+    """The compiled repeat loop's windows (a key of str or None, an entry of a float, an int,
+    the last event and the key) can be part of no cycle: they are untracked by the garbage
+    collector, whose passes walked each of them (some 460 instructions an event with every
+    message new), while a key holding a container stays tracked, and a suppressed event is
+    still freed with its window."""
     import gc
     import weakref
 
@@ -853,6 +853,7 @@ def test_repeat_windows_are_left_to_reference_counting() -> None:
     assert repeats == 1 and len(kept) == 5
     seen = sel._seen
     atomic = [k for k in seen if k[1] is not level]
+    assert [e[3] for e in sel._order] == list(seen)
     assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(seen[k])
                                         for k in atomic)
     # m0, m1, m2, odd, same: the one key holding the application's object stays tracked
