@@ -446,9 +446,16 @@ class Selector:
             del seen[key]  # its place in _order is passed over
             if entry[1] > (self._limit or 0):
                 summaries.append(self._summary(key, entry))
-        elif len(seen) >= self._max_keys:
-            gone = self._take_oldest()
-            if gone is not None and gone[1] > (self._limit or 0):
+        elif seen and len(seen) >= self._max_keys:
+            # _take_oldest, inlined: with the windows full and every message new, this runs
+            # for every event. An open window is in _order from _head on: the loop ends.
+            order, head = self._order, self._head
+            while seen.get(order[head][3]) is not order[head]:
+                head += 1
+            gone = order[head]
+            self._head = head + 1
+            del seen[gone[3]]
+            if gone[1] > (self._limit or 0):
                 summaries.append(self._summary(gone[3], gone))
         entry = [now, 1, None, key]
         seen[key] = entry
