@@ -21,6 +21,31 @@
 #include <string.h>
 #include <zlib.h>
 
+/* The deflate set-up both entry points share: the level's and the size's bounds, a gzip
+ * stream (window bits 15 + 16) with zlib's defaults otherwise, and deflateBound()'s room for
+ * the whole output of ``len`` bytes, so that one run of deflate() finishes the stream inside
+ * one release of the GIL. 0, or -1 with an exception set (nothing to end then). */
+static int
+deflate_start(z_stream *zs, int level, size_t len, uLong *bound)
+{
+    if (level < -1 || level > 9 || len > (size_t)(UINT_MAX / 2)) {
+        PyErr_SetString(PyExc_ValueError, "gzip: level -1..9, and at most 2 GiB of data");
+        return -1;
+    }
+    memset(zs, 0, sizeof *zs);
+    if (deflateInit2(zs, level, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *bound = deflateBound(zs, (uLong)len);
+    if (*bound > (uLong)PY_SSIZE_T_MAX || *bound > UINT_MAX) {
+        deflateEnd(zs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 gzip_compress(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -28,25 +53,17 @@ gzip_compress(PyObject *Py_UNUSED(self), PyObject *args)
     int level;
     if (!PyArg_ParseTuple(args, "y*i", &in, &level))
         return NULL;
-    if (level < -1 || level > 9 || in.len > (Py_ssize_t)(UINT_MAX / 2)) {
+    z_stream zs;
+    uLong bound;
+    if (deflate_start(&zs, level, (size_t)in.len, &bound) < 0) {
         PyBuffer_Release(&in);
-        PyErr_SetString(PyExc_ValueError, "gzip: level -1..9, and at most 2 GiB of data");
         return NULL;
     }
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, level, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-        PyBuffer_Release(&in);
-        return PyErr_NoMemory();
-    }
-    uLong bound = deflateBound(&zs, (uLong)in.len);
-    PyObject *out = bound <= (uLong)PY_SSIZE_T_MAX && bound <= UINT_MAX
-                        ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound)
-                        : NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
     if (out == NULL) {
         deflateEnd(&zs);
         PyBuffer_Release(&in);
-        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+        return NULL;
     }
     zs.next_in = (Bytef *)in.buf;
     zs.avail_in = (uInt)in.len;
@@ -146,30 +163,18 @@ array_gzip(PyObject *Py_UNUSED(self), PyObject *args)
     int level;
     if (!PyArg_ParseTuple(args, "Oi", &list, &level))
         return NULL;
-    if (level < -1 || level > 9) {
-        PyErr_SetString(PyExc_ValueError, "gzip: level -1..9");
-        return NULL;
-    }
     Parts p;
     if (parts_take(list, &p) < 0)
         return NULL;
-    if (p.total > (size_t)(UINT_MAX / 2)) {
+    z_stream zs;
+    uLong bound;
+    if (deflate_start(&zs, level, p.total, &bound) < 0) {
         parts_release(&p);
-        PyErr_SetString(PyExc_ValueError, "gzip: at most 2 GiB of data");
         return NULL;
     }
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, level, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-        parts_release(&p);
-        return PyErr_NoMemory();
-    }
-    uLong bound = deflateBound(&zs, (uLong)p.total);
     /* Raw memory (allocated and freed without the GIL), copied into a bytes object of the
      * compressed length at the end: a tenth of the body or less. */
-    unsigned char *out = bound <= (uLong)PY_SSIZE_T_MAX && bound <= UINT_MAX
-                             ? PyMem_RawMalloc((size_t)bound)
-                             : NULL;
+    unsigned char *out = PyMem_RawMalloc((size_t)bound);
     unsigned char *stage = out != NULL ? PyMem_RawMalloc(STAGE) : NULL;
     if (stage == NULL) {
         PyMem_RawFree(out);

@@ -2713,7 +2713,21 @@ whole:;
     return r;
 }
 
-/* admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, ended)
+/* A repeat key (logger, level, message) of str or None only, untracked by the garbage collector
+ * at once (a pass would untrack it anyway: it holds no container, so no cycle). */
+static void
+repeat_key_untracked(PyObject *key)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(key); k++) {
+        PyObject *part = PyTuple_GET_ITEM(key, k);
+        if (part != Py_None && !PyUnicode_CheckExact(part))
+            return;
+    }
+    PyObject_GC_UnTrack(key);
+}
+
+/* admit_repeats(events, seen, order, head, now, window, limit, max_keys, names)
+ *     -> (kept, suppressed, ended, head)
  *
  * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
  * equal): each event's key (logger, level, message) counted in its window in ``seen``; past
@@ -2726,20 +2740,25 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1]) ||
-        !PyFloat_CheckExact(args[2]) || !PyFloat_CheckExact(args[3]) ||
-        !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) ||
-        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 4) {
-        PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, now: float, "
-                                         "window: float, limit: int, max_keys: int, names)");
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) ||
+        !PyFloat_CheckExact(args[4]) || !PyFloat_CheckExact(args[5]) ||
+        !PyLong_CheckExact(args[6]) || !PyLong_CheckExact(args[7]) ||
+        !PyTuple_CheckExact(args[8]) || PyTuple_GET_SIZE(args[8]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, order: list, "
+                                         "head: int, now: float, window: float, limit: int, "
+                                         "max_keys: int, names)");
         return NULL;
     }
-    PyObject *events = args[0], *seen = args[1], *names = args[6];
-    double now = PyFloat_AS_DOUBLE(args[2]), window = PyFloat_AS_DOUBLE(args[3]);
-    long limit = PyLong_AsLong(args[4]);
-    Py_ssize_t max_keys = PyLong_AsSsize_t(args[5]);
-    if ((limit == -1 || max_keys == -1) && PyErr_Occurred())
+    PyObject *events = args[0], *seen = args[1], *order = args[2], *names = args[8];
+    Py_ssize_t head = PyLong_AsSsize_t(args[3]);
+    double now = PyFloat_AS_DOUBLE(args[4]), window = PyFloat_AS_DOUBLE(args[5]);
+    long limit = PyLong_AsLong(args[6]);
+    Py_ssize_t max_keys = PyLong_AsSsize_t(args[7]);
+    if ((limit == -1 || max_keys == -1 || head == -1) && PyErr_Occurred())
         return NULL;
+    if (head < 0)
+        head = 0;
     const char *wanted[4];
     Py_ssize_t wanted_len[4];
     for (int k = 0; k < 4; k++) {
@@ -2752,7 +2771,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyObject *kept = PyList_New(0), *ended = PyList_New(0), *one = PyLong_FromLong(1);
-    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[2];
+    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[4];
     Py_ssize_t suppressed = 0;
     if (kept == NULL || ended == NULL || one == NULL)
         goto error;
@@ -2800,7 +2819,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (entry == NULL && PyErr_Occurred())
             goto error_event;
         Py_XINCREF(entry);
-        if (entry != NULL && (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3 ||
+        if (entry != NULL && (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 4 ||
                               !PyFloat_CheckExact(PyList_GET_ITEM(entry, 0)) ||
                               !PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))) {
             PyErr_SetString(PyExc_TypeError, "admit_repeats: an entry of seen is not ours");
@@ -2822,7 +2841,8 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         else {
             if (entry != NULL) {
-                if (PyObject_DelItem(seen, key) < 0)
+                /* Its place in order is passed over (Selector._oldest). */
+                if (PyDict_DelItem(seen, key) < 0)
                     goto error_entry;
                 long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
                 if (count > limit) {
@@ -2835,41 +2855,56 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
             else if (PyDict_GET_SIZE(seen) >= max_keys) {
-                /* The oldest window is the first key: Selector's seen is an OrderedDict, whose
-                 * first key is found at once (a dict's is found past every key deleted before
-                 * it, which made each eviction cost the number of evictions since the dict
-                 * last grew). Its own operations keep its order. */
-                PyObject *it = PyObject_GetIter(seen);
-                PyObject *oldest = it == NULL ? NULL : PyIter_Next(it), *gone = NULL;
-                Py_XDECREF(it);
-                if (oldest == NULL && PyErr_Occurred())
-                    goto error_entry;
-                if (oldest != NULL && (gone = PyObject_GetItem(seen, oldest)) == NULL) {
-                    Py_DECREF(oldest);
-                    goto error_entry;
+                /* The oldest open window: the first place in order from head whose key still
+                 * holds that entry (Selector._oldest, _take_oldest). */
+                PyObject *gone = NULL;
+                while (gone == NULL && head < PyList_GET_SIZE(order)) {
+                    PyObject *at = PyList_GET_ITEM(order, head);
+                    if (!PyList_CheckExact(at) || PyList_GET_SIZE(at) != 4) {
+                        PyErr_SetString(PyExc_TypeError,
+                                        "admit_repeats: an entry of order is not ours");
+                        goto error_entry;
+                    }
+                    PyObject *now_at = PyDict_GetItemWithError(seen, PyList_GET_ITEM(at, 3));
+                    if (now_at == NULL && PyErr_Occurred())
+                        goto error_entry;
+                    if (now_at == at)
+                        gone = Py_NewRef(at);
+                    else
+                        head++;
                 }
-                if (oldest != NULL) {
-                    int bad = PyObject_DelItem(seen, oldest) < 0;
-                    long count = bad || !PyList_CheckExact(gone) || PyList_GET_SIZE(gone) != 3
-                                 ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
+                if (gone != NULL) {
+                    PyObject *gone_key = Py_NewRef(PyList_GET_ITEM(gone, 3));
+                    int bad = PyDict_DelItem(seen, gone_key) < 0;
+                    head++;
+                    long count = bad ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
                     if (!bad && count > limit) {
-                        PyObject *pair = PyTuple_Pack(2, oldest, gone);
+                        PyObject *pair = PyTuple_Pack(2, gone_key, gone);
                         bad = pair == NULL || PyList_Append(ended, pair) < 0;
                         Py_XDECREF(pair);
                     }
-                    Py_DECREF(oldest);
+                    Py_DECREF(gone_key);
                     Py_DECREF(gone);
                     if (bad || PyErr_Occurred())
                         goto error_entry;
                 }
             }
-            PyObject *made = PyList_New(3);
+            PyObject *made = PyList_New(4);
             if (made == NULL)
                 goto error_entry;
             PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
             PyList_SET_ITEM(made, 1, Py_NewRef(one));
             PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
-            int bad = PyObject_SetItem(seen, key, made) < 0;
+            PyList_SET_ITEM(made, 3, Py_NewRef(key));
+            /* Neither the entry nor its key can be part of a cycle: the entry holds a float, an
+             * int, the last event (which cannot hold the selector's own list) and its key, the
+             * key str or None only (repeat_key_untracked). Untracked, the garbage collector no longer
+             * walks one or two objects per window at each pass (with every message new, its
+             * passes cost some 800 instructions an event on the flusher). */
+            PyObject_GC_UnTrack(made);
+            repeat_key_untracked(key);
+            /* In order first: a place whose key is not set is only passed over. */
+            int bad = PyList_Append(order, made) < 0 || PyDict_SetItem(seen, key, made) < 0;
             Py_DECREF(made);
             if (bad)
                 goto error_entry;
@@ -2892,7 +2927,7 @@ error_event:
     for (int k = 0; k < 4; k++)
         Py_XDECREF(cache[k]);
     Py_DECREF(one);
-    PyObject *result = Py_BuildValue("(NnN)", kept, suppressed, ended);
+    PyObject *result = Py_BuildValue("(NnNn)", kept, suppressed, ended, head);
     return result;
 error:
     for (int k = 0; k < 4; k++)
@@ -3885,8 +3920,8 @@ static PyMethodDef methods[] = {
      "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
      "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
-     "admit_repeats(events, seen, now, window, limit, max_keys, names) -> (kept, suppressed, "
-     "ended): Selector._admit over a batch (shaping.py)."},
+     "admit_repeats(events, seen, order, head, now, window, limit, max_keys, names) -> (kept, "
+     "suppressed, ended, head): Selector._admit over a batch (shaping.py)."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},
     {"format_items", (PyCFunction)(void (*)(void))format_items, METH_FASTCALL,

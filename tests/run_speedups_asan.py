@@ -121,7 +121,8 @@ def fuzz(extra, keep_base, msg, which, context_fields):
     ext.format_items([d, extra, 1, None], (("k", 1),), True, None, None, lambda i: i, 0)
     items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
     ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
-                      else items, {}, 1.0, 60.0, 1, 2, ("message", "event", "logger", "level"))
+                      else items, {}, [], 0, 1.0, 60.0, 1, 2,
+                      ("message", "event", "logger", "level"))
     queue.clear()
 
 

@@ -465,6 +465,39 @@ class TestRepeats:
         # Three windows are left (m0 and m1 evicted), and they expire oldest first.
         assert [s["repeated_message"] for s in sel.expired(61)] == ["m2", "m3", "m4"]
 
+    @pytest.mark.parametrize("admit", ["compiled", "python"])
+    def test_restarted_windows_keep_the_order_and_the_memory_bounded(self, admit: str) -> None:
+        """A window that ends and starts again leaves its old place behind in the order of
+        windows: passed over when the oldest is looked for (an eviction takes the oldest open
+        window, not the restarted key), and the places passed are cut off, so that a steady
+        stream of restarts and evictions keeps the selector's memory bounded."""
+        from loghandler._engine.events import admit_repeats
+
+        if admit == "compiled" and admit_repeats is None:
+            pytest.skip("the compiled path is not built")
+        how = {"admit": admit_repeats if admit == "compiled" else None}
+        sel = Selector(1, 10.0, max_keys=3)
+
+        def line(m: str) -> dict[str, Any]:
+            return {"level": "info", "logger": "a", "message": m}
+
+        sel.select([line("old"), line("old")], now=0, **how)  # "old" suppressed once
+        sel.select([line("b"), line("c")], now=5, **how)
+        # "old" ends (its summary) and starts again: the newest window now, b the oldest.
+        _, rep, summ = sel.select([line("old")], now=11, **how)
+        assert rep == 0 and [s["repeated_message"] for s in summ] == ["old"]
+        # b is suppressed, then evicted for d's room: the oldest open window, not "old".
+        _, rep, summ = sel.select([line("b"), line("d")], now=12, **how)
+        assert rep == 1 and [(s["repeated_message"], s["repeats_suppressed"]) for s in summ] == [
+            ("b", 1)]
+        assert list(sel._seen) == [("a", "info", "c"), ("a", "info", "old"),
+                                   ("a", "info", "d")]
+        for t in range(20, 20 + 5000):  # every batch: a window ends, another is evicted
+            sel.select([line(f"x{t % 7}"), line(f"y{t}")], now=float(t) * 10, **how)
+            assert len(sel._seen) <= 3 and len(sel._order) <= 3 + 2 * 64
+        assert sorted(s["repeated_message"] for s in sel.flush_all()) == []
+        assert sel._order == [] and sel._seen == {}
+
 
 # ------------------------------------------------------------------ scrubbing
 

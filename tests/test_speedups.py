@@ -828,6 +828,44 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
     assert runs[0] == runs[1]
 
 
+def test_repeat_windows_are_left_to_reference_counting() -> None:
+    """The compiled repeat loop's windows (a key of str or None, an entry of a float, an int,
+    the last event and the key) can be part of no cycle: they are untracked by the garbage
+    collector, whose passes walked each of them (some 460 instructions an event with every
+    message new), while a key holding a container stays tracked, and a suppressed event is
+    still freed with its window."""
+    import gc
+    import weakref
+
+    from loghandler._engine.shaping import Selector
+
+    class Value:
+        pass
+
+    sel = Selector(1, 60.0)
+    held = Value()
+    gone = weakref.ref(held)
+    events = [encode({"message": f"m{i}", "level": "info", "logger": "x"}) for i in range(3)]
+    level = ("info", Value())  # a level of the application's making: may be in a cycle
+    events += [{"message": "odd", "level": level, "logger": "x"},
+               {"message": "same", "level": "info", "logger": "x"},
+               {"message": "same", "level": "info", "logger": "x", "v": held}]
+    kept, repeats, _ = sel.select(events, 0.0, admit=EXT.admit_repeats)
+    assert repeats == 1 and len(kept) == 5
+    seen = sel._seen
+    atomic = [k for k in seen if k[1] is not level]
+    assert [e[3] for e in sel._order] == list(seen)
+    assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(seen[k])
+                                        for k in atomic)
+    # m0, m1, m2, odd, same: the one key holding the application's object stays tracked
+    assert [gc.is_tracked(k) for k in seen] == [False, False, False, True, False]
+    del held, events
+    assert gone() is not None  # the last suppressed event, kept for its summary
+    (summary,) = sel.flush_all()
+    assert summary["repeats_suppressed"] == 1
+    assert gone() is None
+
+
 def test_nan_beside_non_ascii_ships_the_same_bytes_on_both_paths(
         wire_handlers: dict[str, tuple[IngestHandler, IngestHandler]]) -> None:
     """Issue 35.8: an event with NaN or infinity beside non-ASCII text is the same bytes

@@ -183,9 +183,9 @@ def wire_view(item: bytes, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: event[name] for name in names if name in event}
 
 
-# admit_repeats(events, seen, now, window, limit, max_keys, names): the compiled twin of
-# shaping.Selector's repeat loop over a batch; None on the Python path.
-admit_repeats: Callable[..., tuple[list[Any], int, list[tuple[Any, list[Any]]]]] | None = (
+# admit_repeats(events, seen, order, head, now, window, limit, max_keys, names): the compiled
+# twin of shaping.Selector's repeat loop over a batch; None on the Python path.
+admit_repeats: Callable[..., tuple[list[Any], int, list[tuple[Any, list[Any]]], int]] | None = (
     compiled.speedups.admit_repeats if compiled.speedups is not None else None)
 
 
