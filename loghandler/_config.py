@@ -93,7 +93,7 @@ class ShipperOptions:
     # What ships (loghandler/_engine/shaping.py, hold.py): each off until configured, but
     # identity and scrubbing by key, which are on. Identity is only checked here: the engine
     # reads who sent it (the environment, the platform) into ``fields`` when a Shipper is
-    # built (``shaping.with_identity``).
+    # built (``identity.with_identity``).
     identity: bool | Mapping[str, Any] = True
     exclude_fields: tuple[str, ...] = ()
     scrub: bool | Literal["keys", "all"] = "keys"

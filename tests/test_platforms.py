@@ -12,8 +12,8 @@ from helpers import TOKEN, Receiver
 
 from loghandler import IngestHandler
 from loghandler._engine import platforms
+from loghandler._engine.identity import identity_fields
 from loghandler._engine.platforms import K8S_NAMESPACE_FILE, detect
-from loghandler._engine.shaping import identity_fields
 
 MIB = 1024 * 1024
 

@@ -20,8 +20,9 @@ from helpers import TOKEN, Receiver
 
 import loghandler
 from loghandler import ConfigurationError, IngestProcessor, Shipper
+from loghandler._engine.identity import identity_fields
 from loghandler._engine.sampling import Sampler
-from loghandler._engine.shaping import REDACTED, Scrubber, Selector, identity_fields, luhn_ok
+from loghandler._engine.shaping import REDACTED, Scrubber, Selector, luhn_ok
 
 
 def invariant(st: loghandler.Stats) -> None:

@@ -51,10 +51,10 @@ from .fastpath import ItemPlan, item_plan
 from .flusher import Flusher
 from .guard import _SENDERS, logging_lock_held, own_record
 from .hold import Hold, level_number
+from .identity import with_identity
 from .ledger import FAST_ITEM_BYTES, Count, Fate, Intake
 from .model import LEVELS
 from .sampling import ABSENT, Sampler
-from .shaping import with_identity
 from .stats import Stats
 from .transport import HttpTransport, Transport
 
