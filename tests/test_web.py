@@ -858,7 +858,9 @@ def test_a_new_query_does_not_wait_for_the_view_the_user_left(driver: Any, svc: 
     """Issue 46: the requests of a view the user left (its histogram and fields, still in
     flight) are aborted when a query runs, before the query's own request starts: nothing
     of the old view queues ahead of it (the page holds the old answers back here, so a
-    request that waited for them would wait past this test's patience)."""
+    request that waited for them would wait past this test's patience). So is live mode's
+    refresh of a query when the user runs another."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
@@ -889,6 +891,33 @@ def test_a_new_query_does_not_wait_for_the_view_the_user_left(driver: Any, svc: 
     # Aborted no later than the query's request started: none of them was ahead of it.
     assert all(e["t1"] is not None and e["t1"] <= asked[0]["t0"] for e in old), (old, asked)
     assert not any(e["t1"] is None for e in log), "a request of the old view still in flight"
+    driver.execute_script("window.__net.rules.length = 0;")
+
+    # Live mode asks the query again (every 10 s at the least); that refresh, held back, is
+    # the one request of its panel, and a new query of the user's aborts it before asking.
+    add_rule(driver, match="by path", delay=60_000)
+    n = len(net_log(driver))
+    for _ in range(2):  # the refresh comes 10 s after the answer: two waits' patience
+        try:
+            refresh = wait_until(driver, lambda d: [e for e in net_log(d)[n:] if e["t1"] is None
+                                                    and "by path" in e["body"]], "a refresh")
+            break
+        except TimeoutException:
+            continue
+    else:
+        raise AssertionError("live mode never asked the query again")
+    box.clear()
+    box.send_keys("['left'] | summarize count() by level")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: d.execute_script(
+        "return document.querySelectorAll('#chart rect').length;") == 1, "the new chart")
+    log = net_log(driver)
+    mine = [e for e in log[n:] if "by level" in e["body"]]
+    held = [e for e in log if e["t0"] == refresh[0]["t0"]]
+    assert len(refresh) == 1 and held[0]["aborted"] and held[0]["t1"] <= mine[0]["t0"], (
+        held, mine)
+    most = driver.execute_script("return window.__net.most;")
+    assert most["events"] == 1, most
     driver.execute_script("window.__net.rules.length = 0;")
     driver.find_element(By.ID, "editor-toggle").click()
 
