@@ -7,6 +7,7 @@ earlier version; a query reading anything else is left to the scan; what is kept
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 from collections.abc import Iterator
@@ -149,6 +150,57 @@ def test_a_percentile_past_its_sample_is_the_scans(
     check(store, monkeypatch, FAST[:3], True)
     fast, _, _ = fast_and_scan(store, monkeypatch, FAST[1], None, format_time(BASE + 2 * DAY))
     assert fast["status"]["rowsMatched"] > 20 * len(ROUTES)
+
+
+def _reference_percentile(values: list[Any], p: float) -> Any:
+    """The percentile as the service defines it, written plainly: the nearest rank over the
+    numbers (text and nulls skipped), from a reservoir sample of PERCENTILE_SAMPLE seeded
+    with 0 once there are more."""
+    sample: list[Any] = []
+    rng = random.Random(0)
+    seen = 0
+    for v in values:
+        if not isinstance(v, (int, float)):
+            continue
+        seen += 1
+        if len(sample) < sqlfunctions.PERCENTILE_SAMPLE:
+            sample.append(v)
+        else:
+            j = rng.randrange(seen)
+            if j < sqlfunctions.PERCENTILE_SAMPLE:
+                sample[j] = v
+    if not sample:
+        return None
+    sample.sort()
+    return sample[min(max(1, math.ceil(p / 100 * len(sample))), len(sample)) - 1]
+
+
+@pytest.mark.parametrize("size", [1, 7, 20, 100_000])
+def test_the_percentile_is_the_nearest_rank_of_its_sample(
+        size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The step is a lean closure while the sample fills, then the sampling one: the answers
+    # are the plain definition's, for groups under, at and past the sample's size, of ints,
+    # reals, text and nulls (a group of exactly ``size`` numbers too).
+    monkeypatch.setattr(sqlfunctions, "PERCENTILE_SAMPLE", size)
+    rng = random.Random(size)
+    db = sqlite3.connect(":memory:")
+    sqlfunctions.add_functions(db)
+    db.execute("CREATE TABLE t (g, x)")
+    groups: dict[int, list[Any]] = {}
+    for g in range(40):
+        values: list[Any] = [rng.choice([rng.randint(-9, 10 ** 6), rng.random() * 1e3, None,
+                                         "text", 2 ** 62 + rng.randint(0, 9)])
+                             for _ in range(rng.randint(0, 60))]
+        if g == 0:
+            values = [float(i) for i in range(min(size, 60))]  # exactly the sample's size
+        groups[g] = values
+        db.executemany("INSERT INTO t VALUES (?, ?)", [(g, v) for v in values])
+    for p in (0.0, 1.0, 50.0, 95.0, 99.9, 100.0):
+        got = dict(db.execute(f"SELECT g, apl_percentile(x, {p!r}) FROM t GROUP BY g"))
+        for g, values in groups.items():
+            want = _reference_percentile(values, p)
+            assert got.get(g) == want and type(got.get(g)) is type(want), (g, p)
+    db.close()
 
 
 def test_trim_delete_and_clear_keep_the_table_right(

@@ -854,6 +854,74 @@ def test_one_request_per_panel_and_a_new_query_stops_the_old(
     assert most and max(most.values()) == 1, most
 
 
+def test_a_new_query_does_not_wait_for_the_view_the_user_left(driver: Any, svc: Any) -> None:
+    """Issue 46: the requests of a view the user left (its histogram and fields, still in
+    flight) are aborted when a query runs, before the query's own request starts: nothing
+    of the old view queues ahead of it (the page holds the old answers back here, so a
+    request that waited for them would wait past this test's patience). So is live mode's
+    refresh of a query when the user runs another."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    ingest(svc, "left", [{"level": "info", "message": f"left {i}", "path": f"/p{i % 3}",
+                          "duration_ms": i} for i in range(30)])
+    open_page(driver, svc, dataset="left")
+    wait_until(driver, lambda d: len(rows(d)) == 30, "the events")
+    # The next search's fields and histogram are held back 60 s (four times the wait).
+    add_rule(driver, match="/local/facets", delay=60_000)
+    add_rule(driver, match="bin(_time", delay=60_000)
+    driver.find_element(By.ID, "filter").send_keys("left", Keys.ENTER)
+    held = wait_until(driver, lambda d: (lambda log: len(log) == 2 and log)(
+        [e for e in net_log(d) if e["panel"] in ("facets", "histogram") and e["t1"] is None]),
+        "the search's fields and histogram in flight")
+    n = len(net_log(driver))
+    driver.find_element(By.ID, "editor-toggle").click()
+    box = driver.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys("['left'] | summarize count() by path")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: d.execute_script(
+        "return document.querySelectorAll('#chart rect').length;") == 3, "the query's chart")
+    log = net_log(driver)
+    asked = [e for e in log[n:] if e["panel"] == "events" and "by path" in e["body"]]
+    assert len(asked) == 1 and asked[0]["status"] == 200, asked
+    old = [e for e in log if e["t0"] in {h["t0"] for h in held}]
+    assert all(e["aborted"] for e in old), old
+    # Aborted no later than the query's request started: none of them was ahead of it.
+    assert all(e["t1"] is not None and e["t1"] <= asked[0]["t0"] for e in old), (old, asked)
+    assert not any(e["t1"] is None for e in log), "a request of the old view still in flight"
+    driver.execute_script("window.__net.rules.length = 0;")
+
+    # Live mode asks the query again (every 10 s at the least); that refresh, held back, is
+    # the one request of its panel, and a new query of the user's aborts it before asking.
+    add_rule(driver, match="by path", delay=60_000)
+    n = len(net_log(driver))
+    for _ in range(2):  # the refresh comes 10 s after the answer: two waits' patience
+        try:
+            refresh = wait_until(driver, lambda d: [e for e in net_log(d)[n:] if e["t1"] is None
+                                                    and "by path" in e["body"]], "a refresh")
+            break
+        except TimeoutException:
+            continue
+    else:
+        raise AssertionError("live mode never asked the query again")
+    box.clear()
+    box.send_keys("['left'] | summarize count() by level")
+    driver.find_element(By.ID, "editor-run").click()
+    wait_until(driver, lambda d: d.execute_script(
+        "return document.querySelectorAll('#chart rect').length;") == 1, "the new chart")
+    log = net_log(driver)
+    mine = [e for e in log[n:] if "by level" in e["body"]]
+    held = [e for e in log if e["t0"] == refresh[0]["t0"]]
+    assert len(refresh) == 1 and held[0]["aborted"] and held[0]["t1"] <= mine[0]["t0"], (
+        held, mine)
+    most = driver.execute_script("return window.__net.most;")
+    assert most["events"] == 1, most
+    driver.execute_script("window.__net.rules.length = 0;")
+    driver.find_element(By.ID, "editor-toggle").click()
+
+
 def test_live_asks_only_for_what_is_new_slows_down_and_rests_when_hidden(
         driver: Any, svc: Any) -> None:
     """Live: after the first answer, only events newer than those shown are asked for
@@ -1143,6 +1211,14 @@ def test_charts_draw_a_series_per_group_with_a_legend_over_the_range(
         "return [...document.querySelectorAll('#chart .legend .series')].map(s => s.innerText);")
     assert sorted(legend) == sorted(paths)
     assert json.loads(events_requests(driver)[-1]["body"])["startTime"] == "now-1h"
+    # Its table (a row per path and bin, over 100) shows its first 100 rows, the rest on a
+    # click: the chart drew from all of them.
+    assert sum(points for _, points in lines) > 100
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr.row")) == 100
+    driver.find_element(By.ID, "all-rows").click()
+    wait_until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#events tbody tr.row"))
+               == sum(points for _, points in lines), "every row of the table")
+    assert not driver.find_elements(By.ID, "all-rows")
     box = driver.find_element(By.ID, "editor-apl")
     box.clear()
     box.send_keys("['chart'] | summarize count() by level, bin_auto(_time)")
@@ -1613,6 +1689,10 @@ def test_charts_use_the_level_colours_a_linear_time_axis_and_say_what_they_leave
         " return Object.keys(o).length && o;"), "the lines")
     note = driver.find_element(By.CSS_SELECTOR, "#chart .more-series").text
     assert note.startswith("4 more series"), note  # 16 series: 15 paths and (none)
+    # Twelve series, twelve colours: no two series of the chart share one (a hash of the
+    # name alone would make two of them collide nearly always).
+    strokes = [stroke for stroke, _ in first.values()]
+    assert len(first) == 12 and len(set(strokes)) == 12, first
     label = driver.find_element(By.CSS_SELECTOR, "#chart svg").get_attribute("aria-label")
     assert "(ms)" in label
     assert any(" ms" in t.text for t in driver.find_elements(By.CSS_SELECTOR, "#chart text"))
