@@ -5,9 +5,10 @@ Each pass takes a batch from the ledger (``batches.Cutter``, repeats left out by
 to post, the poster (``posting.Poster``: one request's tries through the transport, read by
 ``policy.py``) returns each piece's outcome, and the worker settles what the split loop says has
 reached it; what cannot be delivered goes to ``spilling.Spiller`` (the spool, or a count), which
-returns what is left to settle. Between batches the worker replays the spool the same way, one try
-per request (it is the spool's ``ReplayTarget``). The parts return values; none calls the worker
-back. It never holds the ledger's lock across any I/O.
+returns what is left to settle. While a request's answer is awaited, the next batch is taken and
+compressed (``_prepare``), and sent once the previous one is settled. Between batches the worker
+replays the spool the same way, one try per request (it is the spool's ``ReplayTarget``). The
+parts return values; none calls the worker back. It never holds the ledger's lock across any I/O.
 """
 
 from __future__ import annotations
