@@ -58,6 +58,10 @@ def _count_msgpack(body: bytes) -> int:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     disable_nagle_algorithm = True
+    # The answer's head and body in one write, as a real service (Go's net/http, nginx) writes
+    # a small answer: unbuffered, http.server sends them in two, and the shipper pays a second
+    # receive for it (docs/performance.md, "Sixth pass"). Flushed after each request.
+    wbufsize = 64 * 1024
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # one stderr line per request would cost more than the request

@@ -247,6 +247,49 @@ class TestProtocol:
             conn.close()
         assert sent(svc.events("app")) == [{"a": 1}]
 
+    def test_a_small_answer_comes_in_one_segment(self, svc: LocalService) -> None:
+        """An ingest answer's head and body leave in one write, as a real service writes a
+        small answer: the first receive after the request holds all of it (written in two,
+        the head came alone and a client paid a second receive: docs/performance.md)."""
+        import socket
+
+        body = b'[{"a": 1}]'
+        request = (f"POST {ingest_path()} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        port = int(svc.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            for _ in range(3):  # each request of a kept-alive connection
+                s.sendall(request)
+                first = s.recv(65536)
+                head, sep, rest = first.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200") and sep
+                length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length:")))
+                assert length > 0 and len(rest) == length and json.loads(rest)["ingested"] == 1
+        assert len(svc.events("app")) == 3
+
+    def test_expect_100_continue_is_answered_before_the_body(self, svc: LocalService) -> None:
+        """A client that waits for ``100 Continue`` before sending its body gets it at once,
+        not held back with the answer in the buffered writer."""
+        import socket
+
+        body = b'[{"a": 1}]'
+        head = (f"POST {ingest_path()} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        port = int(svc.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(head)
+            assert s.recv(65536).startswith(b"HTTP/1.1 100")  # before any byte of the body
+            s.sendall(body)
+            answer = b""
+            while b"ingested" not in answer:
+                chunk = s.recv(65536)
+                assert chunk
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200") and len(svc.events("app")) == 1
+
     def test_requests_are_recorded(self, svc: LocalService) -> None:
         """svc.requests records method, path, status, dataset and event count."""
         call(svc, "POST", ingest_path(), [{"a": 1}, {"b": 2}])

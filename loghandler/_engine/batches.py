@@ -165,14 +165,16 @@ class Repeats:
         self.ledger = ledger
         self.lock = threading.Lock()
 
-    def select(self, events: list[Item], first: int | None = None) -> list[Item]:
+    def select(self, events: list[Item], first: int | None = None,
+               settle: Callable[[int, Fate], None] | None = None) -> list[Item]:
         """The events kept. ``first``: the events are an application thread's spill (the run
-        that starts at ``first``), settled on its side (``Flushing.settle_side``)."""
+        that starts at ``first``), settled on its side (``Flushing.settle_side``). ``settle``:
+        how the flusher settles what it drops (``Cutter.settle``), when not at once."""
         with self.lock:
             kept, repeats, summaries = self.selector.select(cast("list[dict[str, Any]]", events))
         if repeats:
             if first is None:
-                self.ledger.settle(repeats, Fate.DROPPED_REPEAT)
+                (settle or self.ledger.settle)(repeats, Fate.DROPPED_REPEAT)
             else:
                 self.ledger.settle_side(first, repeats, Fate.DROPPED_REPEAT)
         self._queue(summaries)
@@ -198,7 +200,8 @@ class Cutter:
     ``max_batch_bytes`` encoded bytes. ``carry`` holds encoded events already taken from the
     queue (in flight) that did not fit in the previous batch; they go first."""
 
-    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "repeats")
+    __slots__ = ("carry", "fields", "finish", "ledger", "max_bytes", "max_events", "repeats",
+                 "settle")
 
     def __init__(self, ledger: Flushing, batch_size: int, max_batch_bytes: int, fields: Any,
                  finish: Callable[..., None] | None = None, repeats: Repeats | None = None,
@@ -212,6 +215,10 @@ class Cutter:
         self.finish = finish
         self.repeats = repeats
         self.carry: list[bytes] = []
+        # How what the cut drops (too large, repeats) is settled: None, at once (the oldest
+        # events in flight are the batch's); the worker's list while the batch is taken before
+        # the previous one is answered (``Worker._prepare``), applied after that one's.
+        self.settle: Callable[[int, Fate], None] | None = None
 
     def next(self, partial: bool, spill: int = 0, spill_bytes: int | None = None
              ) -> Chunk | None:
@@ -235,7 +242,7 @@ class Cutter:
                 items = taken
             events = item_events(items, self.fields, self.finish)
             if self.repeats is not None and events:
-                events = self.repeats.select(events)
+                events = self.repeats.select(events, settle=self.settle)
                 if not events and not carry:
                     continue
             if spill and not carry:
@@ -251,7 +258,7 @@ class Cutter:
             while start < len(parts) and 2 + len(parts[start]) > self.max_bytes:
                 # One event bigger than a whole batch: the service could never take it. It
                 # is the oldest event in flight, so settling it now keeps the order.
-                ledger.settle(1, Fate.DROPPED_TOO_LARGE)
+                (self.settle or ledger.settle)(1, Fate.DROPPED_TOO_LARGE)
                 start += 1
             if start < len(parts):
                 end = cut(parts, start, self.max_events, self.max_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .._config import ShipperOptions
 from .._errors import ApiError, Error, PartialIngestError, TransportError
@@ -37,7 +37,7 @@ from .policy import (
     next_auth_pause,
 )
 from .reporter import Reporter, answer_of, plural, refusal
-from .transport import Transport
+from .transport import HttpTransport, Transport
 
 __all__ = ["GiveUp", "Poster"]
 
@@ -107,17 +107,23 @@ class Poster:
         self.auth_delay = self.options.auth_retry_delay
 
     def post(self, chunk: Chunk, retry: Retry, *, patient: bool = True,
-             give_up: GiveUp | None = None) -> tuple[Outcome, Error | None]:
+             give_up: GiveUp | None = None,
+             body: tuple[bytes, dict[str, str]] | None = None,
+             after_write: Callable[[], None] | None = None) -> tuple[Outcome, Error | None]:
         """Post one request until it has a final outcome (``classify``), retried as ``retry``
         allows; the service's limits are waited out (the first without spending a retry),
         unless not ``patient`` (then ``LIMITED`` is returned, and sending stays paused).
         ``give_up`` (a delivery, with a spool): asked after each failed try and while a wait
         lets the queue fill; when it says so, the batch is given up at once
-        (``RETRIES_EXHAUSTED``: the caller spools it)."""
-        body, headers = self._body(chunk)
+        (``RETRIES_EXHAUSTED``: the caller spools it). ``body``: the chunk's body and
+        headers, made already (``encode``). ``after_write``: called once a try's request is
+        written, before its answer is read, where the transport can (``HttpTransport``)."""
+        data, headers = body if body is not None else self.encode(chunk)
+        hook = after_write if type(self.transport) is HttpTransport else None
         error: Error | None = None
         while True:
-            outcome, pause, error = self._try(chunk, body, headers, give_up, error, patient)
+            outcome, pause, error = self._try(chunk, data, headers, give_up, error, patient,
+                                              hook)
             if outcome.final or (outcome is Outcome.LIMITED and not patient):
                 return outcome, error
             retry = retry.increment(outcome, pause)
@@ -142,7 +148,8 @@ class Poster:
             if not waited:
                 return _at_deadline(error), error
 
-    def _body(self, chunk: Chunk) -> tuple[bytes, dict[str, str]]:
+    def encode(self, chunk: Chunk) -> tuple[bytes, dict[str, str]]:
+        """``chunk``'s request body (compressed as configured) and its headers."""
         opts = self.options
         if opts.compression != "gzip":
             return chunk.body(), JSON_HEADERS
@@ -171,7 +178,8 @@ class Poster:
         return self.ledger.sleep_until(until)
 
     def _try(self, chunk: Chunk, body: bytes, headers: dict[str, str],
-             give_up: GiveUp | None, last: Error | None, patient: bool = True
+             give_up: GiveUp | None, last: Error | None, patient: bool = True,
+             after_write: Callable[[], None] | None = None
              ) -> tuple[Outcome, float | None, Error | None]:
         """One try, once sending is not paused: (outcome, its pause, its error). Not
         ``patient`` (a spool replay): while sending is paused, ``LIMITED`` at once, without
@@ -188,8 +196,13 @@ class Poster:
             return _at_deadline(last), None, last
         self.in_request = True
         try:
-            answer = self.transport.send("POST", self.path, body, headers=headers,
-                                         timeout=timeout)
+            if after_write is not None:
+                answer = cast("HttpTransport", self.transport).send(
+                    "POST", self.path, body, headers=headers, timeout=timeout,
+                    after_write=after_write)
+            else:
+                answer = self.transport.send("POST", self.path, body, headers=headers,
+                                             timeout=timeout)
         except TransportError as exc:
             self.in_request = False
             # Kept (for the report, on_error), but without its traceback: the frames it holds

@@ -14,7 +14,7 @@ for tests without sockets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .._output import redact
 from .._wire.answer import Answer
@@ -45,10 +45,13 @@ class HttpTransport:
 
     def send(self, method: str, path: str, body: bytes | None, *,
              headers: Mapping[str, str] | None = None,
-             timeout: float | None = None) -> Answer:
+             timeout: float | None = None,
+             after_write: Callable[[], None] | None = None) -> Answer:
+        """``Transport.send``; ``after_write``: called once the request is written, before
+        its answer is read (``Client.send``), where the lean exchange carries it."""
         with sending(HTTP):  # urllib3's own log records are not shipped (guard.py)
             return self.client.send(method, path, body, headers=headers, timeout=timeout,
-                                    max_success_bytes=self.max_bytes)
+                                    max_success_bytes=self.max_bytes, after_write=after_write)
 
 
 class _RedactUrllib3(logging.Filter):

@@ -5,9 +5,10 @@ Each pass takes a batch from the ledger (``batches.Cutter``, repeats left out by
 to post, the poster (``posting.Poster``: one request's tries through the transport, read by
 ``policy.py``) returns each piece's outcome, and the worker settles what the split loop says has
 reached it; what cannot be delivered goes to ``spilling.Spiller`` (the spool, or a count), which
-returns what is left to settle. Between batches the worker replays the spool the same way, one try
-per request (it is the spool's ``ReplayTarget``). The parts return values; none calls the worker
-back. It never holds the ledger's lock across any I/O.
+returns what is left to settle. While a request's answer is awaited, the next batch is taken and
+compressed (``_prepare``), and sent once the previous one is settled. Between batches the worker
+replays the spool the same way, one try per request (it is the spool's ``ReplayTarget``). The
+parts return values; none calls the worker back. It never holds the ledger's lock across any I/O.
 """
 
 from __future__ import annotations
@@ -37,6 +38,19 @@ from .transport import Transport
 __all__ = ["Worker"]
 
 _monotonic = time.monotonic
+
+
+class _Prepared:
+    """The next batch, taken, formatted and compressed while the previous request's answer
+    was awaited (``Worker._prepare``): in flight with the ledger, not sent. ``settles``: what
+    its cut dropped (too large, repeats), settled once the previous batch is."""
+
+    __slots__ = ("body", "chunk", "settles")
+
+    def __init__(self) -> None:
+        self.chunk: Chunk | None = None
+        self.body: tuple[bytes, dict[str, str]] | None = None
+        self.settles: list[tuple[int, Fate]] = []
 
 
 class Worker:
@@ -78,6 +92,11 @@ class Worker:
         self.split: Bisection | None = None
         # The settlements of the batch being delivered, applied once its outcomes are told.
         self.deferred: list[tuple[int, Fate]] | None = None
+        # The next batch, made while the previous request's answer is awaited (_prepare), and
+        # whether a round of batches may make one (its ``partial``; None: not now).
+        self.prepared: _Prepared | None = None
+        self.prepare_error: BaseException | None = None
+        self.round_partial: bool | None = None
         self.after_run: Callable[[], None] | None = None
         self.last_replay = 0.0
         self.poster.reset()
@@ -178,19 +197,89 @@ class Worker:
         try:
             while not self._deadline_passed():
                 spill = spiller.step()
-                batch = cutter.next(partial, spill, SPILL_BATCHES * self.options.max_batch_bytes)
+                prepared = self._take_prepared()
+                body = None
+                if prepared is not None:
+                    if prepared.chunk is None:  # its cut dropped all it took: settled now
+                        continue
+                    batch: Chunk | None = prepared.chunk
+                    body = prepared.body
+                else:
+                    batch = cutter.next(partial, spill,
+                                        SPILL_BATCHES * self.options.max_batch_bytes)
                 if batch is None:
                     break
                 if spill:  # taken for the spool
                     self._settle_failed(spiller.fail(batch, Outcome.RETRIES_EXHAUSTED, None,
                                                      spill=True))
                     continue
-                self._deliver(batch)
+                self.round_partial = partial
+                try:
+                    self._deliver(batch, body)
+                finally:
+                    self.round_partial = None
         finally:
+            prepared, self.prepared = self.prepared, None
+            error, self.prepare_error = self.prepare_error, None
+            if prepared is not None and error is None:
+                # The close deadline cut the loop short: the batch made for the next request
+                # (older than the carry) is spooled or counted as the rest is.
+                for n, fate in prepared.settles:
+                    self.ledger.settle(n, fate)
+                if prepared.chunk is not None:
+                    self._settle_failed(spiller.fail(prepared.chunk, Outcome.SHUTDOWN, None))
             if cutter.carry:  # only when the close deadline cut the loop short
                 carry = cutter.carry[:]
                 cutter.carry.clear()
                 self._settle_failed(spiller.fail(Chunk(parts=carry), Outcome.SHUTDOWN, None))
+            if error is not None:
+                # Preparing the next batch failed (a bug of ours): as a take that fails, the
+                # thread's loop counts what is in flight (Worker.run).
+                raise error
+
+    def _prepare(self) -> None:
+        """The next batch taken, formatted and compressed while the service works on the
+        request just written (``after_write`` of the lean exchange), instead of after its
+        answer: the flusher's waits for the interpreter's lock and gzip overlap the round
+        trip (docs/performance.md, "Sixth pass"). Requests stay one at a time, in order: the
+        batch is sent after the previous one's outcome is settled. What its cut drops is
+        settled then too (settling counts the oldest events in flight, the previous batch's
+        until then). Never raises into the exchange: an error is kept, and raised where the
+        batch would have been taken (``_take_prepared``)."""
+        partial = self.round_partial
+        if (partial is None or self.prepared is not None or self.prepare_error is not None
+                or self.spiller.outage or self._deadline_passed()):
+            return
+        prepared = _Prepared()
+        cutter = self.cutter
+        cutter.settle = _append_to(prepared.settles)
+        try:
+            # Before the take: an abandon() meanwhile finds these events (held, in order).
+            self.prepared = prepared
+            chunk = prepared.chunk = cutter.next(partial)
+            if chunk is not None:
+                prepared.body = self.poster.encode(chunk)
+            elif not prepared.settles:
+                self.prepared = None
+        except BaseException as exc:  # raised on this thread's loop (_take_prepared)
+            self.prepare_error = exc
+        finally:
+            cutter.settle = None
+
+    def _take_prepared(self) -> _Prepared | None:
+        """The batch ``_prepare`` made, its cut's settlements applied (the previous batch is
+        settled now); raises what preparing it raised."""
+        error = self.prepare_error
+        if error is not None:
+            self.prepare_error = None
+            raise error
+        prepared = self.prepared
+        if prepared is None:
+            return None
+        self.prepared = None
+        for n, fate in prepared.settles:
+            self.ledger.settle(n, fate)
+        return prepared
 
     def spill_from_caller(self, first: int, items: list[Any]) -> None:
         """On an application thread, outside the ledger's lock: the oldest events of a full
@@ -215,7 +304,8 @@ class Worker:
         if parts:
             self.spiller.write_from_caller(first, parts)
 
-    def _deliver(self, batch: Chunk) -> None:
+    def _deliver(self, batch: Chunk, body: tuple[bytes, dict[str, str]] | None = None
+                 ) -> None:
         """Post ``batch`` until each of its events has a final outcome, halving what the
         service refuses (``Bisection``), and settle them; the settlements wait until the
         batch's outcomes are reported: a flush() waiting for these events returns after
@@ -232,7 +322,11 @@ class Worker:
         split = self.split = Bisection(batch)
         try:
             while (piece := split.next()) is not None:
-                outcome, error = self.poster.post(piece, retry, give_up=give_up)
+                # The body made with the batch is the whole batch's (a piece of a split is
+                # encoded anew).
+                made = body if piece is batch else None
+                outcome, error = self.poster.post(piece, retry, give_up=give_up, body=made,
+                                                  after_write=self._prepare)
                 for done in split.told(outcome, error):
                     self._settle_delivery(done, outcome, error)
             conclude(self.reporter, split.tally, replay=False)
@@ -297,6 +391,13 @@ class Worker:
         # Pieces of the batch already answered, whose settlements wait for the batch's end
         # (_deliver): their fates are known, and count as such.
         deferred = list(self.deferred or ())
+        prepared = self.prepared
+        if prepared is not None:
+            # The next batch, taken (after everything held) but not sent; what its cut
+            # dropped has its fate.
+            deferred.extend(prepared.settles)
+            if prepared.chunk is not None:
+                held = [*held, prepared.chunk]
         self.spiller.take_over(n, held, list(self.cutter.carry), queued, self._events,
                                posting=sent, settled=deferred, first=first)
 
@@ -371,3 +472,11 @@ class Worker:
     def progress(self) -> int:
         """Events delivered so far: grows when the service takes events again."""
         return self.ledger.delivered()
+
+
+def _append_to(settles: list[tuple[int, Fate]]) -> Callable[[int, Fate], None]:
+    """A ``settle`` that keeps what it is told in ``settles`` (``Cutter.settle``)."""
+    def settle(n: int, fate: Fate) -> None:
+        settles.append((n, fate))
+    return settle
+

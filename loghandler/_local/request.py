@@ -43,7 +43,13 @@ class Request(BaseHTTPRequestHandler):
     """One connection's requests (keep-alive): the mechanics every endpoint uses."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse their connection
-    disable_nagle_algorithm = True  # headers and body go in two writes; no 40 ms stall
+    disable_nagle_algorithm = True  # no 40 ms stall on what is written
+    # A small answer leaves in one write, its head and body together, as real services write
+    # it (Go's net/http, nginx): unbuffered, http.server writes the head, then the body, and a
+    # client reads the answer in two receives (each a wait for the interpreter's lock on the
+    # shipper's flusher: docs/performance.md, "Sixth pass"). http.server flushes after each
+    # request; a body larger than the buffer is written straight through.
+    wbufsize = 64 * 1024
     # A backstop per receive; the server's own time-outs (idle, whole request) come first.
     timeout = 60
     server_version = "loghandler-local"
@@ -72,6 +78,13 @@ class Request(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the per-request line is ours (on_request), not http.server's
+
+    def handle_expect_100(self) -> bool:
+        # 100 Continue must leave now (the client waits for it before sending the body), not
+        # with the answer (the buffered wfile above).
+        ok = super().handle_expect_100()
+        self.wfile.flush()
+        return ok
 
     def setup(self) -> None:
         super().setup()

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -193,6 +193,7 @@ class Client:
         max_bytes: int = MAX_RESPONSE_BYTES,
         max_success_bytes: int | None = None,
         limit: Limit = "ingest",
+        after_write: Callable[[], None] | None = None,
     ) -> Answer:
         """One HTTP request; returns the service's answer (2xx or not); raises only
         ``TransportError`` (no answer).
@@ -200,7 +201,9 @@ class Client:
         An answer over ``max_bytes`` is cut there (and then is not valid JSON); a 2xx answer
         over ``max_success_bytes``, when given (an ingest status may list a failure per event),
         instead. ``limit``: the service's limit a 430 means for this request (its wait is read
-        from that limit's reset header)."""
+        from that limit's reset header). ``after_write``: called on this thread once an ingest
+        POST is written, before its answer is read (the lean exchange only: ``lean.py``); it
+        must not raise."""
         all_headers = dict(self._headers)
         if body is not None:
             all_headers["Content-Type"] = "application/json"
@@ -212,11 +215,12 @@ class Client:
             return self._transport.send(method, path, body, headers=all_headers,
                                         timeout=timeout)
         return self._send_http(method, path, body, all_headers, timeout, max_bytes,
-                               max_success_bytes, limit)
+                               max_success_bytes, limit, after_write)
 
     def _send_http(self, method: str, path: str, body: bytes | None,
                    all_headers: dict[str, str], timeout: float | None, max_bytes: int,
-                   max_success_bytes: int | None, limit: Limit) -> Answer:
+                   max_success_bytes: int | None, limit: Limit,
+                   after_write: Callable[[], None] | None = None) -> Answer:
         """The default transport: one request through this client's urllib3 pool."""
         url = self._settings.url + path
         # timeout= bounds the whole request: connecting, sending, and the answer to its last
@@ -238,7 +242,7 @@ class Client:
             if head:
                 data = b"".join((head, b"%d\r\n\r\n" % len(body), body))  # one copy
                 return self._send_lean(host_pool, data, limit_s, max_bytes, max_success_bytes,
-                                       limit)
+                                       limit, after_write)
         kwargs: dict[str, Any] = {}
         if timeout is not None:
             kwargs["timeout"] = urllib3.Timeout(connect=min(limit_s, 10.0), read=limit_s)
@@ -313,7 +317,8 @@ class Client:
         return head
 
     def _send_lean(self, host_pool: Any, data: bytes, limit_s: float, max_bytes: int,
-                   max_success_bytes: int | None, limit: Limit) -> Answer:
+                   max_success_bytes: int | None, limit: Limit,
+                   after_write: Callable[[], None] | None = None) -> Answer:
         """An ingest POST by the lean exchange (``lean.py``) on a connection of the host's
         pool: the same deadline, bounds, idle-close re-send and errors as ``_send_http``."""
         urllib3 = lazy_module("urllib3")
@@ -325,7 +330,7 @@ class Client:
                 conn = host_pool.borrow()
                 try:
                     result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes,
-                                            watch is not None)
+                                            watch is not None, after_write)
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
                     if not _closed_while_idle(watch, exc):
                         raise
@@ -333,7 +338,7 @@ class Client:
                     # in the pool; sent again at once, once, on a new connection.
                     conn.close()
                     result = self._exchange(conn, data, limit_s, max_bytes, max_success_bytes,
-                                            watch is not None)
+                                            watch is not None, after_write)
                 status, headers, raw, complete, reusable = result
                 if not reusable or (watch is not None and watch.fired):
                     # Cut at the read bound, told to close, or shut down by the watchdog just
@@ -365,7 +370,8 @@ class Client:
 
     @staticmethod
     def _exchange(conn: Any, data: bytes, limit_s: float, max_bytes: int,
-                  max_success_bytes: int | None, watched: bool
+                  max_success_bytes: int | None, watched: bool,
+                  after_write: Callable[[], None] | None = None
                   ) -> tuple[int, lean.Headers, bytes, bool, bool]:
         """One request on ``conn`` (opened here by urllib3 when it is not: TLS verified,
         watched from its connect), and its answer (``lean.exchange``).
@@ -386,7 +392,7 @@ class Client:
         timeout = None if watched else limit_s
         if sock.gettimeout() != timeout:
             sock.settimeout(timeout)
-        return lean.exchange(sock, data, max_bytes, max_success_bytes)
+        return lean.exchange(sock, data, max_bytes, max_success_bytes, after_write)
 
     def _target(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, Any, str, Any]:
         """What ``PoolManager.urlopen`` works out for ``url`` on every request (a tenth of a

@@ -17,7 +17,7 @@ speaks the protocol, and says how it failed by the exception's type.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "Cut", "Headers", "Malformed", "NoAnswer",
@@ -219,11 +219,15 @@ def _decoded(raw: bytes, encoding: str | None, bound: int) -> bytes:
     return raw  # an encoding urllib3 does not decode either
 
 
-def exchange(sock: Any, data: bytes, max_bytes: int, max_success_bytes: int | None = None
+def exchange(sock: Any, data: bytes, max_bytes: int, max_success_bytes: int | None = None,
+             after_write: Callable[[], None] | None = None
              ) -> tuple[int, Headers, bytes, bool, bool]:
     """Write ``data`` (the whole request) on ``sock``, read the answer: (status, headers, body
     of at most ``max_bytes`` bytes (``max_success_bytes`` for a 2xx, when given), whether the
     body was read whole, whether the connection can carry another request).
+
+    ``after_write``: called once the request is written whole, before its answer is read
+    (the shipper prepares its next batch while the service works); it must not raise.
 
     Raises OSError: from ``sendall`` (when no answer follows), ``NoAnswer`` (nothing came
     back), ``Malformed`` (the head), ``Cut`` (the body), a socket time-out."""
@@ -236,6 +240,8 @@ def exchange(sock: Any, data: bytes, max_bytes: int, max_success_bytes: int | No
         # still readable. Without one, the write's own error says what happened.
         failed = exc
     if failed is None:
+        if after_write is not None:
+            after_write()
         status, http11, headers = _head(reader)
     else:
         try:
