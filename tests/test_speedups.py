@@ -842,26 +842,27 @@ def test_repeat_windows_are_left_to_reference_counting() -> None:
     class Value:
         pass
 
-    sel = Selector(1, 60.0)
+    sel = Selector(2, 60.0)
     held = Value()
     gone = weakref.ref(held)
-    events = [encode({"message": f"m{i}", "level": "info", "logger": "x"}) for i in range(3)]
+    events = [encode({"message": f"m{i // 2}", "level": "info", "logger": "x"})
+              for i in range(6)]  # each twice: a window each
     level = ("info", Value())  # a level of the application's making: may be in a cycle
-    events += [{"message": "odd", "level": level, "logger": "x"},
-               {"message": "same", "level": "info", "logger": "x"},
-               {"message": "same", "level": "info", "logger": "x", "v": held}]
+    odd = {"message": "odd", "level": level, "logger": "x"}
+    same = {"message": "same", "level": "info", "logger": "x"}
+    events += [odd, dict(odd), same, dict(same), {**same, "v": held}]
     kept, repeats, _ = sel.select(events, 0.0, admit=EXT.admit_repeats)
-    assert repeats == 1 and len(kept) == 5
-    # The windows' own entries are what this checks (no public view of them).
+    assert repeats == 1 and len(kept) == 10
+    # The windows' own entries are what this checks (no public view of them): each holds
+    # its (logger, level, message) last.
     seen = sel._seen  # noqa: SLF001
-    atomic = [k for k in seen if k[1] is not level]
     assert [e[3] for e in sel._order] == list(seen)  # noqa: SLF001
-    assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(seen[k])
-                                        for k in atomic)
+    keys = [e[4] for e in seen.values()]
+    atomic = [(k, e) for k, e in zip(keys, seen.values(), strict=True) if k[1] is not level]
+    assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(e) for k, e in atomic)
     # m0, m1, m2, odd, same: the one key holding the application's object stays tracked
-    assert [gc.is_tracked(k) for k in seen] == [False, False, False, True, False]
-    del held, events
-    assert gone() is not None  # the last suppressed event, kept for its summary
+    assert [gc.is_tracked(k) for k in keys] == [False, False, False, True, False]
+    del held, events, atomic
     (summary,) = sel.flush_all()
     assert summary["repeats_suppressed"] == 1
     assert gone() is None
