@@ -2879,17 +2879,58 @@ repeat_ended(PyObject *ended, PyObject *entry, long limit)
     return bad ? -1 : 0;
 }
 
-/* admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, once)
+/* The compiled loop's first sightings (Selector._once's twin, the same rule): a bytearray holding
+ * a header (the young generation's index and count) and two generations of ``cap`` slots each,
+ * (hash, time), open addressing with linear probing (hash 0: an empty slot), deletion by
+ * backward shift (no tombstones). A first sighting costs a probe and a store, no object. */
+typedef struct {
+    uint64_t young, count;
+} SightHead;
+
+typedef struct {
+    uint64_t hash;
+    double time;
+} Sight;
+
+/* The slot of hash in a generation, or of the empty slot where it would go. */
+static inline Py_ssize_t
+sight_find(const Sight *t, size_t mask, uint64_t hash)
+{
+    size_t i = (size_t)hash & mask;
+    while (t[i].hash != 0 && t[i].hash != hash)
+        i = (i + 1) & mask;
+    return (Py_ssize_t)i;
+}
+
+static void
+sight_delete(Sight *t, size_t mask, size_t i)
+{
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (t[j].hash == 0)
+            break;
+        size_t home = (size_t)t[j].hash & mask;
+        /* t[j] stays when its home is cyclically in (i, j] */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        t[i] = t[j];
+        i = j;
+    }
+    t[i].hash = 0;
+}
+
+/* admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, sightings)
  *     -> (kept, suppressed, ended, head)
  *
  * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
  * equal): each event's key (logger, level, message) counted in its window in ``seen``; past
  * ``limit`` it is suppressed (the entry keeps the last one), a window that ended or an entry
  * evicted for room with suppressions is in ``ended`` as (key, entry), for its summary. A key
- * with no window open is a first sighting, noted in ``once`` ([young, old]: key -> time); the
- * second within the window opens one. ``seen`` and ``once`` are keyed here by the key's 64-bit
- * hash (repeat_hash), read from a wire item's JSON without decoding it; names: ("message",
- * "event", "logger", "level"). */
+ * with no window open is a first sighting, noted in ``sightings`` (a bytearray: SightHead, then
+ * two generations of Sight, Selector._once's twin); the second within the window opens one.
+ * ``seen`` and the sightings are keyed here by the key's 64-bit hash (repeat_hash), read from a
+ * wire item's JSON without decoding it; names: ("message", "event", "logger", "level"). */
 static PyObject *
 admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2901,22 +2942,32 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         !PyFloat_CheckExact(args[4]) || !PyFloat_CheckExact(args[5]) ||
         !PyLong_CheckExact(args[6]) || !PyLong_CheckExact(args[7]) ||
         !PyTuple_CheckExact(args[8]) || PyTuple_GET_SIZE(args[8]) != 4 ||
-        !PyList_CheckExact(args[9]) || PyList_GET_SIZE(args[9]) != 2 ||
-        !PyDict_CheckExact(PyList_GET_ITEM(args[9], 0)) ||
-        !PyDict_CheckExact(PyList_GET_ITEM(args[9], 1))) {
+        !PyByteArray_CheckExact(args[9])) {
         PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, order: list, "
                                          "head: int, now: float, window: float, limit: int, "
-                                         "max_keys: int, names, once: [dict, dict])");
+                                         "max_keys: int, names, sightings: bytearray)");
         return NULL;
     }
     PyObject *events = args[0], *seen = args[1], *order = args[2], *names = args[8];
-    PyObject *once = args[9];
     Py_ssize_t head = PyLong_AsSsize_t(args[3]);
     double now = PyFloat_AS_DOUBLE(args[4]), window = PyFloat_AS_DOUBLE(args[5]);
     long limit = PyLong_AsLong(args[6]);
     Py_ssize_t max_keys = PyLong_AsSsize_t(args[7]);
     if ((limit == -1 || max_keys == -1 || head == -1) && PyErr_Occurred())
         return NULL;
+    /* The sightings: a header, then two generations of cap slots (a power of two, at most
+     * three quarters full: a generation holds fewer than max_keys). */
+    Py_ssize_t room = PyByteArray_GET_SIZE(args[9]) - (Py_ssize_t)sizeof(SightHead);
+    size_t cap = room > 0 ? (size_t)room / (2 * sizeof(Sight)) : 0;
+    SightHead *sh = (SightHead *)(void *)PyByteArray_AS_STRING(args[9]);
+    if (cap == 0 || (cap & (cap - 1)) != 0 || (Py_ssize_t)cap * 3 < max_keys * 4 ||
+        room != (Py_ssize_t)(2 * cap * sizeof(Sight)) || sh->young > 1 ||
+        sh->count >= (uint64_t)max_keys) {
+        PyErr_SetString(PyExc_ValueError, "admit_repeats: the sightings are not ours");
+        return NULL;
+    }
+    Sight *gens = (Sight *)(void *)(sh + 1);
+    size_t mask = cap - 1;
     if (head < 0)
         head = 0;
     if (repeat_seed == 0) {
@@ -2939,7 +2990,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyObject *kept = PyList_New(0), *ended = PyList_New(0), *two = PyLong_FromLong(2);
-    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[4];
+    PyObject *cache[4] = {NULL, NULL, NULL, NULL};
     Py_ssize_t suppressed = 0;
     if (kept == NULL || ended == NULL || two == NULL)
         goto error;
@@ -2957,65 +3008,76 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             continue;
         }
-        if (repeat_hash(st, &rp, cache, &hash) < 0 ||
-            (key = PyLong_FromUnsignedLongLong((unsigned long long)hash)) == NULL)
+        if (repeat_hash(st, &rp, cache, &hash) < 0)
             goto error_event;
-        /* Selector._admit */
-        entry = PyDict_GetItemWithError(seen, key);
+        if (hash == 0)
+            hash = 1; /* 0 marks an empty slot */
         int admit = 1;
-        if (entry == NULL && PyErr_Occurred())
-            goto error_event;
-        Py_XINCREF(entry);
-        if (entry != NULL && !repeat_entry_ok(entry))
-            goto error_event;
-        if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
-            long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
-            if (count == -1 && PyErr_Occurred())
+        if (PyDict_GET_SIZE(seen) > 0) { /* no window open: none to look up */
+            if ((key = PyLong_FromUnsignedLongLong((unsigned long long)hash)) == NULL)
                 goto error_event;
-            PyObject *next = PyLong_FromLong(count + 1);
-            if (next == NULL)
+            /* Selector._admit */
+            entry = PyDict_GetItemWithError(seen, key);
+            if (entry == NULL && PyErr_Occurred())
                 goto error_event;
-            PyList_SetItem(entry, 1, next); /* steals next */
-            if (count + 1 > limit) {
-                Py_INCREF(event);
-                PyList_SetItem(entry, 2, event);
-                admit = 0;
+            Py_XINCREF(entry);
+            if (entry != NULL && !repeat_entry_ok(entry))
+                goto error_event;
+            if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
+                long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+                if (count == -1 && PyErr_Occurred())
+                    goto error_event;
+                PyObject *next = PyLong_FromLong(count + 1);
+                if (next == NULL)
+                    goto error_event;
+                PyList_SetItem(entry, 1, next); /* steals next */
+                if (count + 1 > limit) {
+                    Py_INCREF(event);
+                    PyList_SetItem(entry, 2, event);
+                    admit = 0;
+                }
+                goto done;
             }
-            goto done;
-        }
-        if (entry != NULL) {
-            /* Its place in order is passed over (Selector._oldest). */
-            if (PyDict_DelItem(seen, key) < 0 || repeat_ended(ended, entry, limit) < 0)
-                goto error_event;
-            Py_CLEAR(entry);
+            if (entry != NULL) {
+                /* Its place in order is passed over (Selector._oldest). */
+                if (PyDict_DelItem(seen, key) < 0 || repeat_ended(ended, entry, limit) < 0)
+                    goto error_event;
+                Py_CLEAR(entry);
+            }
         }
         /* No window open: a first sighting is noted, a second within the window opens one. */
-        PyObject *young = PyList_GET_ITEM(once, 0), *at = young;
-        PyObject *first = PyDict_GetItemWithError(young, key);
-        if (first == NULL && !PyErr_Occurred()) {
-            at = PyList_GET_ITEM(once, 1);
-            first = PyDict_GetItemWithError(at, key);
+        Sight *young = gens + cap * sh->young, *at = young;
+        Py_ssize_t slot = sight_find(young, mask, hash);
+        if (at[slot].hash == 0) {
+            at = gens + cap * (1 - sh->young);
+            Py_ssize_t other = sight_find(at, mask, hash);
+            if (at[other].hash == 0 || now - at[other].time >= window)
+                at = NULL; /* noted in young, at slot */
+            else
+                slot = other;
         }
-        if (first == NULL && PyErr_Occurred())
-            goto error_event;
-        if (first != NULL && !PyFloat_CheckExact(first)) {
-            PyErr_SetString(PyExc_TypeError, "admit_repeats: a sighting is not ours");
-            goto error_event;
+        else if (now - at[slot].time >= window) {
+            at[slot].time = now; /* seen again after its window: a first sighting again */
+            goto done;
         }
-        if (first == NULL || now - PyFloat_AS_DOUBLE(first) >= window) {
-            if (PyDict_SetItem(young, key, now_obj) < 0)
-                goto error_event;
-            if (PyDict_GET_SIZE(young) >= max_keys) {
-                /* A new generation: the old one is forgotten (its dict, emptied, is young). */
-                PyObject *old = PyList_GET_ITEM(once, 1);
-                PyDict_Clear(old);
-                PyList_SET_ITEM(once, 0, old);
-                PyList_SET_ITEM(once, 1, young);
+        if (at == NULL) {
+            young[slot].hash = hash;
+            young[slot].time = now;
+            if (++sh->count >= (uint64_t)max_keys) {
+                /* A new generation: the old one is forgotten (emptied, it is young). */
+                sh->young = 1 - sh->young;
+                sh->count = 0;
+                memset(gens + cap * sh->young, 0, cap * sizeof(Sight));
             }
             goto done;
         }
-        Py_INCREF(first);
-        if (PyDict_DelItem(at, key) < 0) {
+        PyObject *first = PyFloat_FromDouble(at[slot].time);
+        if (first == NULL)
+            goto error_event;
+        sight_delete(at, mask, (size_t)slot);
+        if (at == young)
+            sh->count--;
+        if (key == NULL && (key = PyLong_FromUnsignedLongLong((unsigned long long)hash)) == NULL) {
             Py_DECREF(first);
             goto error_event;
         }
@@ -3080,7 +3142,7 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto error_event;
 done:
         Py_XDECREF(entry);
-        Py_DECREF(key);
+        Py_XDECREF(key);
         repeat_parts_clear(&rp);
         if (admit ? PyList_Append(kept, event) < 0 : (suppressed++, 0)) {
             Py_DECREF(event);
@@ -4091,7 +4153,7 @@ static PyMethodDef methods[] = {
      "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
      "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
-     "admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, once) -> (kept, "
+     "admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, sightings) -> (kept, "
      "suppressed, ended, head): Selector._admit over a batch (shaping.py)."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},

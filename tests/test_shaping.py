@@ -497,6 +497,7 @@ class TestRepeats:
         seen = sel._seen  # noqa: SLF001
         assert [e[4] for e in seen.values()] == [("a", "info", "c"), ("a", "info", "old"),
                                                  ("a", "info", "d")]
+        # The first sightings: the Python loop's dicts (the compiled loop's, a fixed table).
         once = sel._once  # noqa: SLF001
         for t in range(20, 20 + 5000):  # every batch: a window ends, another is evicted
             x, y = line(f"x{t % 7}"), line(f"y{t}")

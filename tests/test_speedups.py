@@ -828,6 +828,35 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_repeats_of_long_streams_are_decided_as_in_python(seed: int) -> None:
+    """Thousands of events over hundreds of messages, some repeated, most seen once: the
+    compiled loop's table of first sightings (probes, deletions by backward shift, new
+    generations) decides as the Python loop's dicts, and so do the windows opened from it."""
+    import random
+
+    from loghandler._engine.shaping import Selector
+
+    rng = random.Random(seed)
+    names = [f"m{i}" if i % 3 else f"w\u00e9 \\ {i}" for i in range(400)]
+    stream = []
+    for _ in range(40):
+        batch: list[Any] = []
+        for _ in range(rng.randrange(0, 120)):
+            e = {"level": rng.choice(["info", "error"]), "logger": rng.choice(["a", "b"]),
+                 "message": rng.choice(names[:rng.choice([20, 400])]), "_time": "t"}
+            batch.append(encode(e) if rng.random() < 0.7 else e)
+        stream.append(batch)
+    limit, max_keys = rng.randrange(1, 4), rng.choice([7, 50, 300])
+    runs = []
+    for admit in (EXT.admit_repeats, None):
+        sel = Selector(limit, 2.0, max_keys=max_keys)
+        runs.append([sel.select(list(b), k * 0.25, admit=admit)
+                     for k, b in enumerate(stream)] + [sel.flush_all()])
+    assert runs[0] == runs[1]
+    assert sum(r[1] for r in runs[0][:-1]) > 0  # some were suppressed
+
+
 def test_repeat_windows_are_left_to_reference_counting() -> None:
     """The compiled repeat loop's windows (a key of str or None, an entry of a float, an int,
     the last event and the key) can be part of no cycle: they are untracked by the garbage

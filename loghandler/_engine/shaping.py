@@ -352,6 +352,16 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 # ------------------------------------------------------------------ selecting
 
 
+def sightings_table(max_keys: int) -> bytearray:
+    """The compiled repeat loop's first sightings, empty: a header of two 8-byte counts, then
+    two generations of slots of 16 bytes (a hash, a time), each a power of two at most three
+    quarters full with max_keys (``admit_repeats`` checks the same)."""
+    cap = 8
+    while cap * 3 < max_keys * 4:
+        cap *= 2
+    return bytearray(16 + 2 * cap * 16)
+
+
 class Selector:
     """Decides, per batch on the flusher thread, which events ship: repeats (see the module
     docstring). Sampling is not its: it is decided on the callers' threads
@@ -360,7 +370,8 @@ class Selector:
     ``select(events, now)`` returns ``(kept, repeats_suppressed, summaries)``; summaries are
     new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_head", "_key", "_limit", "_max_keys", "_once", "_order", "_seen", "_window")
+    __slots__ = ("_head", "_key", "_limit", "_max_keys", "_once", "_order", "_seen", "_sightings",
+                 "_window")
 
     MAX_KEYS = 10_000  # repeated messages tracked at once, and first sightings per generation
 
@@ -382,6 +393,10 @@ class Selector:
         # always did). With every message new, this keeps a time in a dict an event instead of
         # a window's entry, its place in _order and its summary's check at close.
         self._once: list[dict[Any, float]] = [{}, {}]
+        # The compiled loop's twin of _once: a table of (hash, time) slots in a bytearray
+        # (_speedups.c, admit_repeats: a probe and a store an event, no object), made at its
+        # first use.
+        self._sightings: bytearray | None = None
         # The open windows: key -> [window start, count, last event, the key in _seen, the
         # (logger, level, message)], and the same entries in the order their windows opened,
         # in _order from _head on, where the oldest is found at once. The compiled loop keys
@@ -405,9 +420,11 @@ class Selector:
         summaries = self.expired(now)
         if admit is not None:
             # The compiled twin of the loop below (_admit), over the batch at once.
+            if self._sightings is None:
+                self._sightings = sightings_table(self._max_keys)
             kept, repeats, ended, self._head = admit(
                 events, self._seen, self._order, self._head, float(now), float(self._window),
-                self._limit, self._max_keys, self._key, self._once)
+                self._limit, self._max_keys, self._key, self._sightings)
             summaries += [self._summary(key, entry) for key, entry in ended]
             self._compact()
             return kept, repeats, summaries
@@ -525,6 +542,7 @@ class Selector:
         seen.clear()
         for once in self._once:
             once.clear()
+        self._sightings = None
         self._order.clear()
         self._head = 0
         return out
