@@ -11,7 +11,8 @@ beside the context (``hold.py``) and is reached only inside a ``loghandler.conte
   nested values, the exception's text: a scan of each string, about 1.5 us an event).
 - ``Selector``: per batch, repeat suppression (``repeat_limit`` per ``repeat_window``: after N
   identical events, the rest of the window is counted and one summary event says how many were
-  suppressed). Sampling is decided earlier, on the callers' threads (``sampling.py``).
+  suppressed; a window opens at a message's second sighting, started at its first).
+  Sampling is decided earlier, on the callers' threads (``sampling.py``).
 
 Every event a policy drops is counted under its own reason (``dropped_sampled``,
 ``dropped_repeat``, ``dropped_held``), so the accounting invariant holds under every policy.
