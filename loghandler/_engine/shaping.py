@@ -416,7 +416,8 @@ class Selector:
                admit: Callable[..., Any] | None = admit_repeats
                ) -> tuple[list[Any], int, list[dict[str, Any]]]:
         """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
-        None for the Python reference (the property tests run both)."""
+        None for the Python reference (the property tests run both). A selector keeps to one
+        of the two: their keys differ (a hash, a tuple), and so do their first sightings."""
         now = time.monotonic() if now is None else now
         summaries = self.expired(now)
         if admit is not None:
