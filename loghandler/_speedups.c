@@ -2612,105 +2612,232 @@ decode_value(State *st, const char *s, Py_ssize_t v, Py_ssize_t v_end, int escap
     return value;
 }
 
-/* The repeat key of a wire item, Selector._admit's (logger, level, message), message being the
- * "message" field, else "event" (names: those, then the logger's and the level's names): 1:
- * *key set (new); 0: none (the message is no str: admitted); -1: failed. */
-static int
-wire_repeat_key(State *st, PyObject *item, PyObject *names, const char **wanted,
-                Py_ssize_t *wanted_len, PyObject **cache, PyObject **key)
+/* A repeat key's parts as Selector._admit reads them (logger, level, message; message being the
+ * "message" field, else "event"): for a flat wire item, their places in its JSON (at[k][0] -1:
+ * absent), else their values (obj[k], new references, None for absent). */
+typedef struct {
+    const char *s;
+    Py_ssize_t at[3][2];
+    int esc[3];
+    PyObject *obj[3];
+} RepeatParts;
+
+static void
+repeat_parts_clear(RepeatParts *rp)
 {
-    const char *s = PyBytes_AS_STRING(item);
-    Py_ssize_t n = PyBytes_GET_SIZE(item), i = 1;
-    Py_ssize_t at[4][2] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
-    int esc[4] = {0, 0, 0, 0};
-    *key = NULL;
-    if (n < 2 || s[0] != '{' || s[n - 1] != '}')
-        goto whole;
-    while (n > 2) {
-        int escaped;
-        if (i >= n || s[i] != '"')
+    for (int k = 0; k < 3; k++)
+        Py_CLEAR(rp->obj[k]);
+}
+
+/* An event's repeat parts (names: "message", "event", then the logger's and the level's
+ * names): 1: read; 0: the message is no str (admitted); -1: failed. */
+static int
+repeat_parts(State *st, PyObject *event, PyObject *names, const char **wanted,
+             Py_ssize_t *wanted_len, RepeatParts *rp)
+{
+    memset(rp, 0, sizeof(*rp));
+    PyObject *view = NULL, *from = event;
+    if (PyBytes_CheckExact(event)) {
+        const char *s = PyBytes_AS_STRING(event);
+        Py_ssize_t n = PyBytes_GET_SIZE(event), i = 1;
+        Py_ssize_t at[4][2] = {{-1, 0}, {-1, 0}, {-1, 0}, {-1, 0}};
+        int esc[4] = {0, 0, 0, 0};
+        if (n < 2 || s[0] != '{' || s[n - 1] != '}')
             goto whole;
-        Py_ssize_t key_end = string_end(s, i, n, &escaped);
-        if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
-            goto whole;
-        Py_ssize_t key_len = key_end - i - 2, v = key_end + 1, v_end;
-        int value_escaped = 0;
-        if (v < n && s[v] == '"')
-            v_end = string_end(s, v, n, &value_escaped);
-        else {
-            v_end = v;
-            while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
-                v_end++;
-        }
-        if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
-            goto whole;
-        for (int k = 0; k < 4; k++) {
-            if (wanted_len[k] == key_len && memcmp(wanted[k], s + i + 1, key_len) == 0) {
-                at[k][0] = v;
-                at[k][1] = v_end;
-                esc[k] = value_escaped;
-            }
-        }
-        if (s[v_end] == '}') {
-            if (v_end != n - 1)
+        while (n > 2) {
+            int escaped;
+            if (i >= n || s[i] != '"')
                 goto whole;
-            break;
+            Py_ssize_t key_end = string_end(s, i, n, &escaped);
+            if (key_end < 0 || escaped || key_end >= n || s[key_end] != ':')
+                goto whole;
+            Py_ssize_t key_len = key_end - i - 2, v = key_end + 1, v_end;
+            int value_escaped = 0;
+            if (v < n && s[v] == '"')
+                v_end = string_end(s, v, n, &value_escaped);
+            else {
+                v_end = v;
+                while (v_end < n && s[v_end] != ',' && s[v_end] != '}')
+                    v_end++;
+            }
+            if (v_end < 0 || v_end >= n || (s[v_end] != ',' && s[v_end] != '}'))
+                goto whole;
+            for (int k = 0; k < 4; k++) {
+                if (wanted_len[k] == key_len && memcmp(wanted[k], s + i + 1, key_len) == 0) {
+                    at[k][0] = v;
+                    at[k][1] = v_end;
+                    esc[k] = value_escaped;
+                }
+            }
+            if (s[v_end] == '}') {
+                if (v_end != n - 1)
+                    goto whole;
+                break;
+            }
+            /* The writer writes each key once, message, level and logger among the first: once
+             * the three are found, the rest of the item cannot change the key. */
+            if (at[0][0] >= 0 && at[2][0] >= 0 && at[3][0] >= 0)
+                break;
+            i = v_end + 1;
         }
-        /* The writer writes each key once, message, level and logger among the first: once
-         * the three are found, the rest of the item cannot change the key. */
-        if (at[0][0] >= 0 && at[2][0] >= 0 && at[3][0] >= 0)
-            break;
-        i = v_end + 1;
-    }
-    /* message = event.get("message", event.get("event")) */
-    int m = at[0][0] >= 0 ? 0 : 1;
-    if (at[m][0] < 0 || s[at[m][0]] != '"')
-        return 0; /* absent, or no str (a str decodes from a JSON string only) */
-    PyObject *parts[3] = {NULL, NULL, NULL}; /* logger, level, message */
-    int from[3] = {2, 3, m};
-    for (int k = 0; k < 3; k++) {
-        if (at[from[k]][0] < 0)
-            parts[k] = Py_NewRef(Py_None);
-        else
-            parts[k] = decode_value(st, s, at[from[k]][0], at[from[k]][1], esc[from[k]],
-                                    k < 2 ? &cache[2 * k] : NULL, k < 2 ? &cache[2 * k + 1] : NULL);
-        if (parts[k] == NULL) {
-            for (int j = 0; j < k; j++)
-                Py_DECREF(parts[j]);
+        /* message = event.get("message", event.get("event")) */
+        int m = at[0][0] >= 0 ? 0 : 1;
+        if (at[m][0] < 0 || s[at[m][0]] != '"')
+            return 0; /* absent, or no str (a str decodes from a JSON string only) */
+        int src[3] = {2, 3, m};
+        rp->s = s;
+        for (int k = 0; k < 3; k++) {
+            rp->at[k][0] = at[src[k]][0];
+            rp->at[k][1] = at[src[k]][1];
+            rp->esc[k] = esc[src[k]];
+        }
+        return 1;
+whole:
+        /* Not the flat object the writer makes: the reference's reading (events.wire_view's). */
+        if ((view = view_whole(st, event, names)) == NULL)
             return -1;
+        from = view;
+    }
+    else if (!PyDict_Check(event)) {
+        PyErr_SetString(PyExc_TypeError, "admit_repeats: an event is a dict or bytes");
+        return -1;
+    }
+    /* event.get("message", event.get("event")), then the key, as _admit reads it */
+    int r = -1;
+    PyObject *message = PyDict_GetItemWithError(from, PyTuple_GET_ITEM(names, 0)), *logger = NULL,
+             *level = NULL;
+    if (message == NULL && !PyErr_Occurred())
+        message = PyDict_GetItemWithError(from, PyTuple_GET_ITEM(names, 1));
+    if (!PyErr_Occurred() && message != NULL && PyUnicode_CheckExact(message)) {
+        logger = PyDict_GetItemWithError(from, PyTuple_GET_ITEM(names, 2));
+        level = logger == NULL && PyErr_Occurred() ? NULL
+                : PyDict_GetItemWithError(from, PyTuple_GET_ITEM(names, 3));
+        if (!PyErr_Occurred()) {
+            rp->obj[0] = Py_NewRef(logger ? logger : Py_None);
+            rp->obj[1] = Py_NewRef(level ? level : Py_None);
+            rp->obj[2] = Py_NewRef(message);
+            for (int k = 0; k < 3; k++)
+                rp->at[k][0] = -1;
+            r = 1;
         }
     }
-    if (!PyUnicode_CheckExact(parts[2])) {
-        for (int j = 0; j < 3; j++)
-            Py_DECREF(parts[j]);
-        return 0;
-    }
-    *key = PyTuple_New(3);
-    if (*key == NULL) {
-        for (int j = 0; j < 3; j++)
-            Py_DECREF(parts[j]);
-        return -1;
-    }
-    for (int j = 0; j < 3; j++)
-        PyTuple_SET_ITEM(*key, j, parts[j]);
-    return 1;
-whole:;
-    /* Not the flat object the writer makes: the reference's reading (events.wire_view's). */
-    PyObject *view = view_whole(st, item, names);
-    if (view == NULL)
-        return -1;
-    PyObject *msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 0));
-    if (msg == NULL && !PyErr_Occurred())
-        msg = PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 1));
-    PyObject *logger = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 2));
-    PyObject *level = msg == NULL ? NULL : PyDict_GetItemWithError(view, PyTuple_GET_ITEM(names, 3));
-    int r = PyErr_Occurred() ? -1 : 0;
-    if (r == 0 && msg != NULL && PyUnicode_CheckExact(msg)) {
-        *key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None, msg);
-        r = *key == NULL ? -1 : 1;
-    }
-    Py_DECREF(view);
+    else if (!PyErr_Occurred())
+        r = 0;
+    Py_XDECREF(view);
     return r;
+}
+
+/* The repeat keys' hash: 64 bits of the parts' bytes, seeded once per process from Python's
+ * (randomized) str hash. Not a cryptographic hash: two keys with equal hashes (about one pair in
+ * 2**64) count as one message. */
+static uint64_t repeat_seed;
+
+static inline uint64_t
+mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t
+bytes_hash64(uint64_t h, const char *p, Py_ssize_t n)
+{
+    h = mix64(h ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL));
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    return mix64((h ^ w) * 0x94d049bb133111ebULL);
+}
+
+/* A part's hash into h: a str by its UTF-8 bytes (the bytes a wire item's JSON string holds
+ * unescaped), any other value by Python's hash (None for an absent part): equal values, equal
+ * hashes, as the Python loop's tuple keys compare. */
+static int
+part_hash(PyObject *v, uint64_t *h)
+{
+    if (PyUnicode_Check(v)) {
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(v, &len);
+        if (u != NULL) {
+            *h = bytes_hash64(*h, u, len);
+            return 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear(); /* lone surrogates, no UTF-8: by Python's hash, as other values */
+    }
+    Py_hash_t x = PyObject_Hash(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *h = mix64((*h ^ (uint64_t)x) * 0x9e3779b97f4a7c15ULL + 0x2545f4914f6cdd1dULL);
+    return 0;
+}
+
+/* The hash of a repeat key, from its parts; a wire item's strings without escapes are hashed
+ * as they lie in its bytes, never decoded (with every message new, decoding it and hashing the
+ * str was some 600 instructions an event). */
+static int
+repeat_hash(State *st, RepeatParts *rp, PyObject **cache, uint64_t *out)
+{
+    uint64_t h = repeat_seed;
+    for (int k = 0; k < 3; k++) {
+        h = h * 0x9e3779b97f4a7c15ULL + (uint64_t)k;
+        if (rp->obj[k] != NULL || rp->at[k][0] < 0) {
+            if (part_hash(rp->obj[k] != NULL ? rp->obj[k] : Py_None, &h) < 0)
+                return -1;
+            continue;
+        }
+        Py_ssize_t v = rp->at[k][0], v_end = rp->at[k][1];
+        if (rp->s[v] == '"' && !rp->esc[k]) {
+            h = bytes_hash64(h, rp->s + v + 1, v_end - v - 2);
+            continue;
+        }
+        PyObject *value = decode_value(st, rp->s, v, v_end, rp->esc[k],
+                                       k < 2 ? &cache[2 * k] : NULL,
+                                       k < 2 ? &cache[2 * k + 1] : NULL);
+        if (value == NULL)
+            return -1;
+        int r = part_hash(value, &h);
+        Py_DECREF(value);
+        if (r < 0)
+            return -1;
+    }
+    *out = h;
+    return 0;
+}
+
+/* The repeat key (logger, level, message) itself, for a window's summary: new reference. */
+static PyObject *
+repeat_tuple(State *st, RepeatParts *rp, PyObject **cache)
+{
+    PyObject *key = PyTuple_New(3);
+    if (key == NULL)
+        return NULL;
+    for (int k = 0; k < 3; k++) {
+        PyObject *part;
+        if (rp->obj[k] != NULL || rp->at[k][0] < 0)
+            part = Py_NewRef(rp->obj[k] != NULL ? rp->obj[k] : Py_None);
+        else
+            part = decode_value(st, rp->s, rp->at[k][0], rp->at[k][1], rp->esc[k],
+                                k < 2 ? &cache[2 * k] : NULL, k < 2 ? &cache[2 * k + 1] : NULL);
+        if (part == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, k, part);
+    }
+    return key;
 }
 
 /* A repeat key (logger, level, message) of str or None only, untracked by the garbage collector
@@ -2726,28 +2853,99 @@ repeat_key_untracked(PyObject *key)
     PyObject_GC_UnTrack(key);
 }
 
-/* admit_repeats(events, seen, order, head, now, window, limit, max_keys, names)
+/* An entry of seen or order as Selector makes it: [start, count, last, key in seen, key]. */
+static int
+repeat_entry_ok(PyObject *entry)
+{
+    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == 5 &&
+        PyFloat_CheckExact(PyList_GET_ITEM(entry, 0)) && PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "admit_repeats: an entry of the windows is not ours");
+    return 0;
+}
+
+/* (key, entry) appended to ended when the entry's window suppressed events. */
+static int
+repeat_ended(PyObject *ended, PyObject *entry, long limit)
+{
+    long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    if (count <= limit)
+        return 0;
+    PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(entry, 4), entry);
+    int bad = pair == NULL || PyList_Append(ended, pair) < 0;
+    Py_XDECREF(pair);
+    return bad ? -1 : 0;
+}
+
+/* The compiled loop's first sightings (Selector._once's twin, the same rule): a bytearray holding
+ * a header (the young generation's index and count) and two generations of ``cap`` slots each,
+ * (hash, time), open addressing with linear probing (hash 0: an empty slot), deletion by
+ * backward shift (no tombstones). A first sighting costs a probe and a store, no object. */
+typedef struct {
+    uint64_t young, count;
+} SightHead;
+
+typedef struct {
+    uint64_t hash;
+    double time;
+} Sight;
+
+/* The slot of hash in a generation, or of the empty slot where it would go. */
+static inline Py_ssize_t
+sight_find(const Sight *t, size_t mask, uint64_t hash)
+{
+    size_t i = (size_t)hash & mask;
+    while (t[i].hash != 0 && t[i].hash != hash)
+        i = (i + 1) & mask;
+    return (Py_ssize_t)i;
+}
+
+static void
+sight_delete(Sight *t, size_t mask, size_t i)
+{
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (t[j].hash == 0)
+            break;
+        size_t home = (size_t)t[j].hash & mask;
+        /* t[j] stays when its home is cyclically in (i, j] */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        t[i] = t[j];
+        i = j;
+    }
+    t[i].hash = 0;
+}
+
+/* admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, sightings)
  *     -> (kept, suppressed, ended, head)
  *
  * Selector._admit over a batch (shaping.py, the reference; tests/test_speedups.py holds the two
  * equal): each event's key (logger, level, message) counted in its window in ``seen``; past
  * ``limit`` it is suppressed (the entry keeps the last one), a window that ended or an entry
- * evicted for room with suppressions is in ``ended`` as (key, entry), for its summary. Wire
- * items' keys are read from their JSON; names: ("message", "event", "logger", "level"). */
+ * evicted for room with suppressions is in ``ended`` as (key, entry), for its summary. A key
+ * with no window open is a first sighting, noted in ``sightings`` (a bytearray: SightHead, then
+ * two generations of Sight, Selector._once's twin); the second within the window opens one.
+ * ``seen`` and the sightings are keyed here by the key's 64-bit hash (repeat_hash), read from a
+ * wire item's JSON without decoding it; names: ("message", "event", "logger", "level"). */
 static PyObject *
 admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     State *st = get_state(module);
     if (!st->configured)
         return not_configured();
-    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
         !PyList_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) ||
         !PyFloat_CheckExact(args[4]) || !PyFloat_CheckExact(args[5]) ||
         !PyLong_CheckExact(args[6]) || !PyLong_CheckExact(args[7]) ||
-        !PyTuple_CheckExact(args[8]) || PyTuple_GET_SIZE(args[8]) != 4) {
+        !PyTuple_CheckExact(args[8]) || PyTuple_GET_SIZE(args[8]) != 4 ||
+        !PyByteArray_CheckExact(args[9])) {
         PyErr_SetString(PyExc_TypeError, "admit_repeats(events: list, seen: dict, order: list, "
                                          "head: int, now: float, window: float, limit: int, "
-                                         "max_keys: int, names)");
+                                         "max_keys: int, names, sightings: bytearray)");
         return NULL;
     }
     PyObject *events = args[0], *seen = args[1], *order = args[2], *names = args[8];
@@ -2757,8 +2955,29 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t max_keys = PyLong_AsSsize_t(args[7]);
     if ((limit == -1 || max_keys == -1 || head == -1) && PyErr_Occurred())
         return NULL;
+    /* The sightings: a header, then two generations of cap slots (a power of two, at most
+     * three quarters full: a generation holds fewer than max_keys). */
+    Py_ssize_t room = PyByteArray_GET_SIZE(args[9]) - (Py_ssize_t)sizeof(SightHead);
+    size_t cap = room > 0 ? (size_t)room / (2 * sizeof(Sight)) : 0;
+    SightHead *sh = (SightHead *)(void *)PyByteArray_AS_STRING(args[9]);
+    if (cap == 0 || (cap & (cap - 1)) != 0 || (Py_ssize_t)cap * 3 < max_keys * 4 ||
+        room != (Py_ssize_t)(2 * cap * sizeof(Sight)) || sh->young > 1 ||
+        sh->count >= (uint64_t)max_keys) {
+        PyErr_SetString(PyExc_ValueError, "admit_repeats: the sightings are not ours");
+        return NULL;
+    }
+    Sight *gens = (Sight *)(void *)(sh + 1);
+    size_t mask = cap - 1;
     if (head < 0)
         head = 0;
+    if (repeat_seed == 0) {
+        PyObject *text = PyUnicode_FromString("loghandler repeats");
+        Py_hash_t x = text == NULL ? -1 : PyObject_Hash(text);
+        Py_XDECREF(text);
+        if (x == -1 && PyErr_Occurred())
+            return NULL;
+        repeat_seed = mix64((uint64_t)x) | 1;
+    }
     const char *wanted[4];
     Py_ssize_t wanted_len[4];
     for (int k = 0; k < 4; k++) {
@@ -2770,41 +2989,17 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    PyObject *kept = PyList_New(0), *ended = PyList_New(0), *one = PyLong_FromLong(1);
-    PyObject *cache[4] = {NULL, NULL, NULL, NULL}, *now_obj = args[4];
+    PyObject *kept = PyList_New(0), *ended = PyList_New(0), *two = PyLong_FromLong(2);
+    PyObject *cache[4] = {NULL, NULL, NULL, NULL};
     Py_ssize_t suppressed = 0;
-    if (kept == NULL || ended == NULL || one == NULL)
+    if (kept == NULL || ended == NULL || two == NULL)
         goto error;
     /* The list is not ours: a strong reference to each event while it is looked at. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
-        PyObject *event = Py_NewRef(PyList_GET_ITEM(events, i)), *key = NULL;
-        int r;
-        if (PyBytes_CheckExact(event))
-            r = wire_repeat_key(st, event, names, wanted, wanted_len, cache, &key);
-        else {
-            /* event.get("message", event.get("event")), then the key, as _admit reads it */
-            PyObject *message = NULL, *logger = NULL, *level = NULL;
-            r = -1;
-            if (!PyDict_Check(event))
-                PyErr_SetString(PyExc_TypeError, "admit_repeats: an event is a dict or bytes");
-            else if ((message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 0))) ==
-                         NULL && !PyErr_Occurred())
-                message = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 1));
-            if (!PyErr_Occurred() && message != NULL && PyUnicode_CheckExact(message)) {
-                Py_INCREF(message);
-                logger = PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 2));
-                level = logger == NULL && PyErr_Occurred() ? NULL
-                        : PyDict_GetItemWithError(event, PyTuple_GET_ITEM(names, 3));
-                if (!PyErr_Occurred()) {
-                    key = PyTuple_Pack(3, logger ? logger : Py_None, level ? level : Py_None,
-                                       message);
-                    r = key == NULL ? -1 : 1;
-                }
-                Py_DECREF(message);
-            }
-            else if (!PyErr_Occurred())
-                r = 0;
-        }
+        PyObject *event = Py_NewRef(PyList_GET_ITEM(events, i)), *key = NULL, *entry = NULL;
+        RepeatParts rp;
+        uint64_t hash;
+        int r = repeat_parts(st, event, names, wanted, wanted_len, &rp);
         if (r <= 0) {
             if (r == 0 && PyList_Append(kept, event) == 0)
                 r = 1;
@@ -2813,126 +3008,164 @@ admit_repeats(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             continue;
         }
-        /* Selector._admit */
-        PyObject *entry = PyDict_GetItemWithError(seen, key);
-        int admit = 1;
-        if (entry == NULL && PyErr_Occurred())
+        if (repeat_hash(st, &rp, cache, &hash) < 0)
             goto error_event;
-        Py_XINCREF(entry);
-        if (entry != NULL && (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 4 ||
-                              !PyFloat_CheckExact(PyList_GET_ITEM(entry, 0)) ||
-                              !PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))) {
-            PyErr_SetString(PyExc_TypeError, "admit_repeats: an entry of seen is not ours");
-            goto error_entry;
-        }
-        if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
-            long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
-            if (count == -1 && PyErr_Occurred())
-                goto error_entry;
-            PyObject *next = PyLong_FromLong(count + 1);
-            if (next == NULL)
-                goto error_entry;
-            PyList_SetItem(entry, 1, next); /* steals next */
-            if (count + 1 > limit) {
-                Py_INCREF(event);
-                PyList_SetItem(entry, 2, event);
-                admit = 0;
+        if (hash == 0)
+            hash = 1; /* 0 marks an empty slot */
+        int admit = 1;
+        if (PyDict_GET_SIZE(seen) > 0) { /* no window open: none to look up */
+            if ((key = PyLong_FromUnsignedLongLong((unsigned long long)hash)) == NULL)
+                goto error_event;
+            /* Selector._admit */
+            entry = PyDict_GetItemWithError(seen, key);
+            if (entry == NULL && PyErr_Occurred())
+                goto error_event;
+            Py_XINCREF(entry);
+            if (entry != NULL && !repeat_entry_ok(entry))
+                goto error_event;
+            if (entry != NULL && now - PyFloat_AS_DOUBLE(PyList_GET_ITEM(entry, 0)) < window) {
+                long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
+                if (count == -1 && PyErr_Occurred())
+                    goto error_event;
+                PyObject *next = PyLong_FromLong(count + 1);
+                if (next == NULL)
+                    goto error_event;
+                PyList_SetItem(entry, 1, next); /* steals next */
+                if (count + 1 > limit) {
+                    Py_INCREF(event);
+                    PyList_SetItem(entry, 2, event);
+                    admit = 0;
+                }
+                goto done;
             }
-        }
-        else {
             if (entry != NULL) {
                 /* Its place in order is passed over (Selector._oldest). */
-                if (PyDict_DelItem(seen, key) < 0)
-                    goto error_entry;
-                long count = PyLong_AsLong(PyList_GET_ITEM(entry, 1));
-                if (count > limit) {
-                    PyObject *pair = PyTuple_Pack(2, key, entry);
-                    if (pair == NULL || PyList_Append(ended, pair) < 0) {
-                        Py_XDECREF(pair);
-                        goto error_entry;
-                    }
-                    Py_DECREF(pair);
-                }
+                if (PyDict_DelItem(seen, key) < 0 || repeat_ended(ended, entry, limit) < 0)
+                    goto error_event;
+                Py_CLEAR(entry);
             }
-            else if (PyDict_GET_SIZE(seen) >= max_keys) {
-                /* The oldest open window: the first place in order from head whose key still
-                 * holds that entry (Selector._oldest, _take_oldest). */
-                PyObject *gone = NULL;
-                while (gone == NULL && head < PyList_GET_SIZE(order)) {
-                    PyObject *at = PyList_GET_ITEM(order, head);
-                    if (!PyList_CheckExact(at) || PyList_GET_SIZE(at) != 4) {
-                        PyErr_SetString(PyExc_TypeError,
-                                        "admit_repeats: an entry of order is not ours");
-                        goto error_entry;
-                    }
-                    PyObject *now_at = PyDict_GetItemWithError(seen, PyList_GET_ITEM(at, 3));
-                    if (now_at == NULL && PyErr_Occurred())
-                        goto error_entry;
-                    if (now_at == at)
-                        gone = Py_NewRef(at);
-                    else
-                        head++;
-                }
-                if (gone != NULL) {
-                    PyObject *gone_key = Py_NewRef(PyList_GET_ITEM(gone, 3));
-                    int bad = PyDict_DelItem(seen, gone_key) < 0;
-                    head++;
-                    long count = bad ? 0 : PyLong_AsLong(PyList_GET_ITEM(gone, 1));
-                    if (!bad && count > limit) {
-                        PyObject *pair = PyTuple_Pack(2, gone_key, gone);
-                        bad = pair == NULL || PyList_Append(ended, pair) < 0;
-                        Py_XDECREF(pair);
-                    }
-                    Py_DECREF(gone_key);
-                    Py_DECREF(gone);
-                    if (bad || PyErr_Occurred())
-                        goto error_entry;
-                }
-            }
-            PyObject *made = PyList_New(4);
-            if (made == NULL)
-                goto error_entry;
-            PyList_SET_ITEM(made, 0, Py_NewRef(now_obj));
-            PyList_SET_ITEM(made, 1, Py_NewRef(one));
-            PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
-            PyList_SET_ITEM(made, 3, Py_NewRef(key));
-            /* Neither the entry nor its key can be part of a cycle: the entry holds a float, an
-             * int, the last event (which cannot hold the selector's own list) and its key, the
-             * key str or None only (repeat_key_untracked). Untracked, the garbage collector no longer
-             * walks one or two objects per window at each pass (with every message new, its
-             * passes cost some 800 instructions an event on the flusher). */
-            PyObject_GC_UnTrack(made);
-            repeat_key_untracked(key);
-            /* In order first: a place whose key is not set is only passed over. */
-            int bad = PyList_Append(order, made) < 0 || PyDict_SetItem(seen, key, made) < 0;
-            Py_DECREF(made);
-            if (bad)
-                goto error_entry;
         }
+        /* No window open: a first sighting is noted, a second within the window opens one. */
+        Sight *young = gens + cap * sh->young, *at = young;
+        Py_ssize_t slot = sight_find(young, mask, hash);
+        if (at[slot].hash == 0) {
+            at = gens + cap * (1 - sh->young);
+            Py_ssize_t other = sight_find(at, mask, hash);
+            if (at[other].hash == 0 || now - at[other].time >= window)
+                at = NULL; /* noted in young, at slot */
+            else
+                slot = other;
+        }
+        else if (now - at[slot].time >= window) {
+            at[slot].time = now; /* seen again after its window: a first sighting again */
+            goto done;
+        }
+        if (at == NULL) {
+            young[slot].hash = hash;
+            young[slot].time = now;
+            if (++sh->count >= (uint64_t)max_keys) {
+                /* A new generation: the old one is forgotten (emptied, it is young). */
+                sh->young = 1 - sh->young;
+                sh->count = 0;
+                memset(gens + cap * sh->young, 0, cap * sizeof(Sight));
+            }
+            goto done;
+        }
+        PyObject *first = PyFloat_FromDouble(at[slot].time);
+        if (first == NULL)
+            goto error_event;
+        sight_delete(at, mask, (size_t)slot);
+        if (at == young)
+            sh->count--;
+        if (key == NULL && (key = PyLong_FromUnsignedLongLong((unsigned long long)hash)) == NULL) {
+            Py_DECREF(first);
+            goto error_event;
+        }
+        if (PyDict_GET_SIZE(seen) >= max_keys) {
+            /* The oldest open window: the first place in order from head whose key still
+             * holds that entry (Selector._oldest, _take_oldest). */
+            PyObject *gone = NULL;
+            while (gone == NULL && head < PyList_GET_SIZE(order)) {
+                PyObject *place = PyList_GET_ITEM(order, head);
+                if (!repeat_entry_ok(place)) {
+                    Py_DECREF(first);
+                    goto error_event;
+                }
+                PyObject *now_at = PyDict_GetItemWithError(seen, PyList_GET_ITEM(place, 3));
+                if (now_at == NULL && PyErr_Occurred()) {
+                    Py_DECREF(first);
+                    goto error_event;
+                }
+                if (now_at == place)
+                    gone = Py_NewRef(place);
+                else
+                    head++;
+            }
+            if (gone != NULL) {
+                head++;
+                int bad = PyDict_DelItem(seen, PyList_GET_ITEM(gone, 3)) < 0 ||
+                          repeat_ended(ended, gone, limit) < 0;
+                Py_DECREF(gone);
+                if (bad) {
+                    Py_DECREF(first);
+                    goto error_event;
+                }
+            }
+        }
+        PyObject *made = PyList_New(5), *tuple = repeat_tuple(st, &rp, cache);
+        if (made == NULL || tuple == NULL) {
+            Py_XDECREF(made);
+            Py_XDECREF(tuple);
+            Py_DECREF(first);
+            goto error_event;
+        }
+        PyList_SET_ITEM(made, 0, first); /* the window starts at the first sighting */
+        PyList_SET_ITEM(made, 1, Py_NewRef(two));
+        PyList_SET_ITEM(made, 2, Py_NewRef(Py_None));
+        PyList_SET_ITEM(made, 3, Py_NewRef(key));
+        PyList_SET_ITEM(made, 4, tuple);
+        /* Neither the entry nor its key can be part of a cycle: the entry holds a float, two
+         * ints, the last event (which cannot hold the selector's own list) and its key, the
+         * key str or None only (repeat_key_untracked). Untracked, the garbage collector no
+         * longer walks one or two objects per window at each pass. */
+        PyObject_GC_UnTrack(made);
+        repeat_key_untracked(tuple);
+        if (2 > limit) {
+            PyList_SET_ITEM(made, 2, Py_NewRef(event));
+            Py_DECREF(Py_None);
+            admit = 0;
+        }
+        /* In order first: a place whose key is not set is only passed over. */
+        int bad = PyList_Append(order, made) < 0 || PyDict_SetItem(seen, key, made) < 0;
+        Py_DECREF(made);
+        if (bad)
+            goto error_event;
+done:
         Py_XDECREF(entry);
-        Py_DECREF(key);
+        Py_XDECREF(key);
+        repeat_parts_clear(&rp);
         if (admit ? PyList_Append(kept, event) < 0 : (suppressed++, 0)) {
             Py_DECREF(event);
             goto error;
         }
         Py_DECREF(event);
         continue;
-error_entry:
-        Py_XDECREF(entry);
 error_event:
-        Py_DECREF(key);
+        Py_XDECREF(entry);
+        Py_XDECREF(key);
+        repeat_parts_clear(&rp);
         Py_DECREF(event);
         goto error;
     }
     for (int k = 0; k < 4; k++)
         Py_XDECREF(cache[k]);
-    Py_DECREF(one);
+    Py_DECREF(two);
     PyObject *result = Py_BuildValue("(NnNn)", kept, suppressed, ended, head);
     return result;
 error:
     for (int k = 0; k < 4; k++)
         Py_XDECREF(cache[k]);
-    Py_XDECREF(one);
+    Py_XDECREF(two);
     Py_XDECREF(kept);
     Py_XDECREF(ended);
     return NULL;
@@ -3920,7 +4153,7 @@ static PyMethodDef methods[] = {
      "otel_put(front, log_record, record, scope, fields, known, fast) -> bool: an "
      "OpenTelemetry record on its way (read as otel_event reads it); False: nothing done."},
     {"admit_repeats", (PyCFunction)(void (*)(void))admit_repeats, METH_FASTCALL,
-     "admit_repeats(events, seen, order, head, now, window, limit, max_keys, names) -> (kept, "
+     "admit_repeats(events, seen, order, head, now, window, limit, max_keys, names, sightings) -> (kept, "
      "suppressed, ended, head): Selector._admit over a batch (shaping.py)."},
     {"items_size", items_size, METH_O,
      "items_size(items) -> int: the queue items' estimated sizes, summed."},

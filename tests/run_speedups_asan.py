@@ -32,6 +32,7 @@ import collections, logging, sys
 from hypothesis import HealthCheck, given, settings, strategies as st
 import loghandler
 from loghandler._engine import compiled as _compiled
+from loghandler._engine.shaping import sightings_table
 
 ext = _compiled.extension()
 assert ext is not None and ext.__file__ == sys.argv[2], "not the sanitized build"
@@ -122,7 +123,7 @@ def fuzz(extra, keep_base, msg, which, context_fields):
     items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
     ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
                       else items, {}, [], 0, 1.0, 60.0, 1, 2,
-                      ("message", "event", "logger", "level"))
+                      ("message", "event", "logger", "level"), sightings_table(2))
     queue.clear()
 
 

@@ -20,6 +20,7 @@ from helpers import TOKEN, Receiver
 
 import loghandler
 from loghandler import ConfigurationError, IngestProcessor, Shipper
+from loghandler._encoding import encode
 from loghandler._engine.identity import identity_fields
 from loghandler._engine.sampling import Sampler
 from loghandler._engine.shaping import REDACTED, Scrubber, Selector, luhn_ok
@@ -477,28 +478,72 @@ class TestRepeats:
         if admit == "compiled" and admit_repeats is None:
             pytest.skip("the compiled path is not built")
         how = {"admit": admit_repeats if admit == "compiled" else None}
-        sel = Selector(1, 10.0, max_keys=3)
+        sel = Selector(2, 10.0, max_keys=3)
 
         def line(m: str) -> dict[str, Any]:
             return {"level": "info", "logger": "a", "message": m}
 
-        sel.select([line("old"), line("old")], now=0, **how)  # "old" suppressed once
-        sel.select([line("b"), line("c")], now=5, **how)
+        sel.select([line("old")] * 3, now=0, **how)  # "old" suppressed once
+        sel.select([line("b"), line("b"), line("c"), line("c")], now=5, **how)
         # "old" ends (its summary) and starts again: the newest window now, b the oldest.
-        _, rep, summ = sel.select([line("old")], now=11, **how)
+        _, rep, summ = sel.select([line("old"), line("old")], now=11, **how)
         assert rep == 0 and [s["repeated_message"] for s in summ] == ["old"]
         # b is suppressed, then evicted for d's room: the oldest open window, not "old".
-        _, rep, summ = sel.select([line("b"), line("d")], now=12, **how)
+        _, rep, summ = sel.select([line("b"), line("d"), line("d")], now=12, **how)
         assert rep == 1 and [(s["repeated_message"], s["repeats_suppressed"]) for s in summ] == [
             ("b", 1)]
-        # The open windows and their order by start are what this checks (no public view).
+        # The open windows and their order are what this checks (no public view): the
+        # compiled loop keys them by a hash, each entry holds its (logger, level, message).
         seen = sel._seen  # noqa: SLF001
-        assert list(seen) == [("a", "info", "c"), ("a", "info", "old"), ("a", "info", "d")]
+        assert [e[4] for e in seen.values()] == [("a", "info", "c"), ("a", "info", "old"),
+                                                 ("a", "info", "d")]
+        # The first sightings: the Python loop's dicts (the compiled loop's, a fixed table).
+        once = sel._once  # noqa: SLF001
         for t in range(20, 20 + 5000):  # every batch: a window ends, another is evicted
-            sel.select([line(f"x{t % 7}"), line(f"y{t}")], now=float(t) * 10, **how)
+            x, y = line(f"x{t % 7}"), line(f"y{t}")
+            sel.select([x, x, y, y, line(f"z{t}")], now=float(t) * 10, **how)
             assert len(seen) <= 3 and len(sel._order) <= 3 + 2 * 64  # noqa: SLF001
+            assert len(once[0]) < 3 and len(once[1]) <= 3
         assert sorted(s["repeated_message"] for s in sel.flush_all()) == []
-        assert sel._order == [] and seen == {}  # noqa: SLF001
+        assert sel._order == [] and seen == {} and once == [{}, {}]  # noqa: SLF001
+
+    @pytest.mark.parametrize("admit", ["compiled", "python"])
+    def test_a_window_opens_at_the_second_sighting_from_the_first(self, admit: str) -> None:
+        """A message seen once opens no window, only its time noted; seen again within the
+        window, its window opens, started at the first sighting and counting it, so the first
+        repeat_limit occurrences in the window ship as before. A message seen once and again
+        after the window is new both times. The sightings are bounded: two generations of at
+        most max_keys messages; one forgotten is new again."""
+        from loghandler._engine.events import admit_repeats
+
+        if admit == "compiled" and admit_repeats is None:
+            pytest.skip("the compiled path is not built")
+        how = {"admit": admit_repeats if admit == "compiled" else None}
+        sel = Selector(1, 10.0, max_keys=3)
+
+        def line(m: str) -> bytes | dict[str, Any]:
+            e = {"level": "info", "logger": "a", "message": m, "_time": "t"}
+            return encode(e) if m.startswith("w") else e
+
+        kept, rep, _ = sel.select([line("a"), line("w1"), line("b")], now=0, **how)
+        assert len(kept) == 3 and rep == 0 and sel._seen == {}  # noqa: SLF001
+        # a again at 5: its window started at 0, so it ends at 10 with one suppressed
+        kept, rep, _ = sel.select([line("a"), line("w1")], now=5, **how)
+        assert kept == [] and rep == 2
+        assert sel.expired(9.9) == []
+        assert sorted(s["repeated_message"] for s in sel.expired(10)) == ["a", "w1"]
+        # b at 0 and 10: the first sighting's window is over, b is new again (and ships)
+        kept, rep, summ = sel.select([line("b")], now=10, **how)
+        assert len(kept) == 1 and rep == 0 and summ == []
+        # c seen at 11, then six new messages (two generations of three): c is forgotten
+        sel.select([line("c")], now=11, **how)
+        sel.select([line(f"n{i}") for i in range(6)], now=12, **how)
+        kept, rep, _ = sel.select([line("c")], now=13, **how)
+        assert len(kept) == 1 and rep == 0
+        kept, rep, _ = sel.select([line("c")], now=14, **how)
+        assert kept == [] and rep == 1
+        assert [(s["repeated_message"], s["repeats_suppressed"]) for s in sel.flush_all()] == [
+            ("c", 1)]
 
 
 # ------------------------------------------------------------------ scrubbing

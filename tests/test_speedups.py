@@ -828,6 +828,35 @@ def test_repeats_of_wire_items_and_dicts_are_decided_as_in_python(
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_repeats_of_long_streams_are_decided_as_in_python(seed: int) -> None:
+    """Thousands of events over hundreds of messages, some repeated, most seen once: the
+    compiled loop's table of first sightings (probes, deletions by backward shift, new
+    generations) decides as the Python loop's dicts, and so do the windows opened from it."""
+    import random
+
+    from loghandler._engine.shaping import Selector
+
+    rng = random.Random(seed)
+    names = [f"m{i}" if i % 3 else f"w\u00e9 \\ {i}" for i in range(400)]
+    stream = []
+    for _ in range(40):
+        batch: list[Any] = []
+        for _ in range(rng.randrange(0, 120)):
+            e = {"level": rng.choice(["info", "error"]), "logger": rng.choice(["a", "b"]),
+                 "message": rng.choice(names[:rng.choice([20, 400])]), "_time": "t"}
+            batch.append(encode(e) if rng.random() < 0.7 else e)
+        stream.append(batch)
+    limit, max_keys = rng.randrange(1, 4), rng.choice([7, 50, 300])
+    runs = []
+    for admit in (EXT.admit_repeats, None):
+        sel = Selector(limit, 2.0, max_keys=max_keys)
+        runs.append([sel.select(list(b), k * 0.25, admit=admit)
+                     for k, b in enumerate(stream)] + [sel.flush_all()])
+    assert runs[0] == runs[1]
+    assert sum(r[1] for r in runs[0][:-1]) > 0  # some were suppressed
+
+
 def test_repeat_windows_are_left_to_reference_counting() -> None:
     """The compiled repeat loop's windows (a key of str or None, an entry of a float, an int,
     the last event and the key) can be part of no cycle: they are untracked by the garbage
@@ -842,26 +871,27 @@ def test_repeat_windows_are_left_to_reference_counting() -> None:
     class Value:
         pass
 
-    sel = Selector(1, 60.0)
+    sel = Selector(2, 60.0)
     held = Value()
     gone = weakref.ref(held)
-    events = [encode({"message": f"m{i}", "level": "info", "logger": "x"}) for i in range(3)]
+    events = [encode({"message": f"m{i // 2}", "level": "info", "logger": "x"})
+              for i in range(6)]  # each twice: a window each
     level = ("info", Value())  # a level of the application's making: may be in a cycle
-    events += [{"message": "odd", "level": level, "logger": "x"},
-               {"message": "same", "level": "info", "logger": "x"},
-               {"message": "same", "level": "info", "logger": "x", "v": held}]
+    odd = {"message": "odd", "level": level, "logger": "x"}
+    same = {"message": "same", "level": "info", "logger": "x"}
+    events += [odd, dict(odd), same, dict(same), {**same, "v": held}]
     kept, repeats, _ = sel.select(events, 0.0, admit=EXT.admit_repeats)
-    assert repeats == 1 and len(kept) == 5
-    # The windows' own entries are what this checks (no public view of them).
+    assert repeats == 1 and len(kept) == 10
+    # The windows' own entries are what this checks (no public view of them): each holds
+    # its (logger, level, message) last.
     seen = sel._seen  # noqa: SLF001
-    atomic = [k for k in seen if k[1] is not level]
     assert [e[3] for e in sel._order] == list(seen)  # noqa: SLF001
-    assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(seen[k])
-                                        for k in atomic)
+    keys = [e[4] for e in seen.values()]
+    atomic = [(k, e) for k, e in zip(keys, seen.values(), strict=True) if k[1] is not level]
+    assert len(atomic) == 4 and not any(gc.is_tracked(k) or gc.is_tracked(e) for k, e in atomic)
     # m0, m1, m2, odd, same: the one key holding the application's object stays tracked
-    assert [gc.is_tracked(k) for k in seen] == [False, False, False, True, False]
-    del held, events
-    assert gone() is not None  # the last suppressed event, kept for its summary
+    assert [gc.is_tracked(k) for k in keys] == [False, False, False, True, False]
+    del held, events, atomic
     (summary,) = sel.flush_all()
     assert summary["repeats_suppressed"] == 1
     assert gone() is None

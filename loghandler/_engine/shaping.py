@@ -11,7 +11,8 @@ beside the context (``hold.py``) and is reached only inside a ``loghandler.conte
   nested values, the exception's text: a scan of each string, about 1.5 us an event).
 - ``Selector``: per batch, repeat suppression (``repeat_limit`` per ``repeat_window``: after N
   identical events, the rest of the window is counted and one summary event says how many were
-  suppressed). Sampling is decided earlier, on the callers' threads (``sampling.py``).
+  suppressed; a window opens at a message's second sighting, started at its first).
+  Sampling is decided earlier, on the callers' threads (``sampling.py``).
 
 Every event a policy drops is counted under its own reason (``dropped_sampled``,
 ``dropped_repeat``, ``dropped_held``), so the accounting invariant holds under every policy.
@@ -352,6 +353,16 @@ def make_finisher(exclude: Iterable[str], scrub: bool | str, scrub_keys: Iterabl
 # ------------------------------------------------------------------ selecting
 
 
+def sightings_table(max_keys: int) -> bytearray:
+    """The compiled repeat loop's first sightings, empty: a header of two 8-byte counts, then
+    two generations of slots of 16 bytes (a hash, a time), each a power of two at most three
+    quarters full with max_keys (``admit_repeats`` checks the same)."""
+    cap = 8
+    while cap * 3 < max_keys * 4:
+        cap *= 2
+    return bytearray(16 + 2 * cap * 16)
+
+
 class Selector:
     """Decides, per batch on the flusher thread, which events ship: repeats (see the module
     docstring). Sampling is not its: it is decided on the callers' threads
@@ -360,9 +371,10 @@ class Selector:
     ``select(events, now)`` returns ``(kept, repeats_suppressed, summaries)``; summaries are
     new events the caller submits (they are counted as submitted)."""
 
-    __slots__ = ("_head", "_key", "_limit", "_max_keys", "_order", "_seen", "_window")
+    __slots__ = ("_head", "_key", "_limit", "_max_keys", "_once", "_order", "_seen", "_sightings",
+                 "_window")
 
-    MAX_KEYS = 10_000  # distinct repeated messages tracked at once (bounded memory)
+    MAX_KEYS = 10_000  # repeated messages tracked at once, and first sightings per generation
 
     def __init__(self, repeat_limit: int, repeat_window: float,
                  field_names: Mapping[str, str] | None = None, *,
@@ -374,16 +386,28 @@ class Selector:
                      names.get("level", "level"))
         self._limit = repeat_limit
         self._window = repeat_window
-        # The open windows: (logger, level, message) -> [window start, count, last event, the
-        # key], and the same entries in the order their windows started, in _order from
-        # _head on, where the oldest is found at once. A place in _order whose key holds
-        # another entry now (its window ended and a new one started) is passed over; the
-        # places passed are cut off in one go (_compact). Not an OrderedDict, which kept the
-        # order in the mapping at twice a dict's cost per new window (about 600 instructions
-        # an event with every message new); not a dict alone, whose first key is found only
-        # past every key deleted before it (with 10,000 windows and every message new, that
-        # scan cost 1.5 us an event).
-        self._seen: dict[tuple[Any, Any, Any], list[Any]] = {}
+        # A message's first sighting opens no window (repeat_limit is at least 1: it ships
+        # whatever follows): its time is kept in _once, [young, old], key -> time, two
+        # generations of at most max_keys keys each (when young is full, old is dropped and
+        # young becomes old: no per-event eviction). The second sighting within repeat_window
+        # of the first opens the window, started at the first (so a window counts what it
+        # always did). With every message new, this keeps a time in a dict an event instead of
+        # a window's entry, its place in _order and its summary's check at close.
+        self._once: list[dict[Any, float]] = [{}, {}]
+        # The compiled loop's twin of _once: a table of (hash, time) slots in a bytearray
+        # (_speedups.c, admit_repeats: a probe and a store an event, no object), made at its
+        # first use.
+        self._sightings: bytearray | None = None
+        # The open windows: key -> [window start, count, last event, the key in _seen, the
+        # (logger, level, message)], and the same entries in the order their windows opened,
+        # in _order from _head on, where the oldest is found at once. The compiled loop keys
+        # _seen and _once by a 64-bit hash of (logger, level, message) read from the wire
+        # item's bytes, never decoded for it; this loop by the tuple itself. A place in _order
+        # whose key holds another entry now (its window ended and a new one opened) is passed
+        # over; the places passed are cut off in one go (_compact). Not an OrderedDict, which
+        # kept the order in the mapping at twice a dict's cost per new window; not a dict
+        # alone, whose first key is found only past every key deleted before it.
+        self._seen: dict[Any, list[Any]] = {}
         self._order: list[list[Any]] = []
         self._head = 0
         self._max_keys = max_keys
@@ -392,14 +416,17 @@ class Selector:
                admit: Callable[..., Any] | None = admit_repeats
                ) -> tuple[list[Any], int, list[dict[str, Any]]]:
         """``admit``: the compiled twin of the repeat loop (``events.admit_repeats``), or
-        None for the Python reference (the property tests run both)."""
+        None for the Python reference (the property tests run both). A selector keeps to one
+        of the two: their keys differ (a hash, a tuple), and so do their first sightings."""
         now = time.monotonic() if now is None else now
         summaries = self.expired(now)
         if admit is not None:
             # The compiled twin of the loop below (_admit), over the batch at once.
+            if self._sightings is None:
+                self._sightings = sightings_table(self._max_keys)
             kept, repeats, ended, self._head = admit(
                 events, self._seen, self._order, self._head, float(now), float(self._window),
-                self._limit, self._max_keys, self._key)
+                self._limit, self._max_keys, self._key, self._sightings)
             summaries += [self._summary(key, entry) for key, entry in ended]
             self._compact()
             return kept, repeats, summaries
@@ -428,29 +455,47 @@ class Selector:
         entry = seen.get(key)
         if entry is not None and now - entry[0] < self._window:
             entry[1] += 1
-            if entry[1] <= (self._limit or 0):
+            if entry[1] <= self._limit:
                 return True
             entry[2] = item
             return False
         if entry is not None:
             del seen[key]  # its place in _order is passed over
-            if entry[1] > (self._limit or 0):
+            if entry[1] > self._limit:
                 summaries.append(self._summary(key, entry))
-        elif seen and len(seen) >= self._max_keys:
-            # _take_oldest, inlined: with the windows full and every message new, this runs
-            # for every event. An open window is in _order from _head on: the loop ends.
+        # No window open: a first sighting is noted, a second within the window opens one.
+        once = self._once
+        young = once[0]
+        at = young
+        first = young.get(key)
+        if first is None:
+            at = once[1]
+            first = at.get(key)
+        if first is None or now - first >= self._window:
+            young[key] = now
+            if len(young) >= self._max_keys:  # a new generation: the old one is forgotten
+                old = once[1]
+                old.clear()
+                once[0], once[1] = old, young
+            return True
+        del at[key]
+        if len(seen) >= self._max_keys:
+            # _take_oldest, inlined. An open window is in _order from _head on: the loop ends.
             order, head = self._order, self._head
             while seen.get(order[head][3]) is not order[head]:
                 head += 1
             gone = order[head]
             self._head = head + 1
             del seen[gone[3]]
-            if gone[1] > (self._limit or 0):
-                summaries.append(self._summary(gone[3], gone))
-        entry = [now, 1, None, key]
+            if gone[1] > self._limit:
+                summaries.append(self._summary(gone[4], gone))
+        entry = [first, 2, None, key, key]
         seen[key] = entry
         self._order.append(entry)
-        return True
+        if self._limit >= 2:
+            return True
+        entry[2] = item
+        return False
 
     def _oldest(self) -> list[Any] | None:
         """The oldest open window, left open; None when none is. Places whose key holds
@@ -486,7 +531,7 @@ class Selector:
         while (entry := self._oldest()) is not None and now - entry[0] >= self._window:
             self._take_oldest()
             if entry[1] > limit:
-                out.append(self._summary(entry[3], entry))
+                out.append(self._summary(entry[4], entry))
         self._compact()
         return out
 
@@ -494,9 +539,12 @@ class Selector:
         """Summaries of every open window (at close)."""
         limit = self._limit or 0
         seen = self._seen
-        out = [self._summary(e[3], e) for e in self._order[self._head:]
+        out = [self._summary(e[4], e) for e in self._order[self._head:]
                if seen.get(e[3]) is e and e[1] > limit]
         seen.clear()
+        for once in self._once:
+            once.clear()
+        self._sightings = None
         self._order.clear()
         self._head = 0
         return out
