@@ -4,10 +4,11 @@ helpers.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from faultserver import FaultServer, Front
 from helpers import TOKEN, LoggerFactory, Receiver
 from pytest_httpserver import HTTPServer
 
@@ -91,3 +92,19 @@ from cpuload import (  # noqa: E402, F401
     pytest_terminal_summary,
     pytest_unconfigure,
 )
+
+
+@pytest.fixture
+def make_front() -> Iterator[Callable[..., Front]]:
+    """``make_front(kind, server, **options)``: a ``Front`` ("handler" or "processor") shipping
+    to a ``FaultServer``, closed at the test's end."""
+    made: list[Front] = []
+
+    def make(kind: str, server: FaultServer, **options: Any) -> Front:
+        front = Front(kind, server, **options)
+        made.append(front)
+        return front
+
+    yield make
+    for front in made:
+        front.close(timeout=1.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -237,16 +237,27 @@ def test_the_table_survives_a_restart_and_follows_new_ingests(
         store.close()
 
 
-def test_a_file_of_an_earlier_version_gets_its_table(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _stored_then_edited(tmp_path: Path, n: int, edit: Callable[[sqlite3.Connection], Any]
+                        ) -> str:
+    """A file with ``n`` events of dataset "d" stored, then edited behind the store's back
+    (as an earlier version left it): its path."""
     path = str(tmp_path / "events.sqlite")
     store = Store(path)
-    store.add_events("d", _events(2000, lookalike=False))
+    store.add_events("d", _events(n, lookalike=False))
     store.close()
     db = sqlite3.connect(path)
-    db.executescript(f"DROP TRIGGER narrow_delete; DROP TABLE {narrow.TABLE}; "
-                     "DROP TABLE narrow_fields;")
-    db.close()
+    try:
+        edit(db)
+        db.commit()
+    finally:
+        db.close()
+    return path
+
+
+def test_a_file_of_an_earlier_version_gets_its_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _stored_then_edited(tmp_path, 2000, lambda db: db.executescript(
+        f"DROP TRIGGER narrow_delete; DROP TABLE {narrow.TABLE}; DROP TABLE narrow_fields;"))
     store = Store(path)  # decided from the first events, every event's values copied
     try:
         assert set(narrow_kept(store)["d"]) == {"path", "method", "status", "duration_ms"}
@@ -310,16 +321,11 @@ def test_an_event_sqlite_cannot_read_leaves_its_dataset_to_the_scan(
 
 def test_events_stored_by_an_earlier_version_since_make_the_table_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = str(tmp_path / "events.sqlite")
-    store = Store(path)
-    store.add_events("d", _events(500, lookalike=False))
-    store.close()
-    db = sqlite3.connect(path)  # as an earlier version stores an event: no row of its own
-    db.execute("INSERT INTO events (dataset, time, sys, body) VALUES ('d', ?, ?, ?)",
-               (BASE + 5, "2026-01-01T00:00:00Z",
-                '{"_time":"2026-01-01T00:00:00.000005Z","path":"/new","duration_ms":5}'))
-    db.commit()
-    db.close()
+    # As an earlier version stores an event: no row of its own.
+    path = _stored_then_edited(tmp_path, 500, lambda db: db.execute(
+        "INSERT INTO events (dataset, time, sys, body) VALUES ('d', ?, ?, ?)",
+        (BASE + 5, "2026-01-01T00:00:00Z",
+         '{"_time":"2026-01-01T00:00:00.000005Z","path":"/new","duration_ms":5}')))
     store = Store(path)
     try:
         assert _rows(store) == (501, 501)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,20 +27,10 @@ N = 100
 
 
 @pytest.fixture
-def fronts() -> Iterator[list[Front]]:
-    made: list[Front] = []
-    yield made
-    for front in made:
-        front.close(timeout=1.0)
-
-
-@pytest.fixture
-def make(fronts: list[Front]) -> Any:
+def make(make_front: Any) -> Any:
+    """conftest's make_front with this file's batch size (a batch every BATCH events)."""
     def make(kind: str, server: FaultServer, **options: Any) -> Front:
-        options.setdefault("batch_size", BATCH)
-        front = Front(kind, server, **options)
-        fronts.append(front)
-        return front
+        return make_front(kind, server, **{"batch_size": BATCH, **options})
 
     return make
 
@@ -55,6 +44,17 @@ def _flush_in_background(front: Front) -> tuple[threading.Thread, list[bool]]:
     thread = threading.Thread(target=lambda: result.append(front.flush(20)), daemon=True)
     thread.start()
     return thread, result
+
+
+def _logged_and_prepared(front: Front, srv: FaultServer
+                         ) -> tuple[threading.Thread, list[bool]]:
+    """N events logged and a flush() started on another thread, returned with its result
+    once the next batch is prepared while the first request's answer is held."""
+    for i in range(N):
+        front.emit(i)
+    flushing = _flush_in_background(front)
+    _prepared_while_held(front, srv)
+    return flushing
 
 
 def _prepared_while_held(front: Front, srv: FaultServer) -> None:
@@ -95,10 +95,7 @@ def test_a_prepared_batch_waits_for_the_previous_answer_then_goes(kind: str, mak
     answer, and every event arrives in order."""
     with FaultServer([sleep(2.0, then=200, store=True)]) as srv:
         front = make(kind, srv)
-        for i in range(N):
-            front.emit(i)
-        thread, result = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, result = _logged_and_prepared(front, srv)
         thread.join(20)
         assert result == [True]
         st = front.stats()
@@ -113,10 +110,7 @@ def test_the_previous_request_retried_while_a_batch_is_prepared(kind: str, make:
     then the prepared batch goes; the order holds."""
     with FaultServer([sleep(2.0, then=500)]) as srv:
         front = make(kind, srv, max_retries=3)
-        for i in range(N):
-            front.emit(i)
-        thread, result = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, result = _logged_and_prepared(front, srv)
         thread.join(20)
         assert result == [True]
         st = front.stats()
@@ -132,10 +126,7 @@ def test_the_previous_request_given_up_while_a_batch_is_prepared(kind: str, make
     prepared: the first batch is counted failed, the prepared one and the rest delivered."""
     with FaultServer([sleep(2.0, then=500), status(500)]) as srv:
         front = make(kind, srv, max_retries=1)
-        for i in range(N):
-            front.emit(i)
-        thread, result = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, result = _logged_and_prepared(front, srv)
         thread.join(20)
         assert result == [False]  # not everything was delivered
         st = front.stats()
@@ -151,10 +142,7 @@ def test_the_previous_request_spooled_while_a_batch_is_prepared(
     oldest event); the prepared batch follows it, to the service or to the spool."""
     with FaultServer([sleep(2.0, then=500), status(500)]) as srv:
         front = make(kind, srv, max_retries=1, spool_dir=str(tmp_path))
-        for i in range(N):
-            front.emit(i)
-        thread, result = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, result = _logged_and_prepared(front, srv)
         thread.join(20)
         assert result
         st = front.stats()
@@ -171,10 +159,7 @@ def test_close_while_a_batch_is_prepared_and_no_answer_comes(kind: str, make: An
     unconfirmed, the prepared batch and the queue dropped_shutdown; nothing counted later."""
     with FaultServer([sleep(6.0, then=200, store=True)]) as srv:
         front = make(kind, srv)
-        for i in range(N):
-            front.emit(i)
-        thread, _ = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, _ = _logged_and_prepared(front, srv)
         front.shipper.close(0.3)
         st = front.stats()
         assert st.unconfirmed == BATCH and st.dropped_shutdown == N - BATCH
@@ -191,10 +176,7 @@ def test_close_with_a_spool_keeps_the_prepared_batch(
     them, none lost."""
     with FaultServer([sleep(6.0, then=200, store=True)]) as srv:
         front = make(kind, srv, spool_dir=str(tmp_path))
-        for i in range(N):
-            front.emit(i)
-        thread, _ = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, _ = _logged_and_prepared(front, srv)
         front.shipper.close(0.3)
         st = front.stats()
         assert st.spooled == N and st.dropped == 0 and st.delivered == 0
@@ -209,10 +191,7 @@ def test_close_with_an_answer_before_the_deadline_delivers_the_prepared_batch(
     order."""
     with FaultServer([sleep(1.0, then=200, store=True)]) as srv:
         front = make(kind, srv)
-        for i in range(N):
-            front.emit(i)
-        thread, _ = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, _ = _logged_and_prepared(front, srv)
         front.shipper.close(10)
         st = front.stats()
         assert st.delivered == N and srv.stored() == list(range(N))
@@ -227,10 +206,7 @@ def test_fork_while_a_batch_is_prepared(make: Any) -> None:
     stay the parent's) and delivers its own; the parent delivers all of its own, in order."""
     with FaultServer([sleep(2.0, then=200, store=True)]) as srv:
         front = make("handler", srv)
-        for i in range(N):
-            front.emit(i)
-        thread, result = _flush_in_background(front)
-        _prepared_while_held(front, srv)
+        thread, result = _logged_and_prepared(front, srv)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child
