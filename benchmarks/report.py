@@ -139,10 +139,38 @@ def pairing_check(results: Results, scenario: str, key: str) -> str | None:
         return f"median {off:.0f} % off 1.00x, {min(v):.2f}–{max(v):.2f}x over {len(v)}"
 
     self_row = _beside((results.get(scenario) or {}).get("null", []), key)
-    return (f"Pairing check, NullHandler against itself ({key}): the null row between two "
+    text = (f"Pairing check, NullHandler against itself ({key}): the null row between two "
             f"null runs {_xs(self_row)}; each null floor run against the two beside it in the "
             f"chain (two children away): {dev(near)}; each against its repetition's first "
             f"floor run, the earlier pairing (one floor run per repetition): {dev(first)}.")
+    spreads = _spreads(results, scenario, key)
+    if spreads:
+        new, old = (statistics.median(v) for v in zip(*spreads, strict=True))
+        text += (f" Each row's repetitions, max/min of their ratios (the median over "
+                 f"{len(spreads)} rows): {new:.2f} against the floor runs beside the row, "
+                 f"{old:.2f} against the repetition's first floor run.")
+    return text
+
+
+def _spreads(results: Results, scenario: str, key: str) -> list[tuple[float, float]]:
+    """(max/min of a row's ratios to the floor runs beside it, the same to its floor's first
+    run in each repetition) for every row with two repetitions or more."""
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    for floor, runs in (results.get(f"{scenario}-floors") or {}).items():
+        for f in runs:
+            at = (floor, f.get("rep", 0))
+            if not _bad(f) and isinstance(f.get(key), (int, float)) and (
+                    at not in first or f.get("seq", 0) < first[at].get("seq", 0)):
+                first[at] = f
+    out = []
+    for row, runs in (results.get(scenario) or {}).items():
+        beside = _beside(runs, key)
+        old = [r[key] / first[at][key] for r in runs
+               if r.get("rep") in beside and (at := (_floor(row), r["rep"])) in first]
+        if len(beside) >= 2 and len(old) == len(beside):
+            new = list(beside.values())
+            out.append((max(new) / min(new), max(old) / min(old)))
+    return out
 
 
 def _x(ratio: float | None) -> str:
