@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from argparse import Namespace
 from collections.abc import Callable
@@ -62,6 +63,116 @@ def _paired(runs: list[dict[str, Any]], floor: list[dict[str, Any]], key: str) -
     return statistics.median(ratios) if ratios else None
 
 
+def _bad(r: dict[str, Any]) -> bool:
+    return any(k in r for k in ("skipped", "error", "hung"))
+
+
+def _gmean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _beside(runs: list[dict[str, Any]], key: str) -> dict[int, float]:
+    """Scenarios 1 and 2: each repetition's ratio of ``key``, the row's run against the (geometric)
+    mean of the two runs of its floor beside it (``run.paired_order``), by repetition."""
+    out: dict[int, float] = {}
+    for a in runs:
+        floors = a.get("floors") or []
+        values = [f[key] for f in floors if isinstance(f.get(key), (int, float)) and f[key] > 0]
+        if (_bad(a) or not isinstance(a.get(key), (int, float)) or not values
+                or len(values) < len(floors) or any(_bad(f) for f in floors)):
+            continue
+        out[a.get("rep", len(out))] = a[key] / _gmean(values)
+    return out
+
+
+def _chain(results: dict[str, list[dict[str, Any]]], row: str, key: str,
+           to: str = "null") -> dict[int, float]:
+    """A row's ratios to ``to`` (a floor), by repetition: against its own floor, times its
+    floor's ratio to ``to`` (the floor measured as a row beside ``to``'s runs)."""
+    own = _beside(results.get(row, []), key)
+    floor = _floor(row)
+    if row == to or floor == to:
+        return own
+    up = _chain(results, floor, key, to) if floor != row else {}
+    return {rep: v * up[rep] for rep, v in own.items() if rep in up}
+
+
+def _xs(ratios: dict[int, float] | list[float]) -> str:
+    """The median ratio, and the repetitions' min–max beside it."""
+    v = list(ratios.values()) if isinstance(ratios, dict) else list(ratios)
+    if not v:
+        return "–"
+    med = statistics.median(v)
+    return f"{med:.2f}x" if len(v) == 1 else f"{med:.2f}x ({min(v):.2f}–{max(v):.2f})"
+
+
+def _med_of(ratios: dict[int, float]) -> float | None:
+    return statistics.median(ratios.values()) if ratios else None
+
+
+def pairing_check(results: Results, scenario: str, key: str) -> str | None:
+    """The floor against itself (``null``), three ways, from one run's children: the null row
+    between two null runs (this runner's pairing); each null floor run against the two null
+    runs two children away (a harder test of the same pairing); and each null floor run
+    against its repetition's first one, which is what a row at its place read when the floor
+    ran once per repetition (the earlier pairing). The closer to 1.00x, the less of the
+    host's drift is left in a ratio."""
+    floors = (results.get(f"{scenario}-floors") or {}).get("null", [])
+    runs = [f for f in floors if not _bad(f) and isinstance(f.get(key), (int, float))]
+    if len(runs) < 3:
+        return None
+    by_rep: dict[int, list[dict[str, Any]]] = {}
+    for f in runs:
+        by_rep.setdefault(f.get("rep", 0), []).append(f)
+    near: list[float] = []
+    first: list[float] = []
+    for chain in by_rep.values():
+        chain.sort(key=lambda f: f.get("seq", 0))
+        near += [chain[i][key] / _gmean([chain[i - 1][key], chain[i + 1][key]])
+                 for i in range(1, len(chain) - 1)]
+        first += [f[key] / chain[0][key] for f in chain[1:]]
+
+    def dev(v: list[float]) -> str:
+        if not v:
+            return "–"
+        off = statistics.median(abs(x - 1) for x in v) * 100
+        return f"median {off:.0f} % off 1.00x, {min(v):.2f}–{max(v):.2f}x over {len(v)}"
+
+    self_row = _beside((results.get(scenario) or {}).get("null", []), key)
+    text = (f"Pairing check, NullHandler against itself ({key}): the null row between two "
+            f"null runs {_xs(self_row)}; each null floor run against the two beside it in the "
+            f"chain (two children away): {dev(near)}; each against its repetition's first "
+            f"floor run, the earlier pairing (one floor run per repetition): {dev(first)}.")
+    spreads = _spreads(results, scenario, key)
+    if spreads:
+        new, old = (statistics.median(v) for v in zip(*spreads, strict=True))
+        text += (f" Each row's repetitions, max/min of their ratios (the median over "
+                 f"{len(spreads)} rows): {new:.2f} against the floor runs beside the row, "
+                 f"{old:.2f} against the repetition's first floor run.")
+    return text
+
+
+def _spreads(results: Results, scenario: str, key: str) -> list[tuple[float, float]]:
+    """(max/min of a row's ratios to the floor runs beside it, the same to its floor's first
+    run in each repetition) for every row with two repetitions or more."""
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    for floor, runs in (results.get(f"{scenario}-floors") or {}).items():
+        for f in runs:
+            at = (floor, f.get("rep", 0))
+            if not _bad(f) and isinstance(f.get(key), (int, float)) and (
+                    at not in first or f.get("seq", 0) < first[at].get("seq", 0)):
+                first[at] = f
+    out = []
+    for row, runs in (results.get(scenario) or {}).items():
+        beside = _beside(runs, key)
+        old = [r[key] / first[at][key] for r in runs
+               if r.get("rep") in beside and (at := (_floor(row), r["rep"])) in first]
+        if len(beside) >= 2 and len(old) == len(beside):
+            new = list(beside.values())
+            out.append((max(new) / min(new), max(old) / min(old)))
+    return out
+
+
 def _x(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else "–"
 
@@ -89,71 +200,89 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                    f"connection from another process): {_fmt(ceil['plain'])} events/s plain, "
                    f"{_fmt(ceil['gzip'])} events/s gzip.")
     out.append(f"Medians of {a.reps} repetition(s) for scenarios 1, 2, 3 (min–max in "
-               f"brackets); \"x NullHandler\" is the median of the ratios within each "
-               f"repetition, whose rows run back to back; call counts scaled by "
+               f"brackets); in scenarios 1 and 2 each row's ratio is taken against the runs "
+               f"of its floor beside it, in 3 and 7 within each repetition, whose rows run "
+               f"back to back; call counts scaled by "
                f"{a.scale:g}; timed loops capped at {a.cap:g} s (the calls column says how "
                f"many were made).")
     targets: list[str] = []
     rows_of = lambda s: list((results.get(s) or {}).items())  # noqa: E731
 
     if "1" in results:
-        null = results["1"].get("null", [])
+        one = results["1"]
         body = []
         for row, runs in rows_of("1"):
-            floor_runs = results["1"].get(_floor(row), [])
-            own = _paired(runs, floor_runs, "ns_per_call")
-            cpu = [f"{_spread(runs, key, 1, 1e-3)} ({_x(_paired(runs, floor_runs, key))})"
+            own = _beside(runs, "ns_per_call")
+            cpu = [f"{_spread(runs, key, 1, 1e-3)} ({_xs(_beside(runs, key))})"
                    if _vals(runs, key) else "–"
                    for key in ("thread_cpu_ns_per_call", "cpu_ns_per_call")]
             body.append([LABELS[row], _spread(runs, "ns_per_call", 0, 1e-3),
-                         _x(_paired(runs, null, "ns_per_call")), _x(own), *cpu,
+                         _xs(_chain(one, row, "ns_per_call")), _xs(own), *cpu,
                          _spread(runs, "requests_per_1k", 1)
                          if _vals(runs, "requests_per_1k") else "–",
                          _spread(runs, "calls"),
                          _spread(runs, lambda r: _stat(r, "dropped"))])
-            if _ours(row) and own is not None:
-                targets.append(_check("1", f"{row}: {own:.2f}x its floor ({_floor(row)}, "
-                                           "target <= 1.5x)", own <= 1.5))
+            med = _med_of(own)
+            if _ours(row) and med is not None:
+                targets.append(_check("1", f"{row}: {med:.2f}x its floor ({_floor(row)}, "
+                                           "target <= 1.5x)", med <= 1.5))
         out.append("\n### 1. App-thread cost (µs per call, healthy receiver)\n")
-        out.append("CPU time beside the wall time: the calling thread's own, and the whole "
-                   "process's (the flusher's too, gzip included), x own floor; what the wall "
-                   "time adds to the calling thread's CPU time is waiting, for the "
-                   "interpreter's lock or for a core (the receiver, in another process, and "
-                   "the flusher's compression take the second one). Requests per 1,000 "
-                   "calls: what the receiver had while the calls were made.\n")
+        out.append("Each row's child runs between two children of its own floor; \"x own "
+                   "floor\" is the median over the repetitions of the row's run against those "
+                   "two (their geometric mean), the repetitions' min–max in brackets; \"x "
+                   "NullHandler\" chains a floor's own ratio to NullHandler's (structlog, "
+                   "loguru, OpenTelemetry). CPU time beside the wall time: the calling "
+                   "thread's own, and the whole process's (the flusher's too, gzip included), "
+                   "x own floor; what the wall time adds to the calling thread's CPU time is "
+                   "waiting, for the interpreter's lock or for a core (the receiver, in "
+                   "another process, and the flusher's compression take the second one). "
+                   "Requests per 1,000 calls: what the receiver had while the calls were "
+                   "made.\n")
         out.append(_table(["row", "µs/call", "x NullHandler", "x own floor",
                            "thread CPU µs/call", "process CPU µs/call", "requests/1k calls",
                            "calls", "dropped"], body))
-        ingest = results["1"].get("ingest", [])
-        vs_null = _paired(ingest, null, "ns_per_call")
-        vs_queue = _paired(ingest, results["1"].get("queue", []), "ns_per_call")
+        check = pairing_check(results, "1", "ns_per_call")
+        if check:
+            out.append("\n" + check)
+        vs_null = _chain(one, "ingest", "ns_per_call")
+        queue = _chain(one, "queue", "ns_per_call")
+        vs_queue = {rep: v / queue[rep] for rep, v in vs_null.items() if rep in queue}
         if vs_null and vs_queue:
-            targets.append(_check("1", f"IngestHandler {vs_null:.2f}x NullHandler "
-                                       f"(target <= 1.5x), {vs_queue:.2f}x QueueHandler "
-                                       "(target <= 0.5x)", vs_null <= 1.5 and vs_queue <= 0.5))
+            a_, b_ = _med_of(vs_null), _med_of(vs_queue)
+            assert a_ is not None and b_ is not None
+            targets.append(_check("1", f"IngestHandler {a_:.2f}x NullHandler "
+                                       f"(target <= 1.5x), {b_:.2f}x QueueHandler "
+                                       "(target <= 0.5x)", a_ <= 1.5 and b_ <= 0.5))
 
     if "2" in results:
-        null = results["2"].get("null", [])
+        two = results["2"]
         body = []
         for row, runs in rows_of("2"):
             delivered = "–" if row in FLOORS else (
                 f"{_spread(runs, 'delivered')} / {_spread(runs, 'expected')} of "
                 f"{_spread(runs, 'calls')}")
-            own = _paired(runs, results["2"].get(_floor(row), []), "events_per_s")
+            own = _beside(runs, "events_per_s")
             body.append([LABELS[row], _spread(runs, "events_per_s"),
-                         _x(_paired(runs, null, "events_per_s")), _x(own), delivered,
+                         _xs(_chain(two, row, "events_per_s")), _xs(own), delivered,
                          _spread(runs, "call_rate")])
-            if _ours(row) and own is not None:
+            med = _med_of(own)
+            if _ours(row) and med is not None:
                 every = all(r.get("delivered", 0) >= r.get("expected", 1) for r in _ok(runs))
-                targets.append(_check("2", f"{row}: {own:.2f}x its floor's call rate "
+                targets.append(_check("2", f"{row}: {med:.2f}x its floor's call rate "
                                            f"(target >= 0.65x), every event accounted for: "
-                                           f"{every}", own >= 0.65 and every))
+                                           f"{every}", med >= 0.65 and every))
         out.append("\n### 2. End to end (events/s from the first call until the receiver "
                    "acknowledged the last; a policy's drops, counted, as configured)\n")
+        out.append("Each row between two runs of its own floor, as in scenario 1: \"x own "
+                   "floor\" is the median of the repetitions' ratios to them (min–max in "
+                   "brackets).\n")
         out.append(_table(["row", "events/s", "x NullHandler calls/s", "x own floor",
                            "delivered / expected of calls", "app calls/s"], body))
-        runs = results["2"].get("ingest", [])
-        rate = _paired(runs, null, "events_per_s")
+        check = pairing_check(results, "2", "events_per_s")
+        if check:
+            out.append("\n" + check)
+        runs = two.get("ingest", [])
+        rate = _med_of(_chain(two, "ingest", "events_per_s"))
         if rate:
             every = all(r.get("delivered") == r.get("calls") for r in _ok(runs))
             targets.append(_check("2", f"IngestHandler delivers {rate:.2f}x the "

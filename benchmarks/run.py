@@ -2,6 +2,10 @@
 
 Repetitions are interleaved (every row once, then every row again), so that the machine's noise
 falls on all rows alike: the ratios measured side by side in one run are the figures that count.
+In scenarios 1 and 2 each row's child runs between two children of its own floor
+(``paired_order``), and its ratio is taken against those two: this VM's speed moves in phases of a
+second or two, and a floor run once per repetition, 30 s before the last row, was paired with
+rows measured in other phases (docs/performance.md, "Pairing each row with its floor").
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import receiver
-from .rows import ROWS, SHIPPING, VARIANTS
+from .rows import FLOOR, ROWS, SHIPPING, VARIANTS
 
 MiB = 1024 * 1024
 # Rows left out of scenarios 4 and 5: nothing to bound or deliver at exit (floors that only
@@ -191,6 +195,62 @@ class Runner:
                 if "skipped" in res:
                     skipped.add(row)
 
+    def paired(self, scenario: str, rows: list[str], make: Callable[[str], dict[str, Any]],
+               reps: int) -> None:
+        """Scenarios 1 and 2: each repetition runs ``paired_order(rows)``, every row between
+        two runs of its floor. A row's result keeps what those two measured (``floors``), its
+        ratio's denominator; every floor run is kept too, in ``<scenario>-floors`` (the report
+        checks the pairing with them). ``seq``: the child's place in the repetition."""
+        skipped: set[str] = set()
+        for rep in range(reps):
+            order = paired_order([row for row in rows if row not in skipped])
+            before: dict[str, Any] = {}  # the last floor run of each floor
+            waiting: dict[str, list[dict[str, Any]]] = {}  # rows awaiting their next floor
+            for seq, (kind, name) in enumerate(order):
+                res = self.child(make(name))
+                res.update(rep=rep, seq=seq)
+                if kind == "floor":
+                    self.results.setdefault(f"{scenario}-floors", {}).setdefault(
+                        name, []).append(res)
+                    for row in waiting.pop(name, []):
+                        row["floors"].append(_floor_values(res))
+                    before[name] = res
+                    continue
+                self.record(scenario, name, res)
+                if "skipped" in res:
+                    skipped.add(name)
+                floor = FLOOR.get(name, "null")
+                res["floors"] = [_floor_values(before[floor])] if floor in before else []
+                waiting.setdefault(floor, []).append(res)
+
+
+def paired_order(rows: list[str]) -> list[tuple[str, str]]:
+    """One repetition of scenarios 1 and 2: ``("floor", f)`` and ``("row", r)`` children in
+    the order they run. The rows of one floor run each between two runs of it (floor, row,
+    floor, row, ..., floor: a floor run between two rows serves both), the floors in the
+    order their first row comes. A floor measured as a row (``null``, ``structlog``...) runs
+    between two runs of its own floor like any other row."""
+    by_floor: dict[str, list[str]] = {}
+    for row in rows:
+        by_floor.setdefault(FLOOR.get(row, "null"), []).append(row)
+    order: list[tuple[str, str]] = []
+    for floor, members in by_floor.items():
+        order.append(("floor", floor))
+        for row in members:
+            order += [("row", row), ("floor", floor)]
+    return order
+
+
+# What a row's ratio divides by: the floor's figures of scenarios 1 and 2.
+FLOOR_KEYS = ("ns_per_call", "thread_cpu_ns_per_call", "cpu_ns_per_call", "events_per_s",
+              "call_rate")
+
+
+def _floor_values(res: dict[str, Any]) -> dict[str, Any]:
+    out = {k: res[k] for k in FLOOR_KEYS if k in res}
+    out.update({k: res[k] for k in ("skipped", "error", "hung", "seq") if k in res})
+    return out
+
 
 def _closed_port() -> int:
     # A port that was just free and that nobody listens on: connections are refused at once.
@@ -214,11 +274,11 @@ def run_all(a: argparse.Namespace) -> Runner:
             print(f"scenario {s} ... ({time.time() - t0:.0f} s so far)", file=sys.stderr,
                   flush=True)
             if s == "1":
-                r.repeated("1", with_variants,
-                           lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)
+                r.paired("1", with_variants,
+                         lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)
             elif s == "2":
-                r.repeated("2", with_variants,
-                           lambda x: r.cfg(x, "end_to_end", "up", n=r.n(100_000)), a.reps)
+                r.paired("2", with_variants,
+                         lambda x: r.cfg(x, "end_to_end", "up", n=r.n(100_000)), a.reps)
             elif s == "3":
                 r.repeated("3", rows, lambda x: r.cfg(x, "slow", "slow", n=r.n(20_000),
                                                        rate=5000), a.reps)

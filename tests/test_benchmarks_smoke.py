@@ -95,12 +95,62 @@ class TestBenchmarkSmoke:
         assert down["shutdown_timeout"] == 1.0
         assert down["exit_s"] < 1.0 + 5.0  # shutdown_timeout plus a generous margin
 
+    def test_each_row_is_paired_with_its_floor_beside_it(self, smoke: tuple[str, dict]
+                                                         ) -> None:
+        """Scenarios 1 and 2: every row ran between two runs of its own floor (the floor
+        child just before and just after it), even a floor the rows asked for leave out
+        (structlog, the processor's), and the report's ratio is taken against those two."""
+        _, results = smoke
+        for scenario in ("1", "2"):
+            floors = results[f"{scenario}-floors"]
+            for row, floor in (("null", "null"), ("ingest", "null"), ("processor", "structlog")):
+                (run,) = results[scenario][row]
+                before, after = run["floors"]
+                assert (before["seq"], after["seq"]) == (run["seq"] - 1, run["seq"] + 1), run
+                assert {before["seq"], after["seq"]} <= {f["seq"] for f in floors[floor]}
+
     def test_gzip_is_smaller_on_the_wire(self, smoke: tuple[str, dict]) -> None:
         """Scenario 6: bytes per event are counted and gzip shrinks them."""
         _, results = smoke
         (run,) = results["6"]["ingest"]
         assert run["delivered"] == run["calls"] and run["bytes"] > 0
         assert run["bytes"] / run["delivered"] < 100
+
+
+class TestPairing:
+    """The order of one repetition of scenarios 1 and 2, and the ratio taken from it."""
+
+    def test_every_row_runs_between_two_runs_of_its_floor(self) -> None:
+        from benchmarks.run import paired_order
+
+        order = paired_order(["null", "ingest", "processor", "structlog", "loguru-sink"])
+        assert order == [("floor", "null"), ("row", "null"), ("floor", "null"),
+                         ("row", "ingest"), ("floor", "null"), ("row", "structlog"),
+                         ("floor", "null"),
+                         ("floor", "structlog"), ("row", "processor"), ("floor", "structlog"),
+                         ("floor", "loguru"), ("row", "loguru-sink"), ("floor", "loguru")]
+
+    def test_ratio_is_against_the_floor_runs_beside_the_row(self) -> None:
+        """A row at the floor's speed reads 1.00x however far the host's speed moved since
+        the repetition's first floor run; the chain to NullHandler multiplies the ratios."""
+        from benchmarks.report import _beside, _chain
+
+        results = {
+            "null": [{"rep": 0, "ns_per_call": 9.0, "floors": [{"ns_per_call": 8.0},
+                                                                {"ns_per_call": 10.125}]}],
+            "structlog": [{"rep": 0, "ns_per_call": 12.0,
+                           "floors": [{"ns_per_call": 6.0}, {"ns_per_call": 6.0}]}],
+            "processor": [{"rep": 0, "ns_per_call": 18.0,
+                           "floors": [{"ns_per_call": 12.0}, {"ns_per_call": 12.0}]},
+                          {"rep": 1, "ns_per_call": 18.0, "error": "exit status 1",
+                           "floors": [{"ns_per_call": 12.0}, {"ns_per_call": 12.0}]}],
+        }
+        assert _beside(results["null"], "ns_per_call") == {0: pytest.approx(1.0)}  # √(8·10.125)
+        assert _beside(results["processor"], "ns_per_call") == {0: pytest.approx(1.5)}
+        assert _chain(results, "processor", "ns_per_call") == {0: pytest.approx(3.0)}
+        # A floor run that failed leaves the row without a ratio, not against one floor run.
+        results["null"][0]["floors"][1]["error"] = "exit status 1"
+        assert _beside(results["null"], "ns_per_call") == {}
 
 
 def told(line: str) -> tuple[int, int, int]:
