@@ -127,6 +127,7 @@ new MutationObserver(() => {
 # the chart first stands, answered: its paint done), not from the driver's command before
 # the click to the driver's next look.
 RUN_JS = r"""
+if (window.__runWatch) window.__runWatch.disconnect();  // a run that timed out left its own
 window.__run = { at: null, shown: null };
 document.getElementById("editor-run").addEventListener("click", () => {
   window.__run.at = performance.now(); }, { capture: true, once: true });
@@ -148,6 +149,7 @@ const runWatch = new MutationObserver(() => {
   });
 });
 runWatch.observe(document.body, { subtree: true, childList: true, attributes: true });
+window.__runWatch = runWatch;
 """
 
 
