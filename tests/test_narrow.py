@@ -18,7 +18,7 @@ import pytest
 from countcheck import BASE, DAY, ranges, spied_and_scan
 from helpers import narrow_kept
 
-from loghandler._local import narrow, reader, sqlfunctions
+from loghandler._local import aplsql_run, narrow, reader, sqlfunctions
 from loghandler._local.apl import format_time
 from loghandler._local.store import Store
 
@@ -150,6 +150,34 @@ def test_a_percentile_past_its_sample_is_the_scans(
     check(store, monkeypatch, FAST[:3], True)
     fast, _, _ = fast_and_scan(store, monkeypatch, FAST[1], None, format_time(BASE + 2 * DAY))
     assert fast["status"]["rowsMatched"] > 20 * len(ROUTES)
+
+
+@pytest.mark.parametrize("bound", ["none", "sample", "bytes"])
+def test_a_summarize_by_time_bin_in_parts_is_the_scans_answer(
+        store: Store, monkeypatch: pytest.MonkeyPatch, bound: str) -> None:
+    # The dataset's 4,000 events counted as many: the queries by a time bin run in parts of
+    # a few bins (each group in one part), their rows put in the query's order. A percentile
+    # past its sample (its values' order counts) or parts past the answer's bytes (a partial
+    # answer keeps the query's first rows) give way to one query: the same answer again.
+    monkeypatch.setattr(reader, "NARROW_PART_ROWS", 300)
+    if bound == "sample":
+        monkeypatch.setattr(sqlfunctions, "PERCENTILE_SAMPLE", 3)
+    if bound == "bytes":
+        monkeypatch.setattr(aplsql_run, "MAX_ANSWER_BYTES", 3000)
+    parts: list[Any] = []
+    real = reader.Reader._bin_parts  # noqa: SLF001
+
+    def spy(self: reader.Reader, *args: Any) -> Any:
+        got = real(self, *args)
+        parts.append(got)
+        return got
+
+    monkeypatch.setattr(reader.Reader, "_bin_parts", spy)
+    check(store, monkeypatch, FAST, True)
+    # Both queries by a bin of counts, minimums, maximums and percentiles ran in parts.
+    assert sum(1 for p in parts if p is not None and len(p) >= 3) >= 2 * len(ranges()) - 2
+    fast, _, _ = fast_and_scan(store, monkeypatch, FAST[0], None, format_time(BASE + 2 * DAY))
+    assert fast["status"]["isPartial"] == (bound == "bytes")
 
 
 def _reference_percentile(values: list[Any], p: float) -> Any:

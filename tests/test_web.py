@@ -175,6 +175,20 @@ def detail_json(drv: Any) -> Any:
     return json.loads(drv.find_element(By.ID, "detail-json").get_attribute("textContent"))
 
 
+def run_apl(drv: Any, apl: str, until: Any = None, what: str = "the answer") -> Any:
+    """Type ``apl`` in the query editor (opened first, if it is not) and press Run; with
+    ``until``, wait for ``until(driver)`` to be true (``what``: its name) and return it."""
+    from selenium.webdriver.common.by import By
+
+    if drv.find_element(By.ID, "editor").get_attribute("hidden") is not None:
+        drv.find_element(By.ID, "editor-toggle").click()
+    box = drv.find_element(By.ID, "editor-apl")
+    box.clear()
+    box.send_keys(apl)
+    drv.find_element(By.ID, "editor-run").click()
+    return None if until is None else wait_until(drv, until, what)
+
+
 def click(drv: Any, xpath: str, what: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -547,20 +561,14 @@ def test_query_editor_charts_aggregates_and_saves_views(
     client.ingest("sales", events)
     driver.get(page.split("#", 1)[0] + "#token=" + token + "&dataset=sales")
     wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
-    driver.find_element(By.ID, "editor-toggle").click()
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    apl = "['sales'] | summarize count() by bin(_time, 1m)"
-    box.send_keys(apl)
-    driver.find_element(By.ID, "editor-run").click()
 
     def bars(d: Any) -> list[tuple[str, float]]:
         return [(b, float(v)) for b, v in d.execute_script(
             "return [...document.querySelectorAll('#chart rect')]"
             ".map(r => [r.dataset.label, r.dataset.value]);")]
 
-    wait_until(driver, lambda d: [v for _, v in bars(d)] == [3.0, 5.0, 2.0],
-               "a bar per minute, in time order")
+    run_apl(driver, "['sales'] | summarize count() by bin(_time, 1m)",
+            lambda d: [v for _, v in bars(d)] == [3.0, 5.0, 2.0], "a bar per minute, in time order")
     assert bars(driver)[0][0].startswith("2024-05-01 12:00")
     headers = driver.execute_script(
         "return [...document.querySelectorAll('#events th')].map(t => t.innerText);")
@@ -574,12 +582,8 @@ def test_query_editor_charts_aggregates_and_saves_views(
                and [v for _, v in bars(d)] == [3.0, 5.0, 2.0], "the saved view, charted")
     assert "Sales per minute" in driver.find_element(By.ID, "views").text
 
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    box.send_keys("['sales'] | summarize count() by level")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: sorted(bars(d)) == [("error", 5.0), ("info", 5.0)],
-               "a bar per group")
+    run_apl(driver, "['sales'] | summarize count() by level",
+            lambda d: sorted(bars(d)) == [("error", 5.0), ("info", 5.0)], "a bar per group")
     client.close()
 
 
@@ -841,16 +845,13 @@ def test_one_request_per_panel_and_a_new_query_stops_the_old(
         driver: Any, svc: Any, slow: str) -> None:
     """A new query aborts the one in flight (AbortController) and the service stops it;
     no panel ever has two requests in flight."""
-    from selenium.webdriver.common.by import By
 
     before = sum(1 for r in svc.requests if r.status == 499)
     open_page(driver, svc, apl=SLOW_APL)
     wait_until(driver, lambda d: any(e["t1"] is None for e in events_requests(d))
                and _running(svc) >= 1, "the slow query running")
-    driver.find_element(By.ID, "editor-apl").clear()
-    driver.find_element(By.ID, "editor-apl").send_keys("['slow'] | count")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: "50000" in " ".join(rows(d)), "the new query's answer")
+    run_apl(driver, "['slow'] | count", lambda d: "50000" in " ".join(rows(d)),
+            "the new query's answer")
     first = events_requests(driver)[0]
     assert first["aborted"] and SLOW_APL.split("|")[1].strip()[:20] in first["body"]
     wait_until(driver, lambda d: sum(1 for r in svc.requests if r.status == 499) > before,
@@ -881,12 +882,7 @@ def test_a_new_query_does_not_wait_for_the_view_the_user_left(driver: Any, svc: 
         [e for e in net_log(d) if e["panel"] in ("facets", "histogram") and e["t1"] is None]),
         "the search's fields and histogram in flight")
     n = len(net_log(driver))
-    driver.find_element(By.ID, "editor-toggle").click()
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    box.send_keys("['left'] | summarize count() by path")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: d.execute_script(
+    run_apl(driver, "['left'] | summarize count() by path", lambda d: d.execute_script(
         "return document.querySelectorAll('#chart rect').length;") == 3, "the query's chart")
     log = net_log(driver)
     asked = [e for e in log[n:] if e["panel"] == "events" and "by path" in e["body"]]
@@ -911,10 +907,7 @@ def test_a_new_query_does_not_wait_for_the_view_the_user_left(driver: Any, svc: 
             continue
     else:
         raise AssertionError("live mode never asked the query again")
-    box.clear()
-    box.send_keys("['left'] | summarize count() by level")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: d.execute_script(
+    run_apl(driver, "['left'] | summarize count() by level", lambda d: d.execute_script(
         "return document.querySelectorAll('#chart rect').length;") == 1, "the new chart")
     log = net_log(driver)
     mine = [e for e in log[n:] if "by level" in e["body"]]
@@ -1201,14 +1194,10 @@ def test_charts_draw_a_series_per_group_with_a_legend_over_the_range(
     open_page(driver, svc, dataset="chart")
     wait_until(driver, lambda d: len(rows(d)) == 200, "the events")
     Select(driver.find_element(By.ID, "range")).select_by_value("1h")
-    driver.find_element(By.ID, "editor-toggle").click()
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    box.send_keys("['chart'] | summarize percentile(duration_ms, 95) by path, bin_auto(_time)")
-    driver.find_element(By.ID, "editor-run").click()
-    lines = wait_until(driver, lambda d: d.execute_script(
-        "return [...document.querySelectorAll('#chart path[data-series]')]"
-        ".map(p => [p.dataset.series, Number(p.dataset.points)]);"), "the lines")
+    lines = run_apl(driver, "['chart'] | summarize percentile(duration_ms, 95) by path, "
+                    "bin_auto(_time)", lambda d: d.execute_script(
+                        "return [...document.querySelectorAll('#chart path[data-series]')]"
+                        ".map(p => [p.dataset.series, Number(p.dataset.points)]);"), "the lines")
     assert sorted(name for name, _ in lines) == sorted(paths)
     # The last hour in 30-second bins (about 100): ~40 of each path's bins have events.
     assert all(30 <= points <= 125 for _, points in lines), lines
@@ -1224,13 +1213,10 @@ def test_charts_draw_a_series_per_group_with_a_legend_over_the_range(
     wait_until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#events tbody tr.row"))
                == sum(points for _, points in lines), "every row of the table")
     assert not driver.find_elements(By.ID, "all-rows")
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    box.send_keys("['chart'] | summarize count() by level, bin_auto(_time)")
-    driver.find_element(By.ID, "editor-run").click()
-    bars = wait_until(driver, lambda d: d.execute_script(
-        "return [...document.querySelectorAll('#chart rect')]"
-        ".map(r => [r.dataset.series, r.dataset.label]);"), "the stacked bars")
+    bars = run_apl(driver, "['chart'] | summarize count() by level, bin_auto(_time)",
+                   lambda d: d.execute_script(
+                       "return [...document.querySelectorAll('#chart rect')]"
+                       ".map(r => [r.dataset.series, r.dataset.label]);"), "the stacked bars")
     assert {s for s, _ in bars} == {"info", "warning", "error"}
     per_bin: dict[str, int] = {}
     for _, label in bars:
@@ -1614,16 +1600,10 @@ def test_search_runs_on_enter_and_completion_on_typing(driver: Any, svc: Any,
     wait_until(driver, lambda d: len(rows(d)) == 1, "the new search's event")
 
     # The previous query's chart is not shown while the next one runs.
-    driver.find_element(By.ID, "editor-toggle").click()
-    apl = driver.find_element(By.ID, "editor-apl")
-    apl.clear()
-    apl.send_keys("['enter'] | summarize count() by service")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: d.find_element(By.ID, "chart").is_displayed(), "the chart")
+    run_apl(driver, "['enter'] | summarize count() by service",
+            lambda d: d.find_element(By.ID, "chart").is_displayed(), "the chart")
     add_rule(driver, match="by level", delay=2000, once=True)
-    apl.clear()
-    apl.send_keys("['enter'] | summarize count() by level")
-    driver.find_element(By.ID, "editor-run").click()
+    run_apl(driver, "['enter'] | summarize count() by level")
     assert not driver.find_element(By.ID, "chart").is_displayed()
     wait_until(driver, lambda d: d.execute_script(
         "return [...document.querySelectorAll('#chart rect')].map(r => r.dataset.series);")
@@ -1660,21 +1640,13 @@ def test_charts_use_the_level_colours_a_linear_time_axis_and_say_what_they_leave
         " o[r.dataset.level] = r.getAttribute('fill'); return Object.keys(o).length >= 4 && o;"),
         "the histogram's colours")
 
-    def run(apl: str) -> None:
-        box = driver.find_element(By.ID, "editor-apl")
-        box.clear()
-        box.send_keys(apl)
-        driver.find_element(By.ID, "editor-run").click()
-
-    driver.find_element(By.ID, "editor-toggle").click()
-    run("['colours'] | summarize count() by level")
-    bars = wait_until(driver, lambda d: d.execute_script(
+    bars = run_apl(driver, "['colours'] | summarize count() by level", lambda d: d.execute_script(
         "const o = {}; for (const r of document.querySelectorAll('#chart rect'))"
         " o[r.dataset.series] = r.getAttribute('fill'); return Object.keys(o).length === 4 && o;"),
         "the level chart")
     assert bars == {k: hist[k] for k in bars}
-    run("['colours'] | summarize count() by bin(_time, 1m), level")
-    stacked = wait_until(driver, lambda d: d.execute_script(
+    stacked = run_apl(driver, "['colours'] | summarize count() by bin(_time, 1m), level",
+                      lambda d: d.execute_script(
         "return [...document.querySelectorAll('#chart rect')].map(r => [r.dataset.series,"
         " r.getAttribute('fill'), Number(r.getAttribute('x')), r.dataset.label]);"),
         "the stacked chart")
@@ -1687,8 +1659,8 @@ def test_charts_use_the_level_colours_a_linear_time_axis_and_say_what_they_leave
     ticks = driver.execute_script("return document.querySelectorAll('#chart line.tick').length;")
     assert ticks >= 3
 
-    run("['colours'] | summarize percentile(duration_ms, 95) by path, bin(_time, 10m)")
-    first = wait_until(driver, lambda d: d.execute_script(
+    p95 = "['colours'] | summarize percentile(duration_ms, 95) by path, bin(_time, 10m)"
+    first = run_apl(driver, p95, lambda d: d.execute_script(
         "const o = {}; for (const p of document.querySelectorAll('#chart path[data-series]'))"
         " o[p.dataset.series] = [p.getAttribute('stroke'), p.getAttribute('d')];"
         " return Object.keys(o).length && o;"), "the lines")
@@ -1710,8 +1682,7 @@ def test_charts_use_the_level_colours_a_linear_time_axis_and_say_what_they_leave
     readout = wait_until(driver, lambda d: d.find_element(
         By.CSS_SELECTOR, "#chart .readout").text, "the hover values")
     assert " ms" in readout and "·" in readout
-    run("['colours'] | summarize percentile(duration_ms, 95) by path, bin(_time, 10m)")
-    again = wait_until(driver, lambda d: d.execute_script(
+    again = run_apl(driver, p95, lambda d: d.execute_script(
         "const o = {}; for (const p of document.querySelectorAll('#chart path[data-series]'))"
         " o[p.dataset.series] = [p.getAttribute('stroke'), p.getAttribute('d')];"
         " return Object.keys(o).length && o;"), "the lines again")
@@ -1764,13 +1735,8 @@ def test_a_query_that_timed_out_is_asked_again_by_live_mode(driver: Any, svc: An
     open_page(driver, svc, dataset="again")
     wait_until(driver, lambda d: len(rows(d)) == 10, "the events")
     add_rule(driver, match="by service", rewrite={"apl": SLOW_APL, "timeout": 0.05}, once=True)
-    driver.find_element(By.ID, "editor-toggle").click()
-    box = driver.find_element(By.ID, "editor-apl")
-    box.clear()
-    box.send_keys("['again'] | where service == 'c' | summarize count() by service")
-    driver.find_element(By.ID, "editor-run").click()
-    wait_until(driver, lambda d: "timed out" in d.find_element(By.ID, "events-state").text,
-               "the time-out")
+    run_apl(driver, "['again'] | where service == 'c' | summarize count() by service",
+            lambda d: "timed out" in d.find_element(By.ID, "events-state").text, "the time-out")
     wait_until(driver, lambda d: not d.find_element(By.ID, "events-state").is_displayed()
                and d.find_element(By.ID, "empty").is_displayed(),
                "the (empty) answer, asked again by live mode")

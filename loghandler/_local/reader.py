@@ -8,7 +8,9 @@ and a query that stops (its deadline, or its client gone: SQLite's interrupt) gi
 connection back at once.
 
 An aggregation over many events (a day's ``count() by level, bin_auto(_time)``) runs in parts
-of its time range on a connection per core, and their groups are merged.
+of its time range on a connection per core, and their groups are merged. One by a time bin
+that the narrow table answers (a day's p95 by path) runs in parts of whole bins, one after
+the other: each group is in one part, so nothing is merged, and each part sorts fewer rows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ PART_ROWS = 100_000
 MAX_PARTS = 64
 WORKERS = min(4, os.cpu_count() or 1)
 MERGEABLE = frozenset({"count", "countif", "sum", "min", "max"})
+# A summarize by a time bin over the narrow table runs in parts of whole bins, one after the
+# other, about NARROW_PART_ROWS events each (estimated): each part's GROUP BY sorts fewer rows
+# (a day's p95 by path at a million events: 0.43 s in 20 parts, 0.48 s in one; through the
+# API 70-90 ms less, alternated). Each group is in one part, so the parts' rows are the
+# answer's, put in its order; only for aggregations that the order their values come in
+# cannot change (not a sum of floats, not arg_max's ties; a sampled percentile: one query).
+NARROW_PART_ROWS = 40_000
+BY_BIN = frozenset({"count", "countif", "dcount", "min", "max", "percentile", "percentiles"})
 # How often (s) a running query looks whether its client is still there.
 CLIENT_CHECK_EVERY = 0.02
 # The longest text or blob a query may make (SQLite's SQLITE_LIMIT_LENGTH on each reader
@@ -361,7 +371,7 @@ class Reader:
         counted = rollups.answer_rows(db, parsed, compiled, lo, hi)  # the page's histogram
         if counted is not None:
             return aplsql_run.build(compiled, counted, False, stop.deadline, started)
-        fast = self._narrow(db, text, compiled, args, stop)
+        fast = self._narrow(db, text, parsed, compiled, args, lo, hi, stop)
         if fast is not None:
             return fast
         terms = words.leading_terms(parsed.ops) if self._word_index else []
@@ -378,8 +388,8 @@ class Reader:
                                           client)
         return aplsql_run.run(db, compiled, stop.deadline)
 
-    def _narrow(self, db: sqlite3.Connection, text: str, compiled: Any, args: dict[str, Any],
-                stop: _Stop) -> Any:
+    def _narrow(self, db: sqlite3.Connection, text: str, parsed: Any, compiled: Any,
+                args: dict[str, Any], lo: int | None, hi: int, stop: _Stop) -> Any:
         """The answer from the narrow table (narrow.py), when the query reads only its kept
         fields; else None (the scan answers)."""
         if not compiled.aggregated or "summarize" not in text:
@@ -397,10 +407,66 @@ class Reader:
                 fast = aplsql.compile_query(text, **{**args, "narrow": columns})
             except (aplsql.NotNarrow, apl.AplError):
                 return None
+            parts = self._bin_parts(db, parsed, fast, lo, hi)
+            if parts is not None:
+                started = time.perf_counter()
+                span = fast.bin_us if "bin_auto" in text else None  # the whole range's bins
+                raw: list[Any] = []
+                used, cut = 0, False
+                QUERY.sampled = False
+                for first, last in parts:
+                    sql = aplsql.compile_query(text, **{**args, "narrow": columns,
+                                                        "start_us": first, "end_us": last},
+                                               span_override_us=span).sql
+                    # The parts' rows bounded as the one query's together.
+                    got, cut = aplsql_run.fetch_rows(db, sql, stop.deadline,
+                                                     aplsql_run.MAX_ANSWER_BYTES - used)
+                    if cut or QUERY.sampled:
+                        break  # a partial answer keeps the query's first rows: one query
+                    raw += got
+                    used += sum(len(r[3]) if isinstance(r[3], (str, bytes)) else 16
+                                for r in got)
+                if not cut and not QUERY.sampled:
+                    rows = _in_order(fast, raw, stop.deadline)[:aplsql_run.MAX_ROWS]
+                    return aplsql_run.build(fast, rows, False, stop.deadline, started)
             return aplsql_run.run(db, fast, stop.deadline)
         finally:
             if own:
                 db.execute("COMMIT")
+
+    def _bin_parts(self, db: sqlite3.Connection, parsed: Any, fast: Any, lo: int | None,
+                   hi: int) -> list[tuple[int, int]] | None:
+        """[lo, hi) in parts of whole time bins for a narrow ``summarize ... by bin(_time)``
+        (NARROW_PART_ROWS), when its events are estimated to fill two; else None. The events
+        of the range are estimated from the dataset's (counted at ingest) as if spread evenly
+        over its time: a count of the range would cost about what the parts save."""
+        step = fast.bin_us
+        if not (step and fast.time_group is not None and _splittable_by_bin(parsed, fast)
+                and f"((time / {step}) * {step})" in fast.sql[fast.sql.rfind(" GROUP BY "):]):
+            return None
+        total = self._count(fast.dataset)
+        # Two queries: each reads one end of the index (both in one would read all of it).
+        (first,) = db.execute("SELECT min(time) FROM narrow_events WHERE dataset = ?",
+                              (fast.dataset,)).fetchone()
+        (last,) = db.execute("SELECT max(time) FROM narrow_events WHERE dataset = ?",
+                             (fast.dataset,)).fetchone()
+        if first is None or last is None:
+            return None
+        lo = first if lo is None else max(lo, first)
+        hi = min(hi, last + 1)
+        # A bin is (time / step) * step, truncated toward zero: bins are whole between
+        # multiples of step only from 0 on.
+        if lo < 0 or hi <= lo:
+            return None
+        share = (hi - lo) / max(1, last + 1 - first)
+        bins = -(-hi // step) - lo // step
+        count = min(MAX_PARTS, bins, int(total * share) // NARROW_PART_ROWS)
+        if count < 2:
+            return None
+        per = -(-bins // count)  # bins a part
+        edges = [lo] + [(lo // step + k * per) * step for k in range(1, count)] + [hi]
+        edges = sorted({e for e in edges if lo <= e <= hi})
+        return [(a, b) for a, b in itertools.pairwise(edges) if a < b]
 
     def _parts(self, db: sqlite3.Connection, compiled: Any, lo: int | None, hi: int
                ) -> list[tuple[int, int]] | None:
@@ -539,6 +605,37 @@ def _splittable(parsed: Any, compiled: Any) -> bool:
         "*" not in (compiled.fields or []))
 
 
+def _splittable_by_bin(parsed: Any, compiled: Any) -> bool:
+    """True for filters then one ``summarize`` of BY_BIN aggregations, last."""
+    if not parsed.ops or parsed.ops[-1][0] != "summarize" or any(
+            op[0] not in ("where", "search") for op in parsed.ops[:-1]):
+        return False
+    return bool(compiled.aggregations) and all(
+        name in BY_BIN for _, name in compiled.aggregations) and "*" not in (
+        compiled.fields or [])
+
+
+def _group_order(compiled: Any, row: Any, data: dict[str, Any]) -> list[Any]:
+    """A row's place in the query's order: its groups ascending (NULL first), the time bin
+    by its time, as the query's ORDER BY puts them."""
+    out = []
+    for g in compiled.groups:
+        value = row[1] if g == compiled.time_group else data.get(g)
+        out.append((0,) if value is None else (1, sort_key(value)))
+    return out
+
+
+def _in_order(compiled: Any, raw: list[Any], deadline: float | None) -> list[Any]:
+    """The rows of a query's parts (each group in one part) in the query's order."""
+    keyed = []
+    for n, row in enumerate(raw):
+        if deadline is not None and not n % 1000 and time.monotonic() > deadline:
+            raise aplsql_run.QueryTimeout
+        keyed.append((_group_order(compiled, row, json.loads(row[3])), n, row))
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    return [row for _, _, row in keyed]
+
+
 def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) -> list[Any]:
     """The rows of two halves of an aggregation as one: rows of the same groups combined,
     in the order the query's SQL gives (its groups ascending, the time bin by its time).
@@ -568,14 +665,7 @@ def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) 
             elif (sort_key(value) < sort_key(mine)) == (kind == "min"):
                 old[name] = value
 
-    def order(row: list[Any]) -> list[Any]:
-        out = []
-        for g in compiled.groups:
-            value = row[1] if g == compiled.time_group else row[3].get(g)
-            out.append((0,) if value is None else (1, sort_key(value)))  # NULL first
-        return out
-
-    rows = sorted(merged.values(), key=order)
+    rows = sorted(merged.values(), key=lambda row: _group_order(compiled, row, row[3]))
     if deadline is not None and time.monotonic() > deadline:
         raise aplsql_run.QueryTimeout
     return [(seq, t, sys_time, json.dumps(data)) for seq, t, sys_time, data in rows][

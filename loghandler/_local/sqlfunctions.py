@@ -144,6 +144,10 @@ class _Percentile:
                 append(value)
                 last = p  # a closure's cell: cheaper than the instance's attribute
                 if len(values) >= PERCENTILE_SAMPLE:
+                    # A sampled estimate depends on the order of the group's values: the
+                    # reader's parts of a range (which may feed them in another order) then
+                    # give way to one query (reader.py).
+                    QUERY.sampled = True
                     self.p = p
                     self.seen = len(values)
                     self.rng = random.Random(0)  # the same answer for the same data
