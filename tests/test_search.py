@@ -130,41 +130,59 @@ def test_an_aggregation_in_parts_answers_as_in_one(monkeypatch: pytest.MonkeyPat
                                                          ) -> None:
     """An aggregation over many events runs in parts of its time range on two connections;
     merged, the answer is the one a single pass gives (counts and sums added, minimums and maximums
-    kept, the groups in the same order)."""
+    kept, the groups in the same order, a number stored as a float in one part and as an int in
+    another one group)."""
+    from datetime import datetime, timedelta, timezone
+
     from loghandler._local import reader
     from loghandler._local.store import Store
 
+    first = datetime(2026, 1, 1, tzinfo=timezone.utc)
     store = Store()
     try:
-        store.add_events("a", [{"_time": 1_700_000_000 + i * 7, "level": ["x", "y", "z"][i % 3],
-                                "n": i % 101, "s": f"v{i % 13}"} for i in range(6_000)])
+        # 6,000 events 7 s apart (nearly 12 hours): each part of the range holds some.
+        store.add_events("a", [{"_time": (first + timedelta(seconds=i * 7)).isoformat(),
+                                "level": ["x", "y", "z"][i % 3], "n": i % 101,
+                                "s": f"v{i % 13}", "m": float(i % 3) if i < 3_000 else i % 3}
+                               for i in range(6_000)])
         queries = ["['a'] | summarize count(), sum(n), min(n), max(s) by level",
                    "['a'] | summarize countif(n > 50) by bin(_time, 1h), level",
                    "['a'] | where n > 10 | summarize count() by level, bin_auto(_time)",
                    "['a'] | where level == 'y' | count",
-                   "['a'] | summarize min(_time), max(_time)"]
+                   "['a'] | summarize min(_time), max(_time)",
+                   "['a'] | summarize count() by m"]
 
         def answer(q: str) -> tuple[object, object]:
-            table = store.query(q, fmt="tabular")["tables"][0]
+            table = store.query(q, "2026-01-01T00:00:00Z", "2026-01-01T12:00:00Z",
+                                fmt="tabular")["tables"][0]
             return table["fields"], table["columns"]
 
         whole = [answer(q) for q in queries]
-        ran: list[str] = []
-        # spied on: whether the query ran in parts.
-        real = reader.Reader._run_in_parts  # noqa: SLF001
+        ran: list[tuple[int, int]] = []
+        # spied on: that the query ran in parts and that their rows were merged.
+        real = reader._merge_groups  # noqa: SLF001
 
-        def spy(self: object, *args: object, **kwargs: object) -> object:
-            ran.append("parts")
-            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+        def spy(compiled: object, raw: list[object], deadline: float | None = None
+                ) -> list[object]:
+            out = real(compiled, raw, deadline)
+            ran.append((len(raw), len(out)))
+            return out
 
         monkeypatch.setattr(reader, "SPLIT_MIN_ROWS", 1_000)
         monkeypatch.setattr(reader, "WORKERS", 2)
         monkeypatch.setattr(reader, "PART_ROWS", 700)
-        monkeypatch.setattr(reader.Reader, "_run_in_parts", spy)
+        monkeypatch.setattr(reader, "_merge_groups", spy)
         # The narrow table answered these whole (narrow.py): the parts are what is tested.
         monkeypatch.setattr(reader.Reader, "_narrow", lambda *a, **k: None)
-        halves = [answer(q) for q in queries]
-        assert ran == ["parts"] * len(queries)
+        halves, merges = [], {}
+        for q in queries:
+            before = len(ran)
+            halves.append(answer(q))
+            merges[q] = ran[before:]
+        # A group seen in several parts is one row (by level; by m, 0.0 and 0 alike).
+        for q in (queries[0], queries[-1]):
+            ((rows, groups),) = merges[q]
+            assert rows > groups == 3, (q, rows, groups)
         assert halves == whole
     finally:
         store.close()

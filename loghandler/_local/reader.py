@@ -636,6 +636,11 @@ def _in_order(compiled: Any, raw: list[Any], deadline: float | None) -> list[Any
     return [row for _, _, row in keyed]
 
 
+def _one_number(value: Any) -> Any:
+    """A whole float as the int it equals (a group's key in a merge)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) -> list[Any]:
     """The rows of two halves of an aggregation as one: rows of the same groups combined,
     in the order the query's SQL gives (its groups ascending, the time bin by its time).
@@ -647,7 +652,8 @@ def _merge_groups(compiled: Any, raw: list[Any], deadline: float | None = None) 
         if deadline is not None and not n % 1000 and time.monotonic() > deadline:
             raise aplsql_run.QueryTimeout
         data = json.loads(body)
-        key = (t, json.dumps([data.get(g) for g in groups]))
+        # 0 and 0.0 are one group in SQLite's GROUP BY, as in the one query's answer.
+        key = (t, json.dumps([_one_number(data.get(g)) for g in groups]))
         have = merged.get(key)
         if have is None:
             merged[key] = [seq, t, sys_time, data]
