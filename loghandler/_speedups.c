@@ -1767,21 +1767,79 @@ done:
 
 /* ------------------------------------------------------------------ a record's way */
 
+/* A record's head, read from its dict once per record (RecordHead): the record attributes of
+ * src_keys (vals, src_keys' order; NULL: not read yet) and the level's event name (level, once
+ * level_read). Its way reads what sampling needs first (the level name, the logger), the wire
+ * writer the rest, without looking up again what sampling read (three look-ups a call, issue
+ * 49). Strong references: code runs between the reads and the writes (sampling's generator,
+ * the scrubber learning a key). Cleared (head_clear) where the application's code may have
+ * changed the record (getMessage's formatting): the writer then reads the record as it is
+ * after, as the Python path does. */
+enum { HEAD_LEVELNAME = 1, HEAD_NAME = 2 }; /* their places in src_keys (configure checks) */
+typedef struct {
+    PyObject *vals[16];
+    PyObject *level;
+    int level_read;
+} RecordHead;
+
+static void
+head_init(RecordHead *h)
+{
+    memset(h, 0, sizeof(*h));
+}
+
+static void
+head_clear(State *st, RecordHead *h)
+{
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_CLEAR(h->vals[i]);
+    Py_CLEAR(h->level);
+    h->level_read = 0;
+}
+
+/* The record attribute src_keys[i] (borrowed from h), read from d if not read yet; NULL: the
+ * record lacks it (an error may be set: the caller checks). */
+static ALWAYS_INLINE PyObject *
+head_get(State *st, RecordHead *h, PyObject *d, Py_ssize_t i)
+{
+    if (h->vals[i] == NULL)
+        h->vals[i] = Py_XNewRef(PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i)));
+    return h->vals[i];
+}
+
+/* The event's level name of the record's levelname (borrowed from h); NULL: none (an error
+ * may be set). */
+static PyObject *
+head_level(State *st, RecordHead *h, PyObject *d)
+{
+    if (!h->level_read) {
+        PyObject *name = head_get(st, h, d, HEAD_LEVELNAME);
+        PyObject *level = name != NULL && PyUnicode_CheckExact(name)
+                          ? PyDict_GetItemWithError(st->levels, name) : NULL;
+        if (PyErr_Occurred())
+            return NULL; /* (read again if asked again) */
+        h->level = Py_XNewRef(level);
+        h->level_read = 1;
+    }
+    return h->level;
+}
+
 /* A LogRecord's wire item (d: the dict of a record whose type is exactly logging.LogRecord),
  * its message given, or NULL: written from msg and args when that runs no application code
  * (*want_message set when the message must be made first). Its table: the head (model.HEAD),
  * and its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
- * special key is the careful path's, a formatter's attribute no extra). A new bytes object, or
- * NULL (the dict path's; an error may be set). */
+ * special key is the careful path's, a formatter's attribute no extra). The head's attributes
+ * from h (what the record's way read already, and the rest read into it). A new bytes object,
+ * or NULL (the dict path's; an error may be set). */
 static PyObject *
-record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *size,
-            int *want_message)
+record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c,
+            Py_ssize_t *size, int *want_message)
 {
     if (!PyDict_CheckExact(d) || st->n_fields > 16)
         return NULL;
-    PyObject *vals[16], *msg = message, *fargs = NULL, *item = NULL;
+    PyObject *msg = message, *fargs = NULL, *item = NULL;
     for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
+        if (head_get(st, h, d, i) == NULL)
             return NULL;
     if (message == NULL) {
         /* No exception, no stack, an exact str: else the message is made first. */
@@ -1795,16 +1853,16 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
             return NULL;
         }
     }
-    /* Strong references: the writer may run Python (the scrubber learning a key). */
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        Py_INCREF(vals[i]);
-    Py_INCREF(msg);
-    Py_XINCREF(fargs);
+    /* Strong references: the writer may run Python (the scrubber learning a key); h holds
+     * the head's. */
     Members ms;
     ms.n = 0;
-    ms.vals = vals;
-    ms.level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
-                                             : NULL;
+    ms.vals = h->vals;
+    ms.level = head_level(st, h, d);
+    if (ms.level == NULL && PyErr_Occurred())
+        return NULL;
+    Py_INCREF(msg);
+    Py_XINCREF(fargs);
     ms.msg = msg;
     ms.args = fargs;
     Py_ssize_t n = PyDict_GET_SIZE(d);
@@ -1830,18 +1888,17 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
     item = write_item(st, &ms, c, size, want_message);
 done:
     members_clear(&ms);
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        Py_DECREF(vals[i]);
     Py_DECREF(msg);
     Py_XDECREF(fargs);
     return item;
 }
 
 /* The record's queue item: its wire item (bytes) when c is given and the record is its case,
- * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
- * path's; -1: an error to propagate. */
+ * else the fast path's event dict with its SIZE. h: the record's head, as its way read it.
+ * 1: *item (new) and *size set; 0: the careful path's; -1: an error to propagate. */
 static int
-record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *size)
+record_item(State *st, PyObject *d, RecordHead *h, Compose *c, PyObject **item,
+            Py_ssize_t *size)
 {
     PyObject *message = NULL;
     int want_message = 0;
@@ -1850,7 +1907,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        *item = record_wire(st, d, NULL, c, size, &want_message);
+        *item = record_wire(st, d, h, NULL, c, size, &want_message);
         if (*item != NULL)
             return 1;
         if (!clear_if_exception())
@@ -1860,8 +1917,10 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     if (got <= 0)
         return got;
     if (want_message) {
+        /* getMessage's formatting ran the application's code: the head is read again. */
+        head_clear(st, h);
         want_message = 0;
-        *item = record_wire(st, d, message, c, size, &want_message);
+        *item = record_wire(st, d, h, message, c, size, &want_message);
         if (*item == NULL && !clear_if_exception()) {
             Py_DECREF(message);
             return -1;
@@ -2150,11 +2209,11 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
     PyObject *item = NULL, *levelno = NULL;
     Py_ssize_t size = 0;
     int result = -1;
+    RecordHead h;
+    head_init(&h);
     if (w.sample != Py_None && w.native) {
-        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
-        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
-                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
-        PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
+        PyObject *level = head_level(st, &h, d);
+        PyObject *logger = level == NULL ? NULL : head_get(st, &h, d, HEAD_NAME);
         PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
         if (PyErr_Occurred() && !clear_if_exception())
             goto out;
@@ -2164,7 +2223,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
             goto out;
         }
     }
-    int got = record_item(st, d, w.wired && w.native ? &w.c : NULL, &item, &size);
+    int got = record_item(st, d, &h, w.wired && w.native ? &w.c : NULL, &item, &size);
     if (got < 0)
         goto out;
     /* An event dict with a context or a policy in play is FrontEnd._queue's. */
@@ -2196,6 +2255,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
 out:
     Py_XDECREF(item);
     Py_XDECREF(levelno);
+    head_clear(st, &h);
     way_end(&w);
     return result;
 }
@@ -4090,6 +4150,13 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         PyUnicode_InternInPlace(&k);
         PyTuple_SET_ITEM(src, i, a);
         PyTuple_SET_ITEM(dst, i, k);
+    }
+    /* A record's way reads the level name and the logger at these places (RecordHead). */
+    if (n <= HEAD_NAME || PyTuple_GET_ITEM(src, HEAD_LEVELNAME) != st->s_levelname ||
+        PyTuple_GET_ITEM(src, HEAD_NAME) != st->s_name) {
+        PyErr_SetString(PyExc_ValueError, "configure(): record_attrs' level name and logger "
+                                          "are not where a record's way reads them");
+        goto fail;
     }
     for (Py_ssize_t i = 0; i <= n; i++) {
         Out o;
