@@ -1767,91 +1767,60 @@ done:
 
 /* ------------------------------------------------------------------ a record's way */
 
-/* A record's head, read from its dict once per record (RecordHead): the record attributes of
- * src_keys (vals, src_keys' order; those of read's bits) and the level's event name (level, once
- * level_read). Its way reads what sampling needs first (the level name, the logger), the wire
- * writer the rest, without looking up again what sampling read (three look-ups a call, issue
- * 49). Strong references: code runs between the reads and the writes (sampling's generator,
- * the scrubber learning a key). Cleared (head_clear) where the application's code may have
- * changed the record (getMessage's formatting): the writer then reads the record as it is
- * after, as the Python path does. */
+/* What a record's way read of the record's dict for sampling (the level name, its event level,
+ * the logger), handed to the wire writer, which reads the rest of the head and does not look
+ * these up again (three look-ups a call, issue 49): one read of each attribute per record.
+ * Strong references: code runs between the reads and the writes (sampling's generator, the
+ * scrubber learning a key). levelname NULL: nothing read (level and name unset then). Cleared
+ * (head_clear) where the application's code may have changed the record (getMessage's
+ * formatting): the writer then reads the record as it is after, as the Python path does.
+ * (Only these three, not the whole head: a record of the plain row, without sampling, pays
+ * nothing for it; keeping every attribute read paid 65-110 instructions a call in
+ * bookkeeping, measured.) */
 enum { HEAD_LEVELNAME = 1, HEAD_NAME = 2 }; /* their places in src_keys (configure checks) */
 typedef struct {
-    PyObject *vals[16]; /* vals[i] strong where bit i of read is set, else unset */
-    PyObject *level;    /* strong or NULL, once level_read */
-    unsigned read;
-    int level_read;
+    PyObject *levelname, *level, *name; /* level, name: NULL when the record has none */
 } RecordHead;
 
-/* (A bit mask, not a cleared array: nothing written a call but two ints; the plain row paid
- * 65 instructions a call for a memset and the NULL stores.) */
 static ALWAYS_INLINE void
-head_init(RecordHead *h)
+head_clear(RecordHead *h)
 {
-    h->read = 0;
-    h->level_read = 0;
-}
-
-static void
-head_clear(State *st, RecordHead *h)
-{
-    for (Py_ssize_t i = 0; h->read != 0 && i < st->n_fields; i++)
-        if (h->read & (1u << i))
-            Py_DECREF(h->vals[i]);
-    h->read = 0;
-    if (h->level_read)
-        Py_XDECREF(h->level);
-    h->level_read = 0;
-}
-
-/* The record attribute src_keys[i] (borrowed from h), read from d if not read yet; NULL: the
- * record lacks it (an error may be set: the caller checks). */
-static ALWAYS_INLINE PyObject *
-head_get(State *st, RecordHead *h, PyObject *d, Py_ssize_t i)
-{
-    if (h->read & (1u << i))
-        return h->vals[i];
-    PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i));
-    if (v == NULL)
-        return NULL;
-    h->vals[i] = Py_NewRef(v);
-    h->read |= 1u << i;
-    return v;
-}
-
-/* The event's level name of the record's levelname (borrowed from h); NULL: none (an error
- * may be set: then it is read again if asked again). */
-static ALWAYS_INLINE PyObject *
-head_level(State *st, RecordHead *h, PyObject *d)
-{
-    if (h->level_read)
-        return h->level;
-    PyObject *name = head_get(st, h, d, HEAD_LEVELNAME), *level = NULL;
-    if (name != NULL && PyUnicode_CheckExact(name))
-        level = PyDict_GetItemWithError(st->levels, name);
-    if (level == NULL && PyErr_Occurred())
-        return NULL;
-    h->level = Py_XNewRef(level);
-    h->level_read = 1;
-    return level;
+    if (h->levelname != NULL) {
+        Py_CLEAR(h->levelname);
+        Py_CLEAR(h->level);
+        Py_CLEAR(h->name);
+    }
 }
 
 /* A LogRecord's wire item (d: the dict of a record whose type is exactly logging.LogRecord),
  * its message given, or NULL: written from msg and args when that runs no application code
  * (*want_message set when the message must be made first). Its table: the head (model.HEAD),
  * and its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
- * special key is the careful path's, a formatter's attribute no extra). The head's attributes
- * from h (what the record's way read already, and the rest read into it). A new bytes object,
- * or NULL (the dict path's; an error may be set). */
+ * special key is the careful path's, a formatter's attribute no extra). h: what the record's way
+ * read already (RecordHead), not read again. A new bytes object, or NULL (the dict path's; an
+ * error may be set). */
 static PyObject *
 record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c,
             Py_ssize_t *size, int *want_message)
 {
     if (!PyDict_CheckExact(d) || st->n_fields > 16)
         return NULL;
-    PyObject *msg = message, *fargs = NULL, *item = NULL;
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        if (head_get(st, h, d, i) == NULL)
+    PyObject *vals[16], *msg = message, *fargs = NULL, *item = NULL;
+    PyObject *const *keys = &PyTuple_GET_ITEM(st->src_keys, 0);
+    Py_ssize_t i = 0;
+    if (h->levelname != NULL) {
+        /* The level name and the logger as sampling read them (one test a record, out of the
+         * loop: the rows without sampling pay nothing). */
+        if ((vals[0] = PyDict_GetItemWithError(d, keys[0])) == NULL)
+            return NULL;
+        vals[HEAD_LEVELNAME] = h->levelname;
+        if ((vals[HEAD_NAME] = h->name) == NULL &&
+            (vals[HEAD_NAME] = PyDict_GetItemWithError(d, keys[HEAD_NAME])) == NULL)
+            return NULL;
+        i = HEAD_NAME + 1;
+    }
+    for (; i < st->n_fields; i++)
+        if ((vals[i] = PyDict_GetItemWithError(d, keys[i])) == NULL)
             return NULL;
     if (message == NULL) {
         /* No exception, no stack, an exact str: else the message is made first. */
@@ -1865,16 +1834,17 @@ record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c
             return NULL;
         }
     }
-    /* Strong references: the writer may run Python (the scrubber learning a key); h holds
-     * the head's. */
-    Members ms;
-    ms.n = 0;
-    ms.vals = h->vals;
-    ms.level = head_level(st, h, d);
-    if (ms.level == NULL && PyErr_Occurred())
-        return NULL;
+    /* Strong references: the writer may run Python (the scrubber learning a key). */
+    for (i = 0; i < st->n_fields; i++)
+        Py_INCREF(vals[i]);
     Py_INCREF(msg);
     Py_XINCREF(fargs);
+    Members ms;
+    ms.n = 0;
+    ms.vals = vals;
+    ms.level = h->levelname != NULL ? h->level
+               : PyUnicode_CheckExact(vals[HEAD_LEVELNAME])
+               ? PyDict_GetItemWithError(st->levels, vals[HEAD_LEVELNAME]) : NULL;
     ms.msg = msg;
     ms.args = fargs;
     Py_ssize_t n = PyDict_GET_SIZE(d);
@@ -1900,6 +1870,8 @@ record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c
     item = write_item(st, &ms, c, size, want_message);
 done:
     members_clear(&ms);
+    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+        Py_DECREF(vals[i]);
     Py_DECREF(msg);
     Py_XDECREF(fargs);
     return item;
@@ -1930,7 +1902,7 @@ record_item(State *st, PyObject *d, RecordHead *h, Compose *c, PyObject **item,
         return got;
     if (want_message) {
         /* getMessage's formatting ran the application's code: the head is read again. */
-        head_clear(st, h);
+        head_clear(h);
         want_message = 0;
         *item = record_wire(st, d, h, message, c, size, &want_message);
         if (*item == NULL && !clear_if_exception()) {
@@ -2221,14 +2193,23 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
     PyObject *item = NULL, *levelno = NULL;
     Py_ssize_t size = 0;
     int result = -1;
-    RecordHead h;
-    head_init(&h);
+    RecordHead h = {NULL, NULL, NULL};
     if (w.sample != Py_None && w.native) {
-        PyObject *level = head_level(st, &h, d);
-        PyObject *logger = level == NULL ? NULL : head_get(st, &h, d, HEAD_NAME);
+        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
+        PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
+                          ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
+        PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
         PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
-        if (PyErr_Occurred() && !clear_if_exception())
-            goto out;
+        if (PyErr_Occurred()) {
+            if (!clear_if_exception())
+                goto out;
+        }
+        else if (levelname != NULL) {
+            /* The wire writer takes these (RecordHead). */
+            h.levelname = Py_NewRef(levelname);
+            h.level = Py_XNewRef(level);
+            h.name = Py_XNewRef(logger);
+        }
         r = way_sample(st, &w, level, logger, own); /* (no level: the Python path's) */
         if (r <= 0) {
             result = r < 0 ? -1 : 1;
@@ -2267,7 +2248,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
 out:
     Py_XDECREF(item);
     Py_XDECREF(levelno);
-    head_clear(st, &h);
+    head_clear(&h);
     way_end(&w);
     return result;
 }
