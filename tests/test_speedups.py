@@ -805,10 +805,11 @@ class _ChangesItsRecord:
                          ids=["no policy", "sampling"])
 def test_a_record_changed_while_its_message_is_made_ships_as_changed(
         opts: dict[str, Any]) -> None:
-    """The record's way reads its head once and hands it to the wire writer (the level name
-    and logger sampling read among it); when making the message runs the application's code,
-    the head is read again: the event is the record as it is after, as on the Python path,
-    not what was read before (sampling still decided on what it read)."""
+    """What the record's way read for sampling (level name, logger) goes to the wire writer,
+    not read again; when making the message runs the application's code, the head is read
+    again: the event is the record as it is after, as on the Python path, not what was read
+    before (sampling still decided on what it read). Without sampling, the writer's own read
+    is the one after the message."""
     from loghandler import Shipper
     from loghandler.testing import MemoryTransport
 
