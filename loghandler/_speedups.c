@@ -1767,21 +1767,60 @@ done:
 
 /* ------------------------------------------------------------------ a record's way */
 
+/* What a record's way read of the record's dict for sampling (the level name, its event level,
+ * the logger), handed to the wire writer, which reads the rest of the head and does not look
+ * these up again (three look-ups a call, issue 49): one read of each attribute per record.
+ * Strong references: code runs between the reads and the writes (sampling's generator, the
+ * scrubber learning a key). levelname NULL: nothing read (level and name unset then). Cleared
+ * (head_clear) where the application's code may have changed the record (getMessage's
+ * formatting): the writer then reads the record as it is after, as the Python path does.
+ * (Only these three, not the whole head: a record of the plain row, without sampling, pays
+ * nothing for it; keeping every attribute read paid 65-110 instructions a call in
+ * bookkeeping, measured.) */
+enum { HEAD_LEVELNAME = 1, HEAD_NAME = 2 }; /* their places in src_keys (configure checks) */
+typedef struct {
+    PyObject *levelname, *level, *name; /* level, name: NULL when the record has none */
+} RecordHead;
+
+static ALWAYS_INLINE void
+head_clear(RecordHead *h)
+{
+    if (h->levelname != NULL) {
+        Py_CLEAR(h->levelname);
+        Py_CLEAR(h->level);
+        Py_CLEAR(h->name);
+    }
+}
+
 /* A LogRecord's wire item (d: the dict of a record whose type is exactly logging.LogRecord),
  * its message given, or NULL: written from msg and args when that runs no application code
  * (*want_message set when the message must be made first). Its table: the head (model.HEAD),
  * and its extras, found after __init__'s first n_init items (makeRecord() adds them there: a
- * special key is the careful path's, a formatter's attribute no extra). A new bytes object, or
- * NULL (the dict path's; an error may be set). */
+ * special key is the careful path's, a formatter's attribute no extra). h: what the record's way
+ * read already (RecordHead), not read again. A new bytes object, or NULL (the dict path's; an
+ * error may be set). */
 static PyObject *
-record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *size,
-            int *want_message)
+record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c,
+            Py_ssize_t *size, int *want_message)
 {
     if (!PyDict_CheckExact(d) || st->n_fields > 16)
         return NULL;
     PyObject *vals[16], *msg = message, *fargs = NULL, *item = NULL;
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i))) == NULL)
+    PyObject *const *keys = &PyTuple_GET_ITEM(st->src_keys, 0);
+    Py_ssize_t i = 0;
+    if (h->levelname != NULL) {
+        /* The level name and the logger as sampling read them (one test a record, out of the
+         * loop: the rows without sampling pay nothing). */
+        if ((vals[0] = PyDict_GetItemWithError(d, keys[0])) == NULL)
+            return NULL;
+        vals[HEAD_LEVELNAME] = h->levelname;
+        if ((vals[HEAD_NAME] = h->name) == NULL &&
+            (vals[HEAD_NAME] = PyDict_GetItemWithError(d, keys[HEAD_NAME])) == NULL)
+            return NULL;
+        i = HEAD_NAME + 1;
+    }
+    for (; i < st->n_fields; i++)
+        if ((vals[i] = PyDict_GetItemWithError(d, keys[i])) == NULL)
             return NULL;
     if (message == NULL) {
         /* No exception, no stack, an exact str: else the message is made first. */
@@ -1796,15 +1835,16 @@ record_wire(State *st, PyObject *d, PyObject *message, Compose *c, Py_ssize_t *s
         }
     }
     /* Strong references: the writer may run Python (the scrubber learning a key). */
-    for (Py_ssize_t i = 0; i < st->n_fields; i++)
+    for (i = 0; i < st->n_fields; i++)
         Py_INCREF(vals[i]);
     Py_INCREF(msg);
     Py_XINCREF(fargs);
     Members ms;
     ms.n = 0;
     ms.vals = vals;
-    ms.level = PyUnicode_CheckExact(vals[1]) ? PyDict_GetItemWithError(st->levels, vals[1])
-                                             : NULL;
+    ms.level = h->levelname != NULL ? h->level
+               : PyUnicode_CheckExact(vals[HEAD_LEVELNAME])
+               ? PyDict_GetItemWithError(st->levels, vals[HEAD_LEVELNAME]) : NULL;
     ms.msg = msg;
     ms.args = fargs;
     Py_ssize_t n = PyDict_GET_SIZE(d);
@@ -1838,10 +1878,11 @@ done:
 }
 
 /* The record's queue item: its wire item (bytes) when c is given and the record is its case,
- * else the fast path's event dict with its SIZE. 1: *item (new) and *size set; 0: the careful
- * path's; -1: an error to propagate. */
+ * else the fast path's event dict with its SIZE. h: the record's head, as its way read it.
+ * 1: *item (new) and *size set; 0: the careful path's; -1: an error to propagate. */
 static int
-record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *size)
+record_item(State *st, PyObject *d, RecordHead *h, Compose *c, PyObject **item,
+            Py_ssize_t *size)
 {
     PyObject *message = NULL;
     int want_message = 0;
@@ -1850,7 +1891,7 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
         /* The message written as it is formatted, first; made as a str only when that is not
          * the case (and then the wire item is tried with it, unless something else ruled it
          * out). */
-        *item = record_wire(st, d, NULL, c, size, &want_message);
+        *item = record_wire(st, d, h, NULL, c, size, &want_message);
         if (*item != NULL)
             return 1;
         if (!clear_if_exception())
@@ -1860,8 +1901,10 @@ record_item(State *st, PyObject *d, Compose *c, PyObject **item, Py_ssize_t *siz
     if (got <= 0)
         return got;
     if (want_message) {
+        /* getMessage's formatting ran the application's code: the head is read again. */
+        head_clear(h);
         want_message = 0;
-        *item = record_wire(st, d, message, c, size, &want_message);
+        *item = record_wire(st, d, h, message, c, size, &want_message);
         if (*item == NULL && !clear_if_exception()) {
             Py_DECREF(message);
             return -1;
@@ -2150,21 +2193,30 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
     PyObject *item = NULL, *levelno = NULL;
     Py_ssize_t size = 0;
     int result = -1;
+    RecordHead h = {NULL, NULL, NULL};
     if (w.sample != Py_None && w.native) {
         PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
         PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
                           ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
         PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
         PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
-        if (PyErr_Occurred() && !clear_if_exception())
-            goto out;
+        if (PyErr_Occurred()) {
+            if (!clear_if_exception())
+                goto out;
+        }
+        else if (levelname != NULL) {
+            /* The wire writer takes these (RecordHead). */
+            h.levelname = Py_NewRef(levelname);
+            h.level = Py_XNewRef(level);
+            h.name = Py_XNewRef(logger);
+        }
         r = way_sample(st, &w, level, logger, own); /* (no level: the Python path's) */
         if (r <= 0) {
             result = r < 0 ? -1 : 1;
             goto out;
         }
     }
-    int got = record_item(st, d, w.wired && w.native ? &w.c : NULL, &item, &size);
+    int got = record_item(st, d, &h, w.wired && w.native ? &w.c : NULL, &item, &size);
     if (got < 0)
         goto out;
     /* An event dict with a context or a policy in play is FrontEnd._queue's. */
@@ -2196,6 +2248,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
 out:
     Py_XDECREF(item);
     Py_XDECREF(levelno);
+    head_clear(&h);
     way_end(&w);
     return result;
 }
@@ -4090,6 +4143,13 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         PyUnicode_InternInPlace(&k);
         PyTuple_SET_ITEM(src, i, a);
         PyTuple_SET_ITEM(dst, i, k);
+    }
+    /* A record's way reads the level name and the logger at these places (RecordHead). */
+    if (n <= HEAD_NAME || PyTuple_GET_ITEM(src, HEAD_LEVELNAME) != st->s_levelname ||
+        PyTuple_GET_ITEM(src, HEAD_NAME) != st->s_name) {
+        PyErr_SetString(PyExc_ValueError, "configure(): record_attrs' level name and logger "
+                                          "are not where a record's way reads them");
+        goto fail;
     }
     for (Py_ssize_t i = 0; i <= n; i++) {
         Out o;

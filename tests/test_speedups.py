@@ -789,6 +789,53 @@ def test_sampling_decides_on_both_paths_alike(
         twin.close()
 
 
+class _ChangesItsRecord:
+    """An argument whose formatting changes the record it is logged in: the application's code
+    running while the message is made (getMessage's ``%``)."""
+
+    record: logging.LogRecord
+
+    def __str__(self) -> str:
+        self.record.levelname, self.record.levelno = "ERROR", logging.ERROR
+        self.record.name, self.record.module = "renamed", "elsewhere"
+        return "changed"
+
+
+@pytest.mark.parametrize("opts", [{}, {"sample_loggers": {"other": 0.5}}],
+                         ids=["no policy", "sampling"])
+def test_a_record_changed_while_its_message_is_made_ships_as_changed(
+        opts: dict[str, Any]) -> None:
+    """What the record's way read for sampling (level name, logger) goes to the wire writer,
+    not read again; when making the message runs the application's code, the head is read
+    again: the event is the record as it is after, as on the Python path, not what was read
+    before (sampling still decided on what it read). Without sampling, the writer's own read
+    is the one after the message."""
+    from loghandler import Shipper
+    from loghandler.testing import MemoryTransport
+
+    got = []
+    for cls in (IngestHandler, PythonHandler):
+        shipper = Shipper(None, "ds", transport=MemoryTransport(), flush_interval=3600,
+                          batch_size=10_000, handle_sigterm=False, **opts)
+        handler = cls(shipper=shipper)
+        try:
+            arg = _ChangesItsRecord()
+            arg.record = logging.LogRecord("app", logging.INFO, "/app.py", 1, "m %s", (arg,),
+                                           None)
+            queue = shipper.intake.queue
+            handler.handle(arg.record)
+            assert len(queue) == 1
+            if cls is IngestHandler and not PURE:
+                assert type(queue[0]) is bytes  # the wire writer's, read again
+            event = json.loads(shipped(queue[0], handler))
+            got.append({k: v for k, v in event.items() if k != "_time"})
+        finally:
+            handler.close()
+    assert got[0] == got[1]
+    assert (got[0]["level"], got[0]["logger"], got[0]["module"], got[0]["message"]) == (
+        "error", "renamed", "elsewhere", "m changed")
+
+
 REPEAT_EVENTS = st.lists(st.tuples(
     st.sampled_from(["a", "b", "c", 'q"uote', "é"]), st.sampled_from(["info", "error", None]),
     st.sampled_from(["app", "db", None]), st.booleans(), st.booleans(),
