@@ -147,7 +147,7 @@ typedef struct {
         *s_logger, *s_blank, *s_append, *s_filters, *s_fast_path, *s_trace_id, *s_span_id,
         *s_levelno, *s_levelname, *s_name, *s_record, *s_timestamp, *s_exception, *s_extra, *s_no, *s_lower,
         *s_observed, *s_severity_text, *s_severity_number, *s_value, *s_body, *s_event_name,
-        *s_attributes, *s_copy, *s_032x, *s_016x;
+        *s_attributes, *s_copy, *s_032x, *s_016x, *s_buffers;
     /* format_epoch's cache: the last second's "YYYY-MM-DDTHH:MM:SS" (used under the GIL). */
     long long cached_sec;
     char cached_prefix[20];
@@ -169,7 +169,8 @@ enum { IP_FRAGMENT, IP_STATICS, IP_CLEAN, IP_LEARN, IP_EXCLUDE, IP_HEAD_SKIP, IP
        IP_HEAD_RENAMES, IP_SPAN_RENAMES, IP_RENAMED, IP_MOVED, IP_RENAME_INDEX, IP_MEMBERS };
 enum { SP_LEVELS, SP_LOGGERS, SP_RAND, SP_TRACE_KEY, SP_STATIC, SP_DROP, SP_TRACE_FRACTION,
        SP_KEEP_LEVEL, SP_KEPT_LEVELS, SP_KEPT };
-enum { HP_LEVEL, HP_TAKE };
+enum { HP_LEVEL, HP_TAKE, HP_ENTRY, HP_KEY, HP_COUNTS, HP_RING };
+enum { HC_HELD, HC_TOTAL, HC_SIZE, HC_CLOSED, N_HOLD_COUNTS }; /* hold.py: Hold.counts */
 enum { CP_TRACE_CONTEXT, CP_SAMPLE, CP_HOLD };
 enum { FP_GATE, FP_PLAN, FP_PUT, FP_CALLER, FP_QUEUE, FP_INVALID, FP_PYTHON_PATH };
 static const char *const CONTRACT[N_CONTRACT][14] = {
@@ -177,7 +178,7 @@ static const char *const CONTRACT[N_CONTRACT][14] = {
      "head_renames", "span_renames", "renamed", "moved", "rename_index", "members"},
     {"SamplePlan", "levels", "loggers", "rand", "trace_key", "static_fraction", "drop",
      "trace_fraction", "keep_level", "kept_levels", "kept", NULL},
-    {"HoldPlan", "level", "take", NULL},
+    {"HoldPlan", "level", "take", "entry", "key", "counts", "ring", NULL},
     {"CallerPlan", "trace_context", "sample", "hold", NULL},
     {"FastPath", "gate", "plan", "put", "caller", "queue", "invalid", "python_path", NULL},
 };
@@ -203,7 +204,7 @@ get_state(PyObject *module)
     X(s_record) X(s_timestamp) X(s_exception) X(s_extra) X(s_no) X(s_lower) X(key_json)      \
     X(otel_texts) X(otel_numbers) X(otel_exception) X(otel_code) X(s_observed)               \
     X(s_severity_text) X(s_severity_number) X(s_value) X(s_body) X(s_event_name)             \
-    X(s_attributes) X(s_copy) X(s_032x) X(s_016x)
+    X(s_attributes) X(s_copy) X(s_032x) X(s_016x) X(s_buffers)
 
 static int
 module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -1162,9 +1163,15 @@ policy_ok(State *st, PyObject *policy)
                 return 0;
         }
     }
-    if (hold != Py_None && (Py_TYPE(hold) != (PyTypeObject *)st->contract[T_HOLD] ||
-                            !PyLong_CheckExact(PyTuple_GET_ITEM(hold, HP_LEVEL))))
-        return 0;
+    if (hold != Py_None) {
+        PyObject *counts = Py_TYPE(hold) == (PyTypeObject *)st->contract[T_HOLD]
+                           ? PyTuple_GET_ITEM(hold, HP_COUNTS) : NULL;
+        if (counts == NULL || !PyLong_CheckExact(PyTuple_GET_ITEM(hold, HP_LEVEL)) ||
+            !PyContextVar_CheckExact(PyTuple_GET_ITEM(hold, HP_ENTRY)) ||
+            !PyType_Check(PyTuple_GET_ITEM(hold, HP_RING)) || !PyList_CheckExact(counts) ||
+            PyList_GET_SIZE(counts) != N_HOLD_COUNTS)
+            return 0;
+    }
     return 1;
 }
 
@@ -2117,6 +2124,79 @@ way_sample(State *st, Way *w, PyObject *level, PyObject *logger, PyObject *own)
     return 0;
 }
 
+/* An int of Hold.counts (an exact int, as hold.py keeps them), or -1. */
+static Py_ssize_t
+hold_count(PyObject *counts, int i)
+{
+    PyObject *v = PyList_GET_ITEM(counts, i);
+    if (!PyLong_CheckExact(v))
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(v);
+    if (n == -1)
+        PyErr_Clear();
+    return n;
+}
+
+/* Hold.take's common case, so that holding costs no call into Python: the event is at or below
+ * the held level (the caller tested), inside a context entry whose buffer for this shipper
+ * exists, with room in it and under the total: appended to the buffer, the count updated. 1: held;
+ * 2: not held (no context entry holds: the queue's); 0: the rest is Hold.take's (an error's
+ * release, a first buffer, a bound reached, closed); -1: an error to propagate. Nothing here
+ * runs Python code: the buffer is a deque (checked), Hold hashes by identity. */
+static int
+hold_fast(State *st, PyObject *hold, PyObject *item, Py_ssize_t size, long level_number)
+{
+    PyObject *counts = PyTuple_GET_ITEM(hold, HP_COUNTS);
+    if (level_number >= 40 || PyList_GET_ITEM(counts, HC_CLOSED) != Py_False)
+        return 0;
+    PyObject *held = NULL;
+    if (PyContextVar_Get(PyTuple_GET_ITEM(hold, HP_ENTRY), NULL, &held) < 0)
+        return -1;
+    if (held == NULL || held == Py_None) {
+        Py_XDECREF(held);
+        return 2;
+    }
+    PyObject *buffers = PyObject_GetAttr(held, st->s_buffers);
+    Py_DECREF(held);
+    if (buffers == NULL)
+        return clear_if_exception() ? 0 : -1;
+    PyObject *buffer = PyDict_CheckExact(buffers)
+                       ? PyDict_GetItemWithError(buffers, PyTuple_GET_ITEM(hold, HP_KEY)) : NULL;
+    Py_XINCREF(buffer);
+    Py_DECREF(buffers);
+    if (buffer == NULL)
+        return PyErr_Occurred() && !clear_if_exception() ? -1 : 0;
+    int r = 0;
+    Py_ssize_t now = hold_count(counts, HC_HELD), total = hold_count(counts, HC_TOTAL),
+               room = hold_count(counts, HC_SIZE);
+    if (Py_TYPE(buffer) == (PyTypeObject *)PyTuple_GET_ITEM(hold, HP_RING) && now >= 0 &&
+        now < total && PyObject_Size(buffer) < room) {
+        PyObject *count = PyLong_FromSsize_t(now + 1);
+        PyObject *size_obj = count != NULL ? PyLong_FromSsize_t(size) : NULL;
+        PyObject *pair = size_obj != NULL ? PyTuple_New(2) : NULL;
+        if (pair != NULL) {
+            PyTuple_SET_ITEM(pair, 0, Py_NewRef(item));
+            PyTuple_SET_ITEM(pair, 1, size_obj);
+        }
+        else
+            Py_XDECREF(size_obj);
+        PyObject *done = pair != NULL
+                         ? PyObject_CallMethodOneArg(buffer, st->s_append, pair) : NULL;
+        Py_XDECREF(pair);
+        if (done != NULL) {
+            Py_DECREF(done);
+            PyList_SetItem(counts, HC_HELD, count); /* steals count */
+            r = 1;
+        }
+        else {
+            Py_XDECREF(count);
+            r = -1;
+        }
+    }
+    Py_DECREF(buffer);
+    return r;
+}
+
 /* A wire item's last steps: hold-until-error's level test, then take; else the queue.
  * levelno: the event's level number (NULL: none needed, no hold). 0 or -1. */
 static int
@@ -2130,7 +2210,13 @@ way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno
         long level_number = PyLong_AsLong(levelno);
         if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
             return -1;
-        if (!(held_level < level_number && level_number < 40)) {
+        int fast = 0;
+        if (!(held_level < level_number && level_number < 40) &&
+            (fast = hold_fast(st, w->hold, item, size, level_number)) < 0)
+            return step_failed(w);
+        if (fast == 1)
+            return 0;
+        if (fast == 0 && !(held_level < level_number && level_number < 40)) {
             PyObject *size_obj = PyLong_FromSsize_t(size);
             PyObject *r = NULL;
             if (size_obj != NULL) {
@@ -4250,6 +4336,7 @@ module_exec(PyObject *module)
         intern_into(&st->s_level, "level") < 0 || intern_into(&st->s_logger, "logger") < 0 ||
         intern_into(&st->s_blank, "[not shipped: scrubbing failed]") < 0 ||
         intern_into(&st->s_append, "append") < 0 || intern_into(&st->s_filters, "filters") < 0 ||
+        intern_into(&st->s_buffers, "buffers") < 0 ||
         intern_into(&st->s_trace_id, "trace_id") < 0 || intern_into(&st->s_span_id, "span_id") < 0 ||
         intern_into(&st->s_levelno, "levelno") < 0 ||
         intern_into(&st->s_levelname, "levelname") < 0 || intern_into(&st->s_name, "name") < 0 ||

@@ -25,7 +25,7 @@ def test_the_contracts_fields_are_pinned() -> None:
     assert fastpath.SamplePlan._fields == (
         "levels", "loggers", "rand", "trace_key", "static_fraction", "drop", "trace_fraction",
         "keep_level", "kept_levels", "kept")
-    assert fastpath.HoldPlan._fields == ("level", "take")
+    assert fastpath.HoldPlan._fields == ("level", "take", "entry", "key", "counts", "ring")
     assert fastpath.CallerPlan._fields == ("trace_context", "sample", "hold")
     assert fastpath.FastPath._fields == (
         "gate", "plan", "put", "caller", "queue", "invalid", "python_path")

@@ -94,6 +94,33 @@ class TestHold:
         assert st.dropped_held == 3, st
         invariant(st)
 
+    def test_the_ring_and_the_total_bound_what_is_held(self, make_logger, receiver):
+        """hold_size keeps a context's newest events, hold_total bounds every context's
+        together; what either pushes out is counted dropped_held, and an error releases what
+        is left, oldest first. The compiled path holds the common case itself (room in a
+        buffer that exists) and hands over at these bounds: a count it failed to keep would
+        let n1 through, a ring it failed to test would release o0 and o1."""
+        log, h = make_logger(hold_level="info", hold_size=3, hold_total=4)
+        with loghandler.context(request_id="outer"):
+            for i in range(5):
+                log.info(f"o{i}")  # the ring keeps o2, o3, o4
+            with loghandler.context(step="inner"):
+                log.debug("n0")  # four held: the total
+                log.info("n1")  # dropped for the total
+                log.error("boom")  # releases o2, o3, o4, n0, then ships
+            log.info("after")  # held anew, dropped when the context ends without an error
+        assert messages(h, receiver) == ["o2", "o3", "o4", "n0", "boom"]
+        st = h.stats()
+        assert st.dropped_held == 4 and st.delivered == 5, st
+        invariant(st)
+        # Nothing is held any more: the count the compiled path updates is back to zero, so
+        # a new context holds up to the total again.
+        with loghandler.context(request_id="again"):
+            for i in range(4):
+                log.info(f"a{i}")
+            log.error("second")
+        assert messages(h, receiver)[5:] == ["a1", "a2", "a3", "second"]
+
     def test_dropped_and_counted_when_no_error(self, make_logger, receiver):
         """Without an error, the held events are dropped at the context's end, counted."""
         log, h = make_logger(hold_level="debug")

@@ -93,10 +93,15 @@ class SamplePlan(NamedTuple):
 
 
 class HoldPlan(NamedTuple):
-    """Hold-until-error as the compiled code asks it (``Hold``)."""
+    """Hold-until-error as the compiled code asks it (``Hold``): its common case (room in a
+    buffer that exists) held in C, the rest by ``take``."""
 
     level: int
     take: Callable[[Any, int, int], bool]
+    entry: Any  # hold._HELD: the context entry's Held
+    key: Any  # the Hold, its buffers' key
+    counts: list[Any]  # Hold.counts, read and updated in place
+    ring: type  # the buffers' type (deque)
 
 
 class CallerPlan(NamedTuple):

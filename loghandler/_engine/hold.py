@@ -18,7 +18,9 @@ dropped and counted ``dropped_held`` then: they logged no error, so their events
 and none goes uncounted (``close``). Events those contexts log later are not held.
 
 Cost: nothing on the plain path. Entering a context pays one list read while no shipper holds
-(``ENABLED``), and a front end reaches ``Hold.take`` only inside a context.
+(``ENABLED``), and a front end reaches ``Hold.take`` only inside a context. The compiled path
+holds the common case itself (room in a buffer the context entry has already), with no call into
+Python, and leaves the rest to ``Hold.take``: ``counts`` is the state both read.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, Protocol
 from .._levels import known_level as known_level  # the options' checks share it
 from .stats import Fate
 
-__all__ = ["ENABLED", "Hold", "Queue", "enter", "exit", "known_level", "level_number"]
+__all__ = ["CLOSED", "ENABLED", "HELD", "SIZE", "TOTAL", "Hold", "Queue", "enter", "exit",
+           "known_level", "level_number"]
 
 
 class Queue(Protocol):
@@ -50,6 +53,10 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30}
 _HELD: ContextVar[Held | None] = ContextVar("loghandler_held", default=None)
 # Set once a shipper with hold_level exists: until then contexts skip this module.
 ENABLED = [False]
+# The places in ``Hold.counts``: events held now, the two bounds, closed. One list because the
+# compiled path holds an event itself (``way_finish``'s common case: room in a buffer that
+# exists) and updates the same count, reading it without an attribute look-up.
+HELD, TOTAL, SIZE, CLOSED = range(4)
 
 
 class Held:
@@ -103,30 +110,33 @@ def level_number(level: Any) -> int:
 class Hold:
     """One shipper's hold-until-error policy (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "closed", "held", "ledger", "level", "live", "size", "total")
+    __slots__ = ("__weakref__", "counts", "ledger", "level", "live")
 
     def __init__(self, level: str, size: int, total: int, ledger: Queue) -> None:
         self.level = _LEVELS[level]
-        self.size = size
-        self.total = total
         self.ledger = ledger
-        self.held = 0  # events held now, across contexts (approximate under races; a bound)
+        # [HELD, TOTAL, SIZE, CLOSED]: events held now across contexts (approximate under
+        # races; a bound), at most ``total`` of them, ``size`` per buffer; closed.
+        self.counts: list[Any] = [0, total, size, False]
         # Every buffer holding events, by id: what close() counts (contexts still open, and
         # those never exited, as an abandoned coroutine's).
         self.live: dict[int, deque[tuple[dict[Any, Any], int]]] = {}
-        self.closed = False
         ENABLED[0] = True
+
+    def plan(self) -> tuple[int, Any, Any, Hold, list[Any], type]:
+        """What the compiled path reads (fastpath.HoldPlan's fields, in order)."""
+        return (self.level, self.take, _HELD, self, self.counts, deque)
 
     def close(self) -> None:
         """The shipper closes: every event still held is dropped and counted
         (``dropped_held``), and nothing is held from now on."""
-        self.closed = True
+        self.counts[CLOSED] = True
         live, self.live = self.live, {}
         n = 0
         for buffer in list(live.values()):
             n += len(buffer)
             buffer.clear()
-        self.held = 0
+        self.counts[HELD] = 0
         drop = self.ledger.drop
         for _ in range(n):
             drop(Fate.DROPPED_HELD)
@@ -135,7 +145,8 @@ class Hold:
         """True when ``item`` is held (or dropped for the bound): the caller queues nothing.
         An error releases the context's held events into the queue first, and returns False."""
         held = _HELD.get()
-        if held is None or self.closed:
+        counts = self.counts
+        if held is None or counts[CLOSED]:
             return False
         if levelno >= ERROR:
             self.release(held)
@@ -146,15 +157,15 @@ class Hold:
         if buffer is None:
             buffer = held.buffers[self] = deque()
             self.live[id(buffer)] = buffer
-        if self.held >= self.total:
+        if counts[HELD] >= counts[TOTAL]:
             self.ledger.drop(Fate.DROPPED_HELD)
             return True
-        if len(buffer) >= self.size:
+        if len(buffer) >= counts[SIZE]:
             buffer.popleft()
-            self.held -= 1
+            counts[HELD] -= 1
             self.ledger.drop(Fate.DROPPED_HELD)
         buffer.append((item, size))
-        self.held += 1
+        counts[HELD] += 1
         return True
 
     def release(self, held: Held) -> None:
@@ -165,13 +176,14 @@ class Hold:
             buffer = h.buffers.pop(self, None)
             if buffer is not None:
                 self.live.pop(id(buffer), None)
-            if buffer and not self.closed:
-                self.held -= len(buffer)
+            if buffer and not self.counts[CLOSED]:
+                self.counts[HELD] -= len(buffer)
                 for item, size in buffer:
                     offer(item, size)
 
     def end(self, buffer: deque[tuple[dict[Any, Any], int]], outer: Held | None) -> None:
-        if not buffer or self.closed:  # (closed: counted by close())
+        counts = self.counts
+        if not buffer or counts[CLOSED]:  # (closed: counted by close())
             self.live.pop(id(buffer), None)
             return
         if outer is not None:
@@ -181,13 +193,13 @@ class Hold:
                 return
             self.live.pop(id(buffer), None)
             target.extend(buffer)
-            while len(target) > self.size:
+            while len(target) > counts[SIZE]:
                 target.popleft()
-                self.held -= 1
+                counts[HELD] -= 1
                 self.ledger.drop(Fate.DROPPED_HELD)
             return
         self.live.pop(id(buffer), None)
-        self.held -= len(buffer)
+        counts[HELD] -= len(buffer)
         for _ in range(len(buffer)):
             self.ledger.drop(Fate.DROPPED_HELD)
         buffer.clear()

@@ -99,7 +99,7 @@ class FrontEnd:
             lambda: intake.drop(Fate.DROPPED_SAMPLED), trace_fraction, sampler.keep_level,
             sampler.kept_levels, sampler.kept)
         return CallerPlan(self.shipper.options.trace_context is True, sample,
-                          None if hold is None else HoldPlan(hold.level, hold.take))
+                          None if hold is None else HoldPlan(*hold.plan()))
 
     def _compiled_path(self, python_path: Callable[..., Any], plan: ItemPlan | None
                        ) -> FastPath | None:
