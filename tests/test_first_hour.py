@@ -206,10 +206,11 @@ class TestDoctor:
         lines = proc.stdout.splitlines()
         assert lines[0].startswith(f"ok: the service answers at {svc.url} (from LOGHANDLER_URL)")
         hot = "compiled"  # run() leaves the LOGHANDLER_ variables out, so in both runs
+        # (isal: the test extra installs the [fast] extra's gzip)
         assert lines[1:] == ["ok: the token (from LOGHANDLER_TOKEN) is accepted",
                              "ok: dataset 'app' exists",
                              "ok: the clock agrees with the service's (within 1 s)",
-                             f"(the logging call's hot path: {hot})"]
+                             f"(the logging call's hot path: {hot}; gzip: ISA-L (isal))"]
 
     def test_each_problem_says_what_to_do(self, svc):
         proc = run(svc, "doctor", "-d", "nope", "--token", "bad-token-x")

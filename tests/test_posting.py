@@ -4,8 +4,11 @@ turns events down, and the error each answer means."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import threading
 import time
+import zlib
 from typing import Any
 
 import pytest
@@ -17,6 +20,8 @@ from loghandler import (
     Shipper,
     TransportError,
 )
+from loghandler._engine import posting
+from loghandler._engine.batches import Chunk
 from loghandler.testing import MemoryTransport, SentRequest
 
 FAST = {"flush_interval": 60, "retry_backoff": 0.001, "max_retry_delay": 0.002}
@@ -55,6 +60,45 @@ def test_the_body_and_its_headers(compression: Any, encoding: Any) -> None:
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers.get("Content-Encoding") == encoding
     assert request.events == [{"a": 1}] and request.path == "/v1/datasets/ds/ingest"
+
+
+@pytest.mark.parametrize("level", [1, 5, 9])
+@pytest.mark.parametrize("wire", [False, True])
+def test_gzip_is_isal_when_installed_and_zlib_otherwise(
+        level: int, wire: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the [fast] extra's ``isal`` installed, a batch is compressed by ISA-L, at its level
+    for the gzip level asked (1-3 -> 1, 4-6 -> 2, 7-9 -> 3); without it, by zlib, byte for byte
+    what zlib writes (the compiled path's _gzip.c, or the zlib module). Either way, a gzip
+    stream of the same JSON array. Events as dicts and as wire items (the compiled path's
+    pre-encoded events, which _gzip.c joins as it compresses)."""
+    from isal import isal_zlib
+
+    s = shipper(MemoryTransport(), compression_level=level)
+    poster = s._flusher.worker.poster  # noqa: SLF001 - the one request's encoder
+    events: list[Any] = [{"i": i, "message": f"user {i} logged in"} for i in range(500)]
+    if wire:
+        events = [json.dumps(e, separators=(",", ":")).encode() for e in events]
+    chunk = Chunk(events, wire=wire)
+    body, headers = poster.encode(chunk)
+    plain = Chunk(list(events), wire=wire).body()
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == plain
+    assert json.loads(plain)[499] == {"i": 499, "message": "user 499 logged in"}
+    assert body == isal_zlib.compress(plain, posting.isal_level(level), wbits=31)
+    monkeypatch.setattr(posting, "_ISAL", [None])  # as where isal is not installed
+    body, headers = poster.encode(Chunk(list(events), wire=wire))
+    comp = zlib.compressobj(level, zlib.DEFLATED, 31)
+    assert headers["Content-Encoding"] == "gzip" and body == comp.compress(plain) + comp.flush()
+    s.close()
+
+
+def test_level_0_is_stored_even_with_isal() -> None:
+    """compression_level=0 keeps its meaning, a gzip stream that stores the array as it is
+    (ISA-L's level 0 compresses)."""
+    s = shipper(MemoryTransport(), compression_level=0)
+    poster = s._flusher.worker.poster  # noqa: SLF001
+    body, _ = poster.encode(Chunk([{"message": "x" * 1000}]))
+    assert len(body) > 1000 and gzip.decompress(body) == b'[{"message":"' + b"x" * 1000 + b'"}]'
+    s.close()
 
 
 def test_retries_end_at_max_retries(capfd: pytest.CaptureFixture[str]) -> None:
