@@ -353,14 +353,15 @@ is_plain(PyObject *v)
 
 /* A LogRecord's attribute (d: its dict, an exact dict; key: the attribute's interned name; at:
  * where configure() found it in a real record, or -1), borrowed, or NULL (an error set, or
- * not there). A look-up by key costs ~110 instructions and a record's way made 14-18 of them a
- * call (issue 49); a LogRecord's dict holds __init__'s attributes in the order __init__ sets
- * them, so the attribute is read at its place (PyDict_Next from a position: O(1) for split and
- * combined dicts), ~25. Taken only when the key there is the very key expected (a pointer
- * compare: the names __init__ stores are interned, as configure interns ours): anything that
- * moved it -- an attribute deleted, or deleted and set again, set before __init__ (a record
- * factory), a __dict__ replaced, another Python's order -- finds another key, or none, there,
- * and is read by key as before: what is read is always the value of that key. */
+ * not there). A look-up by key costs ~110 instructions, and a record's way made 13-16 of them
+ * a call (issue 49); a LogRecord's dict holds __init__'s attributes in the order __init__ sets
+ * them, so the attribute is read at its place instead (PyDict_Next from a position: O(1) for
+ * split and combined dicts, ~45 instructions). Taken only when the key there is the very key
+ * expected (a pointer compare: the names __init__ stores are interned, as configure interns
+ * ours): anything that moved it -- an attribute deleted, or deleted and set again, one set
+ * before __init__ (a subclass, a record factory), a __dict__ replaced, another Python's order
+ * -- finds another key, or none, there, and is read by key as before: what is read is always
+ * that key's value. (Not the dict's internals: PyDict_Next is the API that reads by place.) */
 static ALWAYS_INLINE PyObject *
 record_attr(PyObject *d, PyObject *key, Py_ssize_t at)
 {
