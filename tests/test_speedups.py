@@ -1206,10 +1206,13 @@ def test_array_gzip_is_the_joined_arrays_gzip() -> None:
 #
 # The compiled path reads a LogRecord's attributes at the places __init__ put them in its dict
 # (record_attr), taking the value there only when the key there is the one expected, and by key
-# otherwise. Each record below has its attributes where a real application may put them; those
-# marked "moved" have the attributes the hot path reads at other places than a fresh record's
-# and still take the compiled path (wire item or event dict): read at the old places without
-# the key's check, they ship another attribute's value (made to fail so, by hand).
+# otherwise. Each record below has its attributes where a real application may put them. Those
+# whose attributes moved and which the compiled path takes (a wire item or its event dict) ship
+# another attribute's value when read at the old places without the key's check: every one of
+# their tests failed so (checked by hand, with the check taken out of record_attr). A record
+# whose attributes moved one place on (set before __init__) goes to the careful path (an
+# attribute of __init__'s is found where extras are) after sampling read its level name, which
+# would then be its arguments' place: not a str, left to the Python path's decision.
 
 
 def _pinned(record: logging.LogRecord) -> logging.LogRecord:
