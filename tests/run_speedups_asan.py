@@ -128,12 +128,14 @@ def fuzz(extra, keep_base, msg, which, context_fields, moved):
         PROC(None, "info", {k: v for k, v in extra.items() if isinstance(k, str)})
         PROC(None, "info", dict(extra))
     queue = collections.deque()
-    ext.items_size([i for i in front.shipper.intake.queue if type(i) is bytes])
+    # A copy first (list() of a deque runs no bytecode): the flusher takes batches meanwhile.
+    queued = list(front.shipper.intake.queue)
+    ext.items_size([i for i in queued if type(i) is bytes])
     if got is not None:
         ext.format_record({k: v for k, v in got[0].items() if isinstance(k, str)})
     ext.format_record(extra)
     ext.format_items([d, extra, 1, None], (("k", 1),), True, None, None, lambda i: i, 0)
-    items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
+    items = [i for i in queued if type(i) is bytes][-5:]
     ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
                       else items, {}, [], 0, 1.0, 60.0, 1, 2,
                       ("message", "event", "logger", "level"), sightings_table(2))
