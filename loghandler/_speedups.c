@@ -98,6 +98,9 @@ typedef struct SpanEntry {
     char trace_json[64], span_json[48]; /* ,"trace_id":"..." and ,"span_id":"..." */
 } SpanEntry;
 
+/* The attributes besides the head's that the hot path reads of a LogRecord (State.at). */
+enum { AT_MSG, AT_ARGS, AT_EXC_INFO, AT_STACK_INFO, AT_LEVELNO, N_AT };
+
 typedef struct {
     int configured;
     /* The event model (model.py): the record attributes copied into the event head and their
@@ -112,6 +115,10 @@ typedef struct {
     PyObject *record, *size, *context; /* the queue items' markers */
     PyObject *levels;              /* dict: levelname -> the event's level */
     Py_ssize_t n_init, event_size, extra_size, fast_item, wire_item;
+    /* Where a LogRecord's dict holds the attributes the hot path reads, as PyDict_Next's
+     * positions (record_attr): the head's (src_keys' order), then at[AT_MSG..]; -1: not one
+     * of __init__'s, read by key. Found by configure() in a real record of this Python. */
+    Py_ssize_t head_at[16], at[N_AT];
     /* handle(): what it reads besides the handler and the record */
     PyObject *record_type;         /* logging.LogRecord */
     PyObject *senders;             /* dict: threads inside loghandler's own sending */
@@ -345,6 +352,26 @@ is_plain(PyObject *v)
            t == &PyBool_Type || v == Py_None;
 }
 
+/* A LogRecord's attribute (d: its dict, an exact dict; key: the attribute's interned name; at:
+ * where configure() found it in a real record, or -1), borrowed, or NULL (an error set, or
+ * not there). A look-up by key costs ~110 instructions, and a record's way made 13-16 of them
+ * a call (issue 49); a LogRecord's dict holds __init__'s attributes in the order __init__ sets
+ * them, so the attribute is read at its place instead (PyDict_Next from a position: O(1) for
+ * split and combined dicts, ~45 instructions). Taken only when the key there is the very key
+ * expected (a pointer compare: the names __init__ stores are interned, as configure interns
+ * ours): anything that moved it -- an attribute deleted, or deleted and set again, one set
+ * before __init__ (a subclass, a record factory), a __dict__ replaced, another Python's order
+ * -- finds another key, or none, there, and is read by key as before: what is read is always
+ * that key's value. (Not the dict's internals: PyDict_Next is the API that reads by place.) */
+static ALWAYS_INLINE PyObject *
+record_attr(PyObject *d, PyObject *key, Py_ssize_t at)
+{
+    PyObject *k, *v;
+    if (at >= 0 && PyDict_Next(d, &at, &k, &v) && k == key)
+        return v;
+    return PyDict_GetItemWithError(d, key);
+}
+
 /* The message of a plain record (d: the __dict__ of a record whose type is exactly
  * logging.LogRecord; the caller checks). 1: *out is a new reference; 0: not this path's case
  * (a traceback, a non-str message, arguments that do not format: the careful path's); -1: an
@@ -357,10 +384,11 @@ record_message(State *st, PyObject *d, PyObject **out)
     if (!PyDict_CheckExact(d))
         return 0;
     /* Strong references while the application's code may run: it may change the record. */
-    PyObject *msg = PyDict_GetItemWithError(d, st->s_msg);
-    PyObject *exc = msg == NULL ? NULL : PyDict_GetItemWithError(d, st->s_exc_info);
-    PyObject *stack = exc == NULL ? NULL : PyDict_GetItemWithError(d, st->s_stack_info);
-    PyObject *fargs = stack == NULL ? NULL : PyDict_GetItemWithError(d, st->s_args);
+    PyObject *msg = record_attr(d, st->s_msg, st->at[AT_MSG]);
+    PyObject *exc = msg == NULL ? NULL : record_attr(d, st->s_exc_info, st->at[AT_EXC_INFO]);
+    PyObject *stack = exc == NULL ? NULL
+                      : record_attr(d, st->s_stack_info, st->at[AT_STACK_INFO]);
+    PyObject *fargs = stack == NULL ? NULL : record_attr(d, st->s_args, st->at[AT_ARGS]);
     if (fargs == NULL || !PyUnicode_CheckExact(msg))
         return clear_if_exception() ? 0 : -1;
     Py_INCREF(msg);
@@ -410,7 +438,7 @@ build_event(State *st, PyObject *d, PyObject *message, Py_ssize_t *out_size)
     for (Py_ssize_t i = 0; i < st->n_fields; i++) {
         if (i == st->message_at && PyDict_SetItem(event, st->s_message, message) < 0)
             goto fail;
-        PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(st->src_keys, i));
+        PyObject *v = record_attr(d, PyTuple_GET_ITEM(st->src_keys, i), st->head_at[i]);
         if (v == NULL || PyDict_SetItem(event, PyTuple_GET_ITEM(st->dst_keys, i), v) < 0)
             goto fail;
     }
@@ -1814,27 +1842,28 @@ record_wire(State *st, PyObject *d, RecordHead *h, PyObject *message, Compose *c
         return NULL;
     PyObject *vals[16], *msg = message, *fargs = NULL, *item = NULL;
     PyObject *const *keys = &PyTuple_GET_ITEM(st->src_keys, 0);
+    const Py_ssize_t *at = st->head_at;
     Py_ssize_t i = 0;
     if (h->levelname != NULL) {
         /* The level name and the logger as sampling read them (one test a record, out of the
          * loop: the rows without sampling pay nothing). */
-        if ((vals[0] = PyDict_GetItemWithError(d, keys[0])) == NULL)
+        if ((vals[0] = record_attr(d, keys[0], at[0])) == NULL)
             return NULL;
         vals[HEAD_LEVELNAME] = h->levelname;
         if ((vals[HEAD_NAME] = h->name) == NULL &&
-            (vals[HEAD_NAME] = PyDict_GetItemWithError(d, keys[HEAD_NAME])) == NULL)
+            (vals[HEAD_NAME] = record_attr(d, keys[HEAD_NAME], at[HEAD_NAME])) == NULL)
             return NULL;
         i = HEAD_NAME + 1;
     }
     for (; i < st->n_fields; i++)
-        if ((vals[i] = PyDict_GetItemWithError(d, keys[i])) == NULL)
+        if ((vals[i] = record_attr(d, keys[i], at[i])) == NULL)
             return NULL;
     if (message == NULL) {
         /* No exception, no stack, an exact str: else the message is made first. */
-        msg = PyDict_GetItemWithError(d, st->s_msg);
-        fargs = PyDict_GetItemWithError(d, st->s_args);
-        PyObject *exc = PyDict_GetItemWithError(d, st->s_exc_info);
-        PyObject *stack = PyDict_GetItemWithError(d, st->s_stack_info);
+        msg = record_attr(d, st->s_msg, st->at[AT_MSG]);
+        fargs = record_attr(d, st->s_args, st->at[AT_ARGS]);
+        PyObject *exc = record_attr(d, st->s_exc_info, st->at[AT_EXC_INFO]);
+        PyObject *stack = record_attr(d, st->s_stack_info, st->at[AT_STACK_INFO]);
         if (msg == NULL || fargs == NULL || !PyUnicode_CheckExact(msg) ||
             (exc != Py_None && exc != Py_False) || stack != Py_None) {
             *want_message = 1;
@@ -2281,10 +2310,11 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
     int result = -1;
     RecordHead h = {NULL, NULL, NULL};
     if (w.sample != Py_None && w.native) {
-        PyObject *levelname = PyDict_GetItemWithError(d, st->s_levelname);
+        PyObject *levelname = record_attr(d, st->s_levelname, st->head_at[HEAD_LEVELNAME]);
         PyObject *level = levelname != NULL && PyUnicode_CheckExact(levelname)
                           ? PyDict_GetItemWithError(st->levels, levelname) : NULL;
-        PyObject *logger = level == NULL ? NULL : PyDict_GetItemWithError(d, st->s_name);
+        PyObject *logger = level == NULL ? NULL
+                           : record_attr(d, st->s_name, st->head_at[HEAD_NAME]);
         PyObject *own = logger == NULL ? NULL : PyDict_GetItemWithError(d, st->s_trace_id);
         if (PyErr_Occurred()) {
             if (!clear_if_exception())
@@ -2310,7 +2340,7 @@ record_way(State *st, PyObject *self, PyObject *record, PyObject *d, PyObject *f
                      (w.contextual || w.sample != Py_None);
     if (queue_dict || (got == 1 && w.hold != Py_None && w.contextual)) {
         /* The level number, for FrontEnd._queue or hold's test (a strong reference). */
-        levelno = PyDict_GetItemWithError(d, st->s_levelno);
+        levelno = record_attr(d, st->s_levelno, st->at[AT_LEVELNO]);
         if (levelno == NULL || !PyLong_CheckExact(levelno)) {
             if (!clear_if_exception())
                 goto out;
@@ -4136,6 +4166,45 @@ front_method(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
+/* Where a real LogRecord of this Python holds the attributes the hot path reads (record_attr):
+ * each one's PyDict_Next position in the record's dict, -1 for one __init__ does not set.
+ * 0, or -1 with an error set (the record could not be made). */
+static int
+find_places(State *st)
+{
+    for (Py_ssize_t i = 0; i < 16; i++)
+        st->head_at[i] = -1;
+    for (int j = 0; j < N_AT; j++)
+        st->at[j] = -1;
+    PyObject *record = PyObject_CallFunction(st->record_type, "sisis()O", "", 0, "", 0, "",
+                                             Py_None);
+    if (record == NULL)
+        return -1;
+    PyObject *d = PyObject_GenericGetDict(record, NULL);
+    if (d == NULL || !PyDict_CheckExact(d)) {
+        Py_XDECREF(d);
+        Py_DECREF(record);
+        return d == NULL ? -1 : 0;
+    }
+    PyObject *const others[N_AT] = {st->s_msg, st->s_args, st->s_exc_info, st->s_stack_info,
+                                    st->s_levelno};
+    PyObject *const *keys = &PyTuple_GET_ITEM(st->src_keys, 0);
+    Py_ssize_t pos = 0, at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        for (Py_ssize_t i = 0; i < st->n_fields; i++)
+            if (key == keys[i])
+                st->head_at[i] = at;
+        for (int j = 0; j < N_AT; j++)
+            if (key == others[j])
+                st->at[j] = at;
+        at = pos;
+    }
+    Py_DECREF(d);
+    Py_DECREF(record);
+    return 0;
+}
+
 /* configure(**table): everything the module needs, from loghandler/_engine/compiled.py (its table()
  * names each item and where it comes from). Replaces what an earlier call set. */
 static PyObject *
@@ -4277,6 +4346,8 @@ configure(PyObject *module, PyObject *args, PyObject *table)
         return PyErr_NoMemory();
     }
     st->cached_sec = -1;
+    if (find_places(st) < 0)
+        return NULL;
     st->configured = 1;
     Py_RETURN_NONE;
 fail:

@@ -94,12 +94,24 @@ def wires():
 @settings(max_examples=int(sys.argv[1]), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(keys, values, max_size=8), st.booleans(),
        st.sampled_from(["m", "m %s", "%d %d", "%(a)s", 5]), st.integers(0, 8),
-       st.dictionaries(st.text(max_size=4), leaf, max_size=4))
-def fuzz(extra, keep_base, msg, which, context_fields):
+       st.dictionaries(st.text(max_size=4), leaf, max_size=4),
+       st.lists(st.tuples(st.sampled_from(list(base)), st.booleans()), max_size=4))
+def fuzz(extra, keep_base, msg, which, context_fields, moved):
     import loghandler
     d = dict(base) if keep_base else {}
     d["msg"] = msg
     d.update(extra)
+
+    def move(r, always=False):
+        # Attributes deleted, or deleted and set again (last): the places the compiled path
+        # reads a record's attributes at (record_attr) hold other keys, or none. (A record
+        # the handler gets keeps them all: its careful path would report a missing one.)
+        for key, again in moved:
+            value = r.pop(key, None)
+            if again or always:
+                r[key] = value
+
+    move(d)
     all_wires = wires()
     wire = all_wires[which % len(all_wires)]
     got = record_item(d) or None
@@ -108,6 +120,7 @@ def fuzz(extra, keep_base, msg, which, context_fields):
     front = FRONTS[which % len(FRONTS)]
     record = logging.LogRecord("a", 20, "/p.py", 1, "m %s", ("x",), None)
     record.__dict__.update({k: v for k, v in extra.items() if isinstance(k, str)})
+    move(record.__dict__, always=True)
     with loghandler.context(**{k: v for k, v in context_fields.items() if k.isidentifier()}):
         front.handle(record)
         ext.record_put(front, record, front._fast_path or ())
@@ -115,12 +128,14 @@ def fuzz(extra, keep_base, msg, which, context_fields):
         PROC(None, "info", {k: v for k, v in extra.items() if isinstance(k, str)})
         PROC(None, "info", dict(extra))
     queue = collections.deque()
-    ext.items_size([i for i in front.shipper.intake.queue if type(i) is bytes])
+    # A copy first (list() of a deque runs no bytecode): the flusher takes batches meanwhile.
+    queued = list(front.shipper.intake.queue)
+    ext.items_size([i for i in queued if type(i) is bytes])
     if got is not None:
         ext.format_record({k: v for k, v in got[0].items() if isinstance(k, str)})
     ext.format_record(extra)
     ext.format_items([d, extra, 1, None], (("k", 1),), True, None, None, lambda i: i, 0)
-    items = [i for i in front.shipper.intake.queue if type(i) is bytes][-5:]
+    items = [i for i in queued if type(i) is bytes][-5:]
     ext.admit_repeats(items + [dict(extra)] if all(isinstance(k, str) for k in extra)
                       else items, {}, [], 0, 1.0, 60.0, 1, 2,
                       ("message", "event", "logger", "level"), sightings_table(2))
