@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .rows import FLOOR, FLOORS, LABELS, VARIANTS
+from .scenarios import KEYS, cycle_cost
 
 MiB = 1024 * 1024
 Results = dict[str, dict[str, list[dict[str, Any]]]]
@@ -72,10 +73,17 @@ def _gmean(values: list[float]) -> float:
 
 
 def _beside(runs: list[dict[str, Any]], key: str) -> dict[int, float]:
-    """Scenarios 1 and 2: each repetition's ratio of ``key``, the row's run against the (geometric)
-    mean of the two runs of its floor beside it (``run.paired_order``), by repetition."""
+    """Scenarios 1 and 2: each repetition's ratio of ``key``: the child's own ratio when the row
+    and its floor ran in it (``--pairing chunks``: the median over its cycles in scenario 1, the
+    sums' in scenario 2), else the row's run against the (geometric) mean of the two runs of
+    its floor beside it (``run.paired_order``), by repetition."""
     out: dict[int, float] = {}
     for a in runs:
+        if "ratio" in a:
+            value = a["ratio"].get(key)
+            if not _bad(a) and isinstance(value, (int, float)):
+                out[a.get("rep", len(out))] = value
+            continue
         floors = a.get("floors") or []
         values = [f[key] for f in floors if isinstance(f.get(key), (int, float)) and f[key] > 0]
         if (_bad(a) or not isinstance(a.get(key), (int, float)) or not values
@@ -152,6 +160,54 @@ def pairing_check(results: Results, scenario: str, key: str) -> str | None:
     return text
 
 
+def cycle_ratios(run: dict[str, Any], key: str) -> list[float]:
+    """A ``--pairing chunks`` child's per-cycle ratios of ``key``: (R + F2 - F1) / F1 of the
+    clock's chunk times; for a rate (``events_per_s``), its inverse, F1 / (R + F2 - F1)."""
+    if _bad(run) or not run.get("cycles"):
+        return []
+    k = KEYS.index(key) if key in KEYS else 0
+    ratios = cycle_cost([[chunk[k] for chunk in c] for c in run["cycles"]])["ratios"]
+    return [1 / x for x in ratios if x > 0] if key == "events_per_s" else ratios
+
+
+def _quartiles(v: list[float]) -> str:
+    q = statistics.quantiles(v, n=4) if len(v) >= 2 else v * 3
+    return f"{q[1]:.2f}x (quartiles {q[0]:.2f}–{q[2]:.2f} over {len(v)} cycles)"
+
+
+def chunk_check(results: Results, scenario: str, key: str) -> str | None:
+    """``--pairing chunks``: each floor against itself in one process (the ``null`` row, the
+    other floors in ``<scenario>-self``): the children's ratios, and the quartiles of all
+    their cycles'; the flusher's spill (F2 - F1) / F1 over the rows; the rows paired across
+    processes instead."""
+    rows = results.get(scenario) or {}
+    selves = {"null": rows.get("null", []), **(results.get(f"{scenario}-self") or {})}
+    parts = []
+    for floor, runs in selves.items():
+        own = _beside(runs, key)
+        cycles = [x for r in runs for x in cycle_ratios(r, key)]
+        if own and cycles:
+            parts.append(f"{floor} {_xs(own)}, its cycles {_quartiles(cycles)}")
+    if not parts:
+        return None
+    text = (f"Pairing check, each floor against itself in one process ({key}; the children's "
+            f"ratios, median and min–max): " + "; ".join(parts) + ".")
+    spill = {row: statistics.median(v) for row, runs in rows.items() if row not in FLOORS
+             and (v := [r["spill"][key] for r in _ok(runs)
+                        if isinstance((r.get("spill") or {}).get(key), (int, float))])}
+    if spill:
+        top = max(spill, key=lambda row: spill[row])
+        text += (f" The flusher's spill, (F2 - F1) / F1 summed over a child's cycles, charged "
+                 f"to the row: median {statistics.median(spill.values()) * 100:+.1f} % over "
+                 f"{len(spill)} shipping rows, {min(spill.values()) * 100:+.1f} to "
+                 f"{spill[top] * 100:+.1f} % ({top}).")
+    apart = [row for row, runs in rows.items() if any("floors" in r for r in runs)]
+    if apart:
+        text += (f" Paired across processes (they cannot share one with their floor): "
+                 f"{', '.join(apart)}.")
+    return text
+
+
 def _spreads(results: Results, scenario: str, key: str) -> list[tuple[float, float]]:
     """(max/min of a row's ratios to the floor runs beside it, the same to its floor's first
     run in each repetition) for every row with two repetitions or more."""
@@ -173,6 +229,14 @@ def _spreads(results: Results, scenario: str, key: str) -> list[tuple[float, flo
     return out
 
 
+def _pct(runs: list[dict[str, Any]], key: str) -> str:
+    """The flusher's spill of a ``--pairing chunks`` row, (F2 - F1) / F1, median over the
+    repetitions, in % of the floor's chunks."""
+    v = [r["spill"][key] for r in _ok(runs)
+         if isinstance((r.get("spill") or {}).get(key), (int, float))]
+    return f"{statistics.median(v) * 100:+.1f} %" if v else "–"
+
+
 def _x(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else "–"
 
@@ -191,7 +255,8 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
     out: list[str] = []
     m = machine
     out.append(f"Machine: {m['cpus']} CPUs, {m['implementation']} {m['python']} on "
-               f"{m['platform']}; orjson {m['orjson'] or 'not installed'}; loghandler "
+               f"{m['platform']}; orjson {m['orjson'] or 'not installed'}; gzip by "
+               f"{'ISA-L (isal ' + m['isal'] + ')' if m.get('isal') else 'zlib'}; loghandler "
                f"{m['loghandler']}, structlog {m['structlog']}, opentelemetry-sdk "
                f"{m['opentelemetry-sdk']}, logtail-python {m['logtail-python']}.")
     ceil = (results.get("ceiling") or {}).get("receiver", [{}])[0]
@@ -199,9 +264,12 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
         out.append(f"Receiver ceiling (pre-encoded batches of 1,000 events, one keep-alive "
                    f"connection from another process): {_fmt(ceil['plain'])} events/s plain, "
                    f"{_fmt(ceil['gzip'])} events/s gzip.")
+    chunks = getattr(a, "pairing", "processes") == "chunks"
+    beside = ("against its floor alternated with it in chunks of 5,000 calls inside its "
+              "process" if chunks else "against the runs of its floor beside it")
     out.append(f"Medians of {a.reps} repetition(s) for scenarios 1, 2, 3 (min–max in "
-               f"brackets); in scenarios 1 and 2 each row's ratio is taken against the runs "
-               f"of its floor beside it, in 3 and 7 within each repetition, whose rows run "
+               f"brackets); in scenarios 1 and 2 each row's ratio is taken {beside}, in 3 "
+               f"and 7 within each repetition, whose rows run "
                f"back to back; call counts scaled by "
                f"{a.scale:g}; timed loops capped at {a.cap:g} s (the calls column says how "
                f"many were made).")
@@ -217,7 +285,9 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                    if _vals(runs, key) else "–"
                    for key in ("thread_cpu_ns_per_call", "cpu_ns_per_call")]
             body.append([LABELS[row], _spread(runs, "ns_per_call", 0, 1e-3),
-                         _xs(_chain(one, row, "ns_per_call")), _xs(own), *cpu,
+                         _xs(_chain(one, row, "ns_per_call")), _xs(own),
+                         _xs([r["pooled"]["ns_per_call"] for r in _ok(runs) if "pooled" in r]),
+                         _pct(runs, "ns_per_call"), *cpu,
                          _spread(runs, "requests_per_1k", 1)
                          if _vals(runs, "requests_per_1k") else "–",
                          _spread(runs, "calls"),
@@ -227,9 +297,18 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                 targets.append(_check("1", f"{row}: {med:.2f}x its floor ({_floor(row)}, "
                                            "target <= 1.5x)", med <= 1.5))
         out.append("\n### 1. App-thread cost (µs per call, healthy receiver)\n")
-        out.append("Each row's child runs between two children of its own floor; \"x own "
-                   "floor\" is the median over the repetitions of the row's run against those "
-                   "two (their geometric mean), the repetitions' min–max in brackets; \"x "
+        out.append(("Each row's child builds its own floor too and alternates them in cycles "
+                    "of three chunks of 5,000 calls: F1 (the floor), R (the row), F2 (the floor "
+                    "again, which the row's flusher may slow while it sends R's events); the "
+                    "row's cost in a cycle is R + (F2 - F1), against F1. \"x own floor\" is "
+                    "the median over the repetitions of each child's median over its "
+                    "cycles (40 in a full run), the repetitions' min–max in brackets; "
+                    "\"pooled\" the same of each child's sums' ratio; \"spill\" the sum of "
+                    "F2 - F1 over the sum of F1 (charged to the row). \"x "
+                    if chunks else
+                    "Each row's child runs between two children of its own floor; \"x own "
+                    "floor\" is the median over the repetitions of the row's run against those "
+                    "two (their geometric mean), the repetitions' min–max in brackets; \"x ") +
                    "NullHandler\" chains a floor's own ratio to NullHandler's (structlog, "
                    "loguru, OpenTelemetry). CPU time beside the wall time: the calling "
                    "thread's own, and the whole process's (the flusher's too, gzip included), "
@@ -238,12 +317,14 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                    "another process, and the flusher's compression take the second one). "
                    "Requests per 1,000 calls: what the receiver had while the calls were "
                    "made.\n")
-        out.append(_table(["row", "µs/call", "x NullHandler", "x own floor",
+        out.append(_table(["row", "µs/call", "x NullHandler", "x own floor", "pooled", "spill",
                            "thread CPU µs/call", "process CPU µs/call", "requests/1k calls",
                            "calls", "dropped"], body))
-        check = pairing_check(results, "1", "ns_per_call")
-        if check:
-            out.append("\n" + check)
+        for check in (pairing_check(results, "1", "ns_per_call"),
+                      chunk_check(results, "1", "ns_per_call"),
+                      chunk_check(results, "1", "thread_cpu_ns_per_call")):
+            if check:
+                out.append("\n" + check)
         vs_null = _chain(one, "ingest", "ns_per_call")
         queue = _chain(one, "queue", "ns_per_call")
         vs_queue = {rep: v / queue[rep] for rep, v in vs_null.items() if rep in queue}
@@ -263,7 +344,9 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                 f"{_spread(runs, 'calls')}")
             own = _beside(runs, "events_per_s")
             body.append([LABELS[row], _spread(runs, "events_per_s"),
-                         _xs(_chain(two, row, "events_per_s")), _xs(own), delivered,
+                         _xs(_chain(two, row, "events_per_s")), _xs(own),
+                         _pct(runs, "events_per_s"), delivered,
+                         _spread(runs, "drain_s", 2) if _vals(runs, "drain_s") else "–",
                          _spread(runs, "call_rate")])
             med = _med_of(own)
             if _ours(row) and med is not None:
@@ -273,14 +356,22 @@ def report(results: Results, machine: dict[str, Any], a: Namespace) -> str:
                                            f"{every}", med >= 0.65 and every))
         out.append("\n### 2. End to end (events/s from the first call until the receiver "
                    "acknowledged the last; a policy's drops, counted, as configured)\n")
-        out.append("Each row between two runs of its own floor, as in scenario 1: \"x own "
+        out.append("Each row alternated with its own floor in one process, 20 cycles of "
+                   "(F1, R, F2) chunks of 5,000 calls from the row's first call: the row's time "
+                   "is its chunks, plus each cycle's F2 - F1 (\"spill\", over the F1 chunks' "
+                   "time), plus the drain (the final flush and the wait until the receiver "
+                   "acknowledged every event); the floor's time is its F1 chunks. \"x own "
+                   "floor\" is the median of the repetitions' ratios (min–max in brackets).\n"
+                   if chunks else
+                   "Each row between two runs of its own floor, as in scenario 1: \"x own "
                    "floor\" is the median of the repetitions' ratios to them (min–max in "
                    "brackets).\n")
-        out.append(_table(["row", "events/s", "x NullHandler calls/s", "x own floor",
-                           "delivered / expected of calls", "app calls/s"], body))
-        check = pairing_check(results, "2", "events_per_s")
-        if check:
-            out.append("\n" + check)
+        out.append(_table(["row", "events/s", "x NullHandler calls/s", "x own floor", "spill",
+                           "delivered / expected of calls", "drain s", "app calls/s"], body))
+        for check in (pairing_check(results, "2", "events_per_s"),
+                      chunk_check(results, "2", "events_per_s")):
+            if check:
+                out.append("\n" + check)
         runs = two.get("ingest", [])
         rate = _med_of(_chain(two, "ingest", "events_per_s"))
         if rate:

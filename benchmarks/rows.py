@@ -78,6 +78,8 @@ class Row:
 
 def _stdlib_logger(handler: logging.Handler, name: str) -> Callable[[int], None]:
     logger = logging.getLogger(f"bench.{name}")
+    if logger.handlers:  # a floor paired with itself in one process: a logger of its own
+        logger = logging.getLogger(f"bench.{name}-floor")
     logger.handlers[:] = [handler]
     logger.propagate = False
     logger.setLevel(logging.INFO)
@@ -410,10 +412,16 @@ def _otel_ingest(base: str, opts: dict[str, Any]) -> Row:
 
 def _loguru(base: str, opts: dict[str, Any], sink: Any = None) -> Row:
     try:
-        from loguru import logger
+        from loguru import logger as root
     except ImportError as exc:
         raise Unavailable(f"loguru not installed ({exc})") from None
-    logger.remove()
+    import copy
+
+    # loguru has one global logger: a row and its floor in one process (scenarios 1 and 2)
+    # would share its sinks. Its documented way to independent loggers: remove the handlers,
+    # then a deep copy each, with its own sinks.
+    root.remove()
+    logger = copy.deepcopy(root)
     logger.add(sink if sink is not None else (lambda message: None), level="INFO")
     ids = REQUEST_IDS
 

@@ -2,10 +2,12 @@
 
 Repetitions are interleaved (every row once, then every row again), so that the machine's noise
 falls on all rows alike: the ratios measured side by side in one run are the figures that count.
-In scenarios 1 and 2 each row's child runs between two children of its own floor
-(``paired_order``), and its ratio is taken against those two: this VM's speed moves in phases of a
-second or two, and a floor run once per repetition, 30 s before the last row, was paired with
-rows measured in other phases (docs/performance.md, "Pairing each row with its floor").
+In scenarios 1 and 2 each row's child builds its own floor beside it and alternates the two in
+chunks of 5,000 calls (``--pairing chunks``, the default; ``scenarios._cycles``): this VM's speed
+moves in phases of a fraction of a second to seconds, and even a floor run in the children just
+before and after the row's was off by a quarter (docs/performance.md, "Pairing inside one
+process"). ``--pairing processes`` is the earlier pairing: each row's child between two children
+of its own floor (``paired_order``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,16 @@ from typing import Any
 
 from . import receiver
 from .rows import FLOOR, ROWS, SHIPPING, VARIANTS
+from .scenarios import CHUNK
 
 MiB = 1024 * 1024
 # Rows left out of scenarios 4 and 5: nothing to bound or deliver at exit (floors that only
 # measure the cost of a call).
 UNBOUNDED = ("structlog", "copy", "loguru", "otel-nothing")
+# Rows that cannot share a process with their floor: paired across processes even with
+# ``--pairing chunks`` (the report names them). None today: loguru's rows each log through a
+# copy of its global logger (rows._loguru).
+OWN_PROCESS: tuple[str, ...] = ()
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -54,6 +61,10 @@ def _parse() -> argparse.Namespace:
                         "is killed and reported as hung")
     p.add_argument("--outage", type=float, default=None,
                    help="seconds of scenario 4's outage (default 60, 6 with --quick)")
+    p.add_argument("--pairing", choices=("chunks", "processes"), default="chunks",
+                   help="scenarios 1 and 2: each row and its floor alternated in chunks inside "
+                        "one process (chunks, the default), or each row's process between two "
+                        "of its floor's (processes, the earlier pairing)")
     p.add_argument("--json", default=None, help="also write every raw result to this file")
     a = p.parse_args()
     quick = a.quick
@@ -223,6 +234,35 @@ class Runner:
                 res["floors"] = [_floor_values(before[floor])] if floor in before else []
                 waiting.setdefault(floor, []).append(res)
 
+    def chunked(self, scenario: str, rows: list[str], make: Callable[[str, str], dict[str, Any]],
+                reps: int) -> None:
+        """Scenarios 1 and 2 with ``--pairing chunks``: one child per row and repetition, the
+        row and its floor inside it (``make(row, floor)``); rows that cannot share a process
+        with their floor (``OWN_PROCESS``) are paired across processes. Each floor other than
+        ``null`` is also paired with itself, in the first repetition (its cycles' quartiles are
+        the check; every repetition cost a run 100 s more), in ``<scenario>-self``: the
+        ``null`` row is the NullHandler's check, these are the other floors' (report.py,
+        ``chunk_check``)."""
+        inside = [row for row in rows if row not in OWN_PROCESS]
+        checks = [f for f in dict.fromkeys(FLOOR.get(row, "null") for row in inside) if f != "null"]
+        skipped: set[str] = set()
+        for rep in range(reps):
+            for row in inside:
+                if row in skipped:
+                    continue
+                res = self.child(make(row, FLOOR.get(row, "null")))
+                res["rep"] = rep
+                self.record(scenario, row, res)
+                if "skipped" in res:
+                    skipped.add(row)
+            for floor in checks if rep == 0 else []:
+                res = self.child(make(floor, floor))
+                res["rep"] = rep
+                self.results.setdefault(f"{scenario}-self", {}).setdefault(floor, []).append(res)
+        apart = [row for row in rows if row in OWN_PROCESS]
+        if apart:
+            self.paired(scenario, apart, lambda row: make(row, ""), reps)
+
 
 def paired_order(rows: list[str]) -> list[tuple[str, str]]:
     """One repetition of scenarios 1 and 2: ``("floor", f)`` and ``("row", r)`` children in
@@ -273,7 +313,15 @@ def run_all(a: argparse.Namespace) -> Runner:
         for s in a.scenarios:
             print(f"scenario {s} ... ({time.time() - t0:.0f} s so far)", file=sys.stderr,
                   flush=True)
-            if s == "1":
+            if s in ("1", "2") and a.pairing == "chunks":
+                # 40 cycles of 5,000 calls (scenario 1), 20 (scenario 2): as many row calls as
+                # with --pairing processes; at least 4 cycles in a scaled-down run.
+                n = r.n(200_000 if s == "1" else 100_000)
+                chunk = min(CHUNK, max(1, n // 4))
+                kind = "app_cost" if s == "1" else "end_to_end"
+                r.chunked(s, with_variants, lambda x, f, kind=kind, n=n, chunk=chunk: r.cfg(
+                    x, kind, "up", n=n, floor=f or None, chunk=chunk, cycles=n // chunk), a.reps)
+            elif s == "1":
                 r.paired("1", with_variants,
                          lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)
             elif s == "2":
@@ -340,6 +388,8 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "implementation": platform.python_implementation(), "platform": platform.platform(),
         "orjson": version("orjson") if importlib.util.find_spec("orjson") else None,
+        # The flusher's gzip: ISA-L's when installed (the [fast] extra), else zlib's.
+        "isal": version("isal") if importlib.util.find_spec("isal") else None,
         "loghandler": version("loghandler"), "structlog": version("structlog"),
         "opentelemetry-sdk": version("opentelemetry-sdk"),
         "logtail-python": version("logtail-python"),

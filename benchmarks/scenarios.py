@@ -3,6 +3,11 @@
 ``python -m benchmarks.scenarios '<json config>'`` prints one ``RESULT {...}`` line. Timed loops
 stop early at ``cap`` seconds (slow peers would otherwise take minutes); results say how many
 calls were made.
+
+With ``floor`` in the config (scenarios 1 and 2, ``--pairing chunks``), the child builds the row
+and its floor side by side and alternates them in cycles of three chunks (``_cycles``): this
+VM's speed moves in phases of a fraction of a second to seconds, and only calls made within
+about 100 ms of each other compare (docs/performance.md, "Pairing inside one process").
 """
 
 from __future__ import annotations
@@ -10,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import receiver
@@ -213,16 +220,153 @@ def at_exit(row: Row, cfg: dict[str, Any]) -> None:
     # returns: the interpreter exits as an application would, atexit hooks and all
 
 
+# Scenarios 1 and 2 paired inside one process. A cycle is three chunks of the same C calls:
+# F1 (the floor; the previous cycle's flusher work is over), R (the row), F2 (the floor again,
+# right after R: the row's flusher may slow it while it sends R's events). The row is charged
+# R + (F2 - F1): all of its flusher's interference, none of it left to the floor.
+CHUNK = 5000
+KEYS = ("ns_per_call", "thread_cpu_ns_per_call", "cpu_ns_per_call")  # a chunk's three clocks
+
+
+def cycle_cost(cycles: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The row's cost against its floor from cycles of chunk timings ``(F1, R, F2, ...)`` of
+    one clock (chunks after F2, if any, are a diagnostic and not charged).
+
+    ``ratios``: each cycle's (R + F2 - F1) / F1; ``median`` and ``quartiles`` of them;
+    ``pooled``: the sums' ratio; ``row`` and ``floor``: the sums, R + (F2 - F1) and F1;
+    ``spill``: sum(F2 - F1) / sum(F1), the floor chunk's slow-down right after the row (the
+    flusher's work spilling out of R), charged to the row."""
+    ratios = [(c[1] + c[2] - c[0]) / c[0] for c in cycles if c[0] > 0]
+    floor = sum(c[0] for c in cycles)
+    row = sum(c[1] + c[2] - c[0] for c in cycles)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else ratios * 3
+    return {"ratios": ratios, "median": statistics.median(ratios) if ratios else None,
+            "quartiles": quartiles, "pooled": row / floor if floor > 0 else None,
+            "row": row, "floor": floor,
+            "spill": sum(c[2] - c[0] for c in cycles) / floor if floor > 0 else None}
+
+
+def _cycles(row: Row, floor: Row, cfg: dict[str, Any],
+            drain: Callable[[int], None] | None = None) -> list[list[list[int]]]:
+    """Up to ``cycles`` cycles of (F1, R, F2) chunks of ``chunk`` calls each, the same call
+    numbers in all three; each chunk's [wall, thread CPU, process CPU] ns. Stops early once
+    the row's chunks took ``cap`` seconds. ``after`` > 1 adds floor chunks after F2 (to see
+    whether the flusher's work is over by the next F1). ``drain(calls)``: called right after
+    the last R chunk, before its F2 (scenario 2's wait for delivery, which a floor chunk
+    before it would shorten)."""
+    log, flog = row.log, floor.log
+    now, thread, process = time.perf_counter_ns, time.thread_time_ns, time.process_time_ns
+    chunk, cap = cfg["chunk"], cfg["cap"] * 1e9
+    order = (flog, log) + (flog,) * cfg.get("after", 1)
+    out: list[list[list[int]]] = []
+    spent, last = 0, False
+    for c in range(cfg["cycles"]):
+        lo, hi = c * chunk, (c + 1) * chunk
+        cycle = []
+        for i, f in enumerate(order):
+            w0, t0, p0 = now(), thread(), process()
+            for j in range(lo, hi):
+                f(j)
+            cycle.append([now() - w0, thread() - t0, process() - p0])
+            if i == 1:
+                spent += cycle[1][0]
+                last = c == cfg["cycles"] - 1 or spent > cap
+                if last and drain is not None:
+                    drain(hi)
+        out.append(cycle)
+        if last:
+            break
+    return out
+
+
+def _clock(cycles: list[list[list[int]]], k: int) -> list[list[float]]:
+    return [[chunk[k] for chunk in cycle] for cycle in cycles]
+
+
+def app_cost_chunks(row: Row, floor: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 1 paired inside one process: the same warm-up as ``app_cost`` (and the
+    floor's), then the cycles. Each clock's ratio is the median over the cycles."""
+    for i in range(1000):
+        row.log(i)
+        floor.log(i)
+    requests = _requests(row, cfg)
+    cycles = _cycles(row, floor, cfg)
+    calls = len(cycles) * cfg["chunk"]
+    out: dict[str, Any] = {"calls": calls, "stats": row.stats(), "cycles": cycles,
+                           "ratio": {}, "pooled": {}, "quartiles": {}, "spill": {},
+                           "floor": {"row": floor.name}}
+    for k, key in enumerate(KEYS):
+        cost = cycle_cost(_clock(cycles, k))
+        out[key] = cost["row"] / calls
+        out["floor"][key] = cost["floor"] / calls
+        out["ratio"][key], out["pooled"][key] = cost["median"], cost["pooled"]
+        out["quartiles"][key], out["spill"][key] = cost["quartiles"], cost["spill"]
+    if requests is not None:
+        out["requests_per_1k"] = ((_requests(row, cfg) or 0) - requests) * 1000 / calls
+    return out
+
+
+def end_to_end_chunks(row: Row, floor: Row, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Scenario 2 paired inside one process, from the row's first call (no warm-up) until the
+    receiver acknowledged every event: the row's time is its chunks, plus each cycle's F2 - F1,
+    plus the final flush and the wait until delivered, from the end of the last R chunk (as
+    ``end_to_end`` waits after its loop); the floor's, its F1 chunks."""
+    waited: dict[str, Any] = {}
+
+    def drain(calls: int) -> None:
+        start = _now()
+        if row.name in FLOORS:
+            waited.update(got=calls, expected=calls, drain=0.0)
+            return
+        row.flush(cfg["wait"])
+        expected = row.expected(calls)
+        got, drain_s = calls, 0.0  # every call held as configured: the calls' rate, as before
+        if expected:
+            got, done_at = _wait_delivered(row, cfg, expected)
+            drain_s = done_at - start
+        waited.update(got=got, expected=expected, drain=drain_s)
+
+    cycles = _cycles(row, floor, cfg, drain)
+    calls = len(cycles) * cfg["chunk"]
+    wall = cycle_cost(_clock(cycles, 0))
+    calls_s = sum(c[1][0] for c in cycles) / 1e9
+    out: dict[str, Any] = {"calls": calls, "call_rate": calls / calls_s, "cycles": cycles,
+                           "floor": {"row": floor.name, "events_per_s": calls * 1e9 /
+                                     wall["floor"]},
+                           "spill": {"events_per_s": wall["spill"]},
+                           "quartiles": {"events_per_s": [1 / x for x in
+                                                          reversed(wall["quartiles"])]}}
+    got, expected, drain_s = waited["got"], waited["expected"], waited["drain"]
+    if row.name not in FLOORS:
+        out.update(delivered=got, expected=expected, stats=row.stats())
+    elapsed = wall["row"] / 1e9 + drain_s
+    out.update(drain_s=drain_s,
+               events_per_s=calls / elapsed if got >= expected else got / elapsed)
+    out["ratio"] = {"events_per_s": out["events_per_s"] / out["floor"]["events_per_s"]}
+    out["pooled"] = dict(out["ratio"])
+    if not row.delivered and row.name not in FLOORS:
+        c = receiver.count(cfg["port"], cfg["tag"])
+        out.update(bytes=c["bytes"], requests=c["requests"])
+    return out
+
+
 SCENARIOS = {"app_cost": app_cost, "end_to_end": end_to_end, "slow": slow_service,
              "down": service_down, "exit": at_exit}
+PAIRED = {"app_cost": app_cost_chunks, "end_to_end": end_to_end_chunks}
 
 
 def main(argv: list[str]) -> None:
     cfg = json.loads(argv[0])
     try:
         row = build(cfg["row"], cfg["base"], cfg.get("opts") or {})
+        # Built after the row: a floor's logger takes another name when the row is the same
+        # floor (rows.py, _stdlib_logger), and loguru's rows each log through a copy.
+        floor = build(cfg["floor"], cfg["base"], {}) if cfg.get("floor") else None
     except Unavailable as exc:
         _emit({"skipped": str(exc)})
+        return
+    if floor is not None:
+        _emit(PAIRED[cfg["kind"]](row, floor, cfg))
         return
     result = SCENARIOS[cfg["kind"]](row, cfg)
     if result is not None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
 import pytest
+
+from benchmarks.report import cycle_ratios
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,19 +98,22 @@ class TestBenchmarkSmoke:
         assert down["shutdown_timeout"] == 1.0
         assert down["exit_s"] < 1.0 + 5.0  # shutdown_timeout plus a generous margin
 
-    def test_each_row_is_paired_with_its_floor_beside_it(self, smoke: tuple[str, dict]
-                                                         ) -> None:
-        """Scenarios 1 and 2: every row ran between two runs of its own floor (the floor
-        child just before and just after it), even a floor the rows asked for leave out
-        (structlog, the processor's), and the report's ratio is taken against those two."""
+    def test_each_row_is_paired_with_its_floor_inside_its_process(
+            self, smoke: tuple[str, dict]) -> None:
+        """Scenarios 1 and 2 (``--pairing chunks``, the default): each row's child alternated
+        it with its own floor, cycles of three chunks of the same calls, and the report's ratio
+        is the child's; each floor other than NullHandler was also paired with itself."""
         _, results = smoke
         for scenario in ("1", "2"):
-            floors = results[f"{scenario}-floors"]
+            assert f"{scenario}-floors" not in results
             for row, floor in (("null", "null"), ("ingest", "null"), ("processor", "structlog")):
                 (run,) = results[scenario][row]
-                before, after = run["floors"]
-                assert (before["seq"], after["seq"]) == (run["seq"] - 1, run["seq"] + 1), run
-                assert {before["seq"], after["seq"]} <= {f["seq"] for f in floors[floor]}
+                assert run["floor"]["row"] == floor, run
+                assert len(run["cycles"]) >= 4 and {len(c) for c in run["cycles"]} == {3}
+                key = "ns_per_call" if scenario == "1" else "events_per_s"
+                assert run["ratio"][key] > 0 and run["floor"][key] > 0
+            (self_check,) = results[f"{scenario}-self"]["structlog"]
+            assert self_check["floor"]["row"] == "structlog" and self_check["cycles"]
 
     def test_gzip_is_smaller_on_the_wire(self, smoke: tuple[str, dict]) -> None:
         """Scenario 6: bytes per event are counted and gzip shrinks them."""
@@ -115,6 +121,113 @@ class TestBenchmarkSmoke:
         (run,) = results["6"]["ingest"]
         assert run["delivered"] == run["calls"] and run["bytes"] > 0
         assert run["bytes"] / run["delivered"] < 100
+
+
+@pytest.fixture(scope="module")
+def processes(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Scenarios 1 and 2 with the earlier pairing, ``--pairing processes``."""
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--scale", "0.02", "--reps", "1",
+         "--rows", "null,ingest,processor", "--scenarios", "1,2", "--cap", "0.3",
+         "--pairing", "processes", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())["results"]
+
+
+class TestProcessesPairing:
+    def test_each_row_is_paired_with_its_floor_beside_it(self, processes: dict) -> None:
+        """Scenarios 1 and 2, ``--pairing processes``: every row ran between two runs of its
+        own floor (the floor child just before and just after it), even a floor the rows ask
+        for leave out (structlog, the processor's), and the report's ratio is taken against
+        those two."""
+        for scenario in ("1", "2"):
+            floors = processes[f"{scenario}-floors"]
+            for row, floor in (("null", "null"), ("ingest", "null"), ("processor", "structlog")):
+                (run,) = processes[scenario][row]
+                assert "cycles" not in run
+                before, after = run["floors"]
+                assert (before["seq"], after["seq"]) == (run["seq"] - 1, run["seq"] + 1), run
+                assert {before["seq"], after["seq"]} <= {f["seq"] for f in floors[floor]}
+
+
+def _child(cfg: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.scenarios", json.dumps(cfg)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, proc.stderr[-2000:]
+    return json.loads(lines[0][7:])
+
+
+class TestChunkPairing:
+    """Scenarios 1 and 2 paired inside one process: the cycle arithmetic, and one child."""
+
+    def test_a_row_at_its_floors_speed_reads_one(self) -> None:
+        from benchmarks.scenarios import cycle_cost
+
+        cost = cycle_cost([[10.0, 10.0, 10.0], [20.0, 20.0, 20.0], [5.0, 5.0, 5.0]])
+        assert cost["ratios"] == [1.0, 1.0, 1.0]
+        assert cost["median"] == cost["pooled"] == 1.0 and cost["spill"] == 0.0
+        assert cost["quartiles"] == [1.0, 1.0, 1.0]
+
+    def test_a_slower_f2_is_charged_to_the_row(self) -> None:
+        """The floor chunk right after the row slowed by the row's flusher: the row pays it,
+        the floor is F1 alone. A faster F2 (noise) comes off the row's cost as well."""
+        from benchmarks.scenarios import cycle_cost
+
+        cost = cycle_cost([[10.0, 12.0, 13.0], [10.0, 12.0, 11.0], [20.0, 24.0, 20.0],
+                           [10.0, 12.0, 9.0]])
+        assert cost["ratios"] == pytest.approx([1.5, 1.3, 1.2, 1.1])
+        assert cost["median"] == pytest.approx(1.25)
+        assert cost["row"] == pytest.approx(12 + 3 + 12 + 1 + 24 + 0 + 12 - 1)
+        assert cost["floor"] == 50.0
+        assert cost["pooled"] == pytest.approx(63 / 50)
+        assert cost["spill"] == pytest.approx(3 / 50)
+
+    def test_chunks_after_f2_are_not_charged(self) -> None:
+        from benchmarks.scenarios import cycle_cost
+
+        assert cycle_cost([[10.0, 12.0, 13.0, 99.0]])["ratios"] == pytest.approx([1.5])
+
+    def test_a_rate_is_the_inverse_cycle_ratio(self) -> None:
+        """Scenario 2's per-cycle ratios are the floor's rate over the row's: F1 / (R + F2 - F1)."""
+        from benchmarks.report import cycle_ratios
+
+        run = {"cycles": [[[10, 0, 0], [15, 0, 0], [15, 0, 0]]]}
+        assert cycle_ratios(run, "events_per_s") == pytest.approx([0.5])
+        assert cycle_ratios(run, "ns_per_call") == pytest.approx([2.0])
+        assert cycle_ratios({**run, "error": "exit status 1"}, "ns_per_call") == []
+
+    def test_one_row_in_one_process(self) -> None:
+        """A real child of each scenario, IngestHandler beside NullHandler, a few small cycles
+        (an F3 chunk too in scenario 1): every chunk timed on three clocks, the ratios are
+        the cycles', and scenario 2 delivers every call of the row's chunks."""
+        from benchmarks import receiver
+
+        with receiver.start_receiver() as url:
+            port = int(url.rsplit(":", 1)[1])
+            common = {"row": "ingest", "floor": "null", "port": port, "threads": 1, "cap": 30.0,
+                      "wait": 30.0, "stall": 10.0, "opts": {"shutdown_timeout": 1.0},
+                      "chunk": 300, "cycles": 4}
+            one = _child({**common, "kind": "app_cost", "tag": "one", "after": 2,
+                          "base": f"{url}/t/one"})
+            two = _child({**common, "kind": "end_to_end", "tag": "two",
+                          "base": f"{url}/t/two"})
+        assert one["calls"] == 1200 and one["floor"]["row"] == "null"
+        assert len(one["cycles"]) == 4
+        assert {len(c) for c in one["cycles"]} == {4}  # F1, R, F2, F3
+        assert all(len(chunk) == 3 and chunk[0] > 0 for c in one["cycles"] for chunk in c)
+        for key in ("ns_per_call", "thread_cpu_ns_per_call", "cpu_ns_per_call"):
+            assert one["ratio"][key] == pytest.approx(statistics.median(cycle_ratios(one, key)))
+        assert two["calls"] == two["delivered"] == two["expected"] == 1200
+        assert {len(c) for c in two["cycles"]} == {3}
+        wall = [[chunk[0] for chunk in c] for c in two["cycles"]]
+        row_s = sum(r + f2 - f1 for f1, r, f2 in wall) / 1e9 + two["drain_s"]
+        assert two["events_per_s"] == pytest.approx(1200 / row_s)
+        assert two["ratio"]["events_per_s"] == pytest.approx(
+            sum(c[0] for c in wall) / 1e9 / row_s)
 
 
 class TestPairing:
