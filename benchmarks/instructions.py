@@ -22,7 +22,7 @@ processor that drops the event; loguru with a sink that does nothing; OpenTeleme
   joining the request body), with the fixed cost of the request cancelled out; the receiver is
   another process, outside the count. The flush must leave nothing queued or failed (checked).
 - **live**, whole process with the flusher running while the calls are made, with the defaults
-  (``flush_interval=1``, ``batch_size=5000``; compression off), measured twice: on the host as
+  (``flush_interval=1``, ``batch_size=10000``; compression off), measured twice: on the host as
   it is (``quiet``) and with a CPU hog per core (``@busy``: the hog of tests/cpuload.py, started
   for the two runs). How many requests the flusher sends depends on wall time (valgrind slows
   the calls some 50 times, a hog twice more), and each costs a fixed amount: the requests per
@@ -273,7 +273,7 @@ BUSY = "@busy"
 
 def live_mode(whole: str) -> str:
     """The ``live`` mode of a configuration, from its ``flushed`` one: the defaults
-    (``flush_interval=1``, ``batch_size=5000``; compression off, as in ``flushed``), the flusher
+    (``flush_interval=1``, ``batch_size=10000``; compression off, as in ``flushed``), the flusher
     sending while the calls are made."""
     return whole.replace("flushed", "live")
 
