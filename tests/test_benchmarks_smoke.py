@@ -186,6 +186,24 @@ class TestChunkPairing:
         assert cost["pooled"] == pytest.approx(63 / 50)
         assert cost["spill"] == pytest.approx(3 / 50)
 
+    def test_scenario_2_drains_right_after_the_last_row_chunk(self) -> None:
+        """The wait for delivery comes after the last R, before its F2: a floor chunk first
+        would let the flusher send the last events in time charged to no one. A cap that ends
+        the cycles early drains after that cycle's R too."""
+        from benchmarks.rows import Row
+        from benchmarks.scenarios import _cycles
+
+        seen: list[str] = []
+        row = Row("r", lambda i: seen.append("R") if i % 10 == 0 else None)
+        floor = Row("f", lambda i: seen.append("F") if i % 10 == 0 else None)
+        _cycles(row, floor, {"chunk": 10, "cycles": 3, "cap": 60.0},
+                lambda calls: seen.append(f"drain {calls}"))
+        assert seen == ["F", "R", "F"] * 2 + ["F", "R", "drain 30", "F"]
+        seen.clear()
+        _cycles(row, floor, {"chunk": 10, "cycles": 3, "cap": 0.0},
+                lambda calls: seen.append(f"drain {calls}"))
+        assert seen == ["F", "R", "drain 10", "F"]
+
     def test_chunks_after_f2_are_not_charged(self) -> None:
         from benchmarks.scenarios import cycle_cost
 
