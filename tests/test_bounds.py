@@ -375,17 +375,20 @@ def test_a_full_queue_is_told_on_stderr_when_it_happens() -> None:
             log.warning("event %d", i)
         h.flush(2)  # the flusher tries (and looks) meanwhile
         s = h.stats()
-        print("MARK", s.dropped_queue_full, s.queued, s.submitted, file=sys.stderr, flush=True)
+        print("MARK", s.dropped_queue_full, s.queued, s.failed, s.submitted, file=sys.stderr,
+              flush=True)
         h.close()
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     before, _, after = proc.stderr.partition("MARK")
-    dropped, queued, submitted = map(int, after.split()[:3])
+    dropped, queued, failed, submitted = map(int, after.split()[:4])
     assert 800 <= dropped <= 900, proc.stderr
-    # Exact whatever the timing: every event is either dropped or still held (queued or in the
-    # flusher's batch, which Stats counts as queued until it settles).
-    assert dropped + queued == submitted == 1000, proc.stderr
+    # Exact whatever the timing: every event is either dropped, still held (queued or in the
+    # flusher's batch, which Stats counts as queued until it settles), or failed: the retries'
+    # waits are drawn with full jitter, and once in a while all five fall within flush's 2 s
+    # (seen once on CPython 3.10), the batch then given up and counted failed.
+    assert dropped + queued + failed == submitted == 1000, proc.stderr
     assert before.count("the queue is full") == 1, proc.stderr
     line = next(x for x in before.splitlines() if "the queue is full" in x)
     assert re.fullmatch(r"loghandler: dataset 'ds': the queue is full \(max_queue_size=100\): "
