@@ -201,10 +201,6 @@ def chunk_check(results: Results, scenario: str, key: str) -> str | None:
                  f"to the row: median {statistics.median(spill.values()) * 100:+.1f} % over "
                  f"{len(spill)} shipping rows, {min(spill.values()) * 100:+.1f} to "
                  f"{spill[top] * 100:+.1f} % ({top}).")
-    apart = [row for row, runs in rows.items() if any("floors" in r for r in runs)]
-    if apart:
-        text += (f" Paired across processes (they cannot share one with their floor): "
-                 f"{', '.join(apart)}.")
     return text
 
 

@@ -33,10 +33,6 @@ MiB = 1024 * 1024
 # Rows left out of scenarios 4 and 5: nothing to bound or deliver at exit (floors that only
 # measure the cost of a call).
 UNBOUNDED = ("structlog", "copy", "loguru", "otel-nothing")
-# Rows that cannot share a process with their floor: paired across processes even with
-# ``--pairing chunks`` (the report names them). None today: loguru's rows each log through a
-# copy of its global logger (rows._loguru).
-OWN_PROCESS: tuple[str, ...] = ()
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -237,17 +233,16 @@ class Runner:
     def chunked(self, scenario: str, rows: list[str], make: Callable[[str, str], dict[str, Any]],
                 reps: int) -> None:
         """Scenarios 1 and 2 with ``--pairing chunks``: one child per row and repetition, the
-        row and its floor inside it (``make(row, floor)``); rows that cannot share a process
-        with their floor (``OWN_PROCESS``) are paired across processes. Each floor other than
+        row and its floor inside it (``make(row, floor)``; every row can share a process with
+        its floor, loguru's through copies of its logger, rows._loguru). Each floor other than
         ``null`` is also paired with itself, in the first repetition (its cycles' quartiles are
         the check; every repetition cost a run 100 s more), in ``<scenario>-self``: the
         ``null`` row is the NullHandler's check, these are the other floors' (report.py,
         ``chunk_check``)."""
-        inside = [row for row in rows if row not in OWN_PROCESS]
-        checks = [f for f in dict.fromkeys(FLOOR.get(row, "null") for row in inside) if f != "null"]
+        checks = [f for f in dict.fromkeys(FLOOR.get(row, "null") for row in rows) if f != "null"]
         skipped: set[str] = set()
         for rep in range(reps):
-            for row in inside:
+            for row in rows:
                 if row in skipped:
                     continue
                 res = self.child(make(row, FLOOR.get(row, "null")))
@@ -259,9 +254,6 @@ class Runner:
                 res = self.child(make(floor, floor))
                 res["rep"] = rep
                 self.results.setdefault(f"{scenario}-self", {}).setdefault(floor, []).append(res)
-        apart = [row for row in rows if row in OWN_PROCESS]
-        if apart:
-            self.paired(scenario, apart, lambda row: make(row, ""), reps)
 
 
 def paired_order(rows: list[str]) -> list[tuple[str, str]]:
@@ -320,7 +312,7 @@ def run_all(a: argparse.Namespace) -> Runner:
                 chunk = min(CHUNK, max(1, n // 4))
                 kind = "app_cost" if s == "1" else "end_to_end"
                 r.chunked(s, with_variants, lambda x, f, kind=kind, n=n, chunk=chunk: r.cfg(
-                    x, kind, "up", n=n, floor=f or None, chunk=chunk, cycles=n // chunk), a.reps)
+                    x, kind, "up", n=n, floor=f, chunk=chunk, cycles=n // chunk), a.reps)
             elif s == "1":
                 r.paired("1", with_variants,
                          lambda x: r.cfg(x, "app_cost", "up", n=r.n(200_000)), a.reps)

@@ -2239,13 +2239,13 @@ way_finish(State *st, Way *w, PyObject *item, Py_ssize_t size, PyObject *levelno
         long level_number = PyLong_AsLong(levelno);
         if (level_number == -1 && PyErr_Occurred() && !clear_if_exception())
             return -1;
-        int fast = 0;
-        if (!(held_level < level_number && level_number < 40) &&
-            (fast = hold_fast(st, w->hold, item, size, level_number)) < 0)
+        int fast = held_level < level_number && level_number < 40
+                   ? 2 : hold_fast(st, w->hold, item, size, level_number);
+        if (fast < 0)
             return step_failed(w);
         if (fast == 1)
             return 0;
-        if (fast == 0 && !(held_level < level_number && level_number < 40)) {
+        if (fast == 0) {
             PyObject *size_obj = PyLong_FromSsize_t(size);
             PyObject *r = NULL;
             if (size_obj != NULL) {

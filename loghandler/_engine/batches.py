@@ -131,6 +131,11 @@ class Chunk:
             self._body = join_array(self.as_parts())
         return self._body
 
+    def joined(self) -> bytes:
+        """The body, not kept when it is not made yet: a compressor that takes one buffer
+        (``posting``'s ISA-L) needs it for one call, and the tries keep the compressed form."""
+        return self._body if self._body is not None else join_array(self.as_parts())
+
     def as_parts(self) -> list[bytes]:
         if self.parts is None:
             self.parts = (cast("list[bytes]", self.events) if self.wire

@@ -182,7 +182,7 @@ class Poster:
         isal = isal_zlib() if opts.compression_level > 0 else None
         if isal is not None:
             try:  # without the GIL, like _gzip.c's; the array joined first (one copy)
-                return (isal.compress(chunk.body(), isal_level(opts.compression_level),
+                return (isal.compress(chunk.joined(), isal_level(opts.compression_level),
                                       wbits=31), GZIP_HEADERS)
             except Exception:
                 pass  # (out of memory): zlib's way below
